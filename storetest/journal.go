@@ -1,0 +1,615 @@
+package storetest
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"runtime"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/annals-go/annals"
+	"github.com/annals-go/annals/journal"
+)
+
+// JournalHarness gives the journal suite its store.
+type JournalHarness struct {
+	// New returns the journal a subtest runs against: a fresh store, or a
+	// shared one (every subtest uses ids of its own). New registers any
+	// cleanup with t.Cleanup. It is called once per subtest, possibly from
+	// parallel subtests.
+	New func(t *testing.T) journal.Journal
+	// Capabilities declares what the store supports beyond the contract.
+	Capabilities Capabilities
+}
+
+type journalRule struct {
+	name string
+	rule string
+	run  func(t *testing.T, j journal.Journal, h JournalHarness)
+}
+
+// RunJournal runs every rule of the journal contract against the journals
+// h.New makes, one named, parallel subtest per rule.
+func RunJournal(t *testing.T, h JournalHarness) {
+	t.Helper()
+	if h.New == nil {
+		t.Fatal("storetest: JournalHarness.New is nil")
+	}
+	for _, r := range journalRules() {
+		t.Run(r.name, func(t *testing.T) {
+			t.Parallel()
+			j := h.New(t)
+			defer func() {
+				if t.Failed() {
+					t.Logf("rule: %s", r.rule)
+				}
+			}()
+			r.run(t, j, h)
+		})
+	}
+}
+
+// ev builds event seq of pid with a payload naming both.
+func ev(pid string, seq int64) journal.Repr {
+	return journal.Repr{
+		PersistenceID: pid,
+		SequenceNr:    seq,
+		Payload:       fmt.Appendf(nil, "%s-%d", pid, seq),
+		SerializerID:  4,
+		Manifest:      "m",
+		WriterID:      "writer-1",
+	}
+}
+
+func single(pid string, seq int64) journal.AtomicWrite {
+	return journal.AtomicWrite{PersistenceID: pid, Events: []journal.Repr{ev(pid, seq)}}
+}
+
+func atomicRange(pid string, from, to int64) journal.AtomicWrite {
+	w := journal.AtomicWrite{PersistenceID: pid}
+	for s := from; s <= to; s++ {
+		w.Events = append(w.Events, ev(pid, s))
+	}
+	return w
+}
+
+// mustWrite writes ws in one call and fails the test unless all are stored.
+func mustWrite(t *testing.T, j journal.Journal, ws ...journal.AtomicWrite) {
+	t.Helper()
+	res, err := j.Write(testContext(t), ws)
+	if err != nil {
+		t.Fatalf("Write: outcome unknown: %v", err)
+	}
+	if res != nil && len(res) != len(ws) {
+		t.Fatalf("Write returned %d results for %d atomic writes; rule: nil or exactly one result per atomic write", len(res), len(ws))
+	}
+	for i, e := range res {
+		if e != nil {
+			t.Fatalf("Write: atomic write %d rejected: %v", i, e)
+		}
+	}
+}
+
+// writeFive stores events 1..5 of a new id as five atomic writes in one call,
+// as Akka's JournalSpec does before each case.
+func writeFive(t *testing.T, j journal.Journal) string {
+	t.Helper()
+	pid := uniqueID(t, "KitJournal")
+	ws := make([]journal.AtomicWrite, 5)
+	for i := range ws {
+		ws[i] = single(pid, int64(i+1))
+	}
+	mustWrite(t, j, ws...)
+	return pid
+}
+
+// replaySeqs collects the sequence numbers a replay yields.
+func replaySeqs(t *testing.T, j journal.Journal, pid string, from, to, limit int64) []int64 {
+	t.Helper()
+	var got []int64
+	for e, err := range j.Replay(testContext(t), pid, from, to, limit) {
+		if err != nil {
+			t.Fatalf("Replay(%d, %d, %d): %v", from, to, limit, err)
+		}
+		got = append(got, e.SequenceNr)
+	}
+	return got
+}
+
+func highest(t *testing.T, j journal.Journal, pid string, from int64) int64 {
+	t.Helper()
+	n, err := j.HighestSequenceNr(testContext(t), pid, from)
+	if err != nil {
+		t.Fatalf("HighestSequenceNr: %v", err)
+	}
+	return n
+}
+
+func deleteTo(t *testing.T, j journal.Journal, pid string, to int64) {
+	t.Helper()
+	if err := j.DeleteTo(testContext(t), pid, to); err != nil {
+		t.Fatalf("DeleteTo(%d): %v", to, err)
+	}
+}
+
+func seqs(from, to int64) []int64 {
+	var s []int64
+	for i := from; i <= to; i++ {
+		s = append(s, i)
+	}
+	return s
+}
+
+const maxSeq = math.MaxInt64
+
+func journalRules() []journalRule {
+	rules := []journalRule{}
+	type replayCase struct {
+		name, rule      string
+		deleteTo        int64
+		from, to, limit int64
+		want            []int64
+	}
+	replays := []replayCase{
+		{"ReplayAll", "a replay with from=1, to=max, max=max yields every event in ascending order", 0, 1, maxSeq, maxSeq, seqs(1, 5)},
+		{"ReplayLowerBound", "a replay yields no event below its lower bound", 0, 3, maxSeq, maxSeq, seqs(3, 5)},
+		{"ReplayUpperBound", "a replay yields no event above its upper bound", 0, 1, 3, maxSeq, seqs(1, 3)},
+		{"ReplayLowerAndUpperBound", "a replay yields exactly the events within both bounds", 0, 2, 3, maxSeq, seqs(2, 3)},
+		{"ReplayCountLimit", "a replay yields at most max events, the lowest first", 0, 1, maxSeq, 3, seqs(1, 3)},
+		{"ReplayBoundsWithLimit", "a replay with bounds and a limit yields the first max events within the bounds", 0, 2, 5, 2, seqs(2, 3)},
+		{"ReplaySingleByEqualBounds", "a replay with from = to yields that single event", 0, 2, 2, maxSeq, seqs(2, 2)},
+		{"ReplaySingleByLimitOne", "a replay with max = 1 yields the single event at from", 0, 2, maxSeq, 1, seqs(2, 2)},
+		{"ReplayNothingForLimitZero", "a replay with max = 0 yields nothing", 0, 1, maxSeq, 0, nil},
+		{"ReplayNothingWhenFromAboveTo", "a replay with from > to yields nothing", 0, 3, 2, maxSeq, nil},
+		{"ReplayFromZeroReadsAsOne", "a replay with from = 0 starts at sequence number 1", 0, 0, maxSeq, maxSeq, seqs(1, 5)},
+		{"NoReplayOfDeletedRange", "events deleted by DeleteTo are never replayed", 3, 1, maxSeq, maxSeq, seqs(4, 5)},
+		{"DeletedPrefixLowerBoundInPrefix", "a replay whose lower bound lies in a deleted prefix starts at the first kept event", 3, 2, maxSeq, maxSeq, seqs(4, 5)},
+		{"DeletedPrefixBoundsAcrossPrefix", "a replay whose bounds span a deleted prefix yields only kept events within them", 3, 2, 4, maxSeq, seqs(4, 4)},
+		{"DeletedPrefixLimitCountsKeptEvents", "a replay's limit counts only the events it yields, not deleted ones", 3, 1, maxSeq, 1, seqs(4, 4)},
+		{"DeletedPrefixRangeInsidePrefix", "a replay whose whole range was deleted yields nothing", 3, 1, 3, maxSeq, nil},
+	}
+	for _, c := range replays {
+		rules = append(rules, journalRule{c.name, c.rule, func(t *testing.T, j journal.Journal, _ JournalHarness) {
+			pid := writeFive(t, j)
+			if c.deleteTo > 0 {
+				deleteTo(t, j, pid, c.deleteTo)
+			}
+			if got := replaySeqs(t, j, pid, c.from, c.to, c.limit); !slices.Equal(got, c.want) {
+				t.Errorf("Replay(from=%d, to=%d, max=%d) after DeleteTo(%d) yielded %v, want %v; rule: %s", c.from, c.to, c.limit, c.deleteTo, got, c.want, c.rule)
+			}
+		}})
+	}
+
+	rules = append(rules,
+		journalRule{"UnknownIDHighestIsZero", "the highest sequence number of an id never written is 0, and its replay is empty", func(t *testing.T, j journal.Journal, _ JournalHarness) {
+			pid := uniqueID(t, "KitJournal")
+			if n := highest(t, j, pid, 0); n != 0 {
+				t.Errorf("HighestSequenceNr of unknown id = %d, want 0", n)
+			}
+			if got := replaySeqs(t, j, pid, 1, maxSeq, maxSeq); len(got) != 0 {
+				t.Errorf("replay of unknown id yielded %v, want nothing", got)
+			}
+		}},
+		journalRule{"HighestWithoutReplay", "HighestSequenceNr returns the highest stored number without a replay, whatever the from hint", func(t *testing.T, j journal.Journal, _ JournalHarness) {
+			pid := writeFive(t, j)
+			for _, from := range []int64{0, 3, 5} {
+				if n := highest(t, j, pid, from); n != 5 {
+					t.Errorf("HighestSequenceNr(from=%d) = %d, want 5", from, n)
+				}
+			}
+		}},
+		journalRule{"HighestKeptAfterPartialDelete", "deleting some events does not lower the highest sequence number", func(t *testing.T, j journal.Journal, _ JournalHarness) {
+			pid := writeFive(t, j)
+			deleteTo(t, j, pid, 3)
+			if n := highest(t, j, pid, 0); n != 5 {
+				t.Errorf("HighestSequenceNr after DeleteTo(3) = %d, want 5", n)
+			}
+		}},
+		journalRule{"HighestKeptAfterDeletingAll", "deleting every event keeps the highest sequence number, also when to is beyond it", func(t *testing.T, j journal.Journal, _ JournalHarness) {
+			pid := writeFive(t, j)
+			deleteTo(t, j, pid, 5)
+			if n := highest(t, j, pid, 0); n != 5 {
+				t.Errorf("HighestSequenceNr after DeleteTo(5) = %d, want 5", n)
+			}
+			deleteTo(t, j, pid, maxSeq)
+			if n := highest(t, j, pid, 0); n != 5 {
+				t.Errorf("HighestSequenceNr after DeleteTo(max) = %d, want 5", n)
+			}
+			if got := replaySeqs(t, j, pid, 1, maxSeq, maxSeq); len(got) != 0 {
+				t.Errorf("replay after deleting all yielded %v, want nothing", got)
+			}
+		}},
+		journalRule{"WriteAfterDeletingAll", "after deleting every event, writing continues from the kept highest number", func(t *testing.T, j journal.Journal, _ JournalHarness) {
+			pid := writeFive(t, j)
+			deleteTo(t, j, pid, 5)
+			mustWrite(t, j, single(pid, 6))
+			if n := highest(t, j, pid, 0); n != 6 {
+				t.Errorf("HighestSequenceNr = %d, want 6", n)
+			}
+			if got := replaySeqs(t, j, pid, 1, maxSeq, maxSeq); !slices.Equal(got, []int64{6}) {
+				t.Errorf("replay yielded %v, want [6]", got)
+			}
+		}},
+		journalRule{"DeleteIsIdempotent", "deleting an already deleted range, or an id never written, is not an error", func(t *testing.T, j journal.Journal, _ JournalHarness) {
+			pid := writeFive(t, j)
+			deleteTo(t, j, pid, 2)
+			deleteTo(t, j, pid, 2)
+			deleteTo(t, j, pid, 1)
+			deleteTo(t, j, uniqueID(t, "KitJournal"), 10)
+			if got := replaySeqs(t, j, pid, 1, maxSeq, maxSeq); !slices.Equal(got, seqs(3, 5)) {
+				t.Errorf("replay yielded %v, want [3 4 5]", got)
+			}
+		}},
+		journalRule{"FieldsRoundTrip", "every field a writer sets is replayed unchanged (timestamps to the microsecond, in UTC), and the store fills slice and entity type", roundTrip},
+		journalRule{"MetadataRoundTrip", "event metadata is replayed byte for byte; an event without metadata replays with none", func(t *testing.T, j journal.Journal, _ JournalHarness) {
+			pid := uniqueID(t, "KitJournal")
+			e1, e2 := ev(pid, 1), ev(pid, 2)
+			e1.Metadata = []byte{0, 1, 2, 0xff, 'm'}
+			mustWrite(t, j, journal.AtomicWrite{PersistenceID: pid, Events: []journal.Repr{e1, e2}})
+			got := replayAll(t, j, pid)
+			if len(got) != 2 || !bytes.Equal(got[0].Metadata, e1.Metadata) || len(got[1].Metadata) != 0 {
+				t.Errorf("metadata replayed as %v, want [%v, none]", metadataOf(got), e1.Metadata)
+			}
+		}},
+		journalRule{"ZeroTimestampFilledByStore", "a zero timestamp is replaced by the store's clock at write", func(t *testing.T, j journal.Journal, _ JournalHarness) {
+			pid := uniqueID(t, "KitJournal")
+			before := time.Now().Add(-time.Minute)
+			mustWrite(t, j, single(pid, 1))
+			got := replayAll(t, j, pid)
+			if len(got) != 1 || got[0].Timestamp.Before(before) || got[0].Timestamp.After(time.Now().Add(time.Minute)) {
+				t.Errorf("timestamp = %v, want about now", timestampsOf(got))
+			}
+		}},
+		journalRule{"GlobalOrderingGrows", "where the store assigns Ordering, it is positive and grows in write order across ids", func(t *testing.T, j journal.Journal, h JournalHarness) {
+			if !h.Capabilities.GlobalOrdering {
+				t.Skip("store does not declare GlobalOrdering")
+			}
+			a, b := uniqueID(t, "KitJournal"), uniqueID(t, "KitJournal")
+			mustWrite(t, j, single(a, 1), single(b, 1))
+			mustWrite(t, j, single(a, 2))
+			ea, eb := replayAll(t, j, a), replayAll(t, j, b)
+			if len(ea) != 2 || len(eb) != 1 {
+				t.Fatalf("replayed %d and %d events, want 2 and 1", len(ea), len(eb))
+			}
+			if !(ea[0].Ordering > 0 && ea[0].Ordering < eb[0].Ordering && eb[0].Ordering < ea[1].Ordering) {
+				t.Errorf("orderings a1=%d b1=%d a2=%d, want 0 < a1 < b1 < a2", ea[0].Ordering, eb[0].Ordering, ea[1].Ordering)
+			}
+		}},
+		journalRule{"AtomicWriteAllOrNothing", "an atomic write whose later event conflicts stores none of its events", func(t *testing.T, j journal.Journal, _ JournalHarness) {
+			pid := writeFive(t, j)
+			// Events 6..8 are new, 5 is stored: the whole write must fail.
+			w := atomicRange(pid, 5, 8)
+			res, err := j.Write(testContext(t), []journal.AtomicWrite{w})
+			if err != nil {
+				t.Fatalf("Write: outcome unknown: %v", err)
+			}
+			if len(res) != 1 || !errors.Is(res[0], journal.ErrSequenceConflict) {
+				t.Fatalf("results = %v, want one ErrSequenceConflict", res)
+			}
+			if got := replaySeqs(t, j, pid, 1, maxSeq, maxSeq); !slices.Equal(got, seqs(1, 5)) {
+				t.Errorf("after a failed atomic write the journal holds %v, want [1 2 3 4 5]", got)
+			}
+			if n := highest(t, j, pid, 0); n != 5 {
+				t.Errorf("HighestSequenceNr = %d, want 5", n)
+			}
+		}},
+		journalRule{"SecondWriterConflict", "a second write of a stored (id, seq) fails with a *ConflictError wrapping ErrSequenceConflict and ErrRejected, and the stored event is unchanged", func(t *testing.T, j journal.Journal, _ JournalHarness) {
+			pid := writeFive(t, j)
+			dup := ev(pid, 3)
+			dup.Payload, dup.WriterID = []byte("from the second writer"), "writer-2"
+			res, err := j.Write(testContext(t), []journal.AtomicWrite{{PersistenceID: pid, Events: []journal.Repr{dup}}})
+			if err != nil {
+				t.Fatalf("Write: outcome unknown: %v", err)
+			}
+			var ce *journal.ConflictError
+			if len(res) != 1 || !errors.As(res[0], &ce) || !errors.Is(res[0], journal.ErrSequenceConflict) || !errors.Is(res[0], journal.ErrRejected) {
+				t.Fatalf("results = %v, want one *ConflictError", res)
+			}
+			if ce.PersistenceID != pid || ce.SequenceNr != 3 {
+				t.Errorf("ConflictError names (%q, %d), want (%q, 3)", ce.PersistenceID, ce.SequenceNr, pid)
+			}
+			got := replayAll(t, j, pid)
+			if len(got) != 5 || string(got[2].Payload) != string(ev(pid, 3).Payload) || got[2].WriterID != "writer-1" {
+				t.Errorf("stored event 3 changed to payload %q writer %q", got[2].Payload, got[2].WriterID)
+			}
+		}},
+		journalRule{"RejectedWriteKeepsNeighbours", "one rejected atomic write in a batch is reported at its index and its neighbours are stored", func(t *testing.T, j journal.Journal, _ JournalHarness) {
+			a, b, c, d := uniqueID(t, "KitJournal"), uniqueID(t, "KitJournal"), uniqueID(t, "KitJournal"), writeFive(t, j)
+			bad := journal.AtomicWrite{PersistenceID: b, Events: []journal.Repr{ev(b, 1), ev(b, 3)}}
+			res, err := j.Write(testContext(t), []journal.AtomicWrite{single(a, 1), bad, atomicRange(c, 1, 2), single(d, 2), single(d, 6)})
+			if err != nil {
+				t.Fatalf("Write: outcome unknown: %v", err)
+			}
+			if len(res) != 5 {
+				t.Fatalf("Write returned %d results, want 5", len(res))
+			}
+			want := []error{nil, journal.ErrInvalidArgument, nil, journal.ErrSequenceConflict, nil}
+			for i, w := range want {
+				if (w == nil) != (res[i] == nil) || (w != nil && (!errors.Is(res[i], w) || !errors.Is(res[i], journal.ErrRejected))) {
+					t.Errorf("result %d = %v, want %v", i, res[i], w)
+				}
+			}
+			for _, x := range []struct {
+				pid  string
+				want []int64
+			}{{a, seqs(1, 1)}, {b, nil}, {c, seqs(1, 2)}, {d, seqs(1, 6)}} {
+				if got := replaySeqs(t, j, x.pid, 1, maxSeq, maxSeq); !slices.Equal(got, x.want) {
+					t.Errorf("%s holds %v, want %v", x.pid, got, x.want)
+				}
+			}
+		}},
+		journalRule{"InvalidArgumentsRejected", "invalid arguments are rejected with an error wrapping ErrInvalidArgument that names the problem, and nothing is stored", invalidArguments},
+		journalRule{"ConcurrentWritersKeepOrder", "100 ids written concurrently by 100 goroutines keep per-id order with no gaps", concurrentWriters},
+		journalRule{"ReplayHonoursCancellation", "replay and highest sequence number end with the context's error once it is cancelled", cancellation},
+		journalRule{"LargeReplayStreams", "a replay of 100,000 events streams with bounded memory and stops early when the consumer stops", largeReplay},
+	)
+	return rules
+}
+
+func replayAll(t *testing.T, j journal.Journal, pid string) []journal.Repr {
+	t.Helper()
+	var got []journal.Repr
+	for e, err := range j.Replay(testContext(t), pid, 1, maxSeq, maxSeq) {
+		if err != nil {
+			t.Fatalf("Replay: %v", err)
+		}
+		got = append(got, e)
+	}
+	return got
+}
+
+func metadataOf(es []journal.Repr) [][]byte {
+	var m [][]byte
+	for _, e := range es {
+		m = append(m, e.Metadata)
+	}
+	return m
+}
+
+func timestampsOf(es []journal.Repr) []time.Time {
+	var ts []time.Time
+	for _, e := range es {
+		ts = append(ts, e.Timestamp)
+	}
+	return ts
+}
+
+func roundTrip(t *testing.T, j journal.Journal, _ JournalHarness) {
+	pid := uniqueID(t, "KitRound")
+	ts := time.Date(2024, 2, 29, 13, 14, 15, 123456000, time.FixedZone("X", 3600))
+	in := []journal.Repr{
+		{PersistenceID: pid, SequenceNr: 1, Payload: []byte{0, 1, 2, 3, 0xfe, 0xff}, SerializerID: 33, Manifest: "bank.Deposited", Timestamp: ts, WriterID: "w-αβ", Tags: []string{"blue", "green"}, Metadata: []byte("meta")},
+		{PersistenceID: pid, SequenceNr: 2, Payload: []byte{}, SerializerID: -7, Manifest: "", Timestamp: ts.Add(time.Microsecond), WriterID: "", Tags: nil},
+	}
+	mustWrite(t, j, journal.AtomicWrite{PersistenceID: pid, Events: in})
+	got := replayAll(t, j, pid)
+	if len(got) != len(in) {
+		t.Fatalf("replayed %d events, want %d", len(got), len(in))
+	}
+	for i, w := range in {
+		g := got[i]
+		var diffs []string
+		if g.PersistenceID != w.PersistenceID || g.SequenceNr != w.SequenceNr {
+			diffs = append(diffs, fmt.Sprintf("id/seq %q/%d", g.PersistenceID, g.SequenceNr))
+		}
+		if !bytes.Equal(g.Payload, w.Payload) {
+			diffs = append(diffs, fmt.Sprintf("payload %v", g.Payload))
+		}
+		if g.SerializerID != w.SerializerID || g.Manifest != w.Manifest || g.WriterID != w.WriterID {
+			diffs = append(diffs, fmt.Sprintf("serializer %d manifest %q writer %q", g.SerializerID, g.Manifest, g.WriterID))
+		}
+		if !g.Timestamp.Equal(w.Timestamp) || g.Timestamp.Location() != time.UTC {
+			diffs = append(diffs, fmt.Sprintf("timestamp %v (want %v in UTC)", g.Timestamp, w.Timestamp.UTC()))
+		}
+		if !slices.Equal(g.Tags, w.Tags) && !(len(g.Tags) == 0 && len(w.Tags) == 0) {
+			diffs = append(diffs, fmt.Sprintf("tags %q", g.Tags))
+		}
+		if !bytes.Equal(g.Metadata, w.Metadata) {
+			diffs = append(diffs, fmt.Sprintf("metadata %q", g.Metadata))
+		}
+		if g.Slice != annals.Slice(pid) || g.EntityType != "KitRound" {
+			diffs = append(diffs, fmt.Sprintf("slice %d entity type %q (want %d %q)", g.Slice, g.EntityType, annals.Slice(pid), "KitRound"))
+		}
+		if len(diffs) > 0 {
+			t.Errorf("event %d replayed with %v", i+1, diffs)
+		}
+	}
+}
+
+func invalidArguments(t *testing.T, j journal.Journal, _ JournalHarness) {
+	ctx := testContext(t)
+	pid, other := uniqueID(t, "KitInvalid"), uniqueID(t, "KitInvalid")
+	writes := []struct {
+		name string
+		w    journal.AtomicWrite
+		want string
+	}{
+		{"empty id", journal.AtomicWrite{PersistenceID: "", Events: []journal.Repr{ev("", 1)}}, "empty persistence id"},
+		{"no events", journal.AtomicWrite{PersistenceID: pid}, "no events"},
+		{"zero sequence number", journal.AtomicWrite{PersistenceID: pid, Events: []journal.Repr{ev(pid, 0)}}, "sequence number 0"},
+		{"negative sequence number", journal.AtomicWrite{PersistenceID: pid, Events: []journal.Repr{ev(pid, -3)}}, "sequence number -3"},
+		{"not consecutive", journal.AtomicWrite{PersistenceID: pid, Events: []journal.Repr{ev(pid, 1), ev(pid, 2), ev(pid, 4)}}, "not consecutive"},
+		{"descending", journal.AtomicWrite{PersistenceID: pid, Events: []journal.Repr{ev(pid, 2), ev(pid, 1)}}, "not consecutive"},
+		{"event of another id", journal.AtomicWrite{PersistenceID: pid, Events: []journal.Repr{ev(pid, 1), ev(other, 2)}}, "belongs to"},
+	}
+	for _, c := range writes {
+		res, err := j.Write(ctx, []journal.AtomicWrite{c.w})
+		if err != nil {
+			t.Errorf("%s: outcome unknown: %v; an invalid write is a rejection", c.name, err)
+			continue
+		}
+		if len(res) != 1 || !errors.Is(res[0], journal.ErrRejected) || !errors.Is(res[0], journal.ErrInvalidArgument) {
+			t.Errorf("%s: results %v, want one error wrapping ErrRejected and ErrInvalidArgument", c.name, res)
+			continue
+		}
+		if !containsFold(res[0].Error(), c.want) {
+			t.Errorf("%s: error %q does not name the problem (%q)", c.name, res[0], c.want)
+		}
+	}
+	for _, id := range []string{pid, other} {
+		if n := highest(t, j, id, 0); n != 0 {
+			t.Errorf("after invalid writes, %s has highest %d, want 0 (nothing stored)", id, n)
+		}
+	}
+	calls := []struct {
+		name string
+		err  error
+	}{
+		{"Replay empty id", firstErr(j.Replay(ctx, "", 1, 10, 10))},
+		{"Replay negative to", firstErr(j.Replay(ctx, pid, 1, -1, 10))},
+		{"Replay negative max", firstErr(j.Replay(ctx, pid, 1, 10, -1))},
+		{"HighestSequenceNr empty id", func() error { _, err := j.HighestSequenceNr(ctx, "", 0); return err }()},
+		{"HighestSequenceNr negative from", func() error { _, err := j.HighestSequenceNr(ctx, pid, -1); return err }()},
+		{"DeleteTo empty id", j.DeleteTo(ctx, "", 1)},
+		{"DeleteTo negative", j.DeleteTo(ctx, pid, -1)},
+	}
+	for _, c := range calls {
+		if !errors.Is(c.err, journal.ErrInvalidArgument) {
+			t.Errorf("%s: error %v, want ErrInvalidArgument", c.name, c.err)
+		}
+	}
+}
+
+func firstErr(seq func(func(journal.Repr, error) bool)) error {
+	for _, err := range seq {
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func containsFold(s, sub string) bool {
+	return bytes.Contains(bytes.ToLower([]byte(s)), bytes.ToLower([]byte(sub)))
+}
+
+func concurrentWriters(t *testing.T, j journal.Journal, _ JournalHarness) {
+	const ids, perID = 100, 20
+	ctx := testContext(t)
+	pids := make([]string, ids)
+	for i := range pids {
+		pids[i] = uniqueID(t, "KitConcurrent")
+	}
+	var wg sync.WaitGroup
+	errs := make(chan error, ids)
+	for _, pid := range pids {
+		wg.Go(func() {
+			for s := int64(1); s <= perID; s++ {
+				res, err := j.Write(ctx, []journal.AtomicWrite{single(pid, s)})
+				if err == nil && res != nil {
+					err = res[0]
+				}
+				if err != nil {
+					errs <- fmt.Errorf("%s seq %d: %w", pid, s, err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Errorf("concurrent write failed: %v", err)
+	}
+	for _, pid := range pids {
+		if got := replaySeqs(t, j, pid, 1, maxSeq, maxSeq); !slices.Equal(got, seqs(1, perID)) {
+			t.Errorf("%s replayed %v, want 1..%d in order with no gaps", pid, got, perID)
+		}
+		if n := highest(t, j, pid, 0); n != perID {
+			t.Errorf("%s highest %d, want %d", pid, n, perID)
+		}
+	}
+}
+
+func cancellation(t *testing.T, j journal.Journal, _ JournalHarness) {
+	pid := uniqueID(t, "KitCancel")
+	mustWrite(t, j, atomicRange(pid, 1, 50))
+	ctx, cancel := context.WithCancel(testContext(t))
+	defer cancel()
+	var n int
+	var last error
+	for e, err := range j.Replay(ctx, pid, 1, maxSeq, maxSeq) {
+		if err != nil {
+			last = err
+			break
+		}
+		n++
+		if e.SequenceNr == 1 {
+			cancel()
+		}
+	}
+	if !errors.Is(last, context.Canceled) {
+		t.Errorf("replay after cancel ended with %v, want context.Canceled", last)
+	}
+	if n != 1 {
+		t.Errorf("replay yielded %d events, want 1: no event after the context is cancelled", n)
+	}
+	if _, err := j.HighestSequenceNr(ctx, pid, 0); !errors.Is(err, context.Canceled) {
+		t.Errorf("HighestSequenceNr with a cancelled context = %v, want context.Canceled", err)
+	}
+}
+
+func largeReplay(t *testing.T, j journal.Journal, h JournalHarness) {
+	if h.Capabilities.SkipLargeReplay {
+		t.Skip("store declares SkipLargeReplay")
+	}
+	if testing.Short() {
+		t.Skip("-short: skipping the 100,000-event replay")
+	}
+	const total, batch, payload = 100_000, 1_000, 512
+	pid := uniqueID(t, "KitLarge")
+	body := bytes.Repeat([]byte{'x'}, payload)
+	var ws []journal.AtomicWrite
+	for from := int64(1); from <= total; from += batch {
+		w := journal.AtomicWrite{PersistenceID: pid, Events: make([]journal.Repr, batch)}
+		for k := range w.Events {
+			w.Events[k] = journal.Repr{PersistenceID: pid, SequenceNr: from + int64(k), Payload: body, SerializerID: 4}
+		}
+		ws = append(ws, w)
+		if len(ws) == 10 {
+			mustWrite(t, j, ws...)
+			ws = ws[:0]
+		}
+	}
+	// Materialising the whole journal would take total*payload = 51 MB.
+	const bound = total * payload / 2
+	var ms runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&ms)
+	base := ms.HeapAlloc
+	var n int64
+	var grew uint64
+	for e, err := range j.Replay(testContext(t), pid, 1, maxSeq, maxSeq) {
+		if err != nil {
+			t.Fatalf("Replay: %v", err)
+		}
+		n++
+		if e.SequenceNr != n {
+			t.Fatalf("event %d has sequence number %d", n, e.SequenceNr)
+		}
+		if n == total*3/4 {
+			runtime.GC()
+			runtime.ReadMemStats(&ms)
+			if ms.HeapAlloc > base {
+				grew = ms.HeapAlloc - base
+			}
+			break
+		}
+	}
+	if n != total*3/4 {
+		t.Fatalf("replay yielded %d events before the consumer stopped, want %d", n, total*3/4)
+	}
+	if grew > bound {
+		t.Errorf("heap grew by %d bytes during the replay, above the bound of %d: replay must stream", grew, bound)
+	}
+	// The stopped replay must have released what it held: a write succeeds.
+	mustWrite(t, j, single(pid, total+1))
+	if got := highest(t, j, pid, 0); got != total+1 {
+		t.Errorf("highest after the early stop = %d, want %d", got, total+1)
+	}
+}

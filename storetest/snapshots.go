@@ -1,0 +1,251 @@
+package storetest
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"math"
+	"testing"
+	"time"
+
+	"github.com/annals-go/annals/snapshot"
+)
+
+// SnapshotHarness gives the snapshot suite its store.
+type SnapshotHarness struct {
+	// New returns the snapshot store a subtest runs against: a fresh store,
+	// or a shared one (every subtest uses ids of its own). New registers any
+	// cleanup with t.Cleanup. It may be called from parallel subtests.
+	New func(t *testing.T) snapshot.Store
+}
+
+type snapshotRule struct {
+	name string
+	rule string
+	run  func(t *testing.T, s snapshot.Store)
+}
+
+// RunSnapshots runs every rule of the snapshot store contract against the
+// stores h.New makes, one named, parallel subtest per rule.
+func RunSnapshots(t *testing.T, h SnapshotHarness) {
+	t.Helper()
+	if h.New == nil {
+		t.Fatal("storetest: SnapshotHarness.New is nil")
+	}
+	for _, r := range snapshotRules() {
+		t.Run(r.name, func(t *testing.T) {
+			t.Parallel()
+			s := h.New(t)
+			defer func() {
+				if t.Failed() {
+					t.Logf("rule: %s", r.rule)
+				}
+			}()
+			r.run(t, s)
+		})
+	}
+}
+
+// saveFive saves snapshots at sequence numbers 1..5 of a new id, one second
+// apart, as Akka's SnapshotStoreSpec does before each case, and returns their
+// metadata (index i holds sequence number i+1).
+func saveFive(t *testing.T, s snapshot.Store) (string, []snapshot.Metadata) {
+	t.Helper()
+	pid := uniqueID(t, "KitSnapshot")
+	base := time.Now().Add(-time.Hour).Truncate(time.Microsecond).UTC()
+	md := make([]snapshot.Metadata, 5)
+	for i := range md {
+		md[i] = snapshot.Metadata{PersistenceID: pid, SequenceNr: int64(i + 1), Timestamp: base.Add(time.Duration(i) * time.Second)}
+		save(t, s, snapshot.Snapshot{Metadata: md[i], Payload: payloadFor(md[i]), SerializerID: 4, Manifest: "s"})
+	}
+	return pid, md
+}
+
+func payloadFor(m snapshot.Metadata) []byte {
+	return fmt.Appendf(nil, "state-%s-%d", m.PersistenceID, m.SequenceNr)
+}
+
+func save(t *testing.T, s snapshot.Store, snap snapshot.Snapshot) {
+	t.Helper()
+	if err := s.Save(testContext(t), snap); err != nil {
+		t.Fatalf("Save(%s, %d): %v", snap.Metadata.PersistenceID, snap.Metadata.SequenceNr, err)
+	}
+}
+
+// load returns the sequence number of the snapshot c selects, 0 for none.
+func load(t *testing.T, s snapshot.Store, pid string, c snapshot.Criteria) (snapshot.Snapshot, int64) {
+	t.Helper()
+	got, ok, err := s.Load(testContext(t), pid, c)
+	if err != nil {
+		t.Fatalf("Load(%+v): %v", c, err)
+	}
+	if !ok {
+		return got, 0
+	}
+	return got, got.Metadata.SequenceNr
+}
+
+func snapshotRules() []snapshotRule {
+	type loadCase struct {
+		name, rule string
+		criteria   func(md []snapshot.Metadata) snapshot.Criteria
+		want       int64
+	}
+	loads := []loadCase{
+		{"NoMatchForTimestampCriteria", "no snapshot is loaded when none is as old as MaxTimestamp", func([]snapshot.Metadata) snapshot.Criteria {
+			return snapshot.Criteria{MaxSequenceNr: math.MaxInt64, MaxTimestamp: time.UnixMilli(100)}
+		}, 0},
+		{"NoMatchForSequenceCriteria", "no snapshot is loaded when MaxSequenceNr is below every snapshot (and None selects nothing)", func([]snapshot.Metadata) snapshot.Criteria {
+			return snapshot.None()
+		}, 0},
+		{"LoadLatest", "Latest loads the snapshot with the highest sequence number", func([]snapshot.Metadata) snapshot.Criteria {
+			return snapshot.Latest()
+		}, 5},
+		{"LoadUpperSequenceBound", "the youngest snapshot at or below MaxSequenceNr is loaded", func([]snapshot.Metadata) snapshot.Criteria {
+			return snapshot.Criteria{MaxSequenceNr: 3}
+		}, 3},
+		{"LoadUpperSequenceAndTimestampBounds", "the youngest snapshot within both MaxSequenceNr and MaxTimestamp is loaded", func(md []snapshot.Metadata) snapshot.Criteria {
+			return snapshot.Criteria{MaxSequenceNr: 13, MaxTimestamp: md[1].Timestamp}
+		}, 2},
+		{"LoadEqualSequenceAndTimestampBounds", "bounds equal to a snapshot's own sequence number and timestamp select it", func(md []snapshot.Metadata) snapshot.Criteria {
+			return snapshot.Criteria{MaxSequenceNr: md[2].SequenceNr, MaxTimestamp: md[2].Timestamp}
+		}, 3},
+		{"LoadLowerBounds", "snapshots below MinSequenceNr or older than MinTimestamp are not loaded", func(md []snapshot.Metadata) snapshot.Criteria {
+			return snapshot.Criteria{MaxSequenceNr: 2, MinSequenceNr: 2, MinTimestamp: md[1].Timestamp}
+		}, 2},
+	}
+	var rules []snapshotRule
+	for _, c := range loads {
+		rules = append(rules, snapshotRule{c.name, c.rule, func(t *testing.T, s snapshot.Store) {
+			pid, md := saveFive(t, s)
+			crit := c.criteria(md)
+			got, seq := load(t, s, pid, crit)
+			if seq != c.want {
+				t.Fatalf("Load(%+v) selected sequence number %d, want %d (0 = none)", crit, seq, c.want)
+			}
+			if seq > 0 {
+				want := md[seq-1]
+				if !got.Metadata.Timestamp.Equal(want.Timestamp) || !bytes.Equal(got.Payload, payloadFor(want)) || got.SerializerID != 4 || got.Manifest != "s" {
+					t.Errorf("loaded snapshot %+v (payload %q), want metadata %+v and its payload", got.Metadata, got.Payload, want)
+				}
+			}
+		}})
+	}
+	rules = append(rules,
+		snapshotRule{"InvalidID", "no snapshot is loaded for an id that has none", func(t *testing.T, s snapshot.Store) {
+			saveFive(t, s)
+			if _, seq := load(t, s, uniqueID(t, "KitSnapshot"), snapshot.Latest()); seq != 0 {
+				t.Errorf("loaded sequence number %d for an unknown id, want none", seq)
+			}
+		}},
+		snapshotRule{"DeleteOneByMetadata", "Delete removes the one snapshot its metadata names", func(t *testing.T, s snapshot.Store) {
+			pid, md := saveFive(t, s)
+			if err := s.Delete(testContext(t), md[1]); err != nil {
+				t.Fatal(err)
+			}
+			if _, seq := load(t, s, pid, snapshot.Criteria{MaxSequenceNr: md[1].SequenceNr, MaxTimestamp: md[1].Timestamp}); seq != 1 {
+				t.Errorf("after deleting 2, load up to 2 selected %d, want 1", seq)
+			}
+			if _, seq := load(t, s, pid, snapshot.Latest()); seq != 5 {
+				t.Errorf("after deleting 2, latest is %d, want 5", seq)
+			}
+		}},
+		snapshotRule{"DeleteBySequenceWithZeroTimestamp", "Delete with a zero timestamp removes the snapshot at that sequence number whatever its timestamp", func(t *testing.T, s snapshot.Store) {
+			pid, _ := saveFive(t, s)
+			if err := s.Delete(testContext(t), snapshot.Metadata{PersistenceID: pid, SequenceNr: 5}); err != nil {
+				t.Fatal(err)
+			}
+			if _, seq := load(t, s, pid, snapshot.Latest()); seq != 4 {
+				t.Errorf("after deleting 5, latest is %d, want 4", seq)
+			}
+		}},
+		snapshotRule{"DeleteWithOtherTimestampKeeps", "Delete with a timestamp that differs from the stored one removes nothing", func(t *testing.T, s snapshot.Store) {
+			pid, md := saveFive(t, s)
+			m := md[4]
+			m.Timestamp = m.Timestamp.Add(time.Millisecond)
+			if err := s.Delete(testContext(t), m); err != nil {
+				t.Fatal(err)
+			}
+			if _, seq := load(t, s, pid, snapshot.Latest()); seq != 5 {
+				t.Errorf("latest is %d, want 5 (kept)", seq)
+			}
+		}},
+		snapshotRule{"DeleteMatching", "DeleteMatching removes every snapshot within the criteria's upper sequence and timestamp bounds", func(t *testing.T, s snapshot.Store) {
+			pid, md := saveFive(t, s)
+			c := snapshot.Criteria{MaxSequenceNr: md[2].SequenceNr, MaxTimestamp: md[2].Timestamp}
+			if err := s.DeleteMatching(testContext(t), pid, c); err != nil {
+				t.Fatal(err)
+			}
+			if _, seq := load(t, s, pid, c); seq != 0 {
+				t.Errorf("after DeleteMatching, load with the same criteria selected %d, want none", seq)
+			}
+			if _, seq := load(t, s, pid, snapshot.Latest()); seq != 5 {
+				t.Errorf("after DeleteMatching, latest is %d, want 5", seq)
+			}
+			if _, seq := load(t, s, pid, snapshot.Criteria{MaxSequenceNr: 4}); seq != 4 {
+				t.Errorf("snapshot 4 is gone; DeleteMatching must keep snapshots outside the criteria")
+			}
+		}},
+		snapshotRule{"DeleteMatchingKeepsNonMatchingTimestamps", "DeleteMatching keeps snapshots outside its upper timestamp bound", func(t *testing.T, s snapshot.Store) {
+			pid, md := saveFive(t, s)
+			c := snapshot.Criteria{MaxSequenceNr: md[2].SequenceNr, MaxTimestamp: md[1].Timestamp.Add(-time.Millisecond)}
+			if err := s.DeleteMatching(testContext(t), pid, c); err != nil {
+				t.Fatal(err)
+			}
+			if _, seq := load(t, s, pid, snapshot.Criteria{MaxSequenceNr: 3}); seq != 3 {
+				t.Errorf("load up to 3 selected %d, want 3 (not matched, kept)", seq)
+			}
+			if _, seq := load(t, s, pid, snapshot.Criteria{MaxSequenceNr: 1}); seq != 0 {
+				t.Errorf("snapshot 1 matched and must be deleted, still loaded")
+			}
+		}},
+		snapshotRule{"OverwriteSameSequenceNr", "saving a snapshot with a stored id and sequence number overwrites it", func(t *testing.T, s snapshot.Store) {
+			pid, md := saveFive(t, s)
+			m := md[3]
+			m.Timestamp = m.Timestamp.Add(time.Minute)
+			save(t, s, snapshot.Snapshot{Metadata: m, Payload: []byte("overwritten"), SerializerID: 33, Manifest: "v2"})
+			got, seq := load(t, s, pid, snapshot.Criteria{MaxSequenceNr: 4})
+			if seq != 4 || string(got.Payload) != "overwritten" || got.SerializerID != 33 || got.Manifest != "v2" || !got.Metadata.Timestamp.Equal(m.Timestamp) {
+				t.Errorf("loaded %+v payload %q, want the overwritten snapshot", got.Metadata, got.Payload)
+			}
+		}},
+		snapshotRule{"LargeSnapshot", "a 10,000-byte snapshot is stored and loaded byte for byte", func(t *testing.T, s snapshot.Store) {
+			pid := uniqueID(t, "KitSnapshot")
+			payload := make([]byte, 10_000)
+			for i := range payload {
+				payload[i] = byte(i * 7)
+			}
+			save(t, s, snapshot.Snapshot{Metadata: snapshot.Metadata{PersistenceID: pid, SequenceNr: 100}, Payload: payload, SerializerID: 4})
+			got, seq := load(t, s, pid, snapshot.Latest())
+			if seq != 100 || !bytes.Equal(got.Payload, payload) {
+				t.Errorf("loaded %d bytes at %d, want the 10,000 saved at 100", len(got.Payload), seq)
+			}
+			if got.Metadata.Timestamp.IsZero() || got.Metadata.Timestamp.Location() != time.UTC {
+				t.Errorf("a zero timestamp must be filled by the store and returned in UTC, got %v", got.Metadata.Timestamp)
+			}
+		}},
+		snapshotRule{"InvalidArguments", "invalid arguments fail with ErrInvalidArgument and change nothing", func(t *testing.T, s snapshot.Store) {
+			ctx := testContext(t)
+			pid := uniqueID(t, "KitSnapshot")
+			calls := []struct {
+				name string
+				err  error
+			}{
+				{"Save empty id", s.Save(ctx, snapshot.Snapshot{Metadata: snapshot.Metadata{SequenceNr: 1}})},
+				{"Save negative seq", s.Save(ctx, snapshot.Snapshot{Metadata: snapshot.Metadata{PersistenceID: pid, SequenceNr: -1}})},
+				{"Load empty id", func() error { _, _, err := s.Load(ctx, "", snapshot.Latest()); return err }()},
+				{"Delete empty id", s.Delete(ctx, snapshot.Metadata{SequenceNr: 1})},
+				{"DeleteMatching empty id", s.DeleteMatching(ctx, "", snapshot.Latest())},
+			}
+			for _, c := range calls {
+				if !errors.Is(c.err, snapshot.ErrInvalidArgument) {
+					t.Errorf("%s: %v, want ErrInvalidArgument", c.name, c.err)
+				}
+			}
+			if _, seq := load(t, s, pid, snapshot.Latest()); seq != 0 {
+				t.Errorf("an invalid save stored snapshot %d", seq)
+			}
+		}},
+	)
+	return rules
+}

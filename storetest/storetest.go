@@ -1,0 +1,57 @@
+// Package storetest is the compliance kit for Annals stores: the Go
+// counterpart of the Akka persistence TCK. A store plugin proves it keeps the
+// storage contract by running the suites from its own tests:
+//
+//	func TestJournal(t *testing.T) {
+//		storetest.RunJournal(t, storetest.JournalHarness{
+//			New: func(t *testing.T) journal.Journal { ... a fresh or shared store ... },
+//			Capabilities: storetest.Capabilities{GlobalOrdering: true},
+//		})
+//	}
+//
+// Each rule is one named subtest; a failure message states the rule it
+// checks. Every subtest uses persistence ids of its own, so the suites may
+// share one store (or one database) and run in parallel.
+package storetest
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+)
+
+// Capabilities declares the optional behaviour a store has, so the kit
+// checks it where present and skips it with a message where absent.
+type Capabilities struct {
+	// GlobalOrdering: the store assigns journal.Repr.Ordering, positive and
+	// growing in write order across all ids.
+	GlobalOrdering bool
+	// SkipLargeReplay skips the 100,000-event replay rule (for stores whose
+	// test servers are too slow for it); the rule still runs by default.
+	SkipLargeReplay bool
+}
+
+// uniqueID returns a persistence id that no other test uses:
+// "Kit<name>|<test>-<random>".
+func uniqueID(t *testing.T, entityType string) string {
+	var b [6]byte
+	_, _ = rand.Read(b[:])
+	name := strings.NewReplacer("/", ".", " ", "_", "|", "_").Replace(t.Name())
+	return fmt.Sprintf("%s|%s-%s", entityType, name, hex.EncodeToString(b[:]))
+}
+
+// testContext returns a context that ends with the test, bounded by the
+// test's deadline when it has one.
+func testContext(t *testing.T) context.Context {
+	ctx := t.Context()
+	if d, ok := t.Deadline(); ok {
+		c, cancel := context.WithDeadline(ctx, d.Add(-5*time.Second))
+		t.Cleanup(cancel)
+		return c
+	}
+	return ctx
+}

@@ -3,6 +3,6 @@ module github.com/annals-go/annals
 go 1.26
 
 require (
-	github.com/sony/gobreaker/v2 v2.4.0 // indirect
-	google.golang.org/protobuf v1.36.12 // indirect
+	github.com/sony/gobreaker/v2 v2.4.0
+	google.golang.org/protobuf v1.36.12
 )

@@ -1,0 +1,313 @@
+package engine_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/annals-go/annals/engine"
+	"github.com/annals-go/annals/journal"
+	"github.com/annals-go/annals/store/memory"
+	"github.com/annals-go/annals/storetest"
+)
+
+// TestFrontKeepsJournalContract runs the compliance kit through the front:
+// batching must not change any rule of the journal contract.
+func TestFrontKeepsJournalContract(t *testing.T) {
+	storetest.RunJournal(t, storetest.JournalHarness{
+		New: func(t *testing.T) journal.Journal {
+			s := memory.New()
+			f, err := engine.NewFront(s.Journal(), engine.Config{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = f.Close(); _ = s.Close() })
+			return f
+		},
+		Capabilities: storetest.Capabilities{GlobalOrdering: true},
+	})
+}
+
+// gated wraps a journal: Write and HighestSequenceNr call hooks first and
+// record every call.
+type gated struct {
+	journal.Journal
+	mu       sync.Mutex
+	batches  [][]journal.AtomicWrite
+	highest  atomic.Int32
+	writeErr func(ctx context.Context, n int) error // called with the 1-based call number
+}
+
+func (g *gated) Write(ctx context.Context, ws []journal.AtomicWrite) ([]error, error) {
+	g.mu.Lock()
+	g.batches = append(g.batches, ws)
+	n := len(g.batches)
+	g.mu.Unlock()
+	if g.writeErr != nil {
+		if err := g.writeErr(ctx, n); err != nil {
+			return nil, err
+		}
+	}
+	return g.Journal.Write(ctx, ws)
+}
+
+func (g *gated) HighestSequenceNr(ctx context.Context, pid string, from int64) (int64, error) {
+	g.highest.Add(1)
+	return g.Journal.HighestSequenceNr(ctx, pid, from)
+}
+
+func (g *gated) calls() [][]journal.AtomicWrite {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return append([][]journal.AtomicWrite(nil), g.batches...)
+}
+
+func one(pid string, seq int64) journal.AtomicWrite {
+	return journal.AtomicWrite{PersistenceID: pid, Events: []journal.Repr{{PersistenceID: pid, SequenceNr: seq, Payload: []byte("x")}}}
+}
+
+func newFront(t *testing.T, j journal.Journal, cfg engine.Config) *engine.Front {
+	t.Helper()
+	f, err := engine.NewFront(j, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = f.Close() })
+	return f
+}
+
+func TestGroupCommitBatchesWhileACallIsInFlight(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		release := make(chan struct{})
+		g := &gated{Journal: memory.New().Journal(), writeErr: func(_ context.Context, n int) error {
+			if n == 1 {
+				<-release
+			}
+			return nil
+		}}
+		f := newFront(t, g, engine.Config{MaxBatchSize: 30})
+		ctx := t.Context()
+		var wg sync.WaitGroup
+		wg.Go(func() {
+			if err := f.Persist(ctx, one("first", 1)); err != nil {
+				t.Errorf("first: %v", err)
+			}
+		})
+		synctest.Wait() // the first call is in flight, blocked in the store
+		for i := range 50 {
+			wg.Go(func() {
+				if err := f.Persist(ctx, one(fmt.Sprintf("id-%d", i), 1)); err != nil {
+					t.Errorf("id-%d: %v", i, err)
+				}
+			})
+		}
+		synctest.Wait() // all 50 are queued
+		close(release)
+		wg.Wait()
+		var sizes []int
+		for _, b := range g.calls() {
+			sizes = append(sizes, len(b))
+		}
+		if len(sizes) != 3 || sizes[0] != 1 || sizes[1] != 30 || sizes[2] != 20 {
+			t.Errorf("store calls carried %v atomic writes, want [1 30 20]: queued writes go together, at most MaxBatchSize per call", sizes)
+		}
+	})
+}
+
+func TestHighestWaitsForWritesInFlight(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		release := make(chan struct{})
+		g := &gated{Journal: memory.New().Journal(), writeErr: func(context.Context, int) error { <-release; return nil }}
+		f := newFront(t, g, engine.Config{})
+		ctx := t.Context()
+		go func() { _ = f.Persist(ctx, one("p", 1)) }()
+		synctest.Wait()
+		var got int64
+		done := make(chan error)
+		go func() {
+			var err error
+			got, err = f.HighestSequenceNr(ctx, "p", 0)
+			done <- err
+		}()
+		other, err := f.HighestSequenceNr(ctx, "other", 0)
+		if err != nil || other != 0 {
+			t.Errorf("highest of an id without writes in flight = %d, %v; it must not wait", other, err)
+		}
+		synctest.Wait()
+		if n := g.highest.Load(); n != 1 {
+			t.Fatalf("store asked for the highest number %d times while p's write was in flight, want 1 (only for 'other')", n)
+		}
+		close(release)
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+		if got != 1 {
+			t.Errorf("highest = %d, want 1: it must reflect the write that was in flight", got)
+		}
+	})
+}
+
+func TestCallTimeout(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		g := &gated{Journal: memory.New().Journal(), writeErr: func(ctx context.Context, _ int) error {
+			<-ctx.Done()
+			return ctx.Err()
+		}}
+		f := newFront(t, g, engine.Config{})
+		start := time.Now()
+		err := f.Persist(t.Context(), one("p", 1))
+		if !errors.Is(err, engine.ErrCallTimeout) || !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("err = %v, want ErrCallTimeout wrapping context.DeadlineExceeded", err)
+		}
+		if errors.Is(err, journal.ErrRejected) {
+			t.Errorf("a timed-out write must not be reported as a rejection: its outcome is unknown")
+		}
+		if d := time.Since(start); d != engine.DefaultCallTimeout {
+			t.Errorf("timed out after %v (fake clock), want the default %v", d, engine.DefaultCallTimeout)
+		}
+	})
+}
+
+func TestCircuitBreakerOpensAndResets(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var failing atomic.Bool
+		failing.Store(true)
+		storeDown := errors.New("store down")
+		g := &gated{Journal: memory.New().Journal(), writeErr: func(context.Context, int) error {
+			if failing.Load() {
+				return storeDown
+			}
+			return nil
+		}}
+		f := newFront(t, g, engine.Config{})
+		ctx := t.Context()
+		for i := range engine.DefaultMaxFailures {
+			if err := f.Persist(ctx, one("p", 1)); !errors.Is(err, storeDown) {
+				t.Fatalf("call %d: %v, want the store's error", i+1, err)
+			}
+		}
+		err := f.Persist(ctx, one("p", 1))
+		if !errors.Is(err, engine.ErrCircuitOpen) {
+			t.Fatalf("after %d failures: %v, want ErrCircuitOpen", engine.DefaultMaxFailures, err)
+		}
+		if n := len(g.calls()); n != engine.DefaultMaxFailures {
+			t.Errorf("store received %d calls, want %d: an open breaker must not call the store", n, engine.DefaultMaxFailures)
+		}
+		if _, err := f.HighestSequenceNr(ctx, "p", 0); !errors.Is(err, engine.ErrCircuitOpen) {
+			t.Errorf("HighestSequenceNr while open: %v, want ErrCircuitOpen", err)
+		}
+		time.Sleep(engine.DefaultResetTimeout - time.Second)
+		if err := f.Persist(ctx, one("p", 1)); !errors.Is(err, engine.ErrCircuitOpen) {
+			t.Errorf("before the reset timeout: %v, want ErrCircuitOpen", err)
+		}
+		time.Sleep(time.Second + time.Millisecond)
+		failing.Store(false)
+		if err := f.Persist(ctx, one("p", 1)); err != nil {
+			t.Fatalf("after the reset timeout the probe call must reach the store: %v", err)
+		}
+		if err := f.Persist(ctx, one("p", 2)); err != nil {
+			t.Errorf("after a successful probe the breaker must be closed: %v", err)
+		}
+	})
+}
+
+func TestRejectionsDoNotOpenTheBreaker(t *testing.T) {
+	f := newFront(t, memory.New().Journal(), engine.Config{MaxFailures: 2})
+	ctx := t.Context()
+	if err := f.Persist(ctx, one("p", 1)); err != nil {
+		t.Fatal(err)
+	}
+	for range 5 {
+		if err := f.Persist(ctx, one("p", 1)); !errors.Is(err, journal.ErrSequenceConflict) {
+			t.Fatalf("duplicate write: %v, want ErrSequenceConflict", err)
+		}
+		if err := f.Persist(ctx, journal.AtomicWrite{PersistenceID: "p"}); !errors.Is(err, journal.ErrRejected) {
+			t.Fatalf("empty write: %v, want ErrRejected", err)
+		}
+	}
+	if err := f.Persist(ctx, one("p", 2)); err != nil {
+		t.Errorf("after rejections only, the breaker must stay closed: %v", err)
+	}
+}
+
+func TestCancelledQueuedWriteIsNotSent(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		release := make(chan struct{})
+		g := &gated{Journal: memory.New().Journal(), writeErr: func(_ context.Context, n int) error {
+			if n == 1 {
+				<-release
+			}
+			return nil
+		}}
+		f := newFront(t, g, engine.Config{})
+		go func() { _ = f.Persist(t.Context(), one("a", 1)) }()
+		synctest.Wait()
+		ctx, cancel := context.WithCancel(t.Context())
+		errc := make(chan error)
+		go func() { errc <- f.Persist(ctx, one("b", 1)) }()
+		synctest.Wait()
+		cancel()
+		if err := <-errc; !errors.Is(err, context.Canceled) {
+			t.Errorf("cancelled caller got %v, want context.Canceled", err)
+		}
+		close(release)
+		if n, err := f.HighestSequenceNr(t.Context(), "b", 0); err != nil || n != 0 {
+			t.Errorf("highest of b = %d, %v; the cancelled write must not be stored", n, err)
+		}
+		if calls := g.calls(); len(calls) != 1 {
+			t.Errorf("store received %d write calls, want 1: a write cancelled while queued is not sent", len(calls))
+		}
+	})
+}
+
+func TestCloseDrainsQueue(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		release := make(chan struct{})
+		g := &gated{Journal: memory.New().Journal(), writeErr: func(_ context.Context, n int) error {
+			if n == 1 {
+				<-release
+			}
+			return nil
+		}}
+		f, err := engine.NewFront(g, engine.Config{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		errs := make(chan error, 2)
+		go func() { errs <- f.Persist(t.Context(), one("a", 1)) }()
+		synctest.Wait()
+		go func() { errs <- f.Persist(t.Context(), one("b", 1)) }()
+		synctest.Wait()
+		closed := make(chan struct{})
+		go func() { _ = f.Close(); close(closed) }()
+		synctest.Wait()
+		close(release)
+		<-closed
+		for range 2 {
+			if err := <-errs; err != nil {
+				t.Errorf("queued write failed across Close: %v", err)
+			}
+		}
+		if err := f.Persist(t.Context(), one("c", 1)); !errors.Is(err, engine.ErrClosed) {
+			t.Errorf("write after Close: %v, want ErrClosed", err)
+		}
+	})
+}
+
+func TestConfigValidate(t *testing.T) {
+	for _, c := range []engine.Config{{MaxBatchSize: -1}, {CallTimeout: -time.Second}, {ResetTimeout: -1}} {
+		if _, err := engine.NewFront(memory.New().Journal(), c); err == nil {
+			t.Errorf("NewFront(%+v) accepted a negative setting", c)
+		}
+	}
+	f := newFront(t, memory.New().Journal(), engine.Config{})
+	want := engine.Config{MaxBatchSize: 1000, CallTimeout: 10 * time.Second, MaxFailures: 10, ResetTimeout: 30 * time.Second}
+	if got := f.Config(); got != want {
+		t.Errorf("defaults = %+v, want Akka's %+v", got, want)
+	}
+}

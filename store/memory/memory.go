@@ -400,4 +400,3 @@ func cloneSnapshot(s snapshot.Snapshot) snapshot.Snapshot {
 	s.Payload = bytes.Clone(s.Payload)
 	return s
 }
-

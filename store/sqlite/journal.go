@@ -1,0 +1,302 @@
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"fmt"
+	"iter"
+	"slices"
+	"time"
+
+	"github.com/annals-go/annals"
+	"github.com/annals-go/annals/journal"
+)
+
+// statements are prepared once per Store; database/sql re-prepares them on
+// each pooled connection as needed.
+type statements struct {
+	insert, insertTag, deleteTags, deleteEvents, keepHighest *sql.Stmt // writer
+	replay, highest                                          *sql.Stmt // reader
+	saveSnap, deleteSnap, deleteSnaps                        *sql.Stmt // writer
+	loadSnap                                                 *sql.Stmt // reader
+}
+
+const snapshotWhere = `persistence_id = ? AND sequence_nr BETWEEN ? AND ? AND created BETWEEN ? AND ?`
+
+func (st *statements) prepare(ctx context.Context, writer, reader *sql.DB) error {
+	for _, p := range []struct {
+		db   *sql.DB
+		to   **sql.Stmt
+		text string
+	}{
+		{writer, &st.insert, `INSERT INTO event_journal (persistence_id, sequence_nr, timestamp, payload, serializer_id, manifest, writer, tags, metadata, slice, entity_type) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`},
+		{writer, &st.insertTag, `INSERT INTO event_tag (tag, ordering) VALUES (?, ?)`},
+		{writer, &st.keepHighest, `INSERT INTO journal_metadata (persistence_id, sequence_nr)
+			SELECT persistence_id, MAX(sequence_nr) FROM event_journal WHERE persistence_id = ?1 AND sequence_nr <= ?2 GROUP BY persistence_id
+			ON CONFLICT (persistence_id) DO UPDATE SET sequence_nr = max(sequence_nr, excluded.sequence_nr)`},
+		{writer, &st.deleteTags, `DELETE FROM event_tag WHERE ordering IN (SELECT ordering FROM event_journal WHERE persistence_id = ? AND sequence_nr <= ? AND tags IS NOT NULL)`},
+		{writer, &st.deleteEvents, `DELETE FROM event_journal WHERE persistence_id = ? AND sequence_nr <= ?`},
+		{reader, &st.replay, `SELECT ordering, sequence_nr, timestamp, payload, serializer_id, manifest, writer, tags, metadata, slice, entity_type
+			FROM event_journal WHERE persistence_id = ? AND sequence_nr BETWEEN ? AND ? ORDER BY sequence_nr LIMIT ?`},
+		{reader, &st.highest, `SELECT max(
+			coalesce((SELECT MAX(sequence_nr) FROM event_journal WHERE persistence_id = ?1), 0),
+			coalesce((SELECT sequence_nr FROM journal_metadata WHERE persistence_id = ?1), 0))`},
+		{writer, &st.saveSnap, `INSERT INTO snapshot (persistence_id, sequence_nr, created, serializer_id, manifest, payload) VALUES (?, ?, ?, ?, ?, ?)
+			ON CONFLICT (persistence_id, sequence_nr) DO UPDATE SET created = excluded.created, serializer_id = excluded.serializer_id, manifest = excluded.manifest, payload = excluded.payload`},
+		{writer, &st.deleteSnap, `DELETE FROM snapshot WHERE persistence_id = ?1 AND sequence_nr = ?2 AND (?3 = 0 OR created = ?3)`},
+		{writer, &st.deleteSnaps, `DELETE FROM snapshot WHERE ` + snapshotWhere},
+		{reader, &st.loadSnap, `SELECT sequence_nr, created, serializer_id, manifest, payload FROM snapshot WHERE ` + snapshotWhere + ` ORDER BY sequence_nr DESC, created DESC LIMIT 1`},
+	} {
+		stmt, err := p.db.PrepareContext(ctx, p.text)
+		if err != nil {
+			return fmt.Errorf("%w in %s", err, p.text)
+		}
+		*p.to = stmt
+	}
+	return nil
+}
+
+func (st *statements) close() {
+	for _, s := range []*sql.Stmt{st.insert, st.insertTag, st.deleteTags, st.deleteEvents, st.keepHighest, st.replay, st.highest, st.saveSnap, st.deleteSnap, st.deleteSnaps, st.loadSnap} {
+		if s != nil {
+			_ = s.Close()
+		}
+	}
+}
+
+// Journal is the journal.Journal of a Store.
+type Journal struct{ s *Store }
+
+var _ journal.Journal = (*Journal)(nil)
+
+// Write implements journal.Journal.Write: the whole call is one
+// transaction, each atomic write a savepoint within it. A rejected atomic
+// write (invalid, payload too large, or a sequence number already stored) is
+// rolled back alone. An error of the transaction itself is returned as the
+// whole-call error: the outcome is unknown.
+func (j *Journal) Write(ctx context.Context, writes []journal.AtomicWrite) ([]error, error) {
+	s := j.s
+	results := make([]error, len(writes))
+	live := 0
+	for i, w := range writes {
+		if results[i] = s.checkWrite(w); results[i] == nil {
+			live++
+		}
+	}
+	if live == 0 {
+		return journal.Results(results), nil
+	}
+	tx, err := s.writer.BeginTx(ctx, nil)
+	if err != nil {
+		return nil, s.callErr("begin write", err)
+	}
+	defer tx.Rollback()
+	insert := tx.StmtContext(ctx, s.stmts.insert)
+	var insertTag *sql.Stmt
+	now := time.Now().UnixNano()
+	savepoints := live > 1
+	for i, w := range writes {
+		if results[i] != nil {
+			continue
+		}
+		if savepoints {
+			if _, err := tx.ExecContext(ctx, "SAVEPOINT aw"); err != nil {
+				return nil, s.callErr("write", err)
+			}
+		}
+		slice, entityType := annals.Slice(w.PersistenceID), annals.EntityType(w.PersistenceID)
+		var conflict error
+		for _, e := range w.Events {
+			ts := now
+			if !e.Timestamp.IsZero() {
+				ts = e.Timestamp.UnixNano()
+			}
+			var tags any
+			if len(e.Tags) > 0 {
+				b, err := json.Marshal(e.Tags)
+				if err != nil {
+					return nil, fmt.Errorf("sqlite: encode tags: %w", err)
+				}
+				tags = string(b)
+			}
+			var meta any
+			if e.Metadata != nil {
+				meta = e.Metadata
+			}
+			payload := e.Payload
+			if payload == nil {
+				payload = []byte{}
+			}
+			res, err := insert.ExecContext(ctx, e.PersistenceID, e.SequenceNr, ts, payload, e.SerializerID, e.Manifest, e.WriterID, tags, meta, slice, entityType)
+			if isUniqueViolation(err) {
+				conflict = &journal.ConflictError{PersistenceID: e.PersistenceID, SequenceNr: e.SequenceNr}
+				break
+			}
+			if err != nil {
+				return nil, s.callErr("write", err)
+			}
+			if len(e.Tags) > 0 {
+				ordering, err := res.LastInsertId()
+				if err != nil {
+					return nil, s.callErr("write", err)
+				}
+				if insertTag == nil {
+					insertTag = tx.StmtContext(ctx, s.stmts.insertTag)
+				}
+				for _, tag := range uniqueTags(e.Tags) {
+					if _, err := insertTag.ExecContext(ctx, tag, ordering); err != nil {
+						return nil, s.callErr("write tags", err)
+					}
+				}
+			}
+		}
+		if conflict != nil {
+			results[i] = conflict
+			if !savepoints {
+				return journal.Results(results), nil // the deferred rollback undoes the write
+			}
+			if _, err := tx.ExecContext(ctx, "ROLLBACK TO aw"); err != nil {
+				return nil, s.callErr("write", err)
+			}
+		}
+		if savepoints {
+			if _, err := tx.ExecContext(ctx, "RELEASE aw"); err != nil {
+				return nil, s.callErr("write", err)
+			}
+		}
+	}
+	if err := tx.Commit(); err != nil {
+		return nil, s.callErr("commit", err)
+	}
+	return journal.Results(results), nil
+}
+
+// checkWrite applies the contract's rules and the payload limit.
+func (s *Store) checkWrite(w journal.AtomicWrite) error {
+	if err := journal.CheckAtomicWrite(w); err != nil {
+		return err
+	}
+	for _, e := range w.Events {
+		if len(e.Payload) > s.cfg.maxPayload {
+			return journal.Reject("event %d of %q has a %d-byte payload, above the limit of %d bytes", e.SequenceNr, e.PersistenceID, len(e.Payload), s.cfg.maxPayload)
+		}
+	}
+	return nil
+}
+
+// uniqueTags drops repeated tags; the tag index holds one row per tag.
+func uniqueTags(tags []string) []string {
+	if len(tags) < 2 {
+		return tags
+	}
+	return slices.Compact(slices.Sorted(slices.Values(tags)))
+}
+
+// callErr wraps a database error; after Close it is journal.ErrClosed.
+func (s *Store) callErr(op string, err error) error {
+	if s.isClosed() {
+		return journal.ErrClosed
+	}
+	return fmt.Errorf("sqlite: %s: %w", op, err)
+}
+
+// Replay implements journal.Journal.Replay. It streams rows from one query
+// on a reader connection: memory stays bounded whatever the journal's length,
+// and the query (with its read snapshot) ends when the consumer stops.
+func (j *Journal) Replay(ctx context.Context, persistenceID string, from, to, limit int64) iter.Seq2[journal.Repr, error] {
+	return func(yield func(journal.Repr, error) bool) {
+		if err := journal.CheckReplay(persistenceID, from, to, limit); err != nil {
+			yield(journal.Repr{}, err)
+			return
+		}
+		from = max(from, 1)
+		if from > to || limit == 0 {
+			return
+		}
+		rows, err := j.s.stmts.replay.QueryContext(ctx, persistenceID, from, to, limit)
+		if err != nil {
+			yield(journal.Repr{}, j.s.ctxErr(ctx, "replay", err))
+			return
+		}
+		defer rows.Close()
+		for rows.Next() {
+			if err := ctx.Err(); err != nil {
+				yield(journal.Repr{}, err)
+				return
+			}
+			e := journal.Repr{PersistenceID: persistenceID}
+			var ts int64
+			var tags sql.NullString
+			if err := rows.Scan(&e.Ordering, &e.SequenceNr, &ts, &e.Payload, &e.SerializerID, &e.Manifest, &e.WriterID, &tags, &e.Metadata, &e.Slice, &e.EntityType); err != nil {
+				yield(journal.Repr{}, fmt.Errorf("sqlite: replay %q: read row: %w", persistenceID, err))
+				return
+			}
+			e.Timestamp = time.Unix(0, ts).UTC()
+			if tags.Valid {
+				if err := json.Unmarshal([]byte(tags.String), &e.Tags); err != nil {
+					yield(journal.Repr{}, fmt.Errorf("sqlite: replay %q: corrupt tags of event %d: %w", persistenceID, e.SequenceNr, err))
+					return
+				}
+			}
+			if !yield(e, nil) {
+				return
+			}
+		}
+		if err := rows.Err(); err != nil {
+			yield(journal.Repr{}, j.s.ctxErr(ctx, "replay", err))
+		}
+	}
+}
+
+// ctxErr prefers the context's error, then ErrClosed, then the wrapped err.
+func (s *Store) ctxErr(ctx context.Context, op string, err error) error {
+	if ctx.Err() != nil {
+		return ctx.Err()
+	}
+	return s.callErr(op, err)
+}
+
+// HighestSequenceNr implements journal.Journal.HighestSequenceNr: the
+// greater of the highest stored event and the highest deleted one, kept in
+// journal_metadata.
+func (j *Journal) HighestSequenceNr(ctx context.Context, persistenceID string, from int64) (int64, error) {
+	if err := journal.CheckID("highest sequence number", persistenceID, from); err != nil {
+		return 0, err
+	}
+	if err := ctx.Err(); err != nil {
+		return 0, err
+	}
+	var n int64
+	if err := j.s.stmts.highest.QueryRowContext(ctx, persistenceID).Scan(&n); err != nil {
+		return 0, j.s.ctxErr(ctx, "highest sequence number", err)
+	}
+	return n, nil
+}
+
+// DeleteTo implements journal.Journal.DeleteTo in one transaction: it
+// records the highest deleted sequence number in journal_metadata, then
+// removes the events and their tag rows.
+func (j *Journal) DeleteTo(ctx context.Context, persistenceID string, to int64) error {
+	if err := journal.CheckID("delete", persistenceID, to); err != nil {
+		return err
+	}
+	s := j.s
+	tx, err := s.writer.BeginTx(ctx, nil)
+	if err != nil {
+		return s.ctxErr(ctx, "begin delete", err)
+	}
+	defer tx.Rollback()
+	for _, st := range []*sql.Stmt{s.stmts.keepHighest, s.stmts.deleteTags, s.stmts.deleteEvents} {
+		if _, err := tx.StmtContext(ctx, st).ExecContext(ctx, persistenceID, to); err != nil {
+			return s.ctxErr(ctx, "delete", err)
+		}
+	}
+	if err := tx.Commit(); err != nil {
+		return s.ctxErr(ctx, "commit delete", err)
+	}
+	return nil
+}
+
+// Close closes the whole Store.
+func (j *Journal) Close() error { return j.s.Close() }

@@ -1,0 +1,55 @@
+package sqlite
+
+// SchemaVersion is the schema version this package writes. Open migrates
+// older Annals databases up to it and refuses newer ones.
+const SchemaVersion = 1
+
+// migrations[i] upgrades a database from schema version i to i+1. Each runs
+// in the same transaction as the update of the schema-version row.
+var migrations = []string{
+	// 0 → 1: the journal of seed 000 (event_journal with a global ordering,
+	// journal_metadata) extended with writer, tags, metadata, slice and
+	// entity type; a tag index table; snapshots.
+	`
+CREATE TABLE event_journal (
+	ordering       INTEGER PRIMARY KEY AUTOINCREMENT,
+	persistence_id TEXT    NOT NULL,
+	sequence_nr    INTEGER NOT NULL,
+	timestamp      INTEGER NOT NULL, -- Unix nanoseconds, UTC
+	payload        BLOB    NOT NULL,
+	serializer_id  INTEGER NOT NULL,
+	manifest       TEXT    NOT NULL,
+	writer         TEXT    NOT NULL,
+	tags           TEXT,             -- JSON array of strings, NULL when none
+	metadata       BLOB,
+	slice          INTEGER NOT NULL,
+	entity_type    TEXT    NOT NULL,
+	UNIQUE (persistence_id, sequence_nr)
+);
+CREATE INDEX event_journal_slice_idx ON event_journal (entity_type, slice, ordering);
+CREATE TABLE event_tag (
+	tag      TEXT    NOT NULL,
+	ordering INTEGER NOT NULL,
+	PRIMARY KEY (tag, ordering)
+) WITHOUT ROWID;
+CREATE TABLE journal_metadata (
+	persistence_id TEXT    NOT NULL PRIMARY KEY,
+	sequence_nr    INTEGER NOT NULL -- highest sequence number of deleted events
+) WITHOUT ROWID;
+CREATE TABLE snapshot (
+	persistence_id TEXT    NOT NULL,
+	sequence_nr    INTEGER NOT NULL,
+	created        INTEGER NOT NULL, -- Unix nanoseconds, UTC
+	serializer_id  INTEGER NOT NULL,
+	manifest       TEXT    NOT NULL,
+	payload        BLOB    NOT NULL,
+	PRIMARY KEY (persistence_id, sequence_nr)
+) WITHOUT ROWID;
+`,
+}
+
+// schemaTable holds the one schema-version row of an Annals database.
+const schemaTable = `CREATE TABLE annals_schema (
+	id      INTEGER PRIMARY KEY CHECK (id = 1),
+	version INTEGER NOT NULL
+)`

@@ -1,0 +1,109 @@
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"math"
+	"time"
+
+	"github.com/annals-go/annals/snapshot"
+)
+
+// Snapshots is the snapshot.Store of a Store.
+type Snapshots struct{ s *Store }
+
+var _ snapshot.Store = (*Snapshots)(nil)
+
+// criteriaArgs turns c into the arguments of snapshotWhere.
+func criteriaArgs(pid string, c snapshot.Criteria) []any {
+	maxTS, minTS := int64(math.MaxInt64), int64(math.MinInt64)
+	if !c.MaxTimestamp.IsZero() {
+		maxTS = c.MaxTimestamp.UnixNano()
+	}
+	if !c.MinTimestamp.IsZero() {
+		minTS = c.MinTimestamp.UnixNano()
+	}
+	return []any{pid, c.MinSequenceNr, c.MaxSequenceNr, minTS, maxTS}
+}
+
+func (ss *Snapshots) err(ctx context.Context, op string, err error) error {
+	if ctx.Err() != nil {
+		return ctx.Err()
+	}
+	if ss.s.isClosed() {
+		return snapshot.ErrClosed
+	}
+	return fmt.Errorf("sqlite: %s: %w", op, err)
+}
+
+// Load implements snapshot.Store.Load.
+func (ss *Snapshots) Load(ctx context.Context, persistenceID string, c snapshot.Criteria) (snapshot.Snapshot, bool, error) {
+	if err := snapshot.CheckID("load", persistenceID, 0); err != nil {
+		return snapshot.Snapshot{}, false, err
+	}
+	snap := snapshot.Snapshot{Metadata: snapshot.Metadata{PersistenceID: persistenceID}}
+	var created int64
+	err := ss.s.stmts.loadSnap.QueryRowContext(ctx, criteriaArgs(persistenceID, c)...).Scan(&snap.Metadata.SequenceNr, &created, &snap.SerializerID, &snap.Manifest, &snap.Payload)
+	if errors.Is(err, sql.ErrNoRows) {
+		return snapshot.Snapshot{}, false, nil
+	}
+	if err != nil {
+		return snapshot.Snapshot{}, false, ss.err(ctx, "load snapshot", err)
+	}
+	snap.Metadata.Timestamp = time.Unix(0, created).UTC()
+	return snap, true, nil
+}
+
+// Save implements snapshot.Store.Save.
+func (ss *Snapshots) Save(ctx context.Context, snap snapshot.Snapshot) error {
+	m := snap.Metadata
+	if err := snapshot.CheckID("save", m.PersistenceID, m.SequenceNr); err != nil {
+		return err
+	}
+	if len(snap.Payload) > ss.s.cfg.maxPayload {
+		return fmt.Errorf("%w: snapshot of %q at %d has a %d-byte payload, above the limit of %d bytes", snapshot.ErrInvalidArgument, m.PersistenceID, m.SequenceNr, len(snap.Payload), ss.s.cfg.maxPayload)
+	}
+	ts := m.Timestamp
+	if ts.IsZero() {
+		ts = time.Now()
+	}
+	payload := snap.Payload
+	if payload == nil {
+		payload = []byte{}
+	}
+	if _, err := ss.s.stmts.saveSnap.ExecContext(ctx, m.PersistenceID, m.SequenceNr, ts.UnixNano(), snap.SerializerID, snap.Manifest, payload); err != nil {
+		return ss.err(ctx, "save snapshot", err)
+	}
+	return nil
+}
+
+// Delete implements snapshot.Store.Delete.
+func (ss *Snapshots) Delete(ctx context.Context, m snapshot.Metadata) error {
+	if err := snapshot.CheckID("delete", m.PersistenceID, m.SequenceNr); err != nil {
+		return err
+	}
+	var ts int64
+	if !m.Timestamp.IsZero() {
+		ts = m.Timestamp.UnixNano()
+	}
+	if _, err := ss.s.stmts.deleteSnap.ExecContext(ctx, m.PersistenceID, m.SequenceNr, ts); err != nil {
+		return ss.err(ctx, "delete snapshot", err)
+	}
+	return nil
+}
+
+// DeleteMatching implements snapshot.Store.DeleteMatching.
+func (ss *Snapshots) DeleteMatching(ctx context.Context, persistenceID string, c snapshot.Criteria) error {
+	if err := snapshot.CheckID("delete", persistenceID, 0); err != nil {
+		return err
+	}
+	if _, err := ss.s.stmts.deleteSnaps.ExecContext(ctx, criteriaArgs(persistenceID, c)...); err != nil {
+		return ss.err(ctx, "delete snapshots", err)
+	}
+	return nil
+}
+
+// Close closes the whole Store.
+func (ss *Snapshots) Close() error { return ss.s.Close() }

@@ -1,0 +1,35 @@
+package sqlite_test
+
+import (
+	"path/filepath"
+	"testing"
+
+	"github.com/annals-go/annals/journal"
+	"github.com/annals-go/annals/snapshot"
+	"github.com/annals-go/annals/store/sqlite"
+	"github.com/annals-go/annals/storetest"
+)
+
+// openTemp opens a store on a new file in the test's temporary directory.
+func openTemp(t testing.TB, opts ...sqlite.Option) *sqlite.Store {
+	t.Helper()
+	s, err := sqlite.Open(t.Context(), filepath.Join(t.TempDir(), "annals.db"), opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.Close() })
+	return s
+}
+
+func TestJournalCompliance(t *testing.T) {
+	storetest.RunJournal(t, storetest.JournalHarness{
+		New:          func(t *testing.T) journal.Journal { return openTemp(t).Journal() },
+		Capabilities: storetest.Capabilities{GlobalOrdering: true},
+	})
+}
+
+func TestSnapshotCompliance(t *testing.T) {
+	storetest.RunSnapshots(t, storetest.SnapshotHarness{
+		New: func(t *testing.T) snapshot.Store { return openTemp(t).Snapshots() },
+	})
+}

@@ -39,7 +39,7 @@ func openPool(path string, mode string, sync Synchronous, busyMillis int64, conn
 // openProbe opens one read-only connection that changes nothing in the file
 // (no journal-mode switch), to inspect a database before touching it.
 func openProbe(path string) (*sql.DB, error) {
-	db, err := sql.Open("sqlite3", "file:"+url.PathEscape(path)+"?mode=ro&_query_only=1")
+	db, err := sql.Open("sqlite3", "file:"+url.PathEscape(path)+"?mode=rw&_query_only=1")
 	if err != nil {
 		return nil, err
 	}

@@ -33,3 +33,14 @@ func TestSnapshotCompliance(t *testing.T) {
 		New: func(t *testing.T) snapshot.Store { return openTemp(t).Snapshots() },
 	})
 }
+
+// TestJournalComplianceSharedFile runs the kit with every subtest on one
+// database file, in parallel: the single writer and the reader pool under
+// concurrent load.
+func TestJournalComplianceSharedFile(t *testing.T) {
+	shared := openTemp(t)
+	storetest.RunJournal(t, storetest.JournalHarness{
+		New:          func(*testing.T) journal.Journal { return shared.Journal() },
+		Capabilities: storetest.Capabilities{GlobalOrdering: true},
+	})
+}

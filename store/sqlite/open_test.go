@@ -1,0 +1,186 @@
+package sqlite
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"database/sql"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/annals-go/annals/journal"
+	"github.com/annals-go/annals/snapshot"
+	_ "github.com/mattn/go-sqlite3"
+)
+
+func fileHash(t *testing.T, path string) [32]byte {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return sha256.Sum256(b)
+}
+
+// foreignDB makes an SQLite database with a table of someone else's.
+func foreignDB(t *testing.T, path string) {
+	db, err := sql.Open("sqlite3", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	if _, err := db.Exec(`CREATE TABLE customers (id INTEGER PRIMARY KEY, name TEXT); INSERT INTO customers VALUES (1, 'ada')`); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// newerDB makes an Annals database and sets its schema version above ours.
+func newerDB(t *testing.T, path string) {
+	s, err := Open(t.Context(), path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.writer.Exec(`UPDATE annals_schema SET version = ?`, SchemaVersion+1); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestOpenRefusesForeignFilesAndChangesNothing(t *testing.T) {
+	tests := []struct {
+		name    string
+		make    func(t *testing.T, path string)
+		want    error
+		message string
+	}{
+		{"text file", func(t *testing.T, path string) {
+			if err := os.WriteFile(path, bytes.Repeat([]byte("not a database\n"), 500), 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}, ErrNotAnnals, "not an SQLite database"},
+		{"other application's SQLite database", foreignDB, ErrNotAnnals, "no annals_schema"},
+		{"newer schema version", newerDB, ErrNewerSchema, "schema version 2"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			path := filepath.Join(t.TempDir(), "file.db")
+			tt.make(t, path)
+			before := fileHash(t, path)
+			entries, _ := os.ReadDir(filepath.Dir(path))
+			_, err := Open(t.Context(), path)
+			if !errors.Is(err, tt.want) || !strings.Contains(err.Error(), tt.message) || !strings.Contains(err.Error(), path) {
+				t.Fatalf("Open = %v, want %v naming the file and saying %q", err, tt.want, tt.message)
+			}
+			if fileHash(t, path) != before {
+				t.Error("Open changed the file it refused")
+			}
+			after, _ := os.ReadDir(filepath.Dir(path))
+			if len(after) != len(entries) {
+				t.Errorf("Open left new files beside the one it refused: %d entries, had %d", len(after), len(entries))
+			}
+		})
+	}
+}
+
+func TestOpenRejectsNonFileDSN(t *testing.T) {
+	for _, dsn := range []string{"", ":memory:", "sqlite::memory:", "file:x.db?mode=memory"} {
+		if _, err := Open(t.Context(), dsn); err == nil || !strings.Contains(err.Error(), "not a file path") {
+			t.Errorf("Open(%q) = %v, want an error saying it is not a file path", dsn, err)
+		}
+	}
+}
+
+func TestReopenKeepsDataAndSchema(t *testing.T) {
+	ctx := t.Context()
+	path := filepath.Join(t.TempDir(), "annals.db")
+	s, err := Open(ctx, "sqlite:"+path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := journal.AtomicWrite{PersistenceID: "Acc|1", Events: []journal.Repr{{PersistenceID: "Acc|1", SequenceNr: 1, Payload: []byte("a"), Tags: []string{"t", "t", "u"}}}}
+	if res, err := s.Journal().Write(ctx, []journal.AtomicWrite{w}); err != nil || res != nil {
+		t.Fatalf("Write: %v %v", res, err)
+	}
+	if err := s.Snapshots().Save(ctx, snapshot.Snapshot{Metadata: snapshot.Metadata{PersistenceID: "Acc|1", SequenceNr: 1}, Payload: []byte("s")}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Journal().HighestSequenceNr(ctx, "Acc|1", 0); !errors.Is(err, journal.ErrClosed) {
+		t.Errorf("call after Close: %v, want journal.ErrClosed", err)
+	}
+	if _, _, err := s.Snapshots().Load(ctx, "Acc|1", snapshot.Latest()); !errors.Is(err, snapshot.ErrClosed) {
+		t.Errorf("snapshot call after Close: %v, want snapshot.ErrClosed", err)
+	}
+	s, err = Open(ctx, path)
+	if err != nil {
+		t.Fatalf("reopen: %v", err)
+	}
+	defer s.Close()
+	if n, err := s.Journal().HighestSequenceNr(ctx, "Acc|1", 0); err != nil || n != 1 {
+		t.Errorf("after reopen highest = %d, %v, want 1", n, err)
+	}
+	if _, ok, err := s.Snapshots().Load(ctx, "Acc|1", snapshot.Latest()); err != nil || !ok {
+		t.Errorf("after reopen snapshot load = %v, %v", ok, err)
+	}
+	var tags int
+	if err := s.reader.QueryRow(`SELECT count(*) FROM event_tag`).Scan(&tags); err != nil || tags != 2 {
+		t.Errorf("tag index holds %d rows (%v), want 2: one per distinct tag", tags, err)
+	}
+}
+
+func TestPragmas(t *testing.T) {
+	tests := []struct {
+		name string
+		opts []Option
+		sync int // PRAGMA synchronous: 1 NORMAL, 2 FULL
+	}{
+		{"default is FULL", nil, 2},
+		{"NORMAL on request", []Option{WithSynchronous(SyncNormal)}, 1},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			s, err := Open(t.Context(), filepath.Join(t.TempDir(), "a.db"), tt.opts...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer s.Close()
+			var mode string
+			var sync int
+			if err := s.writer.QueryRow(`PRAGMA journal_mode`).Scan(&mode); err != nil || mode != "wal" {
+				t.Errorf("journal_mode = %q (%v), want wal", mode, err)
+			}
+			if err := s.writer.QueryRow(`PRAGMA synchronous`).Scan(&sync); err != nil || sync != tt.sync {
+				t.Errorf("synchronous = %d (%v), want %d", sync, err, tt.sync)
+			}
+			if _, err := s.reader.Exec(`DELETE FROM event_journal`); err == nil {
+				t.Error("reader connections must be query-only")
+			}
+		})
+	}
+}
+
+func TestOversizePayloadRejected(t *testing.T) {
+	ctx := context.Background()
+	s, err := Open(ctx, filepath.Join(t.TempDir(), "a.db"), WithMaxPayloadSize(100))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	ev := func(seq int64, n int) journal.AtomicWrite {
+		return journal.AtomicWrite{PersistenceID: "p", Events: []journal.Repr{{PersistenceID: "p", SequenceNr: seq, Payload: make([]byte, n)}}}
+	}
+	res, err := s.Journal().Write(ctx, []journal.AtomicWrite{ev(1, 100), ev(2, 101)})
+	if err != nil || len(res) != 2 || res[0] != nil || !errors.Is(res[1], journal.ErrRejected) || !strings.Contains(res[1].Error(), "101-byte payload") {
+		t.Fatalf("results %v, %v: want the 101-byte event rejected, naming its size", res, err)
+	}
+	if err := s.Snapshots().Save(ctx, snapshot.Snapshot{Metadata: snapshot.Metadata{PersistenceID: "p", SequenceNr: 1}, Payload: make([]byte, 101)}); !errors.Is(err, snapshot.ErrInvalidArgument) {
+		t.Errorf("oversize snapshot: %v, want ErrInvalidArgument", err)
+	}
+}

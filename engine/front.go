@@ -23,6 +23,7 @@ const (
 	DefaultCallTimeout  = 10 * time.Second
 	DefaultResetTimeout = 30 * time.Second
 	DefaultMaxBatchSize = 1000
+	DefaultMaxLinger    = 5 * time.Millisecond
 )
 
 var (
@@ -43,6 +44,13 @@ type Config struct {
 	// (default DefaultMaxBatchSize = 1000). One caller's writes are never
 	// split; a caller with more goes alone.
 	MaxBatchSize int
+	// MaxLinger caps how long the batcher holds queued writes, while the
+	// store is free, waiting for the writers it just answered to write again
+	// (default DefaultMaxLinger = 5 ms). The linger is also at most half the
+	// duration of the previous store call, so a fast store never waits long,
+	// and a lone writer, whose next write is all there is to wait for, never
+	// waits.
+	MaxLinger time.Duration
 	// CallTimeout bounds each Write, HighestSequenceNr and DeleteTo call to
 	// the store (default DefaultCallTimeout = 10 s). Replay is not bounded,
 	// as in Akka: it can take long and is bounded by the caller's context.
@@ -61,6 +69,8 @@ func (c Config) Validate() error {
 	switch {
 	case c.MaxBatchSize < 0:
 		return fmt.Errorf("engine: MaxBatchSize %d is negative", c.MaxBatchSize)
+	case c.MaxLinger < 0:
+		return fmt.Errorf("engine: MaxLinger %v is negative", c.MaxLinger)
 	case c.CallTimeout < 0:
 		return fmt.Errorf("engine: CallTimeout %v is negative", c.CallTimeout)
 	case c.ResetTimeout < 0:
@@ -72,6 +82,9 @@ func (c Config) Validate() error {
 func (c Config) withDefaults() Config {
 	if c.MaxBatchSize == 0 {
 		c.MaxBatchSize = DefaultMaxBatchSize
+	}
+	if c.MaxLinger == 0 {
+		c.MaxLinger = DefaultMaxLinger
 	}
 	if c.CallTimeout == 0 {
 		c.CallTimeout = DefaultCallTimeout
@@ -90,17 +103,23 @@ func (c Config) withDefaults() Config {
 //
 //   - Group commit: while one Write call to the store is in flight, the
 //     atomic writes of all callers that arrive queue up, and go to the store
-//     together in the next call (at most MaxBatchSize). One store call is in
-//     flight at a time, so writes reach the store in arrival order, and the
-//     writes of one persistence id are never reordered.
+//     together in the next call (at most MaxBatchSize; see MaxLinger for how
+//     long a batch may wait to fill). One store call is in flight at a time,
+//     so writes reach the store in arrival order, and the writes of one
+//     persistence id are never reordered.
 //   - HighestSequenceNr and DeleteTo for an id first wait until the writes
-//     for that id that were accepted before the call have completed.
+//     for that id that were accepted before the call have been answered.
 //   - Every Write, HighestSequenceNr and DeleteTo store call is bounded by
 //     CallTimeout and passes through a circuit breaker; while it is open,
 //     calls fail at once with ErrCircuitOpen.
 //   - A caller whose context ends while its writes still wait in the queue
 //     gets the context's error, and those writes are not sent. Once sent,
 //     the outcome of an abandoned write is unknown.
+//
+// One goroutine, the batcher, owns the queue and the per-id counts of
+// writes in flight; callers reach it through one channel, so a
+// highest-number request is ordered after every write sent before it
+// without a lock on the write path.
 //
 // Close does not close the journal behind the front.
 type Front struct {
@@ -109,18 +128,23 @@ type Front struct {
 	breaker *gobreaker.CircuitBreaker[any]
 
 	requests chan *request
+	sendMu   sync.RWMutex
+	closed   bool // guarded by sendMu
 	closing  chan struct{}
 	stopped  chan struct{}
 	close    sync.Once
-
-	mu       sync.Mutex
-	inflight map[string]*idWrites
 }
 
+// request is either atomic writes to store (writes, done) or a barrier
+// (barrier, ready): ready closes once the writes of the id barrier that the
+// batcher received before it have been answered.
 type request struct {
 	ctx    context.Context
 	writes []journal.AtomicWrite
 	done   chan result
+
+	barrier string
+	ready   chan struct{}
 }
 
 type result struct {
@@ -128,11 +152,10 @@ type result struct {
 	err  error
 }
 
-// idWrites counts the accepted, unfinished writes of one id; done closes
-// when the count drops to zero.
-type idWrites struct {
-	n    int
-	done chan struct{}
+// callDone reports a finished store call to the batcher.
+type callDone struct {
+	pids []string // the persistence id of each atomic write of the call
+	took time.Duration
 }
 
 var _ journal.Journal = (*Front)(nil)
@@ -149,10 +172,9 @@ func NewFront(j journal.Journal, cfg Config) (*Front, error) {
 	f := &Front{
 		j:        j,
 		cfg:      cfg,
-		requests: make(chan *request),
+		requests: make(chan *request, cfg.MaxBatchSize),
 		closing:  make(chan struct{}),
 		stopped:  make(chan struct{}),
-		inflight: map[string]*idWrites{},
 	}
 	f.breaker = gobreaker.NewCircuitBreaker[any](gobreaker.Settings{
 		Name:        "journal",
@@ -170,25 +192,35 @@ func NewFront(j journal.Journal, cfg Config) (*Front, error) {
 // Config returns the front's configuration with defaults filled in.
 func (f *Front) Config() Config { return f.cfg }
 
+// enqueue hands r to the batcher. sendMu orders sends before Close: once
+// Close holds it, no request can enter the queue, and the batcher drains
+// every request sent before.
+func (f *Front) enqueue(ctx context.Context, r *request) error {
+	f.sendMu.RLock()
+	defer f.sendMu.RUnlock()
+	if f.closed {
+		return ErrClosed
+	}
+	select {
+	case f.requests <- r:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
 // Write implements journal.Journal.Write through the group-commit queue: the
 // writes of this call are sent in one store call, possibly together with
 // other callers' writes. Results follow the journal contract; a whole-call
 // error wraps ErrCircuitOpen (not sent), ErrCallTimeout (outcome unknown) or
-// the store's error (outcome unknown), or is ctx's error.
+// the store's error (outcome unknown), or is ErrClosed or ctx's error.
 func (f *Front) Write(ctx context.Context, writes []journal.AtomicWrite) ([]error, error) {
 	if len(writes) == 0 {
 		return nil, nil
 	}
 	req := &request{ctx: ctx, writes: writes, done: make(chan result, 1)}
-	f.track(writes, +1)
-	select {
-	case f.requests <- req:
-	case <-ctx.Done():
-		f.track(writes, -1)
-		return nil, ctx.Err()
-	case <-f.closing:
-		f.track(writes, -1)
-		return nil, ErrClosed
+	if err := f.enqueue(ctx, req); err != nil {
+		return nil, err
 	}
 	select {
 	case r := <-req.done:
@@ -212,62 +244,105 @@ func (f *Front) Persist(ctx context.Context, w journal.AtomicWrite) error {
 	return nil
 }
 
-// track adds delta to the in-flight count of every id in writes.
-func (f *Front) track(writes []journal.AtomicWrite, delta int) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	for _, w := range writes {
-		s := f.inflight[w.PersistenceID]
-		if s == nil {
-			s = &idWrites{done: make(chan struct{})}
-			f.inflight[w.PersistenceID] = s
-		}
-		s.n += delta
-		if s.n == 0 {
-			close(s.done)
-			delete(f.inflight, w.PersistenceID)
-		}
-	}
-}
-
-// awaitWrites waits until the writes for pid accepted so far have completed.
+// awaitWrites waits until the writes for pid sent before the call have been
+// answered.
 func (f *Front) awaitWrites(ctx context.Context, pid string) error {
-	f.mu.Lock()
-	s := f.inflight[pid]
-	f.mu.Unlock()
-	if s == nil {
-		return nil
+	r := &request{barrier: pid, ready: make(chan struct{})}
+	if err := f.enqueue(ctx, r); err != nil {
+		return err
 	}
 	select {
-	case <-s.done:
+	case <-r.ready:
 		return nil
 	case <-ctx.Done():
 		return ctx.Err()
 	}
 }
 
-// run is the batcher: it sends queued requests to the store, one call at a
-// time, and answers them.
+// run is the batcher: it sends queued writes to the store, one call at a
+// time, keeps the count of unanswered writes per id, and releases barriers.
+//
+// Lingering: the callers answered by one call tend to write again at once.
+// So when a call ends, the batcher aims for a batch as large as that call
+// plus the writes already queued (at most MaxBatchSize), and sends once the
+// queue holds that many, or after a linger of half the last call's duration
+// (at most MaxLinger). Without this, a steady load of n writers splits into
+// two alternating batches of n/2 (one in flight, one queueing), paying twice
+// the commits; and a fast store is never kept waiting long.
 func (f *Front) run() {
 	defer close(f.stopped)
-	var queue []*request
-	finished := make(chan struct{}, 1)
-	busy, closing := false, false
-	closeSignal := f.closing
+	var (
+		queue       []*request
+		queued      int                       // atomic writes in queue
+		pending     = map[string]int{}        // unanswered writes per id
+		waiters     = map[string][]*request{} // barriers per id
+		target      = 1                       // atomic writes to wait for before sending
+		sent        int                       // atomic writes in the call in flight
+		lingerFor   time.Duration             // half the last call's duration, capped
+		finished    = make(chan callDone, 1)
+		busy        bool
+		closing     bool
+		closeSignal = f.closing
+		linger      *time.Timer
+		lingerDone  <-chan time.Time
+		lingered    bool
+	)
+	receive := func(r *request) {
+		if r.ready != nil {
+			if pending[r.barrier] == 0 {
+				close(r.ready)
+			} else {
+				waiters[r.barrier] = append(waiters[r.barrier], r)
+			}
+			return
+		}
+		queue = append(queue, r)
+		queued += len(r.writes)
+		for _, w := range r.writes {
+			pending[w.PersistenceID]++
+		}
+	}
+	drain := func() {
+		for {
+			select {
+			case r := <-f.requests:
+				receive(r)
+			default:
+				return
+			}
+		}
+	}
 	for {
 		if !busy && len(queue) > 0 {
-			n, size := 0, 0
-			for n < len(queue) && (n == 0 || size+len(queue[n].writes) <= f.cfg.MaxBatchSize) {
-				size += len(queue[n].writes)
-				n++
+			if queued >= min(target, f.cfg.MaxBatchSize) || lingered || closing || lingerFor == 0 {
+				n, size := 0, 0
+				for n < len(queue) && (n == 0 || size+len(queue[n].writes) <= f.cfg.MaxBatchSize) {
+					size += len(queue[n].writes)
+					n++
+				}
+				batch := queue[:n:n]
+				// The ids are read now: once answered, callers own their writes.
+				pids := make([]string, 0, size)
+				for _, r := range batch {
+					for _, w := range r.writes {
+						pids = append(pids, w.PersistenceID)
+					}
+				}
+				queue, queued, sent = queue[n:], queued-size, size
+				busy, lingered = true, false
+				if linger != nil {
+					linger.Stop()
+					linger, lingerDone = nil, nil
+				}
+				go func() {
+					start := time.Now()
+					f.send(batch)
+					finished <- callDone{pids: pids, took: time.Since(start)}
+				}()
+			} else if linger == nil {
+				linger = time.NewTimer(lingerFor)
+				lingerDone = linger.C
 			}
-			batch := queue[:n:n]
-			queue = queue[n:]
-			busy = true
-			go func() {
-				f.send(batch)
-				finished <- struct{}{}
-			}()
 		}
 		if closing && !busy && len(queue) == 0 {
 			return
@@ -278,12 +353,27 @@ func (f *Front) run() {
 		}
 		select {
 		case r := <-reqs:
-			queue = append(queue, r)
-		case <-finished:
+			receive(r)
+			drain()
+		case done := <-finished:
 			busy = false
+			for _, pid := range done.pids {
+				if pending[pid]--; pending[pid] == 0 {
+					delete(pending, pid)
+					for _, b := range waiters[pid] {
+						close(b.ready)
+					}
+					delete(waiters, pid)
+				}
+			}
+			target = sent + queued
+			lingerFor = min(f.cfg.MaxLinger, done.took/2)
+		case <-lingerDone:
+			linger, lingerDone, lingered = nil, nil, true
 		case <-closeSignal:
 			closing = true
 			closeSignal = nil // a nil channel blocks: stop selecting it
+			drain()
 		}
 	}
 }
@@ -294,7 +384,7 @@ func (f *Front) send(batch []*request) {
 	var writes []journal.AtomicWrite
 	for _, r := range batch {
 		if err := r.ctx.Err(); err != nil {
-			f.answer(r, result{err: err})
+			r.done <- result{err: err}
 			continue
 		}
 		live = append(live, r)
@@ -321,15 +411,8 @@ func (f *Front) send(batch []*request) {
 			res.errs = journal.Results(errs[at : at+len(r.writes)])
 		}
 		at += len(r.writes)
-		f.answer(r, res)
+		r.done <- res
 	}
-}
-
-// answer ends a request's tracking, then replies; after the reply the caller
-// owns r.writes again.
-func (f *Front) answer(r *request, res result) {
-	f.track(r.writes, -1)
-	r.done <- res
 }
 
 // callError marks an error caused by the call timeout.
@@ -403,7 +486,12 @@ func (f *Front) Replay(ctx context.Context, persistenceID string, from, to, max 
 // sent and answered, and returns. It does not close the journal behind the
 // front. Close is idempotent.
 func (f *Front) Close() error {
-	f.close.Do(func() { close(f.closing) })
+	f.close.Do(func() {
+		f.sendMu.Lock() // waits for senders in flight; later ones see closed
+		f.closed = true
+		f.sendMu.Unlock()
+		close(f.closing)
+	})
 	<-f.stopped
 	return nil
 }

@@ -306,7 +306,7 @@ func TestConfigValidate(t *testing.T) {
 		}
 	}
 	f := newFront(t, memory.New().Journal(), engine.Config{})
-	want := engine.Config{MaxBatchSize: 1000, CallTimeout: 10 * time.Second, MaxFailures: 10, ResetTimeout: 30 * time.Second}
+	want := engine.Config{MaxBatchSize: 1000, MaxLinger: 5 * time.Millisecond, CallTimeout: 10 * time.Second, MaxFailures: 10, ResetTimeout: 30 * time.Second}
 	if got := f.Config(); got != want {
 		t.Errorf("defaults = %+v, want Akka's %+v", got, want)
 	}

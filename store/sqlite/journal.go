@@ -71,9 +71,12 @@ type Journal struct{ s *Store }
 var _ journal.Journal = (*Journal)(nil)
 
 // Write implements journal.Journal.Write: the whole call is one
-// transaction, each atomic write a savepoint within it. A rejected atomic
-// write (invalid, payload too large, or a sequence number already stored) is
-// rolled back alone. An error of the transaction itself is returned as the
+// transaction with one sync of the log. When an atomic write meets a
+// sequence number that is already stored, the transaction is rolled back and
+// run again without that write (conflicts are rare: they need two writers of
+// one id), so the usual path pays nothing for per-write atomicity. A write
+// that breaks the contract or the payload limit is rejected before the
+// transaction. An error of the transaction itself is returned as the
 // whole-call error: the outcome is unknown.
 func (j *Journal) Write(ctx context.Context, writes []journal.AtomicWrite) ([]error, error) {
 	s := j.s
@@ -84,43 +87,58 @@ func (j *Journal) Write(ctx context.Context, writes []journal.AtomicWrite) ([]er
 			live++
 		}
 	}
-	if live == 0 {
-		return journal.Results(results), nil
+	for live > 0 {
+		conflict, err := s.writeTx(ctx, writes, results)
+		if err != nil {
+			return nil, err
+		}
+		if conflict < 0 {
+			break
+		}
+		live--
 	}
-	tx, err := s.writer.BeginTx(ctx, nil)
+	return journal.Results(results), nil
+}
+
+// writeTx stores the writes whose result is nil in one transaction. On a
+// sequence conflict it rolls back, records the conflict in results and
+// returns the index of the write that met it; otherwise it commits and
+// returns -1.
+//
+// Driver calls run on a context without cancellation (the driver would
+// otherwise start a goroutine per statement to watch it); ctx is checked
+// between atomic writes and before the commit instead.
+func (s *Store) writeTx(ctx context.Context, writes []journal.AtomicWrite, results []error) (int, error) {
+	dctx := context.WithoutCancel(ctx)
+	tx, err := s.writer.BeginTx(dctx, nil)
 	if err != nil {
-		return nil, s.callErr("begin write", err)
+		return -1, s.callErr("begin write", err)
 	}
 	defer tx.Rollback()
-	insert := tx.StmtContext(ctx, s.stmts.insert)
+	insert := tx.StmtContext(dctx, s.stmts.insert)
 	var insertTag *sql.Stmt
 	now := time.Now().UnixNano()
-	savepoints := live > 1
 	for i, w := range writes {
 		if results[i] != nil {
 			continue
 		}
-		if savepoints {
-			if _, err := tx.ExecContext(ctx, "SAVEPOINT aw"); err != nil {
-				return nil, s.callErr("write", err)
-			}
+		if err := ctx.Err(); err != nil {
+			return -1, err
 		}
 		slice, entityType := annals.Slice(w.PersistenceID), annals.EntityType(w.PersistenceID)
-		var conflict error
 		for _, e := range w.Events {
 			ts := now
 			if !e.Timestamp.IsZero() {
 				ts = e.Timestamp.UnixNano()
 			}
-			var tags any
+			var tags, meta any
 			if len(e.Tags) > 0 {
 				b, err := json.Marshal(e.Tags)
 				if err != nil {
-					return nil, fmt.Errorf("sqlite: encode tags: %w", err)
+					return -1, fmt.Errorf("sqlite: encode tags: %w", err)
 				}
 				tags = string(b)
 			}
-			var meta any
 			if e.Metadata != nil {
 				meta = e.Metadata
 			}
@@ -128,48 +146,38 @@ func (j *Journal) Write(ctx context.Context, writes []journal.AtomicWrite) ([]er
 			if payload == nil {
 				payload = []byte{}
 			}
-			res, err := insert.ExecContext(ctx, e.PersistenceID, e.SequenceNr, ts, payload, e.SerializerID, e.Manifest, e.WriterID, tags, meta, slice, entityType)
+			res, err := insert.ExecContext(dctx, e.PersistenceID, e.SequenceNr, ts, payload, e.SerializerID, e.Manifest, e.WriterID, tags, meta, slice, entityType)
 			if isUniqueViolation(err) {
-				conflict = &journal.ConflictError{PersistenceID: e.PersistenceID, SequenceNr: e.SequenceNr}
-				break
+				results[i] = &journal.ConflictError{PersistenceID: e.PersistenceID, SequenceNr: e.SequenceNr}
+				return i, nil // the deferred rollback undoes the transaction
 			}
 			if err != nil {
-				return nil, s.callErr("write", err)
+				return -1, s.callErr("write", err)
 			}
-			if len(e.Tags) > 0 {
-				ordering, err := res.LastInsertId()
-				if err != nil {
-					return nil, s.callErr("write", err)
-				}
-				if insertTag == nil {
-					insertTag = tx.StmtContext(ctx, s.stmts.insertTag)
-				}
-				for _, tag := range uniqueTags(e.Tags) {
-					if _, err := insertTag.ExecContext(ctx, tag, ordering); err != nil {
-						return nil, s.callErr("write tags", err)
-					}
+			if len(e.Tags) == 0 {
+				continue
+			}
+			ordering, err := res.LastInsertId()
+			if err != nil {
+				return -1, s.callErr("write", err)
+			}
+			if insertTag == nil {
+				insertTag = tx.StmtContext(dctx, s.stmts.insertTag)
+			}
+			for _, tag := range uniqueTags(e.Tags) {
+				if _, err := insertTag.ExecContext(dctx, tag, ordering); err != nil {
+					return -1, s.callErr("write tags", err)
 				}
 			}
 		}
-		if conflict != nil {
-			results[i] = conflict
-			if !savepoints {
-				return journal.Results(results), nil // the deferred rollback undoes the write
-			}
-			if _, err := tx.ExecContext(ctx, "ROLLBACK TO aw"); err != nil {
-				return nil, s.callErr("write", err)
-			}
-		}
-		if savepoints {
-			if _, err := tx.ExecContext(ctx, "RELEASE aw"); err != nil {
-				return nil, s.callErr("write", err)
-			}
-		}
+	}
+	if err := ctx.Err(); err != nil {
+		return -1, err
 	}
 	if err := tx.Commit(); err != nil {
-		return nil, s.callErr("commit", err)
+		return -1, s.callErr("commit", err)
 	}
-	return journal.Results(results), nil
+	return -1, nil
 }
 
 // checkWrite applies the contract's rules and the payload limit.
@@ -214,7 +222,9 @@ func (j *Journal) Replay(ctx context.Context, persistenceID string, from, to, li
 		if from > to || limit == 0 {
 			return
 		}
-		rows, err := j.s.stmts.replay.QueryContext(ctx, persistenceID, from, to, limit)
+		// The driver call runs without cancellation (the driver would start
+		// a goroutine per row to watch it); ctx is checked per row instead.
+		rows, err := j.s.stmts.replay.QueryContext(context.WithoutCancel(ctx), persistenceID, from, to, limit)
 		if err != nil {
 			yield(journal.Repr{}, j.s.ctxErr(ctx, "replay", err))
 			return

@@ -116,10 +116,13 @@ func (c Config) withDefaults() Config {
 //     gets the context's error, and those writes are not sent. Once sent,
 //     the outcome of an abandoned write is unknown.
 //
-// One goroutine, the batcher, owns the queue and the per-id counts of
-// writes in flight; callers reach it through one channel, so a
-// highest-number request is ordered after every write sent before it
-// without a lock on the write path.
+// Leaders and followers: a caller that finds no store call in flight makes
+// the call itself, on its own goroutine, for everything queued (a lone
+// writer pays no goroutine hand-off). Callers that arrive meanwhile queue
+// and wait; when the call ends, a new goroutine takes over as leader for the
+// queued writes and stays leader while writes keep coming. The leading
+// caller returns once its own call is answered (within CallTimeout), even
+// if its context ended earlier.
 //
 // Close does not close the journal behind the front.
 type Front struct {
@@ -127,35 +130,30 @@ type Front struct {
 	cfg     Config
 	breaker *gobreaker.CircuitBreaker[any]
 
-	requests chan *request
-	sendMu   sync.RWMutex
-	closed   bool // guarded by sendMu
-	closing  chan struct{}
-	stopped  chan struct{}
-	close    sync.Once
+	mu      sync.Mutex
+	idle    sync.Cond // signalled when leading turns false
+	queue   []*request
+	queued  int  // atomic writes in queue
+	leading bool // a leader is taking batches
+	closed  bool
+	pending map[string]int             // unanswered writes per id, queued or in flight
+	waiters map[string][]chan struct{} // closed when pending[id] drops to 0
+	// Lingering (see run): the leader waits for want queued writes, or for
+	// more to close, before taking a batch.
+	want int
+	more chan struct{}
 }
 
-// request is either atomic writes to store (writes, done) or a barrier
-// (barrier, ready): ready closes once the writes of the id barrier that the
-// batcher received before it have been answered.
 type request struct {
 	ctx    context.Context
 	writes []journal.AtomicWrite
 	done   chan result
-
-	barrier string
-	ready   chan struct{}
+	taken  bool // guarded by Front.mu: in a batch, no longer cancellable
 }
 
 type result struct {
 	errs []error
 	err  error
-}
-
-// callDone reports a finished store call to the batcher.
-type callDone struct {
-	pids []string // the persistence id of each atomic write of the call
-	took time.Duration
 }
 
 var _ journal.Journal = (*Front)(nil)
@@ -170,12 +168,12 @@ func NewFront(j journal.Journal, cfg Config) (*Front, error) {
 	}
 	cfg = cfg.withDefaults()
 	f := &Front{
-		j:        j,
-		cfg:      cfg,
-		requests: make(chan *request, cfg.MaxBatchSize),
-		closing:  make(chan struct{}),
-		stopped:  make(chan struct{}),
+		j:       j,
+		cfg:     cfg,
+		pending: map[string]int{},
+		waiters: map[string][]chan struct{}{},
 	}
+	f.idle.L = &f.mu
 	f.breaker = gobreaker.NewCircuitBreaker[any](gobreaker.Settings{
 		Name:        "journal",
 		MaxRequests: 1,
@@ -185,29 +183,11 @@ func NewFront(j journal.Journal, cfg Config) (*Front, error) {
 			return errors.Is(err, context.Canceled) || errors.Is(err, journal.ErrInvalidArgument)
 		},
 	})
-	go f.run()
 	return f, nil
 }
 
 // Config returns the front's configuration with defaults filled in.
 func (f *Front) Config() Config { return f.cfg }
-
-// enqueue hands r to the batcher. sendMu orders sends before Close: once
-// Close holds it, no request can enter the queue, and the batcher drains
-// every request sent before.
-func (f *Front) enqueue(ctx context.Context, r *request) error {
-	f.sendMu.RLock()
-	defer f.sendMu.RUnlock()
-	if f.closed {
-		return ErrClosed
-	}
-	select {
-	case f.requests <- r:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-}
 
 // Write implements journal.Journal.Write through the group-commit queue: the
 // writes of this call are sent in one store call, possibly together with
@@ -218,15 +198,53 @@ func (f *Front) Write(ctx context.Context, writes []journal.AtomicWrite) ([]erro
 	if len(writes) == 0 {
 		return nil, nil
 	}
-	req := &request{ctx: ctx, writes: writes, done: make(chan result, 1)}
-	if err := f.enqueue(ctx, req); err != nil {
+	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
+	req := &request{ctx: ctx, writes: writes, done: make(chan result, 1)}
+	f.mu.Lock()
+	if f.closed {
+		f.mu.Unlock()
+		return nil, ErrClosed
+	}
+	f.queue = append(f.queue, req)
+	f.queued += len(writes)
+	for _, w := range writes {
+		f.pending[w.PersistenceID]++
+	}
+	if f.more != nil && f.queued >= f.want {
+		close(f.more)
+		f.more = nil
+	}
+	lead := !f.leading
+	if lead {
+		f.leading = true
+		batch := f.take()
+		f.mu.Unlock()
+		f.send(batch)
+		f.handOff()
+		r := <-req.done
+		return r.errs, r.err
+	}
+	f.mu.Unlock()
 	select {
 	case r := <-req.done:
 		return r.errs, r.err
 	case <-ctx.Done():
-		return nil, fmt.Errorf("engine: write abandoned, outcome unknown: %w", ctx.Err())
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		if req.taken {
+			return nil, fmt.Errorf("engine: write abandoned, outcome unknown: %w", ctx.Err())
+		}
+		for i, r := range f.queue {
+			if r == req {
+				f.queue = append(f.queue[:i], f.queue[i+1:]...)
+				f.queued -= len(writes)
+				break
+			}
+		}
+		f.answered(writes)
+		return nil, ctx.Err()
 	}
 }
 
@@ -244,154 +262,109 @@ func (f *Front) Persist(ctx context.Context, w journal.AtomicWrite) error {
 	return nil
 }
 
-// awaitWrites waits until the writes for pid sent before the call have been
-// answered.
-func (f *Front) awaitWrites(ctx context.Context, pid string) error {
-	r := &request{barrier: pid, ready: make(chan struct{})}
-	if err := f.enqueue(ctx, r); err != nil {
-		return err
+// take removes the next batch from the queue (at most MaxBatchSize atomic
+// writes, never splitting one caller's writes). f.mu is held.
+func (f *Front) take() []*request {
+	n, size := 0, 0
+	for n < len(f.queue) && (n == 0 || size+len(f.queue[n].writes) <= f.cfg.MaxBatchSize) {
+		size += len(f.queue[n].writes)
+		f.queue[n].taken = true
+		n++
 	}
-	select {
-	case <-r.ready:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
+	batch := f.queue[:n:n]
+	f.queue = f.queue[n:]
+	f.queued -= size
+	return batch
+}
+
+// answered ends the in-flight count of writes and releases the waiters of
+// ids with none left. f.mu is held.
+func (f *Front) answered(writes []journal.AtomicWrite) {
+	for _, w := range writes {
+		pid := w.PersistenceID
+		if f.pending[pid]--; f.pending[pid] == 0 {
+			delete(f.pending, pid)
+			for _, ch := range f.waiters[pid] {
+				close(ch)
+			}
+			delete(f.waiters, pid)
+		}
 	}
 }
 
-// run is the batcher: it sends queued writes to the store, one call at a
-// time, keeps the count of unanswered writes per id, and releases barriers.
+// handOff ends a leader's turn: with writes queued, a new goroutine leads
+// them; otherwise the front goes idle.
+func (f *Front) handOff() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if len(f.queue) > 0 {
+		go f.run()
+		return
+	}
+	f.leading = false
+	f.idle.Broadcast()
+}
+
+// run leads batches while writes keep coming.
 //
 // Lingering: the callers answered by one call tend to write again at once.
-// So when a call ends, the batcher aims for a batch as large as that call
-// plus the writes already queued (at most MaxBatchSize), and sends once the
+// So after a call, the leader aims for a batch as large as that call plus
+// the writes already queued (at most MaxBatchSize), and takes it once the
 // queue holds that many, or after a linger of half the last call's duration
 // (at most MaxLinger). Without this, a steady load of n writers splits into
 // two alternating batches of n/2 (one in flight, one queueing), paying twice
 // the commits; and a fast store is never kept waiting long.
 func (f *Front) run() {
-	defer close(f.stopped)
-	var (
-		queue       []*request
-		queued      int                       // atomic writes in queue
-		pending     = map[string]int{}        // unanswered writes per id
-		waiters     = map[string][]*request{} // barriers per id
-		target      = 1                       // atomic writes to wait for before sending
-		sent        int                       // atomic writes in the call in flight
-		lingerFor   time.Duration             // half the last call's duration, capped
-		finished    = make(chan callDone, 1)
-		busy        bool
-		closing     bool
-		closeSignal = f.closing
-		linger      *time.Timer
-		lingerDone  <-chan time.Time
-		lingered    bool
-	)
-	receive := func(r *request) {
-		if r.ready != nil {
-			if pending[r.barrier] == 0 {
-				close(r.ready)
-			} else {
-				waiters[r.barrier] = append(waiters[r.barrier], r)
-			}
-			return
-		}
-		queue = append(queue, r)
-		queued += len(r.writes)
-		for _, w := range r.writes {
-			pending[w.PersistenceID]++
-		}
-	}
-	drain := func() {
-		for {
-			select {
-			case r := <-f.requests:
-				receive(r)
-			default:
-				return
-			}
-		}
-	}
+	var target int
+	var lingerFor time.Duration
 	for {
-		if !busy && len(queue) > 0 {
-			if queued >= min(target, f.cfg.MaxBatchSize) || lingered || closing || lingerFor == 0 {
-				n, size := 0, 0
-				for n < len(queue) && (n == 0 || size+len(queue[n].writes) <= f.cfg.MaxBatchSize) {
-					size += len(queue[n].writes)
-					n++
-				}
-				batch := queue[:n:n]
-				// The ids are read now: once answered, callers own their writes.
-				pids := make([]string, 0, size)
-				for _, r := range batch {
-					for _, w := range r.writes {
-						pids = append(pids, w.PersistenceID)
-					}
-				}
-				queue, queued, sent = queue[n:], queued-size, size
-				busy, lingered = true, false
-				if linger != nil {
-					linger.Stop()
-					linger, lingerDone = nil, nil
-				}
-				go func() {
-					start := time.Now()
-					f.send(batch)
-					finished <- callDone{pids: pids, took: time.Since(start)}
-				}()
-			} else if linger == nil {
-				linger = time.NewTimer(lingerFor)
-				lingerDone = linger.C
+		f.mu.Lock()
+		if target > 0 && f.queued < min(target, f.cfg.MaxBatchSize) && !f.closed && lingerFor > 0 {
+			f.want, f.more = min(target, f.cfg.MaxBatchSize), make(chan struct{})
+			more := f.more
+			f.mu.Unlock()
+			timer := time.NewTimer(lingerFor)
+			select {
+			case <-more:
+			case <-timer.C:
 			}
+			timer.Stop()
+			f.mu.Lock()
+			f.more = nil
 		}
-		if closing && !busy && len(queue) == 0 {
+		if len(f.queue) == 0 {
+			f.leading = false
+			f.idle.Broadcast()
+			f.mu.Unlock()
 			return
 		}
-		reqs := f.requests
-		if closing {
-			reqs = nil
-		}
-		select {
-		case r := <-reqs:
-			receive(r)
-			drain()
-		case done := <-finished:
-			busy = false
-			for _, pid := range done.pids {
-				if pending[pid]--; pending[pid] == 0 {
-					delete(pending, pid)
-					for _, b := range waiters[pid] {
-						close(b.ready)
-					}
-					delete(waiters, pid)
-				}
-			}
-			target = sent + queued
-			lingerFor = min(f.cfg.MaxLinger, done.took/2)
-		case <-lingerDone:
-			linger, lingerDone, lingered = nil, nil, true
-		case <-closeSignal:
-			closing = true
-			closeSignal = nil // a nil channel blocks: stop selecting it
-			drain()
-		}
+		batch := f.take()
+		f.mu.Unlock()
+		start := time.Now()
+		size := f.send(batch)
+		lingerFor = min(f.cfg.MaxLinger, time.Since(start)/2)
+		f.mu.Lock()
+		target = size + f.queued
+		f.mu.Unlock()
 	}
 }
 
-// send makes one store call for the live requests of batch and answers each.
-func (f *Front) send(batch []*request) {
+// send makes one store call for the live requests of batch, ends their
+// in-flight counts and answers each. It returns the number of atomic writes
+// sent.
+func (f *Front) send(batch []*request) int {
 	live := batch[:0:0]
 	var writes []journal.AtomicWrite
 	for _, r := range batch {
 		if err := r.ctx.Err(); err != nil {
-			r.done <- result{err: err}
+			f.finish(r, result{err: err})
 			continue
 		}
 		live = append(live, r)
 		writes = append(writes, r.writes...)
 	}
 	if len(live) == 0 {
-		return
+		return 0
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), f.cfg.CallTimeout)
 	defer cancel()
@@ -404,6 +377,9 @@ func (f *Front) send(batch []*request) {
 	})
 	errs, _ := out.([]error)
 	err = breakerError(err)
+	f.mu.Lock()
+	f.answered(writes)
+	f.mu.Unlock()
 	at := 0
 	for _, r := range live {
 		res := result{err: err}
@@ -412,6 +388,34 @@ func (f *Front) send(batch []*request) {
 		}
 		at += len(r.writes)
 		r.done <- res
+	}
+	return len(writes)
+}
+
+// finish ends one request's in-flight count and answers it.
+func (f *Front) finish(r *request, res result) {
+	f.mu.Lock()
+	f.answered(r.writes)
+	f.mu.Unlock()
+	r.done <- res
+}
+
+// awaitWrites waits until the writes for pid accepted before the call have
+// been answered.
+func (f *Front) awaitWrites(ctx context.Context, pid string) error {
+	f.mu.Lock()
+	if f.pending[pid] == 0 {
+		f.mu.Unlock()
+		return nil
+	}
+	ch := make(chan struct{})
+	f.waiters[pid] = append(f.waiters[pid], ch)
+	f.mu.Unlock()
+	select {
+	case <-ch:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
 	}
 }
 
@@ -482,16 +486,19 @@ func (f *Front) Replay(ctx context.Context, persistenceID string, from, to, max 
 	return f.j.Replay(ctx, persistenceID, from, to, max)
 }
 
-// Close stops accepting writes, waits until the queued writes have been
-// sent and answered, and returns. It does not close the journal behind the
-// front. Close is idempotent.
+// Close stops accepting writes (later ones fail with ErrClosed), waits until
+// the queued writes have been sent and answered, and returns. It does not
+// close the journal behind the front. Close is idempotent.
 func (f *Front) Close() error {
-	f.close.Do(func() {
-		f.sendMu.Lock() // waits for senders in flight; later ones see closed
-		f.closed = true
-		f.sendMu.Unlock()
-		close(f.closing)
-	})
-	<-f.stopped
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.closed = true
+	if f.more != nil { // a lingering leader takes its batch now
+		close(f.more)
+		f.more = nil
+	}
+	for f.leading {
+		f.idle.Wait()
+	}
 	return nil
 }

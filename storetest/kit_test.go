@@ -1,0 +1,105 @@
+package storetest_test
+
+import (
+	"context"
+	"iter"
+	"os"
+	"os/exec"
+	"strings"
+	"testing"
+
+	"github.com/annals-go/annals/journal"
+	"github.com/annals-go/annals/store/memory"
+	"github.com/annals-go/annals/storetest"
+)
+
+// Broken journals, each breaking one rule of the contract. The kit must
+// catch each one in the subtest named for that rule.
+
+// skipsDuplicates reports a stored sequence number as written (silent skip).
+type skipsDuplicates struct{ journal.Journal }
+
+func (j skipsDuplicates) Write(ctx context.Context, ws []journal.AtomicWrite) ([]error, error) {
+	_, err := j.Journal.Write(ctx, ws) // drops the per-write results
+	return nil, err
+}
+
+// ignoresMax replays past the limit.
+type ignoresMax struct{ journal.Journal }
+
+func (j ignoresMax) Replay(ctx context.Context, pid string, from, to, max int64) iter.Seq2[journal.Repr, error] {
+	if max > 0 {
+		max = 1 << 62
+	}
+	return j.Journal.Replay(ctx, pid, from, to, max)
+}
+
+// forgetsHighest loses the highest number once its events are deleted.
+type forgetsHighest struct{ journal.Journal }
+
+func (j forgetsHighest) HighestSequenceNr(ctx context.Context, pid string, from int64) (int64, error) {
+	var last int64
+	for e, err := range j.Journal.Replay(ctx, pid, 1, 1<<62, 1<<62) {
+		if err != nil {
+			return 0, err
+		}
+		last = e.SequenceNr
+	}
+	return last, nil
+}
+
+var broken = map[string]func(journal.Journal) journal.Journal{
+	"skipsDuplicates": func(j journal.Journal) journal.Journal { return skipsDuplicates{j} },
+	"ignoresMax":      func(j journal.Journal) journal.Journal { return ignoresMax{j} },
+	"forgetsHighest":  func(j journal.Journal) journal.Journal { return forgetsHighest{j} },
+}
+
+// TestBrokenJournal runs the kit against one broken journal when the parent
+// test asks for it through ANNALS_KIT_BROKEN; otherwise it skips.
+func TestBrokenJournal(t *testing.T) {
+	name := os.Getenv("ANNALS_KIT_BROKEN")
+	if name == "" {
+		t.Skip("run by TestKitCatchesBrokenJournals")
+	}
+	storetest.RunJournal(t, storetest.JournalHarness{
+		New: func(t *testing.T) journal.Journal {
+			s := memory.New()
+			t.Cleanup(func() { _ = s.Close() })
+			return broken[name](s.Journal())
+		},
+		Capabilities: storetest.Capabilities{GlobalOrdering: true, SkipLargeReplay: true},
+	})
+}
+
+func TestKitCatchesBrokenJournals(t *testing.T) {
+	tests := []struct {
+		broken   string
+		mustFail []string
+		rule     string
+	}{
+		{"skipsDuplicates", []string{"SecondWriterConflict", "AtomicWriteAllOrNothing", "RejectedWriteKeepsNeighbours"}, "a second write of a stored (id, seq) fails"},
+		{"ignoresMax", []string{"ReplayCountLimit", "ReplayBoundsWithLimit", "ReplaySingleByLimitOne", "DeletedPrefixLimitCountsKeptEvents"}, "a replay yields at most max events"},
+		{"forgetsHighest", []string{"HighestKeptAfterDeletingAll"}, "deleting every event keeps the highest sequence number"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.broken, func(t *testing.T) {
+			cmd := exec.CommandContext(t.Context(), os.Args[0], "-test.run", "^TestBrokenJournal$", "-test.v")
+			cmd.Env = append(os.Environ(), "ANNALS_KIT_BROKEN="+tt.broken)
+			out, err := cmd.CombinedOutput()
+			if err == nil {
+				t.Fatalf("the kit passed a journal that %s:\n%s", tt.broken, out)
+			}
+			for _, name := range tt.mustFail {
+				if !strings.Contains(string(out), "--- FAIL: TestBrokenJournal/"+name+" ") {
+					t.Errorf("subtest %s did not fail for a journal that %s", name, tt.broken)
+				}
+			}
+			if !strings.Contains(string(out), "rule: "+tt.rule) {
+				t.Errorf("failure output does not state the rule %q", tt.rule)
+			}
+			if strings.Contains(string(out), "--- FAIL: TestBrokenJournal/ReplayLowerBound ") && tt.broken != "ignoresMax" {
+				t.Errorf("an unrelated rule failed; the kit must pinpoint the broken rule")
+			}
+		})
+	}
+}

@@ -1,0 +1,155 @@
+// Package entity runs event-sourced entities: Akka's EventSourcedBehavior in
+// Go. A Behavior describes one entity type with Go generics over its
+// command (C), event (E) and state (S) types; a Host runs many entities of
+// that type, one goroutine per live entity, persisting their events through
+// a journal and recovering them from snapshots and events.
+//
+// The rules, as Akka Persistence keeps them:
+//   - A command handler returns an effect; events are persisted as one
+//     atomic write, then applied to the state with the event handler, then
+//     side effects and the reply run, in that order, once. During recovery
+//     only the event handler runs.
+//   - Commands that arrive while an entity recovers, persists or snapshots
+//     wait in its mailbox (the implicit stash), bounded by MailboxCapacity;
+//     beyond it, Tell and Ask fail at once with ErrMailboxFull.
+//   - A rejected write (definitely not stored) leaves the entity running and
+//     fails the command. A failed write (outcome unknown) or a write that
+//     met another writer's sequence number stops the entity; its waiting
+//     commands fail, and the next command recovers a new instance from the
+//     journal (after a backoff, when Restart is set).
+//   - One host never runs two live instances of one id.
+package entity
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/annals-go/annals/journal"
+	"github.com/annals-go/annals/snapshot"
+)
+
+var (
+	// ErrUnhandled: the behavior did not handle the command in its state.
+	ErrUnhandled = errors.New("entity: command not handled")
+	// ErrNoReply: the command was handled but the handler sent no reply.
+	ErrNoReply = errors.New("entity: command handled without a reply")
+	// ErrMailboxFull: the entity's mailbox (its implicit stash) is full.
+	ErrMailboxFull = errors.New("entity: mailbox full")
+	// ErrStashOverflow: an explicit Stash found the stash full.
+	ErrStashOverflow = errors.New("entity: stash full")
+	// ErrStopped: the entity stopped before it handled the command; the
+	// wrapped error, if any, says why.
+	ErrStopped = errors.New("entity: stopped")
+	// ErrHostClosed: the host is shut down.
+	ErrHostClosed = errors.New("entity: host shut down")
+	// ErrRecovery wraps a recovery failure (the entity stops).
+	ErrRecovery = errors.New("entity: recovery failed")
+)
+
+// Behavior describes an entity type. EntityType, Command and Event are
+// required; the rest is optional.
+type Behavior[C, E, S any] struct {
+	// EntityType names the type; persistence ids are "EntityType|id".
+	EntityType string
+	// EmptyState returns the state of an entity with no events. Nil means
+	// the zero S.
+	EmptyState func() S
+	// Command decides what to do with a command in a state. It must not
+	// block or mutate state: effects do the work.
+	Command func(state S, cmd C) ReplyEffect[E, S]
+	// Event applies a stored event to the state and returns the new state.
+	// It runs both after a persist and during recovery, so it must be pure.
+	Event func(state S, event E) S
+
+	// Tagger returns the tags stored with an event (for queries by tag).
+	Tagger func(event E) []string
+	// Adapters turn stored events of older shapes into current events:
+	// the stored payload of an event whose manifest has an adapter goes to
+	// it instead of the serialization registry, and it returns zero or more
+	// events to apply (manifest-based upcasting).
+	Adapters map[string]func(payload []byte) ([]E, error)
+
+	// Snapshots configures when snapshots are taken and kept.
+	Snapshots SnapshotPolicy[E, S]
+	// Recovery configures how an entity starts.
+	Recovery Recovery
+	// OnRecovered runs once when recovery completes, with the recovered
+	// state and highest sequence number, before the first command.
+	OnRecovered func(state S, seqNr int64)
+}
+
+// SnapshotPolicy decides when a snapshot of the state is saved and which are
+// kept. The state is serialized with the host's registry, so S must be
+// serializable there (for example registered with RegisterJSON).
+type SnapshotPolicy[E, S any] struct {
+	// Every saves a snapshot when an event's sequence number is a multiple
+	// of Every (0: never).
+	Every int64
+	// When saves a snapshot after an event for which it returns true.
+	When func(state S, event E, seqNr int64) bool
+	// KeepLast, with Every, deletes snapshots older than the last KeepLast
+	// after each snapshot (0: keep all): those with sequence number ≤
+	// seqNr − KeepLast·Every.
+	KeepLast int
+	// DeleteEvents, with KeepLast, also deletes the events up to that same
+	// sequence number.
+	DeleteEvents bool
+	// Optional: when a snapshot cannot be loaded or decoded, recover from
+	// all events instead of failing.
+	Optional bool
+}
+
+// Recovery configures how an entity starts.
+type Recovery struct {
+	// Disabled starts entities from the empty state and sequence number 0
+	// without reading the journal or snapshots (for entities whose history
+	// does not matter). Their writes still start at the highest number.
+	Disabled bool
+	// Snapshot selects the snapshot to start from; nil means
+	// snapshot.Latest(). Use snapshot.None() to replay all events.
+	Snapshot *snapshot.Criteria
+	// ToSequenceNr, when positive, replays events only up to it.
+	ToSequenceNr int64
+}
+
+func (b *Behavior[C, E, S]) validate() error {
+	switch {
+	case b.EntityType == "":
+		return errors.New("entity: Behavior.EntityType is empty")
+	case b.Command == nil:
+		return fmt.Errorf("entity: Behavior %q has no Command handler", b.EntityType)
+	case b.Event == nil:
+		return fmt.Errorf("entity: Behavior %q has no Event handler", b.EntityType)
+	case b.Snapshots.Every < 0 || b.Snapshots.KeepLast < 0:
+		return fmt.Errorf("entity: Behavior %q has a negative snapshot setting", b.EntityType)
+	case b.Snapshots.KeepLast > 0 && b.Snapshots.Every == 0:
+		return fmt.Errorf("entity: Behavior %q: Snapshots.KeepLast needs Snapshots.Every", b.EntityType)
+	}
+	return nil
+}
+
+func (b *Behavior[C, E, S]) empty() S {
+	if b.EmptyState != nil {
+		return b.EmptyState()
+	}
+	var s S
+	return s
+}
+
+// Backoff is a restart schedule: the delay starts at Min, doubles per
+// consecutive failure up to Max.
+type Backoff struct {
+	Min, Max time.Duration
+}
+
+func (b Backoff) delay(failures int) time.Duration {
+	d := b.Min
+	for i := 1; i < failures && d < b.Max; i++ {
+		d *= 2
+	}
+	return min(d, b.Max)
+}
+
+// isConflict reports a write that met another writer's sequence number.
+func isConflict(err error) bool { return errors.Is(err, journal.ErrSequenceConflict) }

@@ -1,0 +1,429 @@
+package entity
+
+import (
+	"container/list"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"math"
+	"time"
+
+	"github.com/annals-go/annals/journal"
+	"github.com/annals-go/annals/snapshot"
+)
+
+type envelope[C any] struct {
+	cmd  C
+	done chan error // buffered; nil for Tell
+}
+
+func (e envelope[C]) finish(err error) {
+	if e.done != nil {
+		e.done <- err
+	}
+}
+
+type signal int
+
+const (
+	signalPassivate signal = iota + 1
+	signalShutdown
+)
+
+// instance is one live entity: its goroutine, mailbox, state and stash.
+type instance[C, E, S any] struct {
+	h       *Host[C, E, S]
+	id, pid string
+	mailbox chan envelope[C]
+	signals chan signal
+
+	// guarded by h.mu
+	elem        *list.Element
+	passivating bool
+
+	// owned by the instance goroutine
+	writer    string
+	state     S
+	seq       int64
+	stash     []envelope[C]
+	unstashed []envelope[C]
+	stop      bool
+}
+
+// signal sends s without blocking; a pending shutdown outranks passivation.
+func (inst *instance[C, E, S]) signal(s signal) {
+	select {
+	case inst.signals <- s:
+	default:
+		if s == signalShutdown {
+			select {
+			case <-inst.signals:
+			default:
+			}
+			select {
+			case inst.signals <- s:
+			default:
+			}
+		}
+	}
+}
+
+// failure stops serving: cause is the error.
+type failure struct{ cause error }
+
+func (f failure) Error() string { return f.cause.Error() }
+func (f failure) Unwrap() error { return f.cause }
+
+// run is the instance goroutine: recover, serve, and on failure stop or
+// restart with backoff.
+func (inst *instance[C, E, S]) run() {
+	h := inst.h
+	defer h.wg.Done()
+	for attempt := 0; ; attempt++ {
+		if attempt > 0 {
+			if !inst.backoff(h.cfg.Restart.delay(attempt)) {
+				inst.stopWith(ErrHostClosed)
+				return
+			}
+		}
+		err := inst.recoverState()
+		if err == nil {
+			err = inst.serve()
+		}
+		if err == nil {
+			return
+		}
+		restart := h.cfg.Restart != nil && !isConflict(err) && !errors.Is(err, ErrHostClosed)
+		h.cfg.Logger.Warn("entity stopped", "persistence_id", inst.pid, "err", err, "restart", restart)
+		if !restart {
+			inst.stopWith(err)
+			return
+		}
+	}
+}
+
+// backoff waits d, or returns false if the host shuts down meanwhile.
+func (inst *instance[C, E, S]) backoff(d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	for {
+		select {
+		case <-t.C:
+			return true
+		case s := <-inst.signals:
+			if s == signalShutdown {
+				return false
+			}
+		}
+	}
+}
+
+// stopWith removes the instance and fails every command it holds.
+func (inst *instance[C, E, S]) stopWith(cause error) {
+	inst.h.remove(inst, true)
+	err := cause
+	if !errors.Is(cause, ErrHostClosed) && !errors.Is(cause, ErrStopped) {
+		err = fmt.Errorf("%w: %w", ErrStopped, cause)
+	}
+	for _, env := range inst.unstashed {
+		env.finish(err)
+	}
+	for _, env := range inst.stash {
+		env.finish(err)
+	}
+	inst.unstashed, inst.stash = nil, nil
+	for {
+		select {
+		case env := <-inst.mailbox:
+			env.finish(err)
+		default:
+			return
+		}
+	}
+}
+
+// recoverState restores the state: highest sequence number, snapshot, events.
+func (inst *instance[C, E, S]) recoverState() (err error) {
+	h, b := inst.h, &inst.h.b
+	select {
+	case h.recoveries <- struct{}{}:
+	case s := <-inst.signals:
+		if s == signalShutdown {
+			return ErrHostClosed
+		}
+		inst.signals <- s // passivation waits for recovery
+		h.recoveries <- struct{}{}
+	}
+	defer func() { <-h.recoveries }()
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("%w of %s: panic: %v", ErrRecovery, inst.pid, r)
+		}
+	}()
+	ctx := context.Background()
+	inst.writer = newWriterID()
+	inst.state, inst.seq = b.empty(), 0
+	inst.stop = false
+	highest, err := h.cfg.Journal.HighestSequenceNr(ctx, inst.pid, 0)
+	if err != nil {
+		return fmt.Errorf("%w of %s: highest sequence number: %w", ErrRecovery, inst.pid, err)
+	}
+	if !b.Recovery.Disabled {
+		if err := inst.replay(ctx, highest); err != nil {
+			return err
+		}
+	}
+	if b.Recovery.Disabled || b.Recovery.ToSequenceNr <= 0 {
+		inst.seq = max(inst.seq, highest) // deleted events still count
+	}
+	if b.OnRecovered != nil {
+		b.OnRecovered(inst.state, inst.seq)
+	}
+	return nil
+}
+
+func (inst *instance[C, E, S]) replay(ctx context.Context, highest int64) error {
+	h, b := inst.h, &inst.h.b
+	crit := snapshot.Latest()
+	if b.Recovery.Snapshot != nil {
+		crit = *b.Recovery.Snapshot
+	}
+	to := highest
+	if b.Recovery.ToSequenceNr > 0 {
+		to = min(to, b.Recovery.ToSequenceNr)
+		crit.MaxSequenceNr = min(crit.MaxSequenceNr, to)
+	}
+	if h.cfg.Snapshots != nil && crit.MaxSequenceNr > 0 {
+		if err := inst.loadSnapshot(ctx, crit); err != nil {
+			if !b.Snapshots.Optional {
+				return fmt.Errorf("%w of %s: %w", ErrRecovery, inst.pid, err)
+			}
+			h.cfg.Logger.Warn("snapshot ignored, replaying all events", "persistence_id", inst.pid, "err", err)
+			inst.state, inst.seq = b.empty(), 0
+		}
+	}
+	for r, err := range h.cfg.Journal.Replay(ctx, inst.pid, inst.seq+1, to, math.MaxInt64) {
+		if err != nil {
+			return fmt.Errorf("%w of %s: replay: %w", ErrRecovery, inst.pid, err)
+		}
+		events, err := inst.decode(r)
+		if err != nil {
+			return fmt.Errorf("%w of %s: %w", ErrRecovery, inst.pid, err)
+		}
+		for _, e := range events {
+			inst.state = b.Event(inst.state, e)
+		}
+		inst.seq = r.SequenceNr
+	}
+	return nil
+}
+
+func (inst *instance[C, E, S]) loadSnapshot(ctx context.Context, crit snapshot.Criteria) error {
+	snap, ok, err := inst.h.cfg.Snapshots.Load(ctx, inst.pid, crit)
+	if err != nil || !ok {
+		return err
+	}
+	v, err := inst.h.cfg.Registry.DeserializeSnapshot(snap)
+	if err != nil {
+		return err
+	}
+	s, ok := v.(S)
+	if !ok {
+		return fmt.Errorf("snapshot %d of %s decodes to %T, not the behavior's state type %T", snap.Metadata.SequenceNr, inst.pid, v, inst.state)
+	}
+	inst.state, inst.seq = s, snap.Metadata.SequenceNr
+	return nil
+}
+
+// decode turns a stored event into current events, through the adapter of
+// its manifest or the registry.
+func (inst *instance[C, E, S]) decode(r journal.Repr) ([]E, error) {
+	if adapt, ok := inst.h.b.Adapters[r.Manifest]; ok {
+		events, err := adapt(r.Payload)
+		if err != nil {
+			return nil, fmt.Errorf("adapter for manifest %q, event %d: %w", r.Manifest, r.SequenceNr, err)
+		}
+		return events, nil
+	}
+	v, err := inst.h.cfg.Registry.DeserializeRepr(r)
+	if err != nil {
+		return nil, err
+	}
+	e, ok := v.(E)
+	if !ok {
+		return nil, fmt.Errorf("event %d of %s (manifest %q) decodes to %T, not the behavior's event type", r.SequenceNr, r.PersistenceID, r.Manifest, v)
+	}
+	return []E{e}, nil
+}
+
+// serve handles commands until the instance passivates, stops or fails. It
+// returns nil when it has left the host, a failure otherwise.
+func (inst *instance[C, E, S]) serve() error {
+	h := inst.h
+	var idle <-chan time.Time
+	var timer *time.Timer
+	if h.cfg.IdleTimeout > 0 {
+		timer = time.NewTimer(h.cfg.IdleTimeout)
+		defer timer.Stop()
+		idle = timer.C
+	}
+	passivate := false
+	for {
+		if len(inst.unstashed) > 0 {
+			env := inst.unstashed[0]
+			inst.unstashed = inst.unstashed[1:]
+			if err := inst.handle(env); err != nil {
+				return err
+			}
+			continue
+		}
+		if inst.stop {
+			inst.stopWith(ErrStopped)
+			return nil
+		}
+		if passivate && h.remove(inst, false) {
+			inst.stopWith(ErrStopped) // fails stashed commands, if any
+			return nil
+		}
+		select {
+		case env := <-inst.mailbox:
+			if err := inst.handle(env); err != nil {
+				return err
+			}
+			if timer != nil {
+				timer.Reset(h.cfg.IdleTimeout)
+			}
+		case <-idle:
+			passivate = true
+		case s := <-inst.signals:
+			if s == signalShutdown {
+				inst.stopWith(ErrHostClosed)
+				return nil
+			}
+			passivate = true
+		}
+	}
+}
+
+// handle runs one command: the handler, then its effect. It returns a
+// failure that stops (or restarts) the instance.
+func (inst *instance[C, E, S]) handle(env envelope[C]) (err error) {
+	b := &inst.h.b
+	var eff Effect[E, S]
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("entity %s: panic in handler or side effect: %v", inst.pid, r)
+			env.finish(err)
+		}
+	}()
+	eff = b.Command(inst.state, env.cmd).effect
+	switch {
+	case eff.unhandled:
+		env.finish(ErrUnhandled)
+		return nil
+	case eff.stash:
+		if len(inst.stash) >= inst.h.cfg.StashCapacity {
+			env.finish(fmt.Errorf("%w: %d commands stashed by %s", ErrStashOverflow, len(inst.stash), inst.pid))
+			return nil
+		}
+		inst.stash = append(inst.stash, env)
+		return nil
+	}
+	if eff.persist {
+		if err := inst.persist(eff.events); err != nil {
+			env.finish(err)
+			if errors.Is(err, journal.ErrRejected) && !isConflict(err) {
+				return nil // not stored: the entity goes on
+			}
+			return failure{err}
+		}
+	}
+	for _, fn := range eff.after {
+		fn(inst.state)
+	}
+	env.finish(nil)
+	if eff.unstash {
+		inst.unstashed = append(inst.stash, inst.unstashed...)
+		inst.stash = nil
+	}
+	if eff.stop {
+		inst.stop = true
+	}
+	return nil
+}
+
+// persist stores events as one atomic write, applies them, and takes a
+// snapshot when the policy asks. A serialization failure is a rejection.
+func (inst *instance[C, E, S]) persist(events []E) error {
+	h, b := inst.h, &inst.h.b
+	w := journal.AtomicWrite{PersistenceID: inst.pid, Events: make([]journal.Repr, len(events))}
+	for i, e := range events {
+		payload, id, manifest, err := h.cfg.Registry.Serialize(e)
+		if err != nil {
+			return journal.Reject("event %d of %s: %w", inst.seq+int64(i)+1, inst.pid, err)
+		}
+		var tags []string
+		if b.Tagger != nil {
+			tags = b.Tagger(e)
+		}
+		w.Events[i] = journal.Repr{PersistenceID: inst.pid, SequenceNr: inst.seq + int64(i) + 1, Payload: payload, SerializerID: id, Manifest: manifest, WriterID: inst.writer, Tags: tags}
+	}
+	ctx := context.Background()
+	errs, err := h.cfg.Journal.Write(ctx, []journal.AtomicWrite{w})
+	if err != nil {
+		return fmt.Errorf("entity %s: persist events %d..%d: outcome unknown: %w", inst.pid, inst.seq+1, inst.seq+int64(len(events)), err)
+	}
+	if errs != nil && errs[0] != nil {
+		return errs[0]
+	}
+	snap := false
+	for _, e := range events {
+		inst.seq++
+		inst.state = b.Event(inst.state, e)
+		p := b.Snapshots
+		if (p.Every > 0 && inst.seq%p.Every == 0) || (p.When != nil && p.When(inst.state, e, inst.seq)) {
+			snap = true
+		}
+	}
+	if snap && h.cfg.Snapshots != nil {
+		inst.snapshot(ctx)
+	}
+	return nil
+}
+
+// snapshot saves the state and applies retention. Failures are logged; the
+// entity goes on.
+func (inst *instance[C, E, S]) snapshot(ctx context.Context) {
+	h, p := inst.h, inst.h.b.Snapshots
+	payload, id, manifest, err := h.cfg.Registry.Serialize(inst.state)
+	if err == nil {
+		err = h.cfg.Snapshots.Save(ctx, snapshot.Snapshot{Metadata: snapshot.Metadata{PersistenceID: inst.pid, SequenceNr: inst.seq}, Payload: payload, SerializerID: id, Manifest: manifest})
+	}
+	if err != nil {
+		h.cfg.Logger.Warn("snapshot failed", "persistence_id", inst.pid, "seq", inst.seq, "err", err)
+		return
+	}
+	if p.KeepLast == 0 || p.Every == 0 {
+		return
+	}
+	upTo := inst.seq - int64(p.KeepLast)*p.Every
+	if upTo <= 0 {
+		return
+	}
+	if err := h.cfg.Snapshots.DeleteMatching(ctx, inst.pid, snapshot.Criteria{MaxSequenceNr: upTo}); err != nil {
+		h.cfg.Logger.Warn("deleting old snapshots failed", "persistence_id", inst.pid, "up_to", upTo, "err", err)
+	}
+	if p.DeleteEvents {
+		if err := h.cfg.Journal.DeleteTo(ctx, inst.pid, upTo); err != nil {
+			h.cfg.Logger.Warn("deleting old events failed", "persistence_id", inst.pid, "up_to", upTo, "err", err)
+		}
+	}
+}
+
+func newWriterID() string {
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}

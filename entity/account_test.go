@@ -3,6 +3,7 @@ package entity_test
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"path/filepath"
 	"testing"
 
@@ -177,7 +178,7 @@ func sqliteStores(t testing.TB) stores {
 
 func newHost(t testing.TB, st stores, b entity.Behavior[Command, Event, State], mod ...func(*entity.HostConfig)) *entity.Host[Command, Event, State] {
 	t.Helper()
-	cfg := entity.HostConfig{Journal: st.journal, Snapshots: st.snapshots, Registry: st.registry}
+	cfg := entity.HostConfig{Journal: st.journal, Snapshots: st.snapshots, Registry: st.registry, Logger: slog.New(slog.DiscardHandler)}
 	for _, m := range mod {
 		m(&cfg)
 	}

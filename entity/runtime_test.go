@@ -1,0 +1,721 @@
+package entity_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/annals-go/annals/entity"
+	"github.com/annals-go/annals/journal"
+	"github.com/annals-go/annals/snapshot"
+)
+
+// faultyJournal fails chosen Write calls: before the store call (nothing
+// stored) or after it (stored, but reported as a failure: outcome unknown).
+// onWrite, when set, runs first in every Write with the call's number, and
+// may block. It counts concurrent HighestSequenceNr calls, which gate can
+// hold.
+type faultyJournal struct {
+	journal.Journal
+	mu        sync.Mutex
+	calls     int
+	failAt    map[int]string // call number → "before" or "after"
+	onWrite   func(call int)
+	gate      chan struct{}
+	recovers  atomic.Int32
+	maxRecovs atomic.Int32
+}
+
+var errInjected = errors.New("injected store failure")
+
+func (f *faultyJournal) Write(ctx context.Context, ws []journal.AtomicWrite) ([]error, error) {
+	f.mu.Lock()
+	f.calls++
+	n, mode, hook := f.calls, f.failAt[f.calls], f.onWrite
+	f.mu.Unlock()
+	if hook != nil {
+		hook(n)
+	}
+	switch mode {
+	case "before":
+		return nil, errInjected
+	case "after":
+		if _, err := f.Journal.Write(ctx, ws); err != nil {
+			return nil, err
+		}
+		return nil, errInjected
+	case "reject":
+		return []error{journal.Reject("injected rejection")}, nil
+	}
+	return f.Journal.Write(ctx, ws)
+}
+
+func (f *faultyJournal) HighestSequenceNr(ctx context.Context, pid string, from int64) (int64, error) {
+	n := f.recovers.Add(1)
+	defer f.recovers.Add(-1)
+	for {
+		m := f.maxRecovs.Load()
+		if n <= m || f.maxRecovs.CompareAndSwap(m, n) {
+			break
+		}
+	}
+	if f.gate != nil {
+		<-f.gate
+	}
+	return f.Journal.HighestSequenceNr(ctx, pid, from)
+}
+
+func replayPayloadManifests(t *testing.T, j journal.Journal, pid string) []journal.Repr {
+	t.Helper()
+	var out []journal.Repr
+	for r, err := range j.Replay(t.Context(), pid, 1, math.MaxInt64, math.MaxInt64) {
+		if err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, r)
+	}
+	return out
+}
+
+func TestEffects(t *testing.T) {
+	ctx := t.Context()
+	st := memoryStores(t)
+	h := newHost(t, st, accountBehavior())
+
+	t.Run("persist several events atomically", func(t *testing.T) {
+		got, err := entity.Ask(ctx, h, "many", func(r entity.ReplyTo[int64]) Command { return DepositMany{Amounts: []int64{1, 2, 3}, Reply: r} })
+		if err != nil || got != 6 {
+			t.Fatalf("DepositMany = %d, %v; want 6", got, err)
+		}
+		evs := replayPayloadManifests(t, st.journal, "Account|many")
+		if len(evs) != 3 || evs[0].Ordering+2 != evs[2].Ordering {
+			t.Errorf("stored %d events, want 3 in one atomic write", len(evs))
+		}
+	})
+	t.Run("unhandled", func(t *testing.T) {
+		if err := h.Send(ctx, "closed", Close{}); err != nil {
+			t.Fatal(err)
+		}
+		if err := h.Send(ctx, "closed", Close{}); !errors.Is(err, entity.ErrUnhandled) {
+			t.Errorf("second Close: %v, want ErrUnhandled", err)
+		}
+	})
+	t.Run("no reply is an error for Ask", func(t *testing.T) {
+		_, err := entity.Ask(ctx, h, "forget", func(entity.ReplyTo[int64]) Command { return Forget{} })
+		if !errors.Is(err, entity.ErrNoReply) {
+			t.Errorf("Ask of a command handled without reply: %v, want ErrNoReply", err)
+		}
+	})
+	t.Run("stop, then the next command recovers", func(t *testing.T) {
+		if _, err := deposit(ctx, h, "stopper", 5); err != nil {
+			t.Fatal(err)
+		}
+		if err := h.Send(ctx, "stopper", Close{}); err != nil {
+			t.Fatal(err)
+		}
+		// The next command recovers a new instance that saw Closed.
+		if err := h.Send(ctx, "stopper", Close{}); !errors.Is(err, entity.ErrUnhandled) {
+			t.Errorf("after stop, Close = %v; the recovered state must be closed", err)
+		}
+		mustBalance(t, h, "stopper", 5)
+	})
+}
+
+func TestStashKeepsOrder(t *testing.T) {
+	ctx := t.Context()
+	st := memoryStores(t)
+	h := newHost(t, st, accountBehavior())
+	if err := h.Send(ctx, "o", Hold{}); err != nil {
+		t.Fatal(err)
+	}
+	for _, a := range []int64{1, 2, 3} {
+		if err := h.Tell("o", Deposit{Amount: a}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := h.Send(ctx, "o", Release{}); err != nil {
+		t.Fatal(err)
+	}
+	mustBalance(t, h, "o", 6)
+	var amounts []string
+	for _, r := range replayPayloadManifests(t, st.journal, "Account|o") {
+		amounts = append(amounts, string(r.Payload))
+	}
+	want := []string{"{}", "{}", `{"Amount":1}`, `{"Amount":2}`, `{"Amount":3}`}
+	if !slices.Equal(amounts, want) {
+		t.Errorf("journal holds %v, want %v: Held, Released, then the stashed commands in arrival order", amounts, want)
+	}
+}
+
+func TestStashOverflow(t *testing.T) {
+	ctx := t.Context()
+	h := newHost(t, memoryStores(t), accountBehavior(), func(c *entity.HostConfig) { c.StashCapacity = 2 })
+	if err := h.Send(ctx, "s", Hold{}); err != nil {
+		t.Fatal(err)
+	}
+	_ = h.Tell("s", Forget{})
+	_ = h.Tell("s", Forget{})
+	if err := h.Send(ctx, "s", Forget{}); !errors.Is(err, entity.ErrStashOverflow) {
+		t.Errorf("third stashed command: %v, want ErrStashOverflow", err)
+	}
+}
+
+func TestMailboxOverflow(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		st := memoryStores(t)
+		release := make(chan struct{})
+		st.journal = &faultyJournal{Journal: st.journal, onWrite: func(n int) {
+			if n == 1 {
+				<-release
+			}
+		}}
+		h := newHost(t, st, accountBehavior(), func(c *entity.HostConfig) { c.MailboxCapacity = 2 })
+		if err := h.Tell("m", Deposit{Amount: 1}); err != nil {
+			t.Fatal(err)
+		}
+		synctest.Wait() // the entity is persisting; commands now wait in its mailbox
+		for i := range 2 {
+			if err := h.Tell("m", Deposit{Amount: 1}); err != nil {
+				t.Fatalf("command %d within capacity: %v", i, err)
+			}
+		}
+		if err := h.Tell("m", Deposit{Amount: 1}); !errors.Is(err, entity.ErrMailboxFull) {
+			t.Errorf("command beyond capacity: %v, want ErrMailboxFull", err)
+		}
+		close(release)
+		synctest.Wait()
+		mustBalance(t, h, "m", 3)
+	})
+}
+
+func TestRejectionKeepsEntityRunning(t *testing.T) {
+	st := memoryStores(t)
+	st.journal = &faultyJournal{Journal: st.journal, failAt: map[int]string{2: "reject"}}
+	h := newHost(t, st, accountBehavior())
+	ctx := t.Context()
+	if _, err := deposit(ctx, h, "r", 5); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := deposit(ctx, h, "r", 7); !errors.Is(err, journal.ErrRejected) {
+		t.Fatalf("rejected write: %v, want ErrRejected", err)
+	}
+	if got, err := deposit(ctx, h, "r", 1); err != nil || got != 6 {
+		t.Errorf("after a rejection the entity goes on with its state: %d, %v, want 6", got, err)
+	}
+}
+
+func TestPersistFailureStopsAndNextCommandRecovers(t *testing.T) {
+	st := memoryStores(t)
+	entered, release := make(chan struct{}), make(chan struct{})
+	st.journal = &faultyJournal{Journal: st.journal, failAt: map[int]string{2: "before"}, onWrite: func(n int) {
+		if n == 2 {
+			close(entered)
+			<-release
+		}
+	}}
+	h := newHost(t, st, accountBehavior())
+	ctx := t.Context()
+	if _, err := deposit(ctx, h, "f", 5); err != nil {
+		t.Fatal(err)
+	}
+	failed := make(chan error, 1)
+	go func() { _, err := deposit(ctx, h, "f", 7); failed <- err }()
+	<-entered
+	waiting := make(chan error, 1)
+	go func() { _, err := deposit(ctx, h, "f", 100); waiting <- err }()
+	// The second deposit may reach the mailbox before or after the failure:
+	// before, it fails with ErrStopped; after, a new instance handles it.
+	close(release)
+	if err := <-failed; !errors.Is(err, errInjected) || errors.Is(err, journal.ErrRejected) {
+		t.Fatalf("failed write: %v, want the store's error, not a rejection", err)
+	}
+	if err := <-waiting; err != nil && !errors.Is(err, entity.ErrStopped) {
+		t.Fatalf("command waiting behind a failure: %v, want success (after recovery) or ErrStopped", err)
+	}
+	got, err := balance(ctx, h, "f")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got != 5 && got != 105 {
+		t.Errorf("balance after failure = %d, want 5 (or 105 if the waiting deposit ran after recovery); never the failed 7", got)
+	}
+}
+
+func TestSequenceConflictStopsEntity(t *testing.T) {
+	st := memoryStores(t)
+	h := newHost(t, st, accountBehavior())
+	ctx := t.Context()
+	if _, err := deposit(ctx, h, "c", 5); err != nil {
+		t.Fatal(err)
+	}
+	// Another process writes event 2 of the same id.
+	other := journal.AtomicWrite{PersistenceID: "Account|c", Events: []journal.Repr{{PersistenceID: "Account|c", SequenceNr: 2, Payload: []byte(`{"Amount":1000}`), SerializerID: 33, Manifest: "test.Deposited"}}}
+	if res, err := st.journal.Write(ctx, []journal.AtomicWrite{other}); err != nil || res != nil {
+		t.Fatal(res, err)
+	}
+	if _, err := deposit(ctx, h, "c", 7); !errors.Is(err, journal.ErrSequenceConflict) {
+		t.Fatalf("write after another writer: %v, want ErrSequenceConflict", err)
+	}
+	mustBalance(t, h, "c", 1005) // recovered from the journal, with the other writer's event
+}
+
+func TestRestartWithBackoff(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		st := memoryStores(t)
+		st.journal = &faultyJournal{Journal: st.journal, failAt: map[int]string{2: "before", 3: "before"}}
+		h := newHost(t, st, accountBehavior(), func(c *entity.HostConfig) { c.Restart = &entity.Backoff{Min: time.Second, Max: 4 * time.Second} })
+		ctx := t.Context()
+		if _, err := deposit(ctx, h, "b", 5); err != nil {
+			t.Fatal(err)
+		}
+		start := time.Now()
+		if _, err := deposit(ctx, h, "b", 7); !errors.Is(err, errInjected) {
+			t.Fatalf("failed write: %v", err)
+		}
+		if _, err := deposit(ctx, h, "b", 9); !errors.Is(err, errInjected) {
+			t.Fatalf("second failed write: %v", err)
+		}
+		got, err := deposit(ctx, h, "b", 1)
+		if err != nil || got != 6 {
+			t.Fatalf("after restarts: %d, %v, want 6", got, err)
+		}
+		if d := time.Since(start); d != 3*time.Second {
+			t.Errorf("restarts took %v of fake time, want 1s + 2s (doubling backoff)", d)
+		}
+		if h.Live() != 1 {
+			t.Errorf("live = %d, want 1: a restart keeps the instance", h.Live())
+		}
+	})
+}
+
+// snapshotStore wraps a snapshot store, failing Save when failSave is set.
+type snapshotStore struct {
+	snapshot.Store
+	failSave atomic.Bool
+}
+
+func (s *snapshotStore) Save(ctx context.Context, snap snapshot.Snapshot) error {
+	if s.failSave.Load() {
+		return errInjected
+	}
+	return s.Store.Save(ctx, snap)
+}
+
+func TestSnapshotsAndRetention(t *testing.T) {
+	st := memoryStores(t)
+	b := accountBehavior()
+	b.Snapshots = entity.SnapshotPolicy[Event, State]{Every: 2, KeepLast: 2, DeleteEvents: true}
+	h := newHost(t, st, b)
+	ctx := t.Context()
+	for range 10 {
+		if _, err := deposit(ctx, h, "s", 1); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, c := range []struct {
+		max  int64
+		want int64
+	}{{10, 10}, {9, 8}, {7, 0}} {
+		snap, ok, err := st.snapshots.Load(ctx, "Account|s", snapshot.Criteria{MaxSequenceNr: c.max})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := map[bool]int64{true: snap.Metadata.SequenceNr}[ok]; got != c.want {
+			t.Errorf("snapshot at or below %d: %d, want %d (every 2, keep the last 2)", c.max, got, c.want)
+		}
+	}
+	evs := replayPayloadManifests(t, st.journal, "Account|s")
+	if len(evs) != 4 || evs[0].SequenceNr != 7 {
+		t.Errorf("journal holds %d events from %d, want 7..10: events below the oldest kept snapshot are deleted", len(evs), evs[0].SequenceNr)
+	}
+	if err := h.Shutdown(ctx); err != nil {
+		t.Fatal(err)
+	}
+	mustBalance(t, newHost(t, st, b), "s", 10)
+}
+
+func TestSnapshotFailureDoesNotStopEntity(t *testing.T) {
+	st := memoryStores(t)
+	ss := &snapshotStore{Store: st.snapshots}
+	ss.failSave.Store(true)
+	st.snapshots = ss
+	b := accountBehavior()
+	b.Snapshots.Every = 1
+	h := newHost(t, st, b)
+	for i := range 3 {
+		if _, err := deposit(t.Context(), h, "sf", 1); err != nil {
+			t.Fatalf("deposit %d with failing snapshots: %v", i, err)
+		}
+	}
+	mustBalance(t, h, "sf", 3)
+}
+
+func TestOptionalSnapshot(t *testing.T) {
+	for _, optional := range []bool{true, false} {
+		t.Run(fmt.Sprint("optional=", optional), func(t *testing.T) {
+			st := memoryStores(t)
+			b := accountBehavior()
+			b.Snapshots.Optional = optional
+			ctx := t.Context()
+			h := newHost(t, st, b)
+			for range 3 {
+				if _, err := deposit(ctx, h, "o", 2); err != nil {
+					t.Fatal(err)
+				}
+			}
+			_ = h.Shutdown(ctx)
+			corrupt := snapshot.Snapshot{Metadata: snapshot.Metadata{PersistenceID: "Account|o", SequenceNr: 2}, Payload: []byte("not json"), SerializerID: 33, Manifest: "test.State"}
+			if err := st.snapshots.Save(ctx, corrupt); err != nil {
+				t.Fatal(err)
+			}
+			got, err := balance(ctx, newHost(t, st, b), "o")
+			if optional && (err != nil || got != 6) {
+				t.Errorf("optional snapshot that cannot be decoded: %d, %v; want 6 from all events", got, err)
+			}
+			if !optional && !errors.Is(err, entity.ErrRecovery) {
+				t.Errorf("required snapshot that cannot be decoded: %v, want ErrRecovery", err)
+			}
+		})
+	}
+}
+
+func TestRecoveryOptions(t *testing.T) {
+	st := memoryStores(t)
+	ctx := t.Context()
+	h := newHost(t, st, accountBehavior())
+	for _, a := range []int64{1, 2, 4} {
+		if _, err := deposit(ctx, h, "r", a); err != nil {
+			t.Fatal(err)
+		}
+	}
+	_ = h.Shutdown(ctx)
+
+	t.Run("bounded", func(t *testing.T) {
+		b := accountBehavior()
+		b.Recovery.ToSequenceNr = 2
+		mustBalance(t, newHost(t, st, b), "r", 3)
+	})
+	t.Run("disabled, writes continue after the highest number", func(t *testing.T) {
+		b := accountBehavior()
+		b.Recovery.Disabled = true
+		h := newHost(t, st, b)
+		if got, err := deposit(ctx, h, "r", 10); err != nil || got != 10 {
+			t.Fatalf("deposit without recovery: %d, %v; want 10 from the empty state", got, err)
+		}
+		evs := replayPayloadManifests(t, st.journal, "Account|r")
+		if n := len(evs); n != 4 || evs[3].SequenceNr != 4 {
+			t.Errorf("journal holds %d events, want the new one at 4", n)
+		}
+	})
+	t.Run("recovered hook", func(t *testing.T) {
+		b := accountBehavior()
+		var calls []string
+		var mu sync.Mutex
+		b.OnRecovered = func(s State, seq int64) {
+			mu.Lock()
+			calls = append(calls, fmt.Sprintf("%d@%d", s.Balance, seq))
+			mu.Unlock()
+		}
+		h := newHost(t, st, b)
+		mustBalance(t, h, "r", 17)
+		mustBalance(t, h, "r", 17)
+		mu.Lock()
+		defer mu.Unlock()
+		if !slices.Equal(calls, []string{"17@4"}) {
+			t.Errorf("OnRecovered calls = %v, want one with the recovered state and number", calls)
+		}
+	})
+}
+
+func TestConcurrentRecoveriesAreBounded(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		st := memoryStores(t)
+		fj := &faultyJournal{Journal: st.journal, gate: make(chan struct{})}
+		st.journal = fj
+		h := newHost(t, st, accountBehavior(), func(c *entity.HostConfig) { c.MaxConcurrentRecoveries = 2 })
+		for i := range 5 {
+			if err := h.Tell(fmt.Sprint("id-", i), Forget{}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		synctest.Wait()
+		if n := fj.recovers.Load(); n != 2 {
+			t.Errorf("%d recoveries in progress, want 2 (the limit)", n)
+		}
+		close(fj.gate)
+		synctest.Wait()
+		if m := fj.maxRecovs.Load(); m != 2 {
+			t.Errorf("at most %d recoveries ran at once, want 2", m)
+		}
+	})
+}
+
+func TestPassivation(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		st := memoryStores(t)
+		h := newHost(t, st, accountBehavior(), func(c *entity.HostConfig) { c.IdleTimeout = time.Minute })
+		ctx := t.Context()
+		if _, err := deposit(ctx, h, "p", 3); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(59 * time.Second)
+		synctest.Wait()
+		if h.Live() != 1 {
+			t.Fatalf("live = %d before the idle timeout, want 1", h.Live())
+		}
+		time.Sleep(2 * time.Second)
+		synctest.Wait()
+		if h.Live() != 0 {
+			t.Fatalf("live = %d after the idle timeout, want 0", h.Live())
+		}
+		mustBalance(t, h, "p", 3)
+	})
+}
+
+func TestMaxLivePassivatesLeastRecentlyUsed(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		st := memoryStores(t)
+		var recovered []string
+		b := accountBehavior()
+		var mu sync.Mutex
+		b.OnRecovered = func(s State, seq int64) { mu.Lock(); recovered = append(recovered, fmt.Sprint(s.Balance)); mu.Unlock() }
+		h := newHost(t, st, b, func(c *entity.HostConfig) { c.MaxLive = 2 })
+		ctx := t.Context()
+		for i, id := range []string{"a", "b", "a", "c"} {
+			if _, err := deposit(ctx, h, id, int64(i+1)); err != nil {
+				t.Fatal(err)
+			}
+			synctest.Wait()
+		}
+		if h.Live() != 2 {
+			t.Fatalf("live = %d, want 2 (MaxLive)", h.Live())
+		}
+		// b was least recently used when c came: asking it again recovers
+		// it (balance 2), and evicts a, now the least recently used.
+		mustBalance(t, h, "b", 2)
+		synctest.Wait()
+		mustBalance(t, h, "a", 4)
+		mu.Lock()
+		defer mu.Unlock()
+		if !slices.Equal(recovered, []string{"0", "0", "0", "2", "4"}) {
+			t.Errorf("recoveries saw balances %v, want a, b, c fresh, then b, then a again: the least recently used passivates", recovered)
+		}
+	})
+}
+
+func TestGracefulShutdownFinishesInFlightPersist(t *testing.T) {
+	st := memoryStores(t)
+	entered, release := make(chan struct{}), make(chan struct{})
+	st.journal = &faultyJournal{Journal: st.journal, onWrite: func(n int) {
+		if n == 1 {
+			close(entered)
+			<-release
+		}
+	}}
+	h := newHost(t, st, accountBehavior())
+	ctx := t.Context()
+	result := make(chan error, 1)
+	go func() { _, err := deposit(ctx, h, "g", 5); result <- err }()
+	<-entered
+	shut := make(chan error, 1)
+	go func() { shut <- h.Shutdown(ctx) }()
+	close(release)
+	if err := <-result; err != nil {
+		t.Errorf("in-flight persist during shutdown: %v, want success", err)
+	}
+	if err := <-shut; err != nil {
+		t.Fatal(err)
+	}
+	if _, err := deposit(ctx, h, "g", 1); !errors.Is(err, entity.ErrHostClosed) {
+		t.Errorf("command after shutdown: %v, want ErrHostClosed", err)
+	}
+	if evs := replayPayloadManifests(t, st.journal, "Account|g"); len(evs) != 1 {
+		t.Errorf("journal holds %d events, want the one persisted during shutdown", len(evs))
+	}
+}
+
+func TestOneInstancePerID(t *testing.T) {
+	st := sqliteStores(t)
+	h := newHost(t, st, accountBehavior())
+	ctx := t.Context()
+	var wg sync.WaitGroup
+	for range 50 {
+		wg.Go(func() {
+			for range 10 {
+				if _, err := deposit(ctx, h, "shared", 1); err != nil {
+					t.Errorf("concurrent deposit: %v", err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	evs := replayPayloadManifests(t, st.journal, "Account|shared")
+	for i, e := range evs {
+		if e.SequenceNr != int64(i+1) {
+			t.Fatalf("event %d has sequence number %d: one writer per id keeps numbers contiguous", i, e.SequenceNr)
+		}
+	}
+	if len(evs) != 500 {
+		t.Errorf("stored %d events, want 500", len(evs))
+	}
+	mustBalance(t, h, "shared", 500)
+}
+
+func TestSideEffectsRunOnceInOrderAfterStore(t *testing.T) {
+	st := memoryStores(t)
+	var log []string
+	var mu sync.Mutex
+	note := func(s string) { mu.Lock(); log = append(log, s); mu.Unlock() }
+	b := accountBehavior()
+	inner := b.Command
+	b.Command = func(s State, c Command) entity.ReplyEffect[Event, State] {
+		if d, ok := c.(Deposit); ok {
+			return fx.Persist(Deposited{d.Amount}).
+				Then(func(s State) { note(fmt.Sprint("first:", s.Balance)) }).
+				Then(func(s State) { note(fmt.Sprint("second:", s.Balance)) }).
+				ThenReply(func(s State) { d.Reply.Send(s.Balance) })
+		}
+		return inner(s, c)
+	}
+	h := newHost(t, st, b)
+	ctx := t.Context()
+	for range 2 {
+		if _, err := deposit(ctx, h, "se", 5); err != nil {
+			t.Fatal(err)
+		}
+	}
+	_ = h.Shutdown(ctx)
+	mustBalance(t, newHost(t, st, b), "se", 10) // recovery runs no side effect
+	mu.Lock()
+	defer mu.Unlock()
+	want := []string{"first:5", "second:5", "first:10", "second:10"}
+	if !slices.Equal(log, want) {
+		t.Errorf("side effects ran %v, want %v: once each, in order, with the new state, never in recovery", log, want)
+	}
+}
+
+func TestPanicInHandlerFailsCommandAndRecovers(t *testing.T) {
+	h := newHost(t, memoryStores(t), accountBehavior())
+	ctx := t.Context()
+	if _, err := deposit(ctx, h, "x", 4); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.Send(ctx, "x", Panic{}); err == nil {
+		t.Fatal("a panicking handler must fail its command")
+	}
+	mustBalance(t, h, "x", 4)
+}
+
+// TestCrashesNeverLoseAcknowledgedEvents injects store failures before and
+// after the write reaches the store, and checks after every command that
+// the entity's state is exactly the fold of the journal: no acknowledged
+// event lost, no event applied that the journal does not hold.
+func TestCrashesNeverLoseAcknowledgedEvents(t *testing.T) {
+	st := memoryStores(t)
+	raw := st.journal
+	failAt := map[int]string{}
+	for call := 3; call <= 200; call += 7 {
+		failAt[call] = "before"
+		failAt[call+3] = "after"
+	}
+	st.journal = &faultyJournal{Journal: raw, failAt: failAt}
+	h := newHost(t, st, accountBehavior())
+	ctx := t.Context()
+	acked := map[int64]bool{}
+	var failures int
+	for i := int64(1); i <= 150; i++ {
+		amount := i * 1000 // unique amounts identify events
+		if _, err := deposit(ctx, h, "crash", amount); err != nil {
+			if !errors.Is(err, errInjected) {
+				t.Fatalf("deposit %d: %v", i, err)
+			}
+			failures++
+		} else {
+			acked[amount] = true
+		}
+		var fold int64
+		stored := map[int64]bool{}
+		for _, r := range replayPayloadManifests(t, raw, "Account|crash") {
+			var a int64
+			if _, err := fmt.Sscanf(string(r.Payload), `{"Amount":%d}`, &a); err != nil {
+				t.Fatal(err)
+			}
+			fold += a
+			stored[a] = true
+		}
+		for a := range acked {
+			if !stored[a] {
+				t.Fatalf("acknowledged deposit %d is not in the journal", a)
+			}
+		}
+		mustBalance(t, h, "crash", fold)
+	}
+	if failures < 30 {
+		t.Errorf("only %d injected failures hit; the test must exercise them", failures)
+	}
+}
+
+func TestThousandConcurrentEntities(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short")
+	}
+	st := sqliteStores(t)
+	h := newHost(t, st, accountBehavior())
+	ctx := t.Context()
+	var wg sync.WaitGroup
+	for i := range 1000 {
+		wg.Go(func() {
+			id := fmt.Sprint("acct-", i)
+			for k := range 3 {
+				if _, err := deposit(ctx, h, id, int64(i+k)); err != nil {
+					t.Errorf("%s: %v", id, err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if h.Live() != 1000 {
+		t.Errorf("live = %d, want 1000", h.Live())
+	}
+	_ = h.Shutdown(ctx)
+	h2 := newHost(t, st, accountBehavior())
+	for i := range 1000 {
+		wg.Go(func() {
+			id := fmt.Sprint("acct-", i)
+			if got, err := balance(ctx, h2, id); err != nil || got != int64(3*i+3) {
+				t.Errorf("%s recovered %d, %v; want %d", id, got, err, 3*i+3)
+			}
+		})
+	}
+	wg.Wait()
+}
+
+func TestTaggerStoresTags(t *testing.T) {
+	st := memoryStores(t)
+	b := accountBehavior()
+	b.Tagger = func(e Event) []string {
+		if d, ok := e.(Deposited); ok && d.Amount >= 100 {
+			return []string{"large", "deposit"}
+		}
+		return nil
+	}
+	h := newHost(t, st, b)
+	for _, a := range []int64{5, 500} {
+		if _, err := deposit(t.Context(), h, "t", a); err != nil {
+			t.Fatal(err)
+		}
+	}
+	evs := replayPayloadManifests(t, st.journal, "Account|t")
+	if len(evs) != 2 || len(evs[0].Tags) != 0 || !slices.Equal(evs[1].Tags, []string{"large", "deposit"}) {
+		t.Errorf("stored tags %v, %v; want none, then [large deposit]", evs[0].Tags, evs[1].Tags)
+	}
+}

@@ -220,10 +220,10 @@ func demo(ctx context.Context, cfg demoConfig, stdout, stderr io.Writer) (res de
 		res.StartTotal += model[i].Load()
 	}
 	if res.StartAccounts == 0 {
-		fmt.Fprintf(stdout, "start        fresh store: %s empty accounts in %s, total balance %d\n",
+		fmt.Fprintf(stdout, "start        fresh store: %s empty accounts in %s, total balance %d cents\n",
 			num(int64(cfg.Accounts)), dur(time.Since(t0)), res.StartTotal)
 	} else {
-		fmt.Fprintf(stdout, "start        continuing from %s events: %s accounts with history recovered in %s, total balance %d\n",
+		fmt.Fprintf(stdout, "start        continuing from %s events: %s accounts with history recovered in %s, total balance %d cents\n",
 			num(res.StartEvents), num(int64(res.StartAccounts)), dur(time.Since(t0)), res.StartTotal)
 	}
 
@@ -299,7 +299,7 @@ func demo(ctx context.Context, cfg demoConfig, stdout, stderr io.Writer) (res de
 		}
 		return res, fmt.Errorf("%d of %d accounts differ from the model", len(mismatches), len(ids))
 	}
-	fmt.Fprintf(stdout, "verified %s accounts: OK (total balance %d)\n", num(int64(len(ids))), res.FinalTotal)
+	fmt.Fprintf(stdout, "verified %s accounts: OK (total balance %d cents)\n", num(int64(len(ids))), res.FinalTotal)
 	if w.failed > 0 {
 		return res, fmt.Errorf("%d operations failed", w.failed)
 	}

@@ -1,0 +1,151 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+)
+
+var totalRE = regexp.MustCompile(`total balance (-?\d+)`)
+
+// totals returns the total balances a demo run printed: at the start and
+// after verification.
+func totals(t *testing.T, out string) (start, final int64) {
+	t.Helper()
+	m := totalRE.FindAllStringSubmatch(out, -1)
+	if len(m) != 2 {
+		t.Fatalf("want 2 total balances in the output, got %d:\n%s", len(m), out)
+	}
+	start, _ = strconv.ParseInt(m[0][1], 10, 64)
+	final, _ = strconv.ParseInt(m[1][1], 10, 64)
+	return start, final
+}
+
+func TestDemoTwiceOnSQLiteContinues(t *testing.T) {
+	args := []string{"--store", "sqlite:" + filepath.Join(t.TempDir(), "demo.db"),
+		"--accounts", "50", "--ops", "2000", "--concurrency", "16", "--seed", "7"}
+	var finals []int64
+	for run := 1; run <= 2; run++ {
+		var stdout, stderr bytes.Buffer
+		if err := runDemo(context.Background(), &stdout, &stderr, args); err != nil {
+			t.Fatalf("run %d: %v\nstdout:\n%s\nstderr:\n%s", run, err, &stdout, &stderr)
+		}
+		out := stdout.String()
+		t.Logf("run %d:\n%s", run, out)
+		if !strings.Contains(out, "verified 50 accounts: OK") {
+			t.Fatalf("run %d: no verification in the output:\n%s", run, out)
+		}
+		if !strings.Contains(out, "seed 7") {
+			t.Errorf("run %d: the seed is not printed:\n%s", run, out)
+		}
+		if !strings.Contains(stderr.String(), "progress 100%") {
+			t.Errorf("run %d: stderr (not a terminal) has no line progress:\n%s", run, &stderr)
+		}
+		start, final := totals(t, out)
+		switch run {
+		case 1:
+			if start != 0 || !strings.Contains(out, "fresh store") {
+				t.Errorf("run 1 starts from total %d, want a fresh store:\n%s", start, out)
+			}
+			if final <= 0 {
+				t.Errorf("run 1 ends with total balance %d, want > 0", final)
+			}
+		case 2:
+			if start != finals[0] {
+				t.Errorf("run 2 starts from total %d, run 1 ended with %d", start, finals[0])
+			}
+			if !strings.Contains(out, "continuing from") {
+				t.Errorf("run 2 does not say it continues:\n%s", out)
+			}
+		}
+		finals = append(finals, final)
+	}
+}
+
+func TestDemoResultOnMemory(t *testing.T) {
+	cfg := demoConfig{Store: "memory:", Accounts: 10, Ops: 500, Concurrency: 8, Seed: 1}
+	var stdout, stderr bytes.Buffer
+	res, err := demo(context.Background(), cfg, &stdout, &stderr)
+	if err != nil {
+		t.Fatalf("%v\n%s%s", err, &stdout, &stderr)
+	}
+	if res.Ops != 500 || res.Accepted+res.Rejected+res.Failed != 500 || res.Failed != 0 {
+		t.Errorf("ops %d = accepted %d + rejected %d + failed %d, want 500 and no failure", res.Ops, res.Accepted, res.Rejected, res.Failed)
+	}
+	if res.Rejected == 0 {
+		t.Errorf("no overdraft was rejected in 500 operations on 10 accounts")
+	}
+	if int64(len(res.Latencies)) != res.Commands || res.Commands < res.Ops {
+		t.Errorf("%d latencies for %d commands (%d operations)", len(res.Latencies), res.Commands, res.Ops)
+	}
+	if res.StartTotal != 0 || res.FinalTotal <= 0 {
+		t.Errorf("totals: start %d, final %d", res.StartTotal, res.FinalTotal)
+	}
+}
+
+func TestDemoInterrupted(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel() // no operation starts; the run still recovers and verifies
+	cfg := demoConfig{Store: "memory:", Accounts: 5, Ops: 1000, Concurrency: 4, Seed: 1}
+	var stdout, stderr bytes.Buffer
+	res, err := demo(ctx, cfg, &stdout, &stderr)
+	if err != nil {
+		t.Fatalf("%v\n%s%s", err, &stdout, &stderr)
+	}
+	if res.Ops != 0 || !strings.Contains(stdout.String(), "interrupted") || !strings.Contains(stdout.String(), "verified 5 accounts: OK") {
+		t.Errorf("ops %d, output:\n%s", res.Ops, &stdout)
+	}
+}
+
+func TestRunExitCodes(t *testing.T) {
+	ctx := context.Background()
+	for _, tc := range []struct {
+		args         []string
+		code         int
+		stdout, errs string // substrings expected
+	}{
+		{args: []string{"frobnicate"}, code: exitUsage, errs: `unknown command "frobnicate"`},
+		{args: nil, code: exitUsage, errs: "Usage: annals"},
+		{args: []string{"help"}, code: exitOK, stdout: "Usage: annals"},
+		{args: []string{"help", "demo"}, code: exitOK, stdout: "-accounts"},
+		{args: []string{"demo", "-h"}, code: exitOK, errs: "-concurrency"},
+		{args: []string{"demo", "--nope"}, code: exitUsage, errs: "flag provided but not defined"},
+		{args: []string{"demo", "--accounts", "1"}, code: exitUsage, errs: "--accounts must be at least 2"},
+		{args: []string{"demo", "extra"}, code: exitUsage, errs: "unexpected arguments: extra"},
+		{args: []string{"demo", "--store", "postgres://x"}, code: exitError, errs: `unknown store "postgres://x"`},
+	} {
+		var stdout, stderr bytes.Buffer
+		code := run(ctx, tc.args, &stdout, &stderr)
+		if code != tc.code || !strings.Contains(stdout.String(), tc.stdout) || !strings.Contains(stderr.String(), tc.errs) {
+			t.Errorf("run %q: exit %d, want %d\nstdout:\n%s\nstderr:\n%s", tc.args, code, tc.code, &stdout, &stderr)
+		}
+	}
+}
+
+func TestPercentile(t *testing.T) {
+	var d []time.Duration
+	for i := 1; i <= 100; i++ {
+		d = append(d, time.Duration(i))
+	}
+	for q, want := range map[float64]time.Duration{0.5: 50, 0.9: 90, 0.99: 99, 1: 100, 0.001: 1} {
+		if got := percentile(d, q); got != want {
+			t.Errorf("percentile(1..100, %v) = %d, want %d", q, got, want)
+		}
+	}
+	if percentile(nil, 0.5) != 0 {
+		t.Error("percentile of nothing is not 0")
+	}
+}
+
+func TestNum(t *testing.T) {
+	for n, want := range map[int64]string{0: "0", 999: "999", 1000: "1,000", -1234567: "-1,234,567", 100000: "100,000"} {
+		if got := num(n); got != want {
+			t.Errorf("num(%d) = %q, want %q", n, got, want)
+		}
+	}
+}

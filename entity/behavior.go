@@ -60,28 +60,40 @@ type Behavior[C, E, S any] struct {
 	Command func(state S, cmd C) ReplyEffect[E, S]
 	// Event applies a stored event to the state and returns the new state.
 	// It runs both after a persist and during recovery, so it must be pure.
+	// It must not modify the state it is given in place: copy maps and
+	// slices before changing them, since replies and side effects may still
+	// hold the previous state (and replies should send copies, too).
 	Event func(state S, event E) S
 
 	// Tagger returns the tags stored with an event (for queries by tag).
 	Tagger func(event E) []string
 	// Adapters turn stored events of older shapes into current events:
 	// the stored payload of an event whose manifest has an adapter goes to
-	// it instead of the serialization registry, and it returns zero or more
-	// events to apply (manifest-based upcasting).
+	// it instead of the serialization registry (whatever its serializer id),
+	// and it returns zero or more events to apply (manifest-based
+	// upcasting). Give current types new manifests (".v2") so old and new
+	// events stay apart.
 	Adapters map[string]func(payload []byte) ([]E, error)
 
 	// Snapshots configures when snapshots are taken and kept.
 	Snapshots SnapshotPolicy[E, S]
 	// Recovery configures how an entity starts.
 	Recovery Recovery
-	// OnRecovered runs once when recovery completes, with the recovered
-	// state and highest sequence number, before the first command.
-	OnRecovered func(state S, seqNr int64)
+	// OnRecovered runs once when an entity's recovery completes, with its
+	// id, the recovered state and the highest sequence number, before its
+	// first command. It runs on the entity's goroutine: it must not block.
+	OnRecovered func(id string, state S, seqNr int64)
 }
 
 // SnapshotPolicy decides when a snapshot of the state is saved and which are
 // kept. The state is serialized with the host's registry, so S must be
 // serializable there (for example registered with RegisterJSON).
+//
+// A snapshot is taken after the reply to the command whose events asked for
+// it, at the sequence number of that command's last event (which, for an
+// atomic write of several events, need not be a multiple of Every). The
+// entity's next command waits for it; a failed snapshot is logged and the
+// entity goes on.
 type SnapshotPolicy[E, S any] struct {
 	// Every saves a snapshot when an event's sequence number is a multiple
 	// of Every (0: never).

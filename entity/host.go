@@ -43,6 +43,8 @@ type HostConfig struct {
 	StashCapacity int
 	// IdleTimeout passivates an entity that received no command for this
 	// long (0: never). A passivated entity recovers on its next command.
+	// Every id that receives a command becomes live, also an unknown one:
+	// set IdleTimeout or MaxLive when ids come from outside.
 	IdleTimeout time.Duration
 	// MaxLive bounds the live entities: beyond it, the least recently used
 	// passivates as soon as its mailbox is empty (0: unbounded).
@@ -70,6 +72,11 @@ type Host[C, E, S any] struct {
 
 	recoveries chan struct{} // semaphore of concurrent recoveries
 	wg         sync.WaitGroup
+	// ctx bounds recoveries and snapshots; Shutdown cancels it once the
+	// entities have stopped taking commands. Writes do not use it: a write
+	// in flight completes (bounded by the journal front's CallTimeout).
+	ctx    context.Context
+	cancel context.CancelFunc
 
 	mu     sync.Mutex
 	closed bool
@@ -104,7 +111,10 @@ func NewHost[C, E, S any](b Behavior[C, E, S], cfg HostConfig) (*Host[C, E, S], 
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
+	ctx, cancel := context.WithCancel(context.Background())
 	return &Host[C, E, S]{
+		ctx:        ctx,
+		cancel:     cancel,
 		b:          b,
 		cfg:        cfg,
 		recoveries: make(chan struct{}, cfg.MaxConcurrentRecoveries),
@@ -121,7 +131,7 @@ func (h *Host[C, E, S]) Tell(id string, cmd C) error {
 
 // Send sends cmd to entity id and waits until it has been handled: nil when
 // its effect completed, the rejection or failure of its write, ErrUnhandled,
-// or ctx's error.
+// or ctx's error (the command is still handled, as with Ask).
 func (h *Host[C, E, S]) Send(ctx context.Context, id string, cmd C) error {
 	done := make(chan error, 1)
 	if err := h.deliver(id, envelope[C]{cmd: cmd, done: done}); err != nil {
@@ -138,7 +148,9 @@ func (h *Host[C, E, S]) Send(ctx context.Context, id string, cmd C) error {
 // Ask sends the command that mk builds around a new ReplyTo to entity id,
 // and returns the reply. It fails with the command's error (a rejected or
 // failed write, ErrUnhandled, ErrStopped, ...), with ErrNoReply when the
-// command was handled without a reply, or with ctx's error.
+// command was handled without a reply, or with ctx's error. As with Akka's
+// ask timeout, a command whose Ask gave up on ctx is still handled: ctx
+// bounds the wait, not the command.
 func Ask[R, C, E, S any](ctx context.Context, h *Host[C, E, S], id string, mk func(ReplyTo[R]) C) (R, error) {
 	var zero R
 	reply := newReplyTo[R]()
@@ -184,11 +196,12 @@ func (h *Host[C, E, S]) Shutdown(ctx context.Context) error {
 	}
 	h.mu.Unlock()
 	done := make(chan struct{})
-	go func() { h.wg.Wait(); close(done) }()
+	go func() { h.wg.Wait(); h.cancel(); close(done) }()
 	select {
 	case <-done:
 		return nil
 	case <-ctx.Done():
+		h.cancel() // abandon recoveries and snapshots still running
 		return ctx.Err()
 	}
 }
@@ -212,7 +225,9 @@ func (h *Host[C, E, S]) deliver(id string, env envelope[C]) error {
 	default:
 		return fmt.Errorf("%w: %d commands wait for %s", ErrMailboxFull, cap(inst.mailbox), inst.pid)
 	}
-	h.lru.MoveToFront(inst.elem)
+	if h.cfg.MaxLive > 0 {
+		h.lru.MoveToFront(inst.elem)
+	}
 	return nil
 }
 

@@ -50,6 +50,7 @@ type instance[C, E, S any] struct {
 	stash     []envelope[C]
 	unstashed []envelope[C]
 	stop      bool
+	failed    *envelope[C] // the command whose handling failed, unanswered
 }
 
 // signal sends s without blocking; a pending shutdown outranks passivation.
@@ -98,9 +99,22 @@ func (inst *instance[C, E, S]) run() {
 		restart := h.cfg.Restart != nil && !isConflict(err) && !errors.Is(err, ErrHostClosed)
 		h.cfg.Logger.Warn("entity stopped", "persistence_id", inst.pid, "err", err, "restart", restart)
 		if !restart {
+			// Leave the host before answering the failed command, so a
+			// caller that retries at once reaches a new instance.
+			inst.h.remove(inst, true)
+			inst.answerFailed(err)
 			inst.stopWith(err)
 			return
 		}
+		inst.answerFailed(err)
+	}
+}
+
+// answerFailed answers the command whose handling failed, with the cause.
+func (inst *instance[C, E, S]) answerFailed(err error) {
+	if inst.failed != nil {
+		inst.failed.finish(errors.Unwrap(err))
+		inst.failed = nil
 	}
 }
 
@@ -162,7 +176,7 @@ func (inst *instance[C, E, S]) recoverState() (err error) {
 			err = fmt.Errorf("%w of %s: panic: %v", ErrRecovery, inst.pid, r)
 		}
 	}()
-	ctx := context.Background()
+	ctx := h.ctx
 	inst.writer = newWriterID()
 	inst.state, inst.seq = b.empty(), 0
 	inst.stop = false
@@ -179,7 +193,7 @@ func (inst *instance[C, E, S]) recoverState() (err error) {
 		inst.seq = max(inst.seq, highest) // deleted events still count
 	}
 	if b.OnRecovered != nil {
-		b.OnRecovered(inst.state, inst.seq)
+		b.OnRecovered(inst.id, inst.state, inst.seq)
 	}
 	return nil
 }
@@ -308,14 +322,18 @@ func (inst *instance[C, E, S]) serve() error {
 }
 
 // handle runs one command: the handler, then its effect. It returns a
-// failure that stops (or restarts) the instance.
+// failure that stops (or restarts) the instance; the failed command is then
+// left in inst.failed for run to answer.
 func (inst *instance[C, E, S]) handle(env envelope[C]) (err error) {
 	b := &inst.h.b
 	var eff Effect[E, S]
+	answered := false
 	defer func() {
 		if r := recover(); r != nil {
-			err = fmt.Errorf("entity %s: panic in handler or side effect: %v", inst.pid, r)
-			env.finish(err)
+			err = failure{fmt.Errorf("entity %s: panic in handler or side effect: %v", inst.pid, r)}
+			if !answered {
+				inst.failed = &env
+			}
 		}
 	}()
 	eff = b.Command(inst.state, env.cmd).effect
@@ -331,12 +349,15 @@ func (inst *instance[C, E, S]) handle(env envelope[C]) (err error) {
 		inst.stash = append(inst.stash, env)
 		return nil
 	}
+	snap := false
 	if eff.persist {
-		if err := inst.persist(eff.events); err != nil {
-			env.finish(err)
+		var err error
+		if snap, err = inst.persist(eff.events); err != nil {
 			if errors.Is(err, journal.ErrRejected) && !isConflict(err) {
+				env.finish(err)
 				return nil // not stored: the entity goes on
 			}
+			inst.failed = &env
 			return failure{err}
 		}
 	}
@@ -344,6 +365,10 @@ func (inst *instance[C, E, S]) handle(env envelope[C]) (err error) {
 		fn(inst.state)
 	}
 	env.finish(nil)
+	answered = true
+	if snap {
+		inst.snapshot() // after the reply; the next command waits for it
+	}
 	if eff.unstash {
 		inst.unstashed = append(inst.stash, inst.unstashed...)
 		inst.stash = nil
@@ -354,15 +379,16 @@ func (inst *instance[C, E, S]) handle(env envelope[C]) (err error) {
 	return nil
 }
 
-// persist stores events as one atomic write, applies them, and takes a
-// snapshot when the policy asks. A serialization failure is a rejection.
-func (inst *instance[C, E, S]) persist(events []E) error {
+// persist stores events as one atomic write and applies them. It reports
+// whether the snapshot policy asks for a snapshot. A serialization failure
+// is a rejection.
+func (inst *instance[C, E, S]) persist(events []E) (bool, error) {
 	h, b := inst.h, &inst.h.b
 	w := journal.AtomicWrite{PersistenceID: inst.pid, Events: make([]journal.Repr, len(events))}
 	for i, e := range events {
 		payload, id, manifest, err := h.cfg.Registry.Serialize(e)
 		if err != nil {
-			return journal.Reject("event %d of %s: %w", inst.seq+int64(i)+1, inst.pid, err)
+			return false, journal.Reject("event %d of %s: %w", inst.seq+int64(i)+1, inst.pid, err)
 		}
 		var tags []string
 		if b.Tagger != nil {
@@ -373,10 +399,10 @@ func (inst *instance[C, E, S]) persist(events []E) error {
 	ctx := context.Background()
 	errs, err := h.cfg.Journal.Write(ctx, []journal.AtomicWrite{w})
 	if err != nil {
-		return fmt.Errorf("entity %s: persist events %d..%d: outcome unknown: %w", inst.pid, inst.seq+1, inst.seq+int64(len(events)), err)
+		return false, fmt.Errorf("entity %s: persist events %d..%d: outcome unknown: %w", inst.pid, inst.seq+1, inst.seq+int64(len(events)), err)
 	}
 	if errs != nil && errs[0] != nil {
-		return errs[0]
+		return false, errs[0]
 	}
 	snap := false
 	for _, e := range events {
@@ -387,16 +413,14 @@ func (inst *instance[C, E, S]) persist(events []E) error {
 			snap = true
 		}
 	}
-	if snap && h.cfg.Snapshots != nil {
-		inst.snapshot(ctx)
-	}
-	return nil
+	return snap && h.cfg.Snapshots != nil, nil
 }
 
 // snapshot saves the state and applies retention. Failures are logged; the
 // entity goes on.
-func (inst *instance[C, E, S]) snapshot(ctx context.Context) {
+func (inst *instance[C, E, S]) snapshot() {
 	h, p := inst.h, inst.h.b.Snapshots
+	ctx := h.ctx
 	payload, id, manifest, err := h.cfg.Registry.Serialize(inst.state)
 	if err == nil {
 		err = h.cfg.Snapshots.Save(ctx, snapshot.Snapshot{Metadata: snapshot.Metadata{PersistenceID: inst.pid, SequenceNr: inst.seq}, Payload: payload, SerializerID: id, Manifest: manifest})

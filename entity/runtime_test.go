@@ -319,6 +319,10 @@ func TestSnapshotsAndRetention(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	// A snapshot is taken after the reply; shutting down waits for it.
+	if err := h.Shutdown(ctx); err != nil {
+		t.Fatal(err)
+	}
 	for _, c := range []struct {
 		max  int64
 		want int64
@@ -334,9 +338,6 @@ func TestSnapshotsAndRetention(t *testing.T) {
 	evs := replayPayloadManifests(t, st.journal, "Account|s")
 	if len(evs) != 4 || evs[0].SequenceNr != 7 {
 		t.Errorf("journal holds %d events from %d, want 7..10: events below the oldest kept snapshot are deleted", len(evs), evs[0].SequenceNr)
-	}
-	if err := h.Shutdown(ctx); err != nil {
-		t.Fatal(err)
 	}
 	mustBalance(t, newHost(t, st, b), "s", 10)
 }
@@ -418,7 +419,7 @@ func TestRecoveryOptions(t *testing.T) {
 		b := accountBehavior()
 		var calls []string
 		var mu sync.Mutex
-		b.OnRecovered = func(s State, seq int64) {
+		b.OnRecovered = func(_ string, s State, seq int64) {
 			mu.Lock()
 			calls = append(calls, fmt.Sprintf("%d@%d", s.Balance, seq))
 			mu.Unlock()
@@ -485,7 +486,11 @@ func TestMaxLivePassivatesLeastRecentlyUsed(t *testing.T) {
 		var recovered []string
 		b := accountBehavior()
 		var mu sync.Mutex
-		b.OnRecovered = func(s State, seq int64) { mu.Lock(); recovered = append(recovered, fmt.Sprint(s.Balance)); mu.Unlock() }
+		b.OnRecovered = func(_ string, s State, seq int64) {
+			mu.Lock()
+			recovered = append(recovered, fmt.Sprint(s.Balance))
+			mu.Unlock()
+		}
 		h := newHost(t, st, b, func(c *entity.HostConfig) { c.MaxLive = 2 })
 		ctx := t.Context()
 		for i, id := range []string{"a", "b", "a", "c"} {

@@ -150,9 +150,9 @@ type recoveries struct{ accounts, withHistory, events atomic.Int64 }
 func newHost(front journal.Journal, st *demoStore, reg *serialization.Registry, logger *slog.Logger, rec *recoveries) (*accountHost, error) {
 	b := bank.Behavior()
 	prev := b.OnRecovered
-	b.OnRecovered = func(a bank.Account, seq int64) {
+	b.OnRecovered = func(id string, a bank.Account, seq int64) {
 		if prev != nil {
-			prev(a, seq)
+			prev(id, a, seq)
 		}
 		rec.accounts.Add(1)
 		if seq > 0 {

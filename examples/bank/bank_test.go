@@ -1,0 +1,378 @@
+package bank_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+
+	"github.com/annals-go/annals"
+	"github.com/annals-go/annals/engine"
+	"github.com/annals-go/annals/entity"
+	"github.com/annals-go/annals/examples/bank"
+	"github.com/annals-go/annals/journal"
+	"github.com/annals-go/annals/serialization"
+	"github.com/annals-go/annals/snapshot"
+	"github.com/annals-go/annals/store/memory"
+	"github.com/annals-go/annals/store/sqlite"
+)
+
+type host = entity.Host[bank.Command, bank.Event, bank.Account]
+
+// stores is the journal and snapshot store a test's hosts share.
+type stores struct {
+	journal   journal.Journal
+	snapshots snapshot.Store
+}
+
+func memoryStores(t testing.TB) stores {
+	s := memory.New()
+	t.Cleanup(func() { _ = s.Close() })
+	return stores{s.Journal(), s.Snapshots()}
+}
+
+func sqliteStores(t testing.TB) stores {
+	s, err := sqlite.Open(context.Background(), filepath.Join(t.TempDir(), "bank.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := engine.NewFront(s.Journal(), engine.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = f.Close(); _ = s.Close() })
+	return stores{f, s.Snapshots()}
+}
+
+func newRegistry(t testing.TB) *serialization.Registry {
+	t.Helper()
+	reg := serialization.NewRegistry()
+	if err := bank.Register(reg); err != nil {
+		t.Fatal(err)
+	}
+	return reg
+}
+
+func newHost(t testing.TB, st stores) *host {
+	t.Helper()
+	h, err := entity.NewHost(bank.Behavior(), entity.HostConfig{
+		Journal:   st.journal,
+		Snapshots: st.snapshots,
+		Registry:  newRegistry(t),
+		Logger:    slog.New(slog.DiscardHandler), // recovery failures are expected below
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = h.Shutdown(context.Background()) })
+	return h
+}
+
+func deposit(t testing.TB, h *host, id string, amount int64) (int64, error) {
+	return entity.Ask(t.Context(), h, id, func(r entity.ReplyTo[int64]) bank.Command { return bank.Deposit{Amount: amount, Reply: r} })
+}
+
+func withdraw(t testing.TB, h *host, id string, amount int64) (int64, error) {
+	return entity.Ask(t.Context(), h, id, func(r entity.ReplyTo[int64]) bank.Command { return bank.Withdraw{Amount: amount, Reply: r} })
+}
+
+func balance(t testing.TB, h *host, id string) (int64, error) {
+	return entity.Ask(t.Context(), h, id, func(r entity.ReplyTo[int64]) bank.Command { return bank.GetBalance{Reply: r} })
+}
+
+func mustBalance(t testing.TB, h *host, id string, want int64) {
+	t.Helper()
+	if got, err := balance(t, h, id); err != nil || got != want {
+		t.Fatalf("balance of %s = %d, %v; want %d", id, got, err, want)
+	}
+}
+
+func pid(id string) string { return annals.PersistenceID(bank.EntityType, id) }
+
+func highest(t testing.TB, j journal.Journal, id string) int64 {
+	t.Helper()
+	n, err := j.HighestSequenceNr(t.Context(), pid(id), 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// events returns the stored events of account id.
+func events(t testing.TB, j journal.Journal, id string) []journal.Repr {
+	t.Helper()
+	var out []journal.Repr
+	for r, err := range j.Replay(t.Context(), pid(id), 1, math.MaxInt64, math.MaxInt64) {
+		if err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, r)
+	}
+	return out
+}
+
+// One account through a sequence of operations: the balance after each, or
+// the error; only operations that succeed store an event.
+func TestDepositAndWithdraw(t *testing.T) {
+	st := memoryStores(t)
+	h := newHost(t, st)
+	type op int
+	const (
+		dep op = iota
+		wd
+	)
+	steps := []struct {
+		op      op
+		amount  int64
+		balance int64 // after the step
+		err     error
+	}{
+		{dep, 100, 100, nil},
+		{dep, 50, 150, nil},
+		{wd, 30, 120, nil},
+		{wd, 121, 120, bank.ErrInsufficientFunds},
+		{wd, 120, 0, nil},
+		{wd, 1, 0, bank.ErrInsufficientFunds},
+		{dep, 1, 1, nil},
+		{wd, math.MaxInt64, 1, bank.ErrInsufficientFunds},
+	}
+	var stored int64
+	for i, s := range steps {
+		var got int64
+		var err error
+		if s.op == dep {
+			got, err = deposit(t, h, "a-1", s.amount)
+		} else {
+			got, err = withdraw(t, h, "a-1", s.amount)
+		}
+		switch {
+		case s.err != nil && !errors.Is(err, s.err):
+			t.Fatalf("step %d: err = %v, want %v", i, err, s.err)
+		case s.err == nil && (err != nil || got != s.balance):
+			t.Fatalf("step %d: reply %d, %v; want %d", i, got, err, s.balance)
+		case s.err == nil:
+			stored++
+		}
+		if n := highest(t, st.journal, "a-1"); n != stored {
+			t.Fatalf("step %d: highest sequence number %d, want %d", i, n, stored)
+		}
+		mustBalance(t, h, "a-1", s.balance)
+	}
+	want := []string{bank.ManifestDeposited, bank.ManifestDeposited, bank.ManifestWithdrawn, bank.ManifestWithdrawn, bank.ManifestDeposited}
+	var got []string
+	for _, r := range events(t, st.journal, "a-1") {
+		got = append(got, r.Manifest)
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("stored manifests %q, want %q", got, want)
+	}
+}
+
+func TestInvalidAmounts(t *testing.T) {
+	st := memoryStores(t)
+	h := newHost(t, st)
+	if _, err := deposit(t, h, "a-1", 100); err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name string
+		do   func() (int64, error)
+	}{
+		{"deposit zero", func() (int64, error) { return deposit(t, h, "a-1", 0) }},
+		{"deposit negative", func() (int64, error) { return deposit(t, h, "a-1", -5) }},
+		{"deposit most negative", func() (int64, error) { return deposit(t, h, "a-1", math.MinInt64) }},
+		{"withdraw zero", func() (int64, error) { return withdraw(t, h, "a-1", 0) }},
+		{"withdraw negative", func() (int64, error) { return withdraw(t, h, "a-1", -50) }},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := tt.do()
+			if err == nil || errors.Is(err, bank.ErrInsufficientFunds) || !strings.Contains(err.Error(), "amount must be positive") {
+				t.Fatalf("err = %v, want the amount rejected as not positive", err)
+			}
+			if n := highest(t, st.journal, "a-1"); n != 1 {
+				t.Fatalf("a rejected amount stored an event: highest %d, want 1", n)
+			}
+			mustBalance(t, h, "a-1", 100)
+		})
+	}
+}
+
+// The account recovers after a restart from its latest snapshot and the
+// events after it; the behavior snapshots every 100 events and keeps the
+// last two snapshots.
+func TestRecovery(t *testing.T) {
+	for name, mk := range map[string]func(testing.TB) stores{"memory": memoryStores, "sqlite": sqliteStores} {
+		t.Run(name, func(t *testing.T) {
+			st := mk(t)
+			ctx := t.Context()
+			h := newHost(t, st)
+			var want int64
+			for i := range int64(310) { // deposits of i+1, with a withdrawal of i/2 every third
+				amount, op, sign := i+1, deposit, int64(1)
+				if i%3 == 2 {
+					amount, op, sign = i/2, withdraw, -1
+				}
+				got, err := op(t, h, "a-1", amount)
+				want += sign * amount
+				if err != nil || got != want {
+					t.Fatalf("operation %d: %d, %v; want %d", i, got, err, want)
+				}
+			}
+			if _, err := deposit(t, h, "a-2", 7); err != nil {
+				t.Fatal(err)
+			}
+
+			// Snapshots at 200 and 300 are kept; the one at 100 is deleted.
+			snap, ok, err := st.snapshots.Load(ctx, pid("a-1"), snapshot.Latest())
+			if err != nil || !ok || snap.Metadata.SequenceNr != 300 || snap.Manifest != bank.ManifestAccount {
+				t.Fatalf("latest snapshot: at %d (%q), %v, %v; want at 300 (%q)", snap.Metadata.SequenceNr, snap.Manifest, ok, err, bank.ManifestAccount)
+			}
+			v, err := newRegistry(t).DeserializeSnapshot(snap)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if a, ok := v.(bank.Account); !ok || a.Ops != 300 {
+				t.Fatalf("snapshot at 300 holds %#v, want an Account after 300 operations", v)
+			}
+			if snap, ok, err := st.snapshots.Load(ctx, pid("a-1"), snapshot.Criteria{MaxSequenceNr: 299}); err != nil || !ok || snap.Metadata.SequenceNr != 200 {
+				t.Fatalf("snapshot before 300: at %d, %v, %v; want at 200", snap.Metadata.SequenceNr, ok, err)
+			}
+			if snap, ok, err := st.snapshots.Load(ctx, pid("a-1"), snapshot.Criteria{MaxSequenceNr: 199}); err != nil || ok {
+				t.Fatalf("snapshot before 200: at %d, %v, %v; want none (KeepLast 2)", snap.Metadata.SequenceNr, ok, err)
+			}
+
+			if err := h.Shutdown(ctx); err != nil {
+				t.Fatal(err)
+			}
+			h2 := newHost(t, st)
+			mustBalance(t, h2, "a-1", want)
+			mustBalance(t, h2, "a-2", 7)
+			if _, err := withdraw(t, h2, "a-1", want+1); !errors.Is(err, bank.ErrInsufficientFunds) {
+				t.Fatalf("overdraft after recovery: %v, want ErrInsufficientFunds", err)
+			}
+			if got, err := deposit(t, h2, "a-1", 1); err != nil || got != want+1 {
+				t.Fatalf("deposit after recovery: %d, %v; want %d", got, err, want+1)
+			}
+			if n := highest(t, st.journal, "a-1"); n != 311 {
+				t.Fatalf("highest sequence number %d, want 311", n)
+			}
+		})
+	}
+}
+
+// writeV1 stores a version-1 Deposited event, as the first version of the
+// account wrote it, at sequence number seq of account id.
+func writeV1(t testing.TB, j journal.Journal, id string, seq int64, payload string) {
+	t.Helper()
+	e := journal.Repr{
+		PersistenceID: pid(id),
+		SequenceNr:    seq,
+		Payload:       []byte(payload),
+		SerializerID:  serialization.JSONID,
+		Manifest:      bank.ManifestDepositedV1,
+		WriterID:      "bank-v1",
+	}
+	errs, err := j.Write(t.Context(), []journal.AtomicWrite{{PersistenceID: pid(id), Events: []journal.Repr{e}}})
+	if err == nil && errs != nil {
+		err = errs[0]
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestUpcastVersion1Deposit(t *testing.T) {
+	s := memory.New()
+	t.Cleanup(func() { _ = s.Close() })
+	st := stores{s.Journal(), s.Snapshots()}
+	writeV1(t, st.journal, "legacy", 1, `{"amt":250}`)
+
+	h := newHost(t, st)
+	mustBalance(t, h, "legacy", 250)
+	if _, err := withdraw(t, h, "legacy", 251); !errors.Is(err, bank.ErrInsufficientFunds) {
+		t.Fatalf("withdrawal above the upcast balance: %v, want ErrInsufficientFunds", err)
+	}
+	if got, err := deposit(t, h, "legacy", 50); err != nil || got != 300 {
+		t.Fatalf("deposit after the v1 event: %d, %v; want 300", got, err)
+	}
+
+	// The old event is kept as it was; the new one is stored as version 2.
+	evs := events(t, st.journal, "legacy")
+	if len(evs) != 2 {
+		t.Fatalf("%d events stored, want 2", len(evs))
+	}
+	if e := evs[0]; e.SequenceNr != 1 || e.Manifest != bank.ManifestDepositedV1 || string(e.Payload) != `{"amt":250}` {
+		t.Fatalf("event 1 = %d %q %s, want the v1 event unchanged", e.SequenceNr, e.Manifest, e.Payload)
+	}
+	if e := evs[1]; e.SequenceNr != 2 || e.Manifest != "bank.Deposited.v2" || e.SerializerID != serialization.JSONID || string(e.Payload) != `{"amount":50}` {
+		t.Fatalf("event 2 = %d %q (serializer %d) %s, want a bank.Deposited.v2 of 50", e.SequenceNr, e.Manifest, e.SerializerID, e.Payload)
+	}
+
+	// A new host recovers from both versions.
+	if err := h.Shutdown(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	mustBalance(t, newHost(t, st), "legacy", 300)
+}
+
+// A version-1 event the adapter cannot read fails the recovery: the entity
+// does not start with a wrong balance.
+func TestUpcastCorruptVersion1Deposit(t *testing.T) {
+	st := memoryStores(t)
+	writeV1(t, st.journal, "broken", 1, `{"amt":"250"}`)
+	h := newHost(t, st)
+	for range 2 { // each command tries a new recovery, which fails again
+		_, err := balance(t, h, "broken")
+		if !errors.Is(err, entity.ErrRecovery) || !errors.Is(err, entity.ErrStopped) {
+			t.Fatalf("balance of an account with a corrupt v1 event: %v, want ErrStopped wrapping ErrRecovery", err)
+		}
+	}
+	if _, err := deposit(t, h, "broken", 1); !errors.Is(err, entity.ErrRecovery) {
+		t.Fatalf("deposit: %v, want ErrRecovery", err)
+	}
+	if n := highest(t, st.journal, "broken"); n != 1 {
+		t.Fatalf("highest sequence number %d, want 1: nothing may be written after a failed recovery", n)
+	}
+}
+
+// An account runs through a Host on the in-memory store.
+func ExampleBehavior() {
+	ctx := context.Background()
+	store := memory.New()
+	defer store.Close()
+	reg := serialization.NewRegistry()
+	if err := bank.Register(reg); err != nil {
+		panic(err)
+	}
+	h, err := entity.NewHost(bank.Behavior(), entity.HostConfig{Journal: store.Journal(), Snapshots: store.Snapshots(), Registry: reg})
+	if err != nil {
+		panic(err)
+	}
+	defer h.Shutdown(ctx)
+
+	send := func(mk func(entity.ReplyTo[int64]) bank.Command) {
+		balance, err := entity.Ask(ctx, h, "a-1", mk)
+		if err != nil {
+			fmt.Println("error:", err)
+			return
+		}
+		fmt.Println("balance:", balance)
+	}
+	send(func(r entity.ReplyTo[int64]) bank.Command { return bank.Deposit{Amount: 100, Reply: r} })
+	send(func(r entity.ReplyTo[int64]) bank.Command { return bank.Withdraw{Amount: 30, Reply: r} })
+	send(func(r entity.ReplyTo[int64]) bank.Command { return bank.Withdraw{Amount: 500, Reply: r} })
+	send(func(r entity.ReplyTo[int64]) bank.Command { return bank.Deposit{Amount: -5, Reply: r} })
+	send(func(r entity.ReplyTo[int64]) bank.Command { return bank.GetBalance{Reply: r} })
+	// Output:
+	// balance: 100
+	// balance: 70
+	// error: bank: insufficient funds
+	// error: bank: deposit of -5: amount must be positive
+	// balance: 70
+}

@@ -1,0 +1,284 @@
+package cart_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"path/filepath"
+	"reflect"
+	"testing"
+
+	"github.com/annals-go/annals"
+	"github.com/annals-go/annals/engine"
+	"github.com/annals-go/annals/entity"
+	"github.com/annals-go/annals/examples/cart"
+	"github.com/annals-go/annals/journal"
+	"github.com/annals-go/annals/serialization"
+	"github.com/annals-go/annals/snapshot"
+	"github.com/annals-go/annals/store/memory"
+	"github.com/annals-go/annals/store/sqlite"
+)
+
+type host = entity.Host[cart.Command, cart.Event, cart.Cart]
+
+type mkCommand = func(entity.ReplyTo[cart.Cart]) cart.Command
+
+// stores is the journal and snapshot store a test's hosts share.
+type stores struct {
+	journal   journal.Journal
+	snapshots snapshot.Store
+}
+
+func memoryStores(t testing.TB) stores {
+	s := memory.New()
+	t.Cleanup(func() { _ = s.Close() })
+	return stores{s.Journal(), s.Snapshots()}
+}
+
+func sqliteStores(t testing.TB) stores {
+	s, err := sqlite.Open(context.Background(), filepath.Join(t.TempDir(), "cart.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := engine.NewFront(s.Journal(), engine.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = f.Close(); _ = s.Close() })
+	return stores{f, s.Snapshots()}
+}
+
+func newRegistry(t testing.TB) *serialization.Registry {
+	t.Helper()
+	reg := serialization.NewRegistry()
+	if err := cart.Register(reg); err != nil {
+		t.Fatal(err)
+	}
+	return reg
+}
+
+func newHost(t testing.TB, st stores) *host {
+	t.Helper()
+	h, err := entity.NewHost(cart.Behavior(), entity.HostConfig{Journal: st.journal, Snapshots: st.snapshots, Registry: newRegistry(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = h.Shutdown(context.Background()) })
+	return h
+}
+
+func ask(t testing.TB, h *host, id string, mk mkCommand) (cart.Cart, error) {
+	t.Helper()
+	return entity.Ask(t.Context(), h, id, mk)
+}
+
+func mustAsk(t testing.TB, h *host, id string, mk mkCommand) cart.Cart {
+	t.Helper()
+	c, err := ask(t, h, id, mk)
+	if err != nil {
+		t.Fatalf("%s: %v", id, err)
+	}
+	return c
+}
+
+func pid(id string) string { return annals.PersistenceID(cart.EntityType, id) }
+
+func highest(t testing.TB, j journal.Journal, id string) int64 {
+	t.Helper()
+	n, err := j.HighestSequenceNr(t.Context(), pid(id), 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+func add(sku string, qty int) mkCommand {
+	return func(r entity.ReplyTo[cart.Cart]) cart.Command { return cart.AddItem{SKU: sku, Qty: qty, Reply: r} }
+}
+
+func remove(sku string) mkCommand {
+	return func(r entity.ReplyTo[cart.Cart]) cart.Command { return cart.RemoveItem{SKU: sku, Reply: r} }
+}
+
+func adjust(sku string, qty int) mkCommand {
+	return func(r entity.ReplyTo[cart.Cart]) cart.Command { return cart.AdjustQty{SKU: sku, Qty: qty, Reply: r} }
+}
+
+func checkout(r entity.ReplyTo[cart.Cart]) cart.Command { return cart.Checkout{Reply: r} }
+
+func get(r entity.ReplyTo[cart.Cart]) cart.Command { return cart.Get{Reply: r} }
+
+func items(kv ...any) map[string]int {
+	m := map[string]int{}
+	for i := 0; i < len(kv); i += 2 {
+		m[kv[i].(string)] = kv[i+1].(int)
+	}
+	return m
+}
+
+func TestRules(t *testing.T) {
+	st := memoryStores(t)
+	h := newHost(t, st)
+	twoItems := []mkCommand{add("apple", 2), add("pear", 1)}
+	checkedOut := []mkCommand{add("apple", 2), checkout}
+	tests := []struct {
+		name    string
+		path    []mkCommand // brings the cart to the state the command meets
+		cmd     mkCommand
+		err     error     // the error the command fails with, or nil
+		want    cart.Cart // the cart after the command
+		persist bool      // whether the command stores an event
+	}{
+		{name: "add to an empty cart", cmd: add("apple", 2), want: cart.Cart{Items: items("apple", 2)}, persist: true},
+		{name: "add another item", path: twoItems, cmd: add("plum", 4), want: cart.Cart{Items: items("apple", 2, "pear", 1, "plum", 4)}, persist: true},
+		{name: "add more of an item", path: twoItems, cmd: add("apple", 3), want: cart.Cart{Items: items("apple", 5, "pear", 1)}, persist: true},
+		{name: "add up to the limit", path: twoItems, cmd: add("apple", cart.MaxQty-2), want: cart.Cart{Items: items("apple", cart.MaxQty, "pear", 1)}, persist: true},
+		{name: "add beyond the limit", path: twoItems, cmd: add("apple", cart.MaxQty-1), err: cart.ErrQtyLimit, want: cart.Cart{Items: items("apple", 2, "pear", 1)}},
+		{name: "add too many at once", cmd: add("apple", cart.MaxQty+1), err: cart.ErrQtyLimit},
+		{name: "add zero", path: twoItems, cmd: add("apple", 0), err: cart.ErrInvalidQty, want: cart.Cart{Items: items("apple", 2, "pear", 1)}},
+		{name: "add a negative quantity", cmd: add("apple", -1), err: cart.ErrInvalidQty},
+		{name: "add without SKU", cmd: add("", 1), err: cart.ErrNoSKU},
+
+		{name: "remove an item", path: twoItems, cmd: remove("apple"), want: cart.Cart{Items: items("pear", 1)}, persist: true},
+		{name: "remove the last item", path: twoItems[:1], cmd: remove("apple"), want: cart.Cart{}, persist: true},
+		{name: "remove an item not in the cart", path: twoItems, cmd: remove("plum"), err: cart.ErrNotInCart, want: cart.Cart{Items: items("apple", 2, "pear", 1)}},
+		{name: "remove from an empty cart", cmd: remove("apple"), err: cart.ErrNotInCart},
+
+		{name: "adjust up", path: twoItems, cmd: adjust("pear", 7), want: cart.Cart{Items: items("apple", 2, "pear", 7)}, persist: true},
+		{name: "adjust down", path: twoItems, cmd: adjust("apple", 1), want: cart.Cart{Items: items("apple", 1, "pear", 1)}, persist: true},
+		{name: "adjust to the limit", path: twoItems, cmd: adjust("apple", cart.MaxQty), want: cart.Cart{Items: items("apple", cart.MaxQty, "pear", 1)}, persist: true},
+		{name: "adjust to the current quantity", path: twoItems, cmd: adjust("apple", 2), want: cart.Cart{Items: items("apple", 2, "pear", 1)}},
+		{name: "adjust beyond the limit", path: twoItems, cmd: adjust("apple", cart.MaxQty+1), err: cart.ErrQtyLimit, want: cart.Cart{Items: items("apple", 2, "pear", 1)}},
+		{name: "adjust to zero", path: twoItems, cmd: adjust("apple", 0), err: cart.ErrInvalidQty, want: cart.Cart{Items: items("apple", 2, "pear", 1)}},
+		{name: "adjust to a negative quantity", path: twoItems, cmd: adjust("apple", -2), err: cart.ErrInvalidQty, want: cart.Cart{Items: items("apple", 2, "pear", 1)}},
+		{name: "adjust an item not in the cart", path: twoItems, cmd: adjust("plum", 1), err: cart.ErrNotInCart, want: cart.Cart{Items: items("apple", 2, "pear", 1)}},
+
+		{name: "checkout", path: twoItems, cmd: checkout, want: cart.Cart{Items: items("apple", 2, "pear", 1), CheckedOut: true}, persist: true},
+		{name: "checkout an empty cart", cmd: checkout, err: cart.ErrEmptyCart},
+		{name: "checkout an emptied cart", path: []mkCommand{add("apple", 1), remove("apple")}, cmd: checkout, err: cart.ErrEmptyCart},
+
+		{name: "add after checkout", path: checkedOut, cmd: add("pear", 1), err: cart.ErrCheckedOut, want: cart.Cart{Items: items("apple", 2), CheckedOut: true}},
+		{name: "add more after checkout", path: checkedOut, cmd: add("apple", 1), err: cart.ErrCheckedOut, want: cart.Cart{Items: items("apple", 2), CheckedOut: true}},
+		{name: "remove after checkout", path: checkedOut, cmd: remove("apple"), err: cart.ErrCheckedOut, want: cart.Cart{Items: items("apple", 2), CheckedOut: true}},
+		{name: "adjust after checkout", path: checkedOut, cmd: adjust("apple", 5), err: cart.ErrCheckedOut, want: cart.Cart{Items: items("apple", 2), CheckedOut: true}},
+		{name: "checkout twice", path: checkedOut, cmd: checkout, err: cart.ErrCheckedOut, want: cart.Cart{Items: items("apple", 2), CheckedOut: true}},
+		{name: "get after checkout", path: checkedOut, cmd: get, want: cart.Cart{Items: items("apple", 2), CheckedOut: true}},
+		{name: "get an empty cart", cmd: get},
+	}
+	for i, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			id := fmt.Sprintf("c-%d", i)
+			for _, mk := range tt.path {
+				mustAsk(t, h, id, mk)
+			}
+			before := highest(t, st.journal, id)
+			got, err := ask(t, h, id, tt.cmd)
+			switch {
+			case tt.err == nil && err != nil:
+				t.Fatalf("err = %v, want none", err)
+			case tt.err == nil && !reflect.DeepEqual(got, tt.want):
+				t.Fatalf("reply = %+v, want %+v", got, tt.want)
+			case tt.err != nil && !errors.Is(err, tt.err):
+				t.Fatalf("err = %v, want %v", err, tt.err)
+			}
+			wantHighest := before
+			if tt.persist {
+				wantHighest++
+			}
+			if n := highest(t, st.journal, id); n != wantHighest {
+				t.Fatalf("highest sequence number %d, want %d", n, wantHighest)
+			}
+			if got := mustAsk(t, h, id, get); !reflect.DeepEqual(got, tt.want) {
+				t.Fatalf("Get = %+v, want %+v", got, tt.want)
+			}
+		})
+	}
+}
+
+// Replies do not share memory with the entity's state.
+func TestRepliesAreCopies(t *testing.T) {
+	h := newHost(t, memoryStores(t))
+	got := mustAsk(t, h, "c-1", add("apple", 1))
+	got.Items["apple"] = 100
+	got = mustAsk(t, h, "c-1", get)
+	got.Items["pear"] = 3
+	if got := mustAsk(t, h, "c-1", get); !reflect.DeepEqual(got, cart.Cart{Items: items("apple", 1)}) {
+		t.Fatalf("Get = %+v after the replies were changed, want apple: 1", got)
+	}
+}
+
+func TestSnapshotRecovery(t *testing.T) {
+	for name, mk := range map[string]func(testing.TB) stores{"memory": memoryStores, "sqlite": sqliteStores} {
+		t.Run(name, func(t *testing.T) {
+			st := mk(t)
+			ctx := t.Context()
+			h := newHost(t, st)
+
+			// 62 events: 60 additions, a removal and an adjustment, with
+			// the cart they should make at event 50 and at the end.
+			model := map[string]int{}
+			var at50 map[string]int
+			for i := range 60 {
+				sku := fmt.Sprintf("sku-%d", i%6)
+				mustAsk(t, h, "big", add(sku, 1))
+				model[sku]++
+				if i+1 == cart.SnapshotEvery {
+					at50 = maps.Clone(model)
+				}
+			}
+			mustAsk(t, h, "big", remove("sku-5"))
+			delete(model, "sku-5")
+			mustAsk(t, h, "big", adjust("sku-0", 42))
+			model["sku-0"] = 42
+			want := cart.Cart{Items: model}
+			if got := mustAsk(t, h, "big", get); !reflect.DeepEqual(got, want) {
+				t.Fatalf("cart = %+v, want %+v", got, want)
+			}
+			mustAsk(t, h, "small", add("apple", 1))
+
+			// One snapshot, at event 50, holding the cart of that time.
+			snap, ok, err := st.snapshots.Load(ctx, pid("big"), snapshot.Latest())
+			if err != nil || !ok {
+				t.Fatalf("Load: %v, %v; want a snapshot", ok, err)
+			}
+			if snap.Metadata.SequenceNr != cart.SnapshotEvery || snap.Manifest != cart.ManifestCart {
+				t.Fatalf("snapshot at %d with manifest %q, want at %d with %q", snap.Metadata.SequenceNr, snap.Manifest, cart.SnapshotEvery, cart.ManifestCart)
+			}
+			v, err := newRegistry(t).DeserializeSnapshot(snap)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !reflect.DeepEqual(v, cart.Cart{Items: at50}) {
+				t.Fatalf("snapshot holds %+v, want %+v", v, cart.Cart{Items: at50})
+			}
+			if _, ok, err := st.snapshots.Load(ctx, pid("small"), snapshot.Latest()); ok || err != nil {
+				t.Fatalf("a cart with one event has a snapshot (%v, %v)", ok, err)
+			}
+
+			if err := h.Shutdown(ctx); err != nil {
+				t.Fatal(err)
+			}
+			// Without the events the snapshot covers, recovery can only
+			// succeed from the snapshot and the 12 events after it.
+			if err := st.journal.DeleteTo(ctx, pid("big"), cart.SnapshotEvery); err != nil {
+				t.Fatal(err)
+			}
+			h2 := newHost(t, st)
+			if got := mustAsk(t, h2, "big", get); !reflect.DeepEqual(got, want) {
+				t.Fatalf("recovered cart = %+v, want %+v", got, want)
+			}
+			if got := mustAsk(t, h2, "small", get); !reflect.DeepEqual(got, cart.Cart{Items: items("apple", 1)}) {
+				t.Fatalf("recovered small cart = %+v, want apple: 1", got)
+			}
+			// The recovered cart goes on at the next sequence number.
+			got := mustAsk(t, h2, "big", checkout)
+			if !got.CheckedOut || got.Units() != 42+4*10 {
+				t.Fatalf("checkout after recovery = %+v, want checked out with 82 units", got)
+			}
+			if n := highest(t, st.journal, "big"); n != 63 {
+				t.Fatalf("highest sequence number %d, want 63", n)
+			}
+		})
+	}
+}

@@ -3,17 +3,11 @@ package entity_test
 import (
 	"context"
 	"errors"
-	"log/slog"
-	"path/filepath"
 	"testing"
 
-	"github.com/annals-go/annals/engine"
 	"github.com/annals-go/annals/entity"
-	"github.com/annals-go/annals/journal"
+	"github.com/annals-go/annals/entity/entitytest"
 	"github.com/annals-go/annals/serialization"
-	"github.com/annals-go/annals/snapshot"
-	"github.com/annals-go/annals/store/memory"
-	"github.com/annals-go/annals/store/sqlite"
 )
 
 // The account behavior used by these tests.
@@ -150,44 +144,16 @@ func registry(t testing.TB) *serialization.Registry {
 	return r
 }
 
-// stores is the journal and snapshot store a test's hosts share.
-type stores struct {
-	journal   journal.Journal
-	snapshots snapshot.Store
-	registry  *serialization.Registry
-}
+type stores = entitytest.Store
 
-func memoryStores(t testing.TB) stores {
-	s := memory.New()
-	t.Cleanup(func() { _ = s.Close() })
-	return stores{s.Journal(), s.Snapshots(), registry(t)}
-}
+var (
+	memoryStores = entitytest.Memory
+	sqliteStores = entitytest.SQLite
+)
 
-func sqliteStores(t testing.TB) stores {
-	s, err := sqlite.Open(context.Background(), filepath.Join(t.TempDir(), "entity.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	f, err := engine.NewFront(s.Journal(), engine.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = f.Close(); _ = s.Close() })
-	return stores{f, s.Snapshots(), registry(t)}
-}
-
-func newHost(t testing.TB, st stores, b entity.Behavior[Command, Event, State], mod ...func(*entity.HostConfig)) *entity.Host[Command, Event, State] {
+func newHost(t testing.TB, st stores, b entity.Behavior[Command, Event, State], configure ...func(*entity.HostConfig)) *entity.Host[Command, Event, State] {
 	t.Helper()
-	cfg := entity.HostConfig{Journal: st.journal, Snapshots: st.snapshots, Registry: st.registry, Logger: slog.New(slog.DiscardHandler)}
-	for _, m := range mod {
-		m(&cfg)
-	}
-	h, err := entity.NewHost(b, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = h.Shutdown(context.Background()) })
-	return h
+	return entitytest.NewHost(t, st, b, registry(t), configure...)
 }
 
 func deposit(ctx context.Context, h *entity.Host[Command, Event, State], id string, amount int64) (int64, error) {
@@ -211,7 +177,7 @@ func mustBalance(t *testing.T, h *entity.Host[Command, Event, State], id string,
 }
 
 func TestPersistReplyAndRecover(t *testing.T) {
-	for name, mk := range map[string]func(testing.TB) stores{"memory": memoryStores, "sqlite": sqliteStores} {
+	for name, mk := range entitytest.Stores() {
 		t.Run(name, func(t *testing.T) {
 			st := mk(t)
 			ctx := t.Context()

@@ -80,9 +80,9 @@ func persistViaHost(b *testing.B, n, perEntity, group int) {
 // them, and each goroutine writes its id's events in sequence.
 func persistViaJournal(b *testing.B, n, perEntity, group int) {
 	st := sqliteStores(b)
-	f := st.journal.(*engine.Front)
+	f := st.Journal.(*engine.Front)
 	ctx := context.Background()
-	payload, ser, manifest, err := st.registry.Serialize(Deposited{Amount: 1})
+	payload, ser, manifest, err := registry(b).Serialize(Deposited{Amount: 1})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -141,20 +141,20 @@ func BenchmarkRecovery(b *testing.B) {
 		b.Run(c.name, func(b *testing.B) {
 			st := sqliteStores(b)
 			ctx := context.Background()
-			payload, ser, manifest, _ := st.registry.Serialize(Deposited{Amount: 1})
+			payload, ser, manifest, _ := registry(b).Serialize(Deposited{Amount: 1})
 			for e := range c.entities {
 				pid := fmt.Sprint("Account|r-", e)
 				w := journal.AtomicWrite{PersistenceID: pid}
 				for s := range c.per {
 					w.Events = append(w.Events, journal.Repr{PersistenceID: pid, SequenceNr: int64(s + 1), Payload: payload, SerializerID: ser, Manifest: manifest})
 				}
-				if err := st.journal.(*engine.Front).Persist(ctx, w); err != nil {
+				if err := st.Journal.(*engine.Front).Persist(ctx, w); err != nil {
 					b.Fatal(err)
 				}
 			}
 			var total time.Duration
 			for b.Loop() {
-				h, err := entity.NewHost(accountBehavior(), entity.HostConfig{Journal: st.journal, Registry: st.registry})
+				h, err := entity.NewHost(accountBehavior(), entity.HostConfig{Journal: st.Journal, Registry: registry(b)})
 				if err != nil {
 					b.Fatal(err)
 				}

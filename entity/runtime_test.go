@@ -94,7 +94,7 @@ func TestEffects(t *testing.T) {
 		if err != nil || got != 6 {
 			t.Fatalf("DepositMany = %d, %v; want 6", got, err)
 		}
-		evs := replayPayloadManifests(t, st.journal, "Account|many")
+		evs := replayPayloadManifests(t, st.Journal, "Account|many")
 		if len(evs) != 3 || evs[0].Ordering+2 != evs[2].Ordering {
 			t.Errorf("stored %d events, want 3 in one atomic write", len(evs))
 		}
@@ -145,7 +145,7 @@ func TestStashKeepsOrder(t *testing.T) {
 	}
 	mustBalance(t, h, "o", 6)
 	var amounts []string
-	for _, r := range replayPayloadManifests(t, st.journal, "Account|o") {
+	for _, r := range replayPayloadManifests(t, st.Journal, "Account|o") {
 		amounts = append(amounts, string(r.Payload))
 	}
 	want := []string{"{}", "{}", `{"Amount":1}`, `{"Amount":2}`, `{"Amount":3}`}
@@ -171,7 +171,7 @@ func TestMailboxOverflow(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		st := memoryStores(t)
 		release := make(chan struct{})
-		st.journal = &faultyJournal{Journal: st.journal, onWrite: func(n int) {
+		st.Journal = &faultyJournal{Journal: st.Journal, onWrite: func(n int) {
 			if n == 1 {
 				<-release
 			}
@@ -197,7 +197,7 @@ func TestMailboxOverflow(t *testing.T) {
 
 func TestRejectionKeepsEntityRunning(t *testing.T) {
 	st := memoryStores(t)
-	st.journal = &faultyJournal{Journal: st.journal, failAt: map[int]string{2: "reject"}}
+	st.Journal = &faultyJournal{Journal: st.Journal, failAt: map[int]string{2: "reject"}}
 	h := newHost(t, st, accountBehavior())
 	ctx := t.Context()
 	if _, err := deposit(ctx, h, "r", 5); err != nil {
@@ -214,7 +214,7 @@ func TestRejectionKeepsEntityRunning(t *testing.T) {
 func TestPersistFailureStopsAndNextCommandRecovers(t *testing.T) {
 	st := memoryStores(t)
 	entered, release := make(chan struct{}), make(chan struct{})
-	st.journal = &faultyJournal{Journal: st.journal, failAt: map[int]string{2: "before"}, onWrite: func(n int) {
+	st.Journal = &faultyJournal{Journal: st.Journal, failAt: map[int]string{2: "before"}, onWrite: func(n int) {
 		if n == 2 {
 			close(entered)
 			<-release
@@ -257,7 +257,7 @@ func TestSequenceConflictStopsEntity(t *testing.T) {
 	}
 	// Another process writes event 2 of the same id.
 	other := journal.AtomicWrite{PersistenceID: "Account|c", Events: []journal.Repr{{PersistenceID: "Account|c", SequenceNr: 2, Payload: []byte(`{"Amount":1000}`), SerializerID: 33, Manifest: "test.Deposited"}}}
-	if res, err := st.journal.Write(ctx, []journal.AtomicWrite{other}); err != nil || res != nil {
+	if res, err := st.Journal.Write(ctx, []journal.AtomicWrite{other}); err != nil || res != nil {
 		t.Fatal(res, err)
 	}
 	if _, err := deposit(ctx, h, "c", 7); !errors.Is(err, journal.ErrSequenceConflict) {
@@ -269,7 +269,7 @@ func TestSequenceConflictStopsEntity(t *testing.T) {
 func TestRestartWithBackoff(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		st := memoryStores(t)
-		st.journal = &faultyJournal{Journal: st.journal, failAt: map[int]string{2: "before", 3: "before"}}
+		st.Journal = &faultyJournal{Journal: st.Journal, failAt: map[int]string{2: "before", 3: "before"}}
 		h := newHost(t, st, accountBehavior(), func(c *entity.HostConfig) { c.Restart = &entity.Backoff{Min: time.Second, Max: 4 * time.Second} })
 		ctx := t.Context()
 		if _, err := deposit(ctx, h, "b", 5); err != nil {
@@ -327,7 +327,7 @@ func TestSnapshotsAndRetention(t *testing.T) {
 		max  int64
 		want int64
 	}{{10, 10}, {9, 8}, {7, 0}} {
-		snap, ok, err := st.snapshots.Load(ctx, "Account|s", snapshot.Criteria{MaxSequenceNr: c.max})
+		snap, ok, err := st.Snapshots.Load(ctx, "Account|s", snapshot.Criteria{MaxSequenceNr: c.max})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -335,7 +335,7 @@ func TestSnapshotsAndRetention(t *testing.T) {
 			t.Errorf("snapshot at or below %d: %d, want %d (every 2, keep the last 2)", c.max, got, c.want)
 		}
 	}
-	evs := replayPayloadManifests(t, st.journal, "Account|s")
+	evs := replayPayloadManifests(t, st.Journal, "Account|s")
 	if len(evs) != 4 || evs[0].SequenceNr != 7 {
 		t.Errorf("journal holds %d events from %d, want 7..10: events below the oldest kept snapshot are deleted", len(evs), evs[0].SequenceNr)
 	}
@@ -344,9 +344,9 @@ func TestSnapshotsAndRetention(t *testing.T) {
 
 func TestSnapshotFailureDoesNotStopEntity(t *testing.T) {
 	st := memoryStores(t)
-	ss := &snapshotStore{Store: st.snapshots}
+	ss := &snapshotStore{Store: st.Snapshots}
 	ss.failSave.Store(true)
-	st.snapshots = ss
+	st.Snapshots = ss
 	b := accountBehavior()
 	b.Snapshots.Every = 1
 	h := newHost(t, st, b)
@@ -373,7 +373,7 @@ func TestOptionalSnapshot(t *testing.T) {
 			}
 			_ = h.Shutdown(ctx)
 			corrupt := snapshot.Snapshot{Metadata: snapshot.Metadata{PersistenceID: "Account|o", SequenceNr: 2}, Payload: []byte("not json"), SerializerID: 33, Manifest: "test.State"}
-			if err := st.snapshots.Save(ctx, corrupt); err != nil {
+			if err := st.Snapshots.Save(ctx, corrupt); err != nil {
 				t.Fatal(err)
 			}
 			got, err := balance(ctx, newHost(t, st, b), "o")
@@ -410,7 +410,7 @@ func TestRecoveryOptions(t *testing.T) {
 		if got, err := deposit(ctx, h, "r", 10); err != nil || got != 10 {
 			t.Fatalf("deposit without recovery: %d, %v; want 10 from the empty state", got, err)
 		}
-		evs := replayPayloadManifests(t, st.journal, "Account|r")
+		evs := replayPayloadManifests(t, st.Journal, "Account|r")
 		if n := len(evs); n != 4 || evs[3].SequenceNr != 4 {
 			t.Errorf("journal holds %d events, want the new one at 4", n)
 		}
@@ -438,8 +438,8 @@ func TestRecoveryOptions(t *testing.T) {
 func TestConcurrentRecoveriesAreBounded(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		st := memoryStores(t)
-		fj := &faultyJournal{Journal: st.journal, gate: make(chan struct{})}
-		st.journal = fj
+		fj := &faultyJournal{Journal: st.Journal, gate: make(chan struct{})}
+		st.Journal = fj
 		h := newHost(t, st, accountBehavior(), func(c *entity.HostConfig) { c.MaxConcurrentRecoveries = 2 })
 		for i := range 5 {
 			if err := h.Tell(fmt.Sprint("id-", i), Forget{}); err != nil {
@@ -518,7 +518,7 @@ func TestMaxLivePassivatesLeastRecentlyUsed(t *testing.T) {
 func TestGracefulShutdownFinishesInFlightPersist(t *testing.T) {
 	st := memoryStores(t)
 	entered, release := make(chan struct{}), make(chan struct{})
-	st.journal = &faultyJournal{Journal: st.journal, onWrite: func(n int) {
+	st.Journal = &faultyJournal{Journal: st.Journal, onWrite: func(n int) {
 		if n == 1 {
 			close(entered)
 			<-release
@@ -541,7 +541,7 @@ func TestGracefulShutdownFinishesInFlightPersist(t *testing.T) {
 	if _, err := deposit(ctx, h, "g", 1); !errors.Is(err, entity.ErrHostClosed) {
 		t.Errorf("command after shutdown: %v, want ErrHostClosed", err)
 	}
-	if evs := replayPayloadManifests(t, st.journal, "Account|g"); len(evs) != 1 {
+	if evs := replayPayloadManifests(t, st.Journal, "Account|g"); len(evs) != 1 {
 		t.Errorf("journal holds %d events, want the one persisted during shutdown", len(evs))
 	}
 }
@@ -562,7 +562,7 @@ func TestOneInstancePerID(t *testing.T) {
 		})
 	}
 	wg.Wait()
-	evs := replayPayloadManifests(t, st.journal, "Account|shared")
+	evs := replayPayloadManifests(t, st.Journal, "Account|shared")
 	for i, e := range evs {
 		if e.SequenceNr != int64(i+1) {
 			t.Fatalf("event %d has sequence number %d: one writer per id keeps numbers contiguous", i, e.SequenceNr)
@@ -625,13 +625,13 @@ func TestPanicInHandlerFailsCommandAndRecovers(t *testing.T) {
 // event lost, no event applied that the journal does not hold.
 func TestCrashesNeverLoseAcknowledgedEvents(t *testing.T) {
 	st := memoryStores(t)
-	raw := st.journal
+	raw := st.Journal
 	failAt := map[int]string{}
 	for call := 3; call <= 200; call += 7 {
 		failAt[call] = "before"
 		failAt[call+3] = "after"
 	}
-	st.journal = &faultyJournal{Journal: raw, failAt: failAt}
+	st.Journal = &faultyJournal{Journal: raw, failAt: failAt}
 	h := newHost(t, st, accountBehavior())
 	ctx := t.Context()
 	acked := map[int64]bool{}
@@ -719,7 +719,7 @@ func TestTaggerStoresTags(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	evs := replayPayloadManifests(t, st.journal, "Account|t")
+	evs := replayPayloadManifests(t, st.Journal, "Account|t")
 	if len(evs) != 2 || len(evs[0].Tags) != 0 || !slices.Equal(evs[1].Tags, []string{"large", "deposit"}) {
 		t.Errorf("stored tags %v, %v; want none, then [large deposit]", evs[0].Tags, evs[1].Tags)
 	}

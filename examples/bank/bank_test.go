@@ -4,50 +4,29 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	"math"
-	"path/filepath"
 	"reflect"
 	"strings"
 	"testing"
 
 	"github.com/annals-go/annals"
-	"github.com/annals-go/annals/engine"
 	"github.com/annals-go/annals/entity"
+	"github.com/annals-go/annals/entity/entitytest"
 	"github.com/annals-go/annals/examples/bank"
 	"github.com/annals-go/annals/journal"
 	"github.com/annals-go/annals/serialization"
 	"github.com/annals-go/annals/snapshot"
 	"github.com/annals-go/annals/store/memory"
-	"github.com/annals-go/annals/store/sqlite"
 )
 
 type host = entity.Host[bank.Command, bank.Event, bank.Account]
 
-// stores is the journal and snapshot store a test's hosts share.
-type stores struct {
-	journal   journal.Journal
-	snapshots snapshot.Store
-}
+type stores = entitytest.Store
 
-func memoryStores(t testing.TB) stores {
-	s := memory.New()
-	t.Cleanup(func() { _ = s.Close() })
-	return stores{s.Journal(), s.Snapshots()}
-}
-
-func sqliteStores(t testing.TB) stores {
-	s, err := sqlite.Open(context.Background(), filepath.Join(t.TempDir(), "bank.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	f, err := engine.NewFront(s.Journal(), engine.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = f.Close(); _ = s.Close() })
-	return stores{f, s.Snapshots()}
-}
+var (
+	memoryStores = entitytest.Memory
+	sqliteStores = entitytest.SQLite
+)
 
 func newRegistry(t testing.TB) *serialization.Registry {
 	t.Helper()
@@ -60,17 +39,7 @@ func newRegistry(t testing.TB) *serialization.Registry {
 
 func newHost(t testing.TB, st stores) *host {
 	t.Helper()
-	h, err := entity.NewHost(bank.Behavior(), entity.HostConfig{
-		Journal:   st.journal,
-		Snapshots: st.snapshots,
-		Registry:  newRegistry(t),
-		Logger:    slog.New(slog.DiscardHandler), // recovery failures are expected below
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = h.Shutdown(context.Background()) })
-	return h
+	return entitytest.NewHost(t, st, bank.Behavior(), newRegistry(t))
 }
 
 func deposit(t testing.TB, h *host, id string, amount int64) (int64, error) {
@@ -158,14 +127,14 @@ func TestDepositAndWithdraw(t *testing.T) {
 		case s.err == nil:
 			stored++
 		}
-		if n := highest(t, st.journal, "a-1"); n != stored {
+		if n := highest(t, st.Journal, "a-1"); n != stored {
 			t.Fatalf("step %d: highest sequence number %d, want %d", i, n, stored)
 		}
 		mustBalance(t, h, "a-1", s.balance)
 	}
 	want := []string{bank.ManifestDeposited, bank.ManifestDeposited, bank.ManifestWithdrawn, bank.ManifestWithdrawn, bank.ManifestDeposited}
 	var got []string
-	for _, r := range events(t, st.journal, "a-1") {
+	for _, r := range events(t, st.Journal, "a-1") {
 		got = append(got, r.Manifest)
 	}
 	if !reflect.DeepEqual(got, want) {
@@ -195,7 +164,7 @@ func TestInvalidAmounts(t *testing.T) {
 			if err == nil || errors.Is(err, bank.ErrInsufficientFunds) || !strings.Contains(err.Error(), "amount must be positive") {
 				t.Fatalf("err = %v, want the amount rejected as not positive", err)
 			}
-			if n := highest(t, st.journal, "a-1"); n != 1 {
+			if n := highest(t, st.Journal, "a-1"); n != 1 {
 				t.Fatalf("a rejected amount stored an event: highest %d, want 1", n)
 			}
 			mustBalance(t, h, "a-1", 100)
@@ -207,7 +176,7 @@ func TestInvalidAmounts(t *testing.T) {
 // events after it; the behavior snapshots every 100 events and keeps the
 // last two snapshots.
 func TestRecovery(t *testing.T) {
-	for name, mk := range map[string]func(testing.TB) stores{"memory": memoryStores, "sqlite": sqliteStores} {
+	for name, mk := range entitytest.Stores() {
 		t.Run(name, func(t *testing.T) {
 			st := mk(t)
 			ctx := t.Context()
@@ -229,7 +198,7 @@ func TestRecovery(t *testing.T) {
 			}
 
 			// Snapshots at 200 and 300 are kept; the one at 100 is deleted.
-			snap, ok, err := st.snapshots.Load(ctx, pid("a-1"), snapshot.Latest())
+			snap, ok, err := st.Snapshots.Load(ctx, pid("a-1"), snapshot.Latest())
 			if err != nil || !ok || snap.Metadata.SequenceNr != 300 || snap.Manifest != bank.ManifestAccount {
 				t.Fatalf("latest snapshot: at %d (%q), %v, %v; want at 300 (%q)", snap.Metadata.SequenceNr, snap.Manifest, ok, err, bank.ManifestAccount)
 			}
@@ -240,10 +209,10 @@ func TestRecovery(t *testing.T) {
 			if a, ok := v.(bank.Account); !ok || a.Ops != 300 {
 				t.Fatalf("snapshot at 300 holds %#v, want an Account after 300 operations", v)
 			}
-			if snap, ok, err := st.snapshots.Load(ctx, pid("a-1"), snapshot.Criteria{MaxSequenceNr: 299}); err != nil || !ok || snap.Metadata.SequenceNr != 200 {
+			if snap, ok, err := st.Snapshots.Load(ctx, pid("a-1"), snapshot.Criteria{MaxSequenceNr: 299}); err != nil || !ok || snap.Metadata.SequenceNr != 200 {
 				t.Fatalf("snapshot before 300: at %d, %v, %v; want at 200", snap.Metadata.SequenceNr, ok, err)
 			}
-			if snap, ok, err := st.snapshots.Load(ctx, pid("a-1"), snapshot.Criteria{MaxSequenceNr: 199}); err != nil || ok {
+			if snap, ok, err := st.Snapshots.Load(ctx, pid("a-1"), snapshot.Criteria{MaxSequenceNr: 199}); err != nil || ok {
 				t.Fatalf("snapshot before 200: at %d, %v, %v; want none (KeepLast 2)", snap.Metadata.SequenceNr, ok, err)
 			}
 
@@ -259,7 +228,7 @@ func TestRecovery(t *testing.T) {
 			if got, err := deposit(t, h2, "a-1", 1); err != nil || got != want+1 {
 				t.Fatalf("deposit after recovery: %d, %v; want %d", got, err, want+1)
 			}
-			if n := highest(t, st.journal, "a-1"); n != 311 {
+			if n := highest(t, st.Journal, "a-1"); n != 311 {
 				t.Fatalf("highest sequence number %d, want 311", n)
 			}
 		})
@@ -290,8 +259,8 @@ func writeV1(t testing.TB, j journal.Journal, id string, seq int64, payload stri
 func TestUpcastVersion1Deposit(t *testing.T) {
 	s := memory.New()
 	t.Cleanup(func() { _ = s.Close() })
-	st := stores{s.Journal(), s.Snapshots()}
-	writeV1(t, st.journal, "legacy", 1, `{"amt":250}`)
+	st := stores{Journal: s.Journal(), Snapshots: s.Snapshots()}
+	writeV1(t, st.Journal, "legacy", 1, `{"amt":250}`)
 
 	h := newHost(t, st)
 	mustBalance(t, h, "legacy", 250)
@@ -303,7 +272,7 @@ func TestUpcastVersion1Deposit(t *testing.T) {
 	}
 
 	// The old event is kept as it was; the new one is stored as version 2.
-	evs := events(t, st.journal, "legacy")
+	evs := events(t, st.Journal, "legacy")
 	if len(evs) != 2 {
 		t.Fatalf("%d events stored, want 2", len(evs))
 	}
@@ -325,7 +294,7 @@ func TestUpcastVersion1Deposit(t *testing.T) {
 // does not start with a wrong balance.
 func TestUpcastCorruptVersion1Deposit(t *testing.T) {
 	st := memoryStores(t)
-	writeV1(t, st.journal, "broken", 1, `{"amt":"250"}`)
+	writeV1(t, st.Journal, "broken", 1, `{"amt":"250"}`)
 	h := newHost(t, st)
 	for range 2 { // each command tries a new recovery, which fails again
 		_, err := balance(t, h, "broken")
@@ -336,7 +305,7 @@ func TestUpcastCorruptVersion1Deposit(t *testing.T) {
 	if _, err := deposit(t, h, "broken", 1); !errors.Is(err, entity.ErrRecovery) {
 		t.Fatalf("deposit: %v, want ErrRecovery", err)
 	}
-	if n := highest(t, st.journal, "broken"); n != 1 {
+	if n := highest(t, st.Journal, "broken"); n != 1 {
 		t.Fatalf("highest sequence number %d, want 1: nothing may be written after a failed recovery", n)
 	}
 }

@@ -1,53 +1,31 @@
 package cart_test
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"maps"
-	"path/filepath"
 	"reflect"
 	"testing"
 
 	"github.com/annals-go/annals"
-	"github.com/annals-go/annals/engine"
 	"github.com/annals-go/annals/entity"
+	"github.com/annals-go/annals/entity/entitytest"
 	"github.com/annals-go/annals/examples/cart"
 	"github.com/annals-go/annals/journal"
 	"github.com/annals-go/annals/serialization"
 	"github.com/annals-go/annals/snapshot"
-	"github.com/annals-go/annals/store/memory"
-	"github.com/annals-go/annals/store/sqlite"
 )
 
 type host = entity.Host[cart.Command, cart.Event, cart.Cart]
 
 type mkCommand = func(entity.ReplyTo[cart.Cart]) cart.Command
 
-// stores is the journal and snapshot store a test's hosts share.
-type stores struct {
-	journal   journal.Journal
-	snapshots snapshot.Store
-}
+type stores = entitytest.Store
 
-func memoryStores(t testing.TB) stores {
-	s := memory.New()
-	t.Cleanup(func() { _ = s.Close() })
-	return stores{s.Journal(), s.Snapshots()}
-}
-
-func sqliteStores(t testing.TB) stores {
-	s, err := sqlite.Open(context.Background(), filepath.Join(t.TempDir(), "cart.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	f, err := engine.NewFront(s.Journal(), engine.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = f.Close(); _ = s.Close() })
-	return stores{f, s.Snapshots()}
-}
+var (
+	memoryStores = entitytest.Memory
+	sqliteStores = entitytest.SQLite
+)
 
 func newRegistry(t testing.TB) *serialization.Registry {
 	t.Helper()
@@ -60,12 +38,7 @@ func newRegistry(t testing.TB) *serialization.Registry {
 
 func newHost(t testing.TB, st stores) *host {
 	t.Helper()
-	h, err := entity.NewHost(cart.Behavior(), entity.HostConfig{Journal: st.journal, Snapshots: st.snapshots, Registry: newRegistry(t)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = h.Shutdown(context.Background()) })
-	return h
+	return entitytest.NewHost(t, st, cart.Behavior(), newRegistry(t))
 }
 
 func ask(t testing.TB, h *host, id string, mk mkCommand) (cart.Cart, error) {
@@ -172,7 +145,7 @@ func TestRules(t *testing.T) {
 			for _, mk := range tt.path {
 				mustAsk(t, h, id, mk)
 			}
-			before := highest(t, st.journal, id)
+			before := highest(t, st.Journal, id)
 			got, err := ask(t, h, id, tt.cmd)
 			switch {
 			case tt.err == nil && err != nil:
@@ -186,7 +159,7 @@ func TestRules(t *testing.T) {
 			if tt.persist {
 				wantHighest++
 			}
-			if n := highest(t, st.journal, id); n != wantHighest {
+			if n := highest(t, st.Journal, id); n != wantHighest {
 				t.Fatalf("highest sequence number %d, want %d", n, wantHighest)
 			}
 			if got := mustAsk(t, h, id, get); !reflect.DeepEqual(got, tt.want) {
@@ -209,7 +182,7 @@ func TestRepliesAreCopies(t *testing.T) {
 }
 
 func TestSnapshotRecovery(t *testing.T) {
-	for name, mk := range map[string]func(testing.TB) stores{"memory": memoryStores, "sqlite": sqliteStores} {
+	for name, mk := range entitytest.Stores() {
 		t.Run(name, func(t *testing.T) {
 			st := mk(t)
 			ctx := t.Context()
@@ -238,7 +211,7 @@ func TestSnapshotRecovery(t *testing.T) {
 			mustAsk(t, h, "small", add("apple", 1))
 
 			// One snapshot, at event 50, holding the cart of that time.
-			snap, ok, err := st.snapshots.Load(ctx, pid("big"), snapshot.Latest())
+			snap, ok, err := st.Snapshots.Load(ctx, pid("big"), snapshot.Latest())
 			if err != nil || !ok {
 				t.Fatalf("Load: %v, %v; want a snapshot", ok, err)
 			}
@@ -252,7 +225,7 @@ func TestSnapshotRecovery(t *testing.T) {
 			if !reflect.DeepEqual(v, cart.Cart{Items: at50}) {
 				t.Fatalf("snapshot holds %+v, want %+v", v, cart.Cart{Items: at50})
 			}
-			if _, ok, err := st.snapshots.Load(ctx, pid("small"), snapshot.Latest()); ok || err != nil {
+			if _, ok, err := st.Snapshots.Load(ctx, pid("small"), snapshot.Latest()); ok || err != nil {
 				t.Fatalf("a cart with one event has a snapshot (%v, %v)", ok, err)
 			}
 
@@ -261,7 +234,7 @@ func TestSnapshotRecovery(t *testing.T) {
 			}
 			// Without the events the snapshot covers, recovery can only
 			// succeed from the snapshot and the 12 events after it.
-			if err := st.journal.DeleteTo(ctx, pid("big"), cart.SnapshotEvery); err != nil {
+			if err := st.Journal.DeleteTo(ctx, pid("big"), cart.SnapshotEvery); err != nil {
 				t.Fatal(err)
 			}
 			h2 := newHost(t, st)
@@ -276,7 +249,7 @@ func TestSnapshotRecovery(t *testing.T) {
 			if !got.CheckedOut || got.Units() != 42+4*10 {
 				t.Fatalf("checkout after recovery = %+v, want checked out with 82 units", got)
 			}
-			if n := highest(t, st.journal, "big"); n != 63 {
+			if n := highest(t, st.Journal, "big"); n != 63 {
 				t.Fatalf("highest sequence number %d, want 63", n)
 			}
 		})

@@ -1,68 +1,46 @@
 package order_test
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"math"
-	"path/filepath"
 	"reflect"
 	"slices"
 	"sync"
 	"testing"
 
 	"github.com/annals-go/annals"
-	"github.com/annals-go/annals/engine"
 	"github.com/annals-go/annals/entity"
+	"github.com/annals-go/annals/entity/entitytest"
 	"github.com/annals-go/annals/examples/order"
 	"github.com/annals-go/annals/journal"
 	"github.com/annals-go/annals/serialization"
-	"github.com/annals-go/annals/snapshot"
 	"github.com/annals-go/annals/store/memory"
-	"github.com/annals-go/annals/store/sqlite"
 )
 
 type host = entity.Host[order.Command, order.Event, order.Order]
 
 type mkCommand = func(entity.ReplyTo[order.Order]) order.Command
 
-// stores is the journal and snapshot store a test's hosts share.
-type stores struct {
-	journal   journal.Journal
-	snapshots snapshot.Store
-}
+type stores = entitytest.Store
 
-func memoryStores(t testing.TB) stores {
-	s := memory.New()
-	t.Cleanup(func() { _ = s.Close() })
-	return stores{s.Journal(), s.Snapshots()}
-}
+var (
+	memoryStores = entitytest.Memory
+	sqliteStores = entitytest.SQLite
+)
 
-func sqliteStores(t testing.TB) stores {
-	s, err := sqlite.Open(context.Background(), filepath.Join(t.TempDir(), "order.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	f, err := engine.NewFront(s.Journal(), engine.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = f.Close(); _ = s.Close() })
-	return stores{f, s.Snapshots()}
-}
-
-func newHost(t testing.TB, st stores) *host {
+func newRegistry(t testing.TB) *serialization.Registry {
 	t.Helper()
 	reg := serialization.NewRegistry()
 	if err := order.Register(reg); err != nil {
 		t.Fatal(err)
 	}
-	h, err := entity.NewHost(order.Behavior(), entity.HostConfig{Journal: st.journal, Snapshots: st.snapshots, Registry: reg})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = h.Shutdown(context.Background()) })
-	return h
+	return reg
+}
+
+func newHost(t testing.TB, st stores) *host {
+	t.Helper()
+	return entitytest.NewHost(t, st, order.Behavior(), newRegistry(t))
 }
 
 func ask(t testing.TB, h *host, id string, mk mkCommand) (order.Order, error) {
@@ -169,7 +147,7 @@ func TestTransitions(t *testing.T) {
 			t.Run(fmt.Sprintf("%s/%s", s.status, c.name), func(t *testing.T) {
 				id := fmt.Sprintf("%s-%s", s.status, c.name)
 				reach(t, h, id, s.path)
-				before := highest(t, st.journal, id)
+				before := highest(t, st.Journal, id)
 				if before != int64(len(s.path)) {
 					t.Fatalf("reaching %s stored %d events, want %d", s.status, before, len(s.path))
 				}
@@ -180,14 +158,14 @@ func TestTransitions(t *testing.T) {
 					if err != nil || !reflect.DeepEqual(got, s.want) {
 						t.Fatalf("Get = %+v, %v; want %+v", got, err, s.want)
 					}
-					if n := highest(t, st.journal, id); n != before {
+					if n := highest(t, st.Journal, id); n != before {
 						t.Fatalf("Get stored events: highest %d, want %d", n, before)
 					}
 				case valid:
 					if err != nil || !reflect.DeepEqual(got, want) {
 						t.Fatalf("%s = %+v, %v; want %+v", c.name, got, err, want)
 					}
-					if n := highest(t, st.journal, id); n != before+1 {
+					if n := highest(t, st.Journal, id); n != before+1 {
 						t.Fatalf("%s: highest %d, want one event more than %d", c.name, n, before)
 					}
 					if got := mustAsk(t, h, id, get); !reflect.DeepEqual(got, want) {
@@ -198,7 +176,7 @@ func TestTransitions(t *testing.T) {
 					if !errors.As(err, &ite) || ite.From != s.status || ite.Command != c.name {
 						t.Fatalf("%s = %+v, %v; want *InvalidTransitionError{%s, %s}", c.name, got, err, s.status, c.name)
 					}
-					if n := highest(t, st.journal, id); n != before {
+					if n := highest(t, st.Journal, id); n != before {
 						t.Fatalf("rejected %s stored events: highest %d, want %d", c.name, n, before)
 					}
 					if got := mustAsk(t, h, id, get); !reflect.DeepEqual(got, s.want) {
@@ -244,7 +222,7 @@ func TestValidation(t *testing.T) {
 					t.Fatal(msg)
 				}
 			}
-			if n := highest(t, st.journal, id); n != int64(len(tt.path)) {
+			if n := highest(t, st.Journal, id); n != int64(len(tt.path)) {
 				t.Fatalf("a failed command stored events: highest %d, want %d", n, len(tt.path))
 			}
 			if got := mustAsk(t, h, id, get); !reflect.DeepEqual(got, tt.want) {
@@ -311,13 +289,13 @@ func TestConcurrentPayments(t *testing.T) {
 	if accepted != 1 {
 		t.Fatalf("%d payments accepted, want 1", accepted)
 	}
-	if n := highest(t, st.journal, "o-1"); n != 2 {
+	if n := highest(t, st.Journal, "o-1"); n != 2 {
 		t.Fatalf("highest %d, want 2 (Created, Paid)", n)
 	}
 }
 
 func TestRecovery(t *testing.T) {
-	for name, mk := range map[string]func(testing.TB) stores{"memory": memoryStores, "sqlite": sqliteStores} {
+	for name, mk := range entitytest.Stores() {
 		t.Run(name, func(t *testing.T) {
 			st := mk(t)
 			h := newHost(t, st)
@@ -353,7 +331,7 @@ func TestRecovery(t *testing.T) {
 			if _, err := ask(t, h2, "o-shipped", cancel); !errors.As(err, &ite) || ite.From != order.StatusShipped {
 				t.Fatalf("Cancel of a recovered shipped order: %v, want *InvalidTransitionError from shipped", err)
 			}
-			if n := highest(t, st.journal, "o-paid"); n != 3 {
+			if n := highest(t, st.Journal, "o-paid"); n != 3 {
 				t.Fatalf("o-paid: highest %d after Ship, want 3", n)
 			}
 		})
@@ -363,7 +341,7 @@ func TestRecovery(t *testing.T) {
 func TestEventsAreTagged(t *testing.T) {
 	s := memory.New()
 	t.Cleanup(func() { _ = s.Close() })
-	h := newHost(t, stores{s.Journal(), s.Snapshots()})
+	h := newHost(t, stores{Journal: s.Journal(), Snapshots: s.Snapshots()})
 	reach(t, h, "o-1", []mkCommand{create, pay, ship})
 	reach(t, h, "o-2", []mkCommand{create, pay, cancel})
 	reach(t, h, "o-3", []mkCommand{create, cancel})

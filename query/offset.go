@@ -1,0 +1,101 @@
+package query
+
+import (
+	"encoding/json"
+	"fmt"
+	"maps"
+	"time"
+)
+
+// OffsetKind tells which kind of position an Offset holds.
+type OffsetKind uint8
+
+const (
+	// KindNone is the start: a query from it returns every event.
+	KindNone OffsetKind = iota
+	// KindSequence is a store's global ordering, for stores that commit in
+	// that order (SQLite, memory).
+	KindSequence
+	// KindTimestamp is a database timestamp with the (persistence id →
+	// sequence number) pairs already seen at exactly that timestamp, for
+	// stores whose commit order differs from their timestamps (PostgreSQL).
+	KindTimestamp
+)
+
+// Offset is a resumable, exclusive position in a query's results. The zero
+// Offset is NoOffset(). Offsets encode to JSON for storage.
+type Offset struct {
+	Kind      OffsetKind
+	Sequence  int64
+	Timestamp time.Time
+	Seen      map[string]int64
+}
+
+// NoOffset is the start of the results.
+func NoOffset() Offset { return Offset{} }
+
+// SequenceOffset is the position after the event with global ordering n.
+func SequenceOffset(n int64) Offset { return Offset{Kind: KindSequence, Sequence: n} }
+
+// TimestampOffset is the position after the events at or before t, except
+// that events at exactly t are after it unless seen lists their persistence
+// id with a sequence number at least theirs. seen is copied.
+func TimestampOffset(t time.Time, seen map[string]int64) Offset {
+	return Offset{Kind: KindTimestamp, Timestamp: t.UTC(), Seen: maps.Clone(seen)}
+}
+
+// AfterSequence reports whether an event with the given global ordering
+// lies after the offset (any event lies after NoOffset).
+func (o Offset) AfterSequence(ordering int64) bool {
+	return o.Kind == KindNone || ordering > o.Sequence
+}
+
+// String is a short human form: "none", "seq:42", "ts:2026-…(3 seen)".
+func (o Offset) String() string {
+	switch o.Kind {
+	case KindSequence:
+		return fmt.Sprintf("seq:%d", o.Sequence)
+	case KindTimestamp:
+		return fmt.Sprintf("ts:%s(%d seen)", o.Timestamp.Format(time.RFC3339Nano), len(o.Seen))
+	}
+	return "none"
+}
+
+type offsetJSON struct {
+	Seq  *int64           `json:"seq,omitempty"`
+	TS   *time.Time       `json:"ts,omitempty"`
+	Seen map[string]int64 `json:"seen,omitempty"`
+}
+
+// MarshalJSON encodes the offset: {} for none, {"seq":n}, or
+// {"ts":"…","seen":{…}}.
+func (o Offset) MarshalJSON() ([]byte, error) {
+	var j offsetJSON
+	switch o.Kind {
+	case KindSequence:
+		j.Seq = &o.Sequence
+	case KindTimestamp:
+		ts := o.Timestamp.UTC()
+		j.TS, j.Seen = &ts, o.Seen
+	}
+	return json.Marshal(j)
+}
+
+// UnmarshalJSON decodes what MarshalJSON encodes; anything else is an error.
+func (o *Offset) UnmarshalJSON(b []byte) error {
+	var j offsetJSON
+	if err := json.Unmarshal(b, &j); err != nil {
+		return fmt.Errorf("query: decode offset %s: %w", b, err)
+	}
+	switch {
+	case j.Seq != nil && j.TS != nil:
+		return fmt.Errorf("query: decode offset %s: both sequence and timestamp", b)
+	case j.Seq != nil:
+		*o = SequenceOffset(*j.Seq)
+	case j.TS != nil:
+		*o = TimestampOffset(*j.TS, j.Seen)
+	default:
+		*o = NoOffset()
+	}
+	return nil
+}

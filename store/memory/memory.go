@@ -19,6 +19,7 @@ import (
 
 	"github.com/annals-go/annals"
 	"github.com/annals-go/annals/journal"
+	"github.com/annals-go/annals/query"
 	"github.com/annals-go/annals/snapshot"
 )
 
@@ -67,6 +68,8 @@ type Store struct {
 	closed   bool
 	logs     map[string]*idLog
 	ordering int64
+	order    []orderRef // every stored event, ascending by ordering
+	signal   query.Signal
 	snaps    map[string][]snapshot.Snapshot // ascending by sequence number
 }
 
@@ -141,6 +144,7 @@ func (j *Journal) Write(ctx context.Context, writes []journal.AtomicWrite) ([]er
 		}
 	}
 
+	stored := false
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed {
@@ -163,8 +167,13 @@ func (j *Journal) Write(ctx context.Context, writes []journal.AtomicWrite) ([]er
 		for k := range evs {
 			s.ordering++
 			evs[k].Ordering = s.ordering
+			s.order = append(s.order, orderRef{pid: pid, seq: evs[k].SequenceNr, ordering: s.ordering, tags: evs[k].Tags, slice: evs[k].Slice, entityType: evs[k].EntityType})
 		}
 		log.insert(evs)
+		stored = true
+	}
+	if stored {
+		defer s.signal.Notify() // after the lock is released
 	}
 	return journal.Results(results), nil
 }

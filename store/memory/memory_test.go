@@ -29,3 +29,13 @@ func TestSnapshotCompliance(t *testing.T) {
 		},
 	})
 }
+
+func TestQueryCompliance(t *testing.T) {
+	storetest.RunQueries(t, storetest.QueryHarness{
+		New: func(t *testing.T) (journal.Journal, any) {
+			s := memory.New()
+			t.Cleanup(func() { _ = s.Close() })
+			return s.Journal(), s.Queries()
+		},
+	})
+}

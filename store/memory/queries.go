@@ -1,0 +1,235 @@
+package memory
+
+import (
+	"cmp"
+	"context"
+	"iter"
+	"slices"
+
+	"github.com/annals-go/annals"
+	"github.com/annals-go/annals/journal"
+	"github.com/annals-go/annals/query"
+)
+
+// orderRef locates a stored event by its global ordering.
+type orderRef struct {
+	pid        string
+	seq        int64
+	ordering   int64
+	tags       []string
+	slice      int
+	entityType string
+}
+
+// Queries is the read journal of a Store. Its offsets are sequence offsets
+// (the store's global ordering), which grow in commit order: a query that
+// has seen ordering n has seen every event below n. Live queries wake at
+// once on every write to the store.
+type Queries struct{ s *Store }
+
+var (
+	_ query.EventsByPersistenceIDQuery = (*Queries)(nil)
+	_ query.EventsByTagQuery           = (*Queries)(nil)
+	_ query.EventsBySlicesQuery        = (*Queries)(nil)
+	_ query.PersistenceIDsQuery        = (*Queries)(nil)
+)
+
+// Queries returns the store's read journal.
+func (s *Store) Queries() *Queries { return &Queries{s: s} }
+
+func sequenceOf(after query.Offset) (int64, error) {
+	switch after.Kind {
+	case query.KindNone:
+		return 0, nil
+	case query.KindSequence:
+		return after.Sequence, nil
+	}
+	return 0, query.ErrUnsupportedOffset
+}
+
+// scan yields, in ordering order, the stored events after the offset and at
+// or below the ordering the store had when the scan began, that match.
+// Deleted events are skipped.
+func (q *Queries) scan(ctx context.Context, after query.Offset, match func(orderRef) bool) iter.Seq2[query.Envelope, error] {
+	return func(yield func(query.Envelope, error) bool) {
+		from, err := sequenceOf(after)
+		if err != nil {
+			yield(query.Envelope{}, err)
+			return
+		}
+		s := q.s
+		s.mu.RLock()
+		bound := s.ordering
+		s.mu.RUnlock()
+		page := make([]query.Envelope, 0, replayPage)
+		for {
+			if err := ctx.Err(); err != nil {
+				yield(query.Envelope{}, err)
+				return
+			}
+			page = page[:0]
+			s.mu.RLock()
+			if s.closed {
+				s.mu.RUnlock()
+				yield(query.Envelope{}, journal.ErrClosed)
+				return
+			}
+			i, _ := slices.BinarySearchFunc(s.order, from+1, func(r orderRef, o int64) int { return cmp.Compare(r.ordering, o) })
+			for ; i < len(s.order) && len(page) < replayPage && s.order[i].ordering <= bound; i++ {
+				ref := s.order[i]
+				from = ref.ordering
+				if !match(ref) {
+					continue
+				}
+				log := s.logs[ref.pid]
+				if k, found := log.find(ref.seq); found {
+					page = append(page, query.FromRepr(cloneRepr(log.events[k]), query.SequenceOffset(ref.ordering)))
+				}
+			}
+			done := i >= len(s.order) || s.order[i].ordering > bound
+			s.mu.RUnlock()
+			for _, env := range page {
+				if !yield(env, nil) {
+					return
+				}
+			}
+			if done {
+				return
+			}
+		}
+	}
+}
+
+// follow makes a live query of a scan: each run resumes after the last
+// envelope returned.
+func (q *Queries) follow(ctx context.Context, after query.Offset, match func(orderRef) bool) *query.Stream[query.Envelope] {
+	return query.Follow(ctx, &q.s.signal, 0, func(ctx context.Context) iter.Seq2[query.Envelope, error] {
+		return func(yield func(query.Envelope, error) bool) {
+			for env, err := range q.scan(ctx, after, match) {
+				if err == nil {
+					after = env.Offset
+				}
+				if !yield(env, err) {
+					return
+				}
+			}
+		}
+	}, nil)
+}
+
+func hasTag(tag string) func(orderRef) bool {
+	return func(r orderRef) bool { return slices.Contains(r.tags, tag) }
+}
+
+func inSlices(entityType string, minSlice, maxSlice int) func(orderRef) bool {
+	return func(r orderRef) bool {
+		return r.entityType == entityType && r.slice >= minSlice && r.slice <= maxSlice
+	}
+}
+
+// CurrentEventsByTag implements query.EventsByTagQuery.
+func (q *Queries) CurrentEventsByTag(ctx context.Context, tag string, after query.Offset) iter.Seq2[query.Envelope, error] {
+	return q.scan(ctx, after, hasTag(tag))
+}
+
+// EventsByTag implements query.EventsByTagQuery.
+func (q *Queries) EventsByTag(ctx context.Context, tag string, after query.Offset) *query.Stream[query.Envelope] {
+	return q.follow(ctx, after, hasTag(tag))
+}
+
+// CurrentEventsBySlices implements query.EventsBySlicesQuery.
+func (q *Queries) CurrentEventsBySlices(ctx context.Context, entityType string, minSlice, maxSlice int, after query.Offset) iter.Seq2[query.Envelope, error] {
+	return q.scan(ctx, after, inSlices(entityType, minSlice, maxSlice))
+}
+
+// EventsBySlices implements query.EventsBySlicesQuery.
+func (q *Queries) EventsBySlices(ctx context.Context, entityType string, minSlice, maxSlice int, after query.Offset) *query.Stream[query.Envelope] {
+	return q.follow(ctx, after, inSlices(entityType, minSlice, maxSlice))
+}
+
+// CurrentEventsByPersistenceID implements query.EventsByPersistenceIDQuery.
+func (q *Queries) CurrentEventsByPersistenceID(ctx context.Context, persistenceID string, from, to int64) iter.Seq2[query.Envelope, error] {
+	return func(yield func(query.Envelope, error) bool) {
+		for r, err := range q.s.Journal().Replay(ctx, persistenceID, from, to, to) {
+			if !yield(query.FromRepr(r, query.SequenceOffset(r.Ordering)), err) || err != nil {
+				return
+			}
+		}
+	}
+}
+
+// EventsByPersistenceID implements query.EventsByPersistenceIDQuery; it ends
+// after the event at to.
+func (q *Queries) EventsByPersistenceID(ctx context.Context, persistenceID string, from, to int64) *query.Stream[query.Envelope] {
+	return query.Follow(ctx, &q.s.signal, 0, func(ctx context.Context) iter.Seq2[query.Envelope, error] {
+		return func(yield func(query.Envelope, error) bool) {
+			for env, err := range q.CurrentEventsByPersistenceID(ctx, persistenceID, from, to) {
+				if err == nil {
+					from = env.SequenceNr + 1
+				}
+				if !yield(env, err) {
+					return
+				}
+			}
+		}
+	}, func(env query.Envelope) bool { return env.SequenceNr >= to })
+}
+
+// CurrentPersistenceIDs implements query.PersistenceIDsQuery. Ids whose
+// events were all deleted are still listed.
+func (q *Queries) CurrentPersistenceIDs(ctx context.Context, entityType, afterID string, limit int) ([]string, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	q.s.mu.RLock()
+	if q.s.closed {
+		q.s.mu.RUnlock()
+		return nil, journal.ErrClosed
+	}
+	var ids []string
+	for pid := range q.s.logs {
+		if pid > afterID && (entityType == "" || annals.EntityType(pid) == entityType) {
+			ids = append(ids, pid)
+		}
+	}
+	q.s.mu.RUnlock()
+	slices.Sort(ids)
+	if limit > 0 && len(ids) > limit {
+		ids = ids[:limit]
+	}
+	return ids, nil
+}
+
+// PersistenceIDs implements query.PersistenceIDsQuery.
+func (q *Queries) PersistenceIDs(ctx context.Context, entityType string) *query.Stream[string] {
+	return query.NewStream(func(yield func(string) bool) error {
+		seen := map[string]bool{}
+		q.s.mu.RLock()
+		after := q.s.ordering
+		q.s.mu.RUnlock()
+		ids, err := q.CurrentPersistenceIDs(ctx, entityType, "", 0)
+		if err != nil {
+			return err
+		}
+		for _, id := range ids {
+			seen[id] = true
+			if !yield(id) {
+				return nil
+			}
+		}
+		match := func(r orderRef) bool {
+			return !seen[r.pid] && (entityType == "" || r.entityType == entityType)
+		}
+		events := q.follow(ctx, query.SequenceOffset(after), match)
+		for env := range events.All() {
+			if seen[env.PersistenceID] {
+				continue
+			}
+			seen[env.PersistenceID] = true
+			if !yield(env.PersistenceID) {
+				return nil
+			}
+		}
+		return events.Err()
+	})
+}

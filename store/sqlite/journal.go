@@ -177,6 +177,7 @@ func (s *Store) writeTx(ctx context.Context, writes []journal.AtomicWrite, resul
 	if err := tx.Commit(); err != nil {
 		return -1, s.callErr("commit", err)
 	}
+	s.signal.Notify() // wake live queries of this process
 	return -1, nil
 }
 

@@ -1,6 +1,7 @@
 package sqlite
 
 import (
+	"fmt"
 	"bytes"
 	"context"
 	"crypto/sha256"
@@ -64,7 +65,7 @@ func TestOpenRefusesForeignFilesAndChangesNothing(t *testing.T) {
 			}
 		}, ErrNotAnnals, "not an SQLite database"},
 		{"other application's SQLite database", foreignDB, ErrNotAnnals, "no annals_schema"},
-		{"newer schema version", newerDB, ErrNewerSchema, "schema version 2"},
+		{"newer schema version", newerDB, ErrNewerSchema, fmt.Sprintf("schema version %d", SchemaVersion+1)},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -182,5 +183,39 @@ func TestOversizePayloadRejected(t *testing.T) {
 	}
 	if err := s.Snapshots().Save(ctx, snapshot.Snapshot{Metadata: snapshot.Metadata{PersistenceID: "p", SequenceNr: 1}, Payload: make([]byte, 101)}); !errors.Is(err, snapshot.ErrInvalidArgument) {
 		t.Errorf("oversize snapshot: %v, want ErrInvalidArgument", err)
+	}
+}
+
+// TestMigratesOlderSchema turns a database back into schema version 1 and
+// checks that Open migrates it, keeping its events.
+func TestMigratesOlderSchema(t *testing.T) {
+	ctx := t.Context()
+	path := filepath.Join(t.TempDir(), "old.db")
+	s, err := Open(ctx, path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := journal.AtomicWrite{PersistenceID: "A|1", Events: []journal.Repr{{PersistenceID: "A|1", SequenceNr: 1, Payload: []byte("x")}}}
+	if res, err := s.Journal().Write(ctx, []journal.AtomicWrite{w}); err != nil || res != nil {
+		t.Fatal(res, err)
+	}
+	if _, err := s.writer.Exec(`DROP INDEX event_journal_type_ordering_idx; UPDATE annals_schema SET version = 1`); err != nil {
+		t.Fatal(err)
+	}
+	_ = s.Close()
+	s, err = Open(ctx, path)
+	if err != nil {
+		t.Fatalf("open version 1: %v", err)
+	}
+	defer s.Close()
+	var version, index int
+	if err := s.reader.QueryRow(`SELECT version FROM annals_schema`).Scan(&version); err != nil || version != SchemaVersion {
+		t.Errorf("schema version after migration = %d (%v), want %d", version, err, SchemaVersion)
+	}
+	if err := s.reader.QueryRow(`SELECT count(*) FROM sqlite_master WHERE name = 'event_journal_type_ordering_idx'`).Scan(&index); err != nil || index != 1 {
+		t.Errorf("migration 1 → 2 did not create its index (%d, %v)", index, err)
+	}
+	if n, err := s.Journal().HighestSequenceNr(ctx, "A|1", 0); err != nil || n != 1 {
+		t.Errorf("events after migration: highest %d, %v; want 1", n, err)
 	}
 }

@@ -2,7 +2,7 @@ package sqlite
 
 // SchemaVersion is the schema version this package writes. Open migrates
 // older Annals databases up to it and refuses newer ones.
-const SchemaVersion = 1
+const SchemaVersion = 2
 
 // migrations[i] upgrades a database from schema version i to i+1. Each runs
 // in the same transaction as the update of the schema-version row.
@@ -46,6 +46,10 @@ CREATE TABLE snapshot (
 	PRIMARY KEY (persistence_id, sequence_nr)
 ) WITHOUT ROWID;
 `,
+	// 1 → 2: events of one entity type in ordering order, for queries by
+	// slices over a range of slices (the (entity_type, slice, ordering)
+	// index serves a single slice).
+	`CREATE INDEX event_journal_type_ordering_idx ON event_journal (entity_type, ordering);`,
 }
 
 // schemaTable holds the one schema-version row of an Annals database.

@@ -32,6 +32,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/annals-go/annals/query"
 )
 
 var (
@@ -72,6 +74,7 @@ func (s Synchronous) pragma() string {
 type Option func(*config)
 
 type config struct {
+	poll        time.Duration
 	sync        Synchronous
 	readers     int
 	maxPayload  int
@@ -102,6 +105,17 @@ func WithMaxPayloadSize(n int) Option {
 	}
 }
 
+// WithPollInterval sets how often live queries look for events written by
+// other processes (default query.DefaultPollInterval). Events written
+// through this Store wake them at once.
+func WithPollInterval(d time.Duration) Option {
+	return func(c *config) {
+		if d > 0 {
+			c.poll = d
+		}
+	}
+}
+
 // WithBusyTimeout sets how long a connection waits for another process's
 // lock on the file before failing (default DefaultBusyTimeout = 5 s).
 func WithBusyTimeout(d time.Duration) Option {
@@ -120,7 +134,8 @@ type Store struct {
 	writer *sql.DB // one connection
 	reader *sql.DB // pool of query-only connections
 
-	stmts statements
+	stmts  statements
+	signal query.Signal // notified after every commit of events
 
 	closed    atomic.Bool
 	closeOnce sync.Once
@@ -137,7 +152,7 @@ func Open(ctx context.Context, dsn string, opts ...Option) (*Store, error) {
 	if path == "" || path == ":memory:" || strings.HasPrefix(path, "file:") {
 		return nil, fmt.Errorf("sqlite: %q is not a file path (use a path such as ./annals.db; for an in-memory store use store/memory)", dsn)
 	}
-	cfg := config{readers: max(4, runtime.GOMAXPROCS(0)), maxPayload: DefaultMaxPayloadSize, busyTimeout: DefaultBusyTimeout}
+	cfg := config{readers: max(4, runtime.GOMAXPROCS(0)), maxPayload: DefaultMaxPayloadSize, busyTimeout: DefaultBusyTimeout, poll: query.DefaultPollInterval}
 	for _, o := range opts {
 		o(&cfg)
 	}

@@ -44,3 +44,12 @@ func TestJournalComplianceSharedFile(t *testing.T) {
 		Capabilities: storetest.Capabilities{GlobalOrdering: true},
 	})
 }
+
+func TestQueryCompliance(t *testing.T) {
+	storetest.RunQueries(t, storetest.QueryHarness{
+		New: func(t *testing.T) (journal.Journal, any) {
+			s := openTemp(t)
+			return s.Journal(), s.Queries()
+		},
+	})
+}

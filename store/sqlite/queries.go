@@ -1,0 +1,276 @@
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"fmt"
+	"iter"
+	"strings"
+	"time"
+
+	"github.com/annals-go/annals/journal"
+	"github.com/annals-go/annals/query"
+)
+
+// Queries is the read journal of a Store.
+//
+// Its offsets are sequence offsets: the journal's ordering column. SQLite
+// has one writer, so a transaction's orderings are all above those of every
+// transaction committed before it, and no reader sees a row before the rows
+// with lower orderings: ordering grows in commit order. A query that has
+// returned ordering n has therefore seen every matching event at or below
+// n, and resuming after n loses nothing, also with writers in other
+// processes.
+//
+// Live queries wake at once when this Store commits events, and poll every
+// WithPollInterval for commits of other processes.
+type Queries struct{ s *Store }
+
+var (
+	_ query.EventsByPersistenceIDQuery = (*Queries)(nil)
+	_ query.EventsByTagQuery           = (*Queries)(nil)
+	_ query.EventsBySlicesQuery        = (*Queries)(nil)
+	_ query.PersistenceIDsQuery        = (*Queries)(nil)
+)
+
+// Queries returns the store's read journal.
+func (s *Store) Queries() *Queries { return &Queries{s: s} }
+
+// queryPage is how many rows one query of a scan reads.
+const queryPage = 1000
+
+const envelopeColumns = `e.ordering, e.persistence_id, e.sequence_nr, e.timestamp, e.payload, e.serializer_id, e.manifest, e.writer, e.tags, e.metadata, e.slice, e.entity_type`
+
+func scanEnvelope(rows *sql.Rows) (query.Envelope, error) {
+	var r journal.Repr
+	var ts int64
+	var tags sql.NullString
+	if err := rows.Scan(&r.Ordering, &r.PersistenceID, &r.SequenceNr, &ts, &r.Payload, &r.SerializerID, &r.Manifest, &r.WriterID, &tags, &r.Metadata, &r.Slice, &r.EntityType); err != nil {
+		return query.Envelope{}, fmt.Errorf("sqlite: query: read row: %w", err)
+	}
+	r.Timestamp = time.Unix(0, ts).UTC()
+	if tags.Valid {
+		if err := json.Unmarshal([]byte(tags.String), &r.Tags); err != nil {
+			return query.Envelope{}, fmt.Errorf("sqlite: query: corrupt tags of %s event %d: %w", r.PersistenceID, r.SequenceNr, err)
+		}
+	}
+	return query.FromRepr(r, query.SequenceOffset(r.Ordering)), nil
+}
+
+func sequenceOf(after query.Offset) (int64, error) {
+	switch after.Kind {
+	case query.KindNone:
+		return 0, nil
+	case query.KindSequence:
+		return after.Sequence, nil
+	}
+	return 0, fmt.Errorf("%w: %s (the SQLite store resumes from sequence offsets)", query.ErrUnsupportedOffset, after)
+}
+
+// scan runs sqlText (whose last three parameters are: after, bound, limit)
+// page by page, from the offset up to the highest ordering committed when
+// the scan began.
+func (q *Queries) scan(ctx context.Context, after query.Offset, sqlText string, args ...any) iter.Seq2[query.Envelope, error] {
+	return func(yield func(query.Envelope, error) bool) {
+		from, err := sequenceOf(after)
+		if err != nil {
+			yield(query.Envelope{}, err)
+			return
+		}
+		dctx := context.WithoutCancel(ctx) // see Replay: ctx is checked per row
+		var bound int64
+		if err := q.s.reader.QueryRowContext(dctx, `SELECT coalesce(max(ordering), 0) FROM event_journal`).Scan(&bound); err != nil {
+			yield(query.Envelope{}, q.s.ctxErr(ctx, "query", err))
+			return
+		}
+		for from < bound {
+			rows, err := q.s.reader.QueryContext(dctx, sqlText, append(args, from, bound, queryPage)...)
+			if err != nil {
+				yield(query.Envelope{}, q.s.ctxErr(ctx, "query", err))
+				return
+			}
+			n := 0
+			for rows.Next() {
+				if err := ctx.Err(); err != nil {
+					rows.Close()
+					yield(query.Envelope{}, err)
+					return
+				}
+				env, err := scanEnvelope(rows)
+				if err != nil {
+					rows.Close()
+					yield(query.Envelope{}, err)
+					return
+				}
+				n++
+				from = env.Offset.Sequence
+				if !yield(env, nil) {
+					rows.Close()
+					return
+				}
+			}
+			err = rows.Err()
+			rows.Close()
+			if err != nil {
+				yield(query.Envelope{}, q.s.ctxErr(ctx, "query", err))
+				return
+			}
+			if n < queryPage {
+				return
+			}
+		}
+	}
+}
+
+// follow makes a live query of a scan that resumes after the last envelope.
+func (q *Queries) follow(ctx context.Context, after query.Offset, current func(ctx context.Context, after query.Offset) iter.Seq2[query.Envelope, error]) *query.Stream[query.Envelope] {
+	return query.Follow(ctx, &q.s.signal, q.s.cfg.poll, func(ctx context.Context) iter.Seq2[query.Envelope, error] {
+		return func(yield func(query.Envelope, error) bool) {
+			for env, err := range current(ctx, after) {
+				if err == nil {
+					after = env.Offset
+				}
+				if !yield(env, err) {
+					return
+				}
+			}
+		}
+	}, nil)
+}
+
+const byTagSQL = `SELECT ` + envelopeColumns + ` FROM event_tag t JOIN event_journal e ON e.ordering = t.ordering
+	WHERE t.tag = ? AND t.ordering > ? AND t.ordering <= ? ORDER BY t.ordering LIMIT ?`
+
+const bySlicesSQL = `SELECT ` + envelopeColumns + ` FROM event_journal e INDEXED BY event_journal_type_ordering_idx
+	WHERE e.entity_type = ? AND e.slice BETWEEN ? AND ? AND e.ordering > ? AND e.ordering <= ? ORDER BY e.ordering LIMIT ?`
+
+// CurrentEventsByTag implements query.EventsByTagQuery.
+func (q *Queries) CurrentEventsByTag(ctx context.Context, tag string, after query.Offset) iter.Seq2[query.Envelope, error] {
+	return q.scan(ctx, after, byTagSQL, tag)
+}
+
+// EventsByTag implements query.EventsByTagQuery.
+func (q *Queries) EventsByTag(ctx context.Context, tag string, after query.Offset) *query.Stream[query.Envelope] {
+	return q.follow(ctx, after, func(ctx context.Context, after query.Offset) iter.Seq2[query.Envelope, error] {
+		return q.CurrentEventsByTag(ctx, tag, after)
+	})
+}
+
+// CurrentEventsBySlices implements query.EventsBySlicesQuery.
+func (q *Queries) CurrentEventsBySlices(ctx context.Context, entityType string, minSlice, maxSlice int, after query.Offset) iter.Seq2[query.Envelope, error] {
+	return q.scan(ctx, after, bySlicesSQL, entityType, minSlice, maxSlice)
+}
+
+// EventsBySlices implements query.EventsBySlicesQuery.
+func (q *Queries) EventsBySlices(ctx context.Context, entityType string, minSlice, maxSlice int, after query.Offset) *query.Stream[query.Envelope] {
+	return q.follow(ctx, after, func(ctx context.Context, after query.Offset) iter.Seq2[query.Envelope, error] {
+		return q.CurrentEventsBySlices(ctx, entityType, minSlice, maxSlice, after)
+	})
+}
+
+// CurrentEventsByPersistenceID implements query.EventsByPersistenceIDQuery.
+func (q *Queries) CurrentEventsByPersistenceID(ctx context.Context, persistenceID string, from, to int64) iter.Seq2[query.Envelope, error] {
+	return func(yield func(query.Envelope, error) bool) {
+		for r, err := range q.s.Journal().Replay(ctx, persistenceID, from, to, to) {
+			if !yield(query.FromRepr(r, query.SequenceOffset(r.Ordering)), err) || err != nil {
+				return
+			}
+		}
+	}
+}
+
+// EventsByPersistenceID implements query.EventsByPersistenceIDQuery; it ends
+// after the event at to.
+func (q *Queries) EventsByPersistenceID(ctx context.Context, persistenceID string, from, to int64) *query.Stream[query.Envelope] {
+	return query.Follow(ctx, &q.s.signal, q.s.cfg.poll, func(ctx context.Context) iter.Seq2[query.Envelope, error] {
+		return func(yield func(query.Envelope, error) bool) {
+			for env, err := range q.CurrentEventsByPersistenceID(ctx, persistenceID, from, to) {
+				if err == nil {
+					from = env.SequenceNr + 1
+				}
+				if !yield(env, err) {
+					return
+				}
+			}
+		}
+	}, func(env query.Envelope) bool { return env.SequenceNr >= to })
+}
+
+// CurrentPersistenceIDs implements query.PersistenceIDsQuery. Ids whose
+// events were all deleted are still listed (journal_metadata keeps them).
+func (q *Queries) CurrentPersistenceIDs(ctx context.Context, entityType, afterID string, limit int) ([]string, error) {
+	lo, hi := "", "\U0010FFFF"
+	if entityType != "" {
+		// Ids of a type share the prefix "type|"; '}' follows '|'.
+		lo, hi = entityType+"|", entityType+"}"
+	}
+	if afterID >= lo {
+		lo = afterID + "\x00"
+	}
+	if limit <= 0 {
+		limit = -1
+	}
+	rows, err := q.s.reader.QueryContext(context.WithoutCancel(ctx), `
+		SELECT persistence_id FROM event_journal WHERE persistence_id >= ?1 AND persistence_id < ?2 GROUP BY persistence_id
+		UNION SELECT persistence_id FROM journal_metadata WHERE persistence_id >= ?1 AND persistence_id < ?2
+		ORDER BY 1 LIMIT ?3`, lo, hi, limit)
+	if err != nil {
+		return nil, q.s.ctxErr(ctx, "persistence ids", err)
+	}
+	defer rows.Close()
+	var ids []string
+	for rows.Next() {
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+		var id string
+		if err := rows.Scan(&id); err != nil {
+			return nil, fmt.Errorf("sqlite: persistence ids: %w", err)
+		}
+		if entityType == "" || strings.HasPrefix(id, entityType+"|") {
+			ids = append(ids, id)
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return nil, q.s.ctxErr(ctx, "persistence ids", err)
+	}
+	return ids, nil
+}
+
+const newIDsSQL = `SELECT ` + envelopeColumns + ` FROM event_journal e
+	WHERE (?1 = '' OR e.entity_type = ?1) AND e.ordering > ? AND e.ordering <= ? ORDER BY e.ordering LIMIT ?`
+
+// PersistenceIDs implements query.PersistenceIDsQuery.
+func (q *Queries) PersistenceIDs(ctx context.Context, entityType string) *query.Stream[string] {
+	return query.NewStream(func(yield func(string) bool) error {
+		var after int64
+		if err := q.s.reader.QueryRowContext(context.WithoutCancel(ctx), `SELECT coalesce(max(ordering), 0) FROM event_journal`).Scan(&after); err != nil {
+			return q.s.ctxErr(ctx, "persistence ids", err)
+		}
+		ids, err := q.CurrentPersistenceIDs(ctx, entityType, "", 0)
+		if err != nil {
+			return err
+		}
+		seen := make(map[string]bool, len(ids))
+		for _, id := range ids {
+			seen[id] = true
+			if !yield(id) {
+				return nil
+			}
+		}
+		events := q.follow(ctx, query.SequenceOffset(after), func(ctx context.Context, after query.Offset) iter.Seq2[query.Envelope, error] {
+			return q.scan(ctx, after, newIDsSQL, entityType)
+		})
+		for env := range events.All() {
+			if seen[env.PersistenceID] {
+				continue
+			}
+			seen[env.PersistenceID] = true
+			if !yield(env.PersistenceID) {
+				return nil
+			}
+		}
+		return events.Err()
+	})
+}

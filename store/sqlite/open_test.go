@@ -1,12 +1,12 @@
 package sqlite
 
 import (
-	"fmt"
 	"bytes"
 	"context"
 	"crypto/sha256"
 	"database/sql"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"

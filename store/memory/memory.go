@@ -70,6 +70,8 @@ type Store struct {
 	ordering int64
 	order    []orderRef // every stored event, ascending by ordering
 	signal   query.Signal
+
+	projections *Projections
 	snaps    map[string][]snapshot.Snapshot // ascending by sequence number
 }
 

@@ -2,7 +2,7 @@ package sqlite
 
 // SchemaVersion is the schema version this package writes. Open migrates
 // older Annals databases up to it and refuses newer ones.
-const SchemaVersion = 2
+const SchemaVersion = 3
 
 // migrations[i] upgrades a database from schema version i to i+1. Each runs
 // in the same transaction as the update of the schema-version row.
@@ -50,6 +50,24 @@ CREATE TABLE snapshot (
 	// slices over a range of slices (the (entity_type, slice, ordering)
 	// index serves a single slice).
 	`CREATE INDEX event_journal_type_ordering_idx ON event_journal (entity_type, ordering);`,
+	// 2 → 3: projection offsets and management (paused flags), in the same
+	// database as the journal so exactly-once handlers commit with them.
+	`
+CREATE TABLE projection_offset (
+	projection_name TEXT    NOT NULL,
+	projection_key  TEXT    NOT NULL,
+	current_offset  TEXT    NOT NULL, -- query.Offset as JSON
+	last_updated    INTEGER NOT NULL, -- Unix nanoseconds, UTC
+	PRIMARY KEY (projection_name, projection_key)
+) WITHOUT ROWID;
+CREATE TABLE projection_management (
+	projection_name TEXT    NOT NULL,
+	projection_key  TEXT    NOT NULL,
+	paused          INTEGER NOT NULL,
+	last_updated    INTEGER NOT NULL,
+	PRIMARY KEY (projection_name, projection_key)
+) WITHOUT ROWID;
+`,
 }
 
 // schemaTable holds the one schema-version row of an Annals database.

@@ -1,0 +1,124 @@
+package projection
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/annals-go/annals/query"
+)
+
+// AtLeastOnce runs handler for each envelope; offsets are saved after
+// cfg.SaveAfter envelopes or cfg.SaveEvery.
+func AtLeastOnce(id ID, src Source, store OffsetStore, handler func(ctx context.Context, env query.Envelope) error, cfg Config) (*Projection, error) {
+	return newProjection(id, src, store, cfg, func(p *Projection) sink {
+		return &atLeastOnce{p: p, handler: handler}
+	})
+}
+
+type atLeastOnce struct {
+	p       *Projection
+	handler func(context.Context, query.Envelope) error
+	pending int
+	offset  query.Offset
+}
+
+func (s *atLeastOnce) interval() time.Duration { return s.p.cfg.SaveEvery }
+
+func (s *atLeastOnce) take(ctx context.Context, env query.Envelope) error {
+	if err := s.p.attempt(ctx, describe(env), func() error { return s.handler(ctx, env) }); err != nil {
+		return err
+	}
+	s.pending++
+	s.offset = env.Offset
+	if s.pending >= s.p.cfg.SaveAfter {
+		return s.tick(ctx)
+	}
+	return nil
+}
+
+func (s *atLeastOnce) tick(ctx context.Context) error {
+	if s.pending == 0 {
+		return nil
+	}
+	if err := s.p.store.SaveOffset(ctx, s.p.id, s.offset); err != nil {
+		return fmt.Errorf("projection %s: save offset: %w", s.p.id, err)
+	}
+	s.pending = 0
+	return nil
+}
+
+// ExactlyOnce runs handler for each envelope inside a transaction of store,
+// in which the envelope's offset is saved too: the handler's writes and the
+// offset commit together, so each envelope's effect is stored exactly once.
+func ExactlyOnce[Tx any](id ID, src Source, store TxOffsetStore[Tx], handler func(ctx context.Context, tx Tx, env query.Envelope) error, cfg Config) (*Projection, error) {
+	return newProjection(id, src, store, cfg, func(p *Projection) sink {
+		return &exactlyOnce[Tx]{p: p, store: store, handler: handler}
+	})
+}
+
+type exactlyOnce[Tx any] struct {
+	p       *Projection
+	store   TxOffsetStore[Tx]
+	handler func(context.Context, Tx, query.Envelope) error
+}
+
+func (s *exactlyOnce[Tx]) interval() time.Duration { return time.Hour }
+
+func (s *exactlyOnce[Tx]) take(ctx context.Context, env query.Envelope) error {
+	err := s.p.attempt(ctx, describe(env), func() error {
+		return s.store.InTx(ctx, func(tx Tx) error {
+			if err := s.handler(ctx, tx, env); err != nil {
+				return err
+			}
+			return s.store.SaveOffsetTx(ctx, tx, s.p.id, env.Offset)
+		})
+	})
+	if err != nil {
+		return err
+	}
+	return nil
+}
+
+func (s *exactlyOnce[Tx]) tick(context.Context) error { return nil }
+
+// Grouped runs handler on groups of up to cfg.GroupSize envelopes, or what
+// arrived within cfg.GroupWithin; the offset is saved after each group
+// (at least once: a crash between handler and save repeats the group).
+func Grouped(id ID, src Source, store OffsetStore, handler func(ctx context.Context, envs []query.Envelope) error, cfg Config) (*Projection, error) {
+	return newProjection(id, src, store, cfg, func(p *Projection) sink {
+		return &grouped{p: p, handler: handler}
+	})
+}
+
+type grouped struct {
+	p       *Projection
+	handler func(context.Context, []query.Envelope) error
+	group   []query.Envelope
+}
+
+func (s *grouped) interval() time.Duration { return s.p.cfg.GroupWithin }
+
+func (s *grouped) take(ctx context.Context, env query.Envelope) error {
+	s.group = append(s.group, env)
+	if len(s.group) >= s.p.cfg.GroupSize {
+		return s.tick(ctx)
+	}
+	return nil
+}
+
+func (s *grouped) tick(ctx context.Context) error {
+	if len(s.group) == 0 {
+		return nil
+	}
+	group := s.group
+	what := fmt.Sprintf("group of %d from %s", len(group), describe(group[0]))
+	if err := s.p.attempt(ctx, what, func() error { return s.handler(ctx, group) }); err != nil {
+		return err
+	}
+	if err := s.p.store.SaveOffset(ctx, s.p.id, group[len(group)-1].Offset); err != nil {
+		return fmt.Errorf("projection %s: save offset: %w", s.p.id, err)
+	}
+	s.group = nil
+	return nil
+}

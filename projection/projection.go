@@ -1,0 +1,384 @@
+// Package projection runs handlers over persistence queries to build read
+// models: a projection reads the events of a source after a stored offset,
+// hands each to a handler, and stores the offset it reached.
+//
+// Delivery modes:
+//   - ExactlyOnce: the handler receives the offset store's transaction; its
+//     writes and the offset commit together.
+//   - AtLeastOnce: the offset is saved after SaveAfter envelopes or
+//     SaveEvery, whichever comes first; after a crash, the envelopes since
+//     the last save are handled again.
+//   - Grouped: the handler receives envelopes in groups of up to GroupSize,
+//     or what arrived within GroupWithin; the offset is saved after each
+//     group.
+//
+// Rules every mode keeps:
+//   - Within a run, a persistence id's events reach the handler once each,
+//     in sequence order: duplicates from the source are dropped.
+//   - A gap in an id's sequence numbers (an event the source has not
+//     delivered yet) is filled by reading that id's missing events before
+//     going on, when the source can read by id.
+//   - A handler error is met with the Recovery strategy (fail, skip,
+//     retry-then-fail, retry-then-skip); a failure restarts the projection
+//     from its stored offset after a backoff.
+//   - Pause, Resume, Offset and ResetOffset work through the offset store,
+//     so the paused state survives restarts; a running projection in this
+//     process obeys them at once.
+package projection
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/annals-go/annals"
+	"github.com/annals-go/annals/query"
+)
+
+// Source is where a projection reads: a live query after an offset, and
+// optionally the events of one id, for filling gaps.
+type Source struct {
+	// Events follows the source's events after an offset.
+	Events func(ctx context.Context, after query.Offset) *query.Stream[query.Envelope]
+	// ByID, when not nil, reads an id's events to fill gaps.
+	ByID query.EventsByPersistenceIDQuery
+}
+
+// BySlices is the source of the events of entityType in the slice range r.
+// If q also reads by persistence id, gaps are filled through it.
+func BySlices(q query.EventsBySlicesQuery, entityType string, r annals.SliceRange) Source {
+	byID, _ := q.(query.EventsByPersistenceIDQuery)
+	return Source{
+		Events: func(ctx context.Context, after query.Offset) *query.Stream[query.Envelope] {
+			return q.EventsBySlices(ctx, entityType, r.Min, r.Max, after)
+		},
+		ByID: byID,
+	}
+}
+
+// ByTag is the source of the events tagged tag.
+func ByTag(q query.EventsByTagQuery, tag string) Source {
+	byID, _ := q.(query.EventsByPersistenceIDQuery)
+	return Source{
+		Events: func(ctx context.Context, after query.Offset) *query.Stream[query.Envelope] {
+			return q.EventsByTag(ctx, tag, after)
+		},
+		ByID: byID,
+	}
+}
+
+// Strategy says what to do when a handler fails.
+type Strategy struct {
+	retries int
+	delay   time.Duration
+	skip    bool
+}
+
+// Fail fails the projection (which restarts from its stored offset).
+func Fail() Strategy { return Strategy{} }
+
+// Skip drops the envelope (or group) and goes on.
+func Skip() Strategy { return Strategy{skip: true} }
+
+// RetryThenFail retries up to n times, delay apart, then fails.
+func RetryThenFail(n int, delay time.Duration) Strategy { return Strategy{retries: n, delay: delay} }
+
+// RetryThenSkip retries up to n times, delay apart, then skips.
+func RetryThenSkip(n int, delay time.Duration) Strategy {
+	return Strategy{retries: n, delay: delay, skip: true}
+}
+
+// Defaults of Config.
+const (
+	DefaultSaveAfter     = 100
+	DefaultSaveEvery     = time.Second
+	DefaultGroupSize     = 20
+	DefaultGroupWithin   = 100 * time.Millisecond
+	DefaultRestartMin    = time.Second
+	DefaultRestartMax    = 30 * time.Second
+	DefaultPausedRecheck = time.Second
+)
+
+// Config tunes a projection. Zero fields take their defaults.
+type Config struct {
+	// Recovery is the strategy for handler errors (default Fail()).
+	Recovery Strategy
+	// RestartMin and RestartMax bound the backoff before a failed
+	// projection restarts (defaults 1 s and 30 s; it doubles per failure).
+	RestartMin, RestartMax time.Duration
+	// SaveAfter and SaveEvery: at-least-once offsets are saved after this
+	// many envelopes or this long, whichever first (defaults 100 and 1 s).
+	SaveAfter int
+	SaveEvery time.Duration
+	// GroupSize and GroupWithin bound the groups of a grouped handler
+	// (defaults 20 and 100 ms).
+	GroupSize   int
+	GroupWithin time.Duration
+	// PausedRecheck is how often a paused projection reads its paused flag,
+	// for pauses and resumes made by other processes (default 1 s).
+	PausedRecheck time.Duration
+	// Logger receives handler failures and restarts (default
+	// slog.Default()).
+	Logger *slog.Logger
+}
+
+func (c Config) withDefaults() Config {
+	def := func(v *time.Duration, d time.Duration) {
+		if *v <= 0 {
+			*v = d
+		}
+	}
+	def(&c.SaveEvery, DefaultSaveEvery)
+	def(&c.GroupWithin, DefaultGroupWithin)
+	def(&c.RestartMin, DefaultRestartMin)
+	def(&c.RestartMax, DefaultRestartMax)
+	def(&c.PausedRecheck, DefaultPausedRecheck)
+	if c.SaveAfter <= 0 {
+		c.SaveAfter = DefaultSaveAfter
+	}
+	if c.GroupSize <= 0 {
+		c.GroupSize = DefaultGroupSize
+	}
+	if c.RestartMax < c.RestartMin {
+		c.RestartMax = c.RestartMin
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	return c
+}
+
+// sink is a delivery mode: it takes envelopes in order and saves offsets.
+type sink interface {
+	// take handles env (or buffers it); flushNow reports a group that is
+	// due regardless of time.
+	take(ctx context.Context, env query.Envelope) error
+	// tick is called when the mode's timer fires and at the end of a run.
+	tick(ctx context.Context) error
+	// interval is how often tick is due while envelopes are pending.
+	interval() time.Duration
+}
+
+// Projection is one projection instance. Run it with Run; manage it with
+// Pause, Resume, Offset and ResetOffset (from any goroutine).
+type Projection struct {
+	id      ID
+	src     Source
+	store   OffsetStore
+	cfg     Config
+	newSink func() sink
+	control query.Signal // pause, resume or reset happened in this process
+}
+
+func newProjection(id ID, src Source, store OffsetStore, cfg Config, newSink func(*Projection) sink) (*Projection, error) {
+	if err := id.validate(); err != nil {
+		return nil, err
+	}
+	if src.Events == nil || store == nil {
+		return nil, fmt.Errorf("projection %s: source and offset store are required", id)
+	}
+	p := &Projection{id: id, src: src, store: store, cfg: cfg.withDefaults()}
+	p.newSink = func() sink { return newSink(p) }
+	return p, nil
+}
+
+// ID returns the projection's id.
+func (p *Projection) ID() ID { return p.id }
+
+// Pause stores the paused flag; a running projection stops handling at
+// once (after its current envelope or group) and waits.
+func (p *Projection) Pause(ctx context.Context) error {
+	if err := p.store.SetPaused(ctx, p.id, true); err != nil {
+		return err
+	}
+	p.control.Notify()
+	return nil
+}
+
+// Resume clears the paused flag; a waiting projection goes on at once.
+func (p *Projection) Resume(ctx context.Context) error {
+	if err := p.store.SetPaused(ctx, p.id, false); err != nil {
+		return err
+	}
+	p.control.Notify()
+	return nil
+}
+
+// Offset returns the stored offset.
+func (p *Projection) Offset(ctx context.Context) (query.Offset, error) {
+	st, err := p.store.Load(ctx, p.id)
+	return st.Offset, err
+}
+
+// ResetOffset removes the stored offset: the projection starts again from
+// the beginning of its source (a running one restarts at once).
+func (p *Projection) ResetOffset(ctx context.Context) error {
+	if err := p.store.Reset(ctx, p.id); err != nil {
+		return err
+	}
+	p.control.Notify()
+	return nil
+}
+
+// Run runs the projection until ctx ends, and returns ctx's error. A failed
+// run restarts from the stored offset after a backoff.
+func (p *Projection) Run(ctx context.Context) error {
+	failures := 0
+	for {
+		err := p.runOnce(ctx)
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		if err == nil {
+			failures = 0
+			continue // paused, resumed or reset: start again from the store
+		}
+		failures++
+		delay := p.cfg.RestartMin << min(failures-1, 20)
+		delay = min(delay, p.cfg.RestartMax)
+		p.cfg.Logger.Warn("projection failed; restarting", "projection", p.id.String(), "err", err, "in", delay)
+		t := time.NewTimer(delay)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return ctx.Err()
+		case <-t.C:
+		}
+	}
+}
+
+// errControl ends a run when a pause, resume or reset happened.
+var errControl = errors.New("projection: control change")
+
+// runOnce loads the state, waits while paused, then handles envelopes until
+// a control change (nil), ctx's end, or a failure.
+func (p *Projection) runOnce(ctx context.Context) error {
+	changed := p.control.Wait()
+	st, err := p.store.Load(ctx, p.id)
+	if err != nil {
+		return fmt.Errorf("projection %s: load offset: %w", p.id, err)
+	}
+	if st.Paused {
+		t := time.NewTimer(p.cfg.PausedRecheck)
+		defer t.Stop()
+		select {
+		case <-ctx.Done():
+		case <-changed:
+		case <-t.C:
+		}
+		return nil
+	}
+	runCtx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	stream := p.src.Events(runCtx, st.Offset)
+	envs := make(chan query.Envelope)
+	go func() {
+		defer close(envs)
+		for env := range stream.All() {
+			select {
+			case envs <- env:
+			case <-runCtx.Done():
+				return
+			}
+		}
+	}()
+	s := p.newSink()
+	last := map[string]int64{}
+	var streamOffset query.Offset = st.Offset
+	for id, seq := range st.Offset.Seen {
+		last[id] = seq
+	}
+	timer := time.NewTimer(s.interval())
+	defer timer.Stop()
+	recheck := time.NewTicker(p.cfg.PausedRecheck)
+	defer recheck.Stop()
+	for {
+		select {
+		case env, ok := <-envs:
+			if !ok {
+				if err := stream.Err(); err != nil && runCtx.Err() == nil {
+					return fmt.Errorf("projection %s: source: %w", p.id, err)
+				}
+				return s.tick(ctx)
+			}
+			if err := p.accept(runCtx, s, last, &streamOffset, env); err != nil {
+				return err
+			}
+		case <-timer.C:
+			if err := s.tick(ctx); err != nil {
+				return err
+			}
+			timer.Reset(s.interval())
+		case <-changed:
+			cancel()
+			return s.tick(ctx)
+		case <-recheck.C:
+			if st, err := p.store.Load(ctx, p.id); err == nil && st.Paused {
+				cancel()
+				return s.tick(ctx)
+			}
+		case <-ctx.Done():
+			cancel()
+			_ = s.tick(context.WithoutCancel(ctx))
+			return ctx.Err()
+		}
+	}
+}
+
+// accept drops duplicates, fills gaps, and passes env on to the sink.
+func (p *Projection) accept(ctx context.Context, s sink, last map[string]int64, streamOffset *query.Offset, env query.Envelope) error {
+	prev, known := last[env.PersistenceID]
+	if known && env.SequenceNr <= prev {
+		return nil // a duplicate
+	}
+	if known && env.SequenceNr > prev+1 && p.src.ByID != nil {
+		for missing, err := range p.src.ByID.CurrentEventsByPersistenceID(ctx, env.PersistenceID, prev+1, env.SequenceNr-1) {
+			if err != nil {
+				return fmt.Errorf("projection %s: fill gap of %s: %w", p.id, env.PersistenceID, err)
+			}
+			missing.Offset = *streamOffset // never move the stored offset back
+			if err := s.take(ctx, missing); err != nil {
+				return err
+			}
+			last[env.PersistenceID] = missing.SequenceNr
+		}
+	}
+	if err := s.take(ctx, env); err != nil {
+		return err
+	}
+	last[env.PersistenceID] = env.SequenceNr
+	*streamOffset = env.Offset
+	return nil
+}
+
+// attempt runs fn under the recovery strategy. It returns nil when fn
+// succeeded or the strategy skips, the last error when it fails.
+func (p *Projection) attempt(ctx context.Context, what string, fn func() error) error {
+	r := p.cfg.Recovery
+	var err error
+	for try := 0; try <= r.retries; try++ {
+		if try > 0 {
+			t := time.NewTimer(r.delay)
+			select {
+			case <-ctx.Done():
+				t.Stop()
+				return ctx.Err()
+			case <-t.C:
+			}
+		}
+		if err = fn(); err == nil {
+			return nil
+		}
+	}
+	if r.skip {
+		p.cfg.Logger.Warn("projection handler failed; skipping", "projection", p.id.String(), "envelope", what, "err", err)
+		return nil
+	}
+	return fmt.Errorf("projection %s: handler failed on %s: %w", p.id, what, err)
+}
+
+func describe(env query.Envelope) string {
+	return fmt.Sprintf("%s#%d", env.PersistenceID, env.SequenceNr)
+}

@@ -1,0 +1,420 @@
+package projection_test
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"log/slog"
+	"path/filepath"
+	"slices"
+	"sync"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/annals-go/annals"
+	"github.com/annals-go/annals/journal"
+	"github.com/annals-go/annals/projection"
+	"github.com/annals-go/annals/query"
+	"github.com/annals-go/annals/store/memory"
+	"github.com/annals-go/annals/store/sqlite"
+)
+
+var quiet = projection.Config{Logger: slog.New(slog.DiscardHandler)}
+
+func write(t testing.TB, j journal.Journal, pid string, from, to int64) {
+	t.Helper()
+	w := journal.AtomicWrite{PersistenceID: pid}
+	for s := from; s <= to; s++ {
+		w.Events = append(w.Events, journal.Repr{PersistenceID: pid, SequenceNr: s, Payload: fmt.Appendf(nil, "%s-%d", pid, s)})
+	}
+	if res, err := j.Write(context.Background(), []journal.AtomicWrite{w}); err != nil || res != nil {
+		t.Fatalf("write: %v %v", res, err)
+	}
+}
+
+// recorder collects what a handler saw and signals when it has n.
+type recorder struct {
+	mu   sync.Mutex
+	seen []string
+	want int
+	done chan struct{}
+}
+
+func newRecorder(want int) *recorder { return &recorder{want: want, done: make(chan struct{})} }
+
+func (r *recorder) add(env query.Envelope) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.seen = append(r.seen, fmt.Sprintf("%s#%d", env.PersistenceID, env.SequenceNr))
+	if len(r.seen) == r.want {
+		close(r.done)
+	}
+}
+
+func (r *recorder) all() []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return slices.Clone(r.seen)
+}
+
+// checkOnceInOrder fails unless seen holds every event of ids×perID once,
+// each id in order.
+func checkOnceInOrder(t *testing.T, seen []string, pids []string, perID int64) {
+	t.Helper()
+	last := map[string]int64{}
+	for _, s := range seen {
+		var pid string
+		var seq int64
+		i := len(s) - 1
+		for s[i] != '#' {
+			i--
+		}
+		pid = s[:i]
+		fmt.Sscan(s[i+1:], &seq)
+		if seq != last[pid]+1 {
+			t.Fatalf("%s after %d: each id's events once, in order", s, last[pid])
+		}
+		last[pid] = seq
+	}
+	for _, pid := range pids {
+		if last[pid] != perID {
+			t.Errorf("%s reached %d, want %d", pid, last[pid], perID)
+		}
+	}
+}
+
+func pids(typ string, n int) []string {
+	var out []string
+	for i := range n {
+		out = append(out, fmt.Sprintf("%s|%02d", typ, i))
+	}
+	return out
+}
+
+func allSlices(q query.EventsBySlicesQuery, typ string) projection.Source {
+	return projection.BySlices(q, typ, annals.SliceRange{Min: 0, Max: annals.NumberOfSlices - 1})
+}
+
+func run(t testing.TB, p *projection.Projection) (stop func()) {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- p.Run(ctx) }()
+	return func() {
+		cancel()
+		if err := <-done; !errors.Is(err, context.Canceled) {
+			t.Errorf("Run ended with %v, want context.Canceled", err)
+		}
+	}
+}
+
+func TestAtLeastOnceDeliversEveryEventAndSavesOffset(t *testing.T) {
+	s := memory.New()
+	ids := pids("P", 10)
+	for _, pid := range ids {
+		write(t, s.Journal(), pid, 1, 25)
+	}
+	rec := newRecorder(250)
+	var last query.Offset
+	p, err := projection.AtLeastOnce(projection.ID{Name: "alo"}, allSlices(s.Queries(), "P"), s.Projections(),
+		func(_ context.Context, env query.Envelope) error { rec.add(env); last = env.Offset; return nil }, quiet)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stop := run(t, p)
+	<-rec.done
+	stop()
+	checkOnceInOrder(t, rec.all(), ids, 25)
+	if o, err := p.Offset(t.Context()); err != nil || o.Kind != last.Kind || o.Sequence != last.Sequence {
+		t.Errorf("stored offset %v (%v), want the last handled %v", o, err, last)
+	}
+}
+
+func TestExactlyOnceOnSQLite(t *testing.T) {
+	ctx := t.Context()
+	s, err := sqlite.Open(ctx, filepath.Join(t.TempDir(), "p.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	store := s.Projections()
+	if err := store.InTx(ctx, func(tx *sql.Tx) error {
+		_, err := tx.Exec(`CREATE TABLE seen (pid TEXT, seq INTEGER, PRIMARY KEY (pid, seq))`)
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	ids := pids("X", 5)
+	for _, pid := range ids {
+		write(t, s.Journal(), pid, 1, 20)
+	}
+	failOnce := map[string]bool{"X|02#7": true, "X|04#20": true}
+	var mu sync.Mutex
+	calls := 0
+	rec := newRecorder(100)
+	handler := func(_ context.Context, tx *sql.Tx, env query.Envelope) error {
+		if _, err := tx.Exec(`INSERT INTO seen VALUES (?, ?)`, env.PersistenceID, env.SequenceNr); err != nil {
+			return err
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		calls++
+		key := fmt.Sprintf("%s#%d", env.PersistenceID, env.SequenceNr)
+		if failOnce[key] {
+			delete(failOnce, key)
+			return errors.New("injected: rolled back after the insert")
+		}
+		rec.add(env)
+		return nil
+	}
+	cfg := quiet
+	cfg.Recovery = projection.RetryThenFail(2, time.Millisecond)
+	id := projection.ID{Name: "eo", Key: "all"}
+	p, err := projection.ExactlyOnce(id, allSlices(s.Queries(), "X"), store, handler, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stop := run(t, p)
+	<-rec.done
+	stop()
+	var rows int
+	if err := s.Projections().InTx(ctx, func(tx *sql.Tx) error { return tx.QueryRow(`SELECT count(*) FROM seen`).Scan(&rows) }); err != nil {
+		t.Fatal(err)
+	}
+	if rows != 100 || calls != 102 {
+		t.Errorf("read model has %d rows after %d handler calls, want 100 rows (the 2 failed calls rolled back)", rows, calls)
+	}
+	checkOnceInOrder(t, rec.all(), ids, 20)
+	// A new instance resumes from the committed offset: nothing again.
+	write(t, s.Journal(), "X|00", 21, 21)
+	rec2 := newRecorder(1)
+	p2, _ := projection.ExactlyOnce(id, allSlices(s.Queries(), "X"), store, func(_ context.Context, tx *sql.Tx, env query.Envelope) error {
+		rec2.add(env)
+		return nil
+	}, cfg)
+	stop = run(t, p2)
+	<-rec2.done
+	stop()
+	if got := rec2.all(); !slices.Equal(got, []string{"X|00#21"}) {
+		t.Errorf("restarted projection handled %v, want only the new event", got)
+	}
+}
+
+func TestGroupedByCountAndTime(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := memory.New()
+		write(t, s.Journal(), "G|a", 1, 35)
+		var sizes []int
+		var mu sync.Mutex
+		cfg := quiet
+		cfg.GroupSize, cfg.GroupWithin = 10, time.Second
+		p, _ := projection.Grouped(projection.ID{Name: "g"}, allSlices(s.Queries(), "G"), s.Projections(), func(_ context.Context, envs []query.Envelope) error {
+			mu.Lock()
+			sizes = append(sizes, len(envs))
+			mu.Unlock()
+			return nil
+		}, cfg)
+		stop := run(t, p)
+		synctest.Wait()
+		mu.Lock()
+		if !slices.Equal(sizes, []int{10, 10, 10}) {
+			t.Errorf("groups before GroupWithin: %v, want [10 10 10]", sizes)
+		}
+		mu.Unlock()
+		time.Sleep(time.Second)
+		synctest.Wait()
+		mu.Lock()
+		if !slices.Equal(sizes, []int{10, 10, 10, 5}) {
+			t.Errorf("groups after GroupWithin: %v, want the last 5 too", sizes)
+		}
+		mu.Unlock()
+		if o, _ := p.Offset(t.Context()); o.Sequence != 35 {
+			t.Errorf("stored offset %v, want seq:35 after the last group", o)
+		}
+		stop()
+	})
+}
+
+// scripted is a source that replays a fixed list of envelopes, live.
+func scripted(envs []query.Envelope, byID query.EventsByPersistenceIDQuery) projection.Source {
+	return projection.Source{
+		Events: func(ctx context.Context, after query.Offset) *query.Stream[query.Envelope] {
+			return query.NewStream(func(yield func(query.Envelope) bool) error {
+				for _, e := range envs {
+					if e.Offset.Sequence > after.Sequence && !yield(e) {
+						return nil
+					}
+				}
+				<-ctx.Done()
+				return ctx.Err()
+			})
+		},
+		ByID: byID,
+	}
+}
+
+func TestDuplicatesDroppedAndGapsFilled(t *testing.T) {
+	s := memory.New()
+	write(t, s.Journal(), "D|p", 1, 4)
+	var stored []query.Envelope
+	for env, err := range s.Queries().CurrentEventsByPersistenceID(t.Context(), "D|p", 1, 4) {
+		if err != nil {
+			t.Fatal(err)
+		}
+		stored = append(stored, env)
+	}
+	dup := stored[1]
+	dup.Offset = query.SequenceOffset(3) // a second delivery, as a backtracking source would
+	script := []query.Envelope{stored[0], stored[1], dup, stored[3]} // 3 is missing
+	script[3].Offset = query.SequenceOffset(4)
+	rec := newRecorder(4)
+	var offsets []int64
+	p, _ := projection.AtLeastOnce(projection.ID{Name: "d"}, scripted(script, s.Queries()), s.Projections(), func(_ context.Context, env query.Envelope) error {
+		rec.add(env)
+		offsets = append(offsets, env.Offset.Sequence)
+		return nil
+	}, quiet)
+	stop := run(t, p)
+	<-rec.done
+	stop()
+	if got := rec.all(); !slices.Equal(got, []string{"D|p#1", "D|p#2", "D|p#3", "D|p#4"}) {
+		t.Errorf("handled %v, want 1, 2, 3 (filled), 4, each once", got)
+	}
+	if !slices.IsSorted(offsets) {
+		t.Errorf("offsets handed out %v: a filled gap must not move the offset back", offsets)
+	}
+}
+
+func TestRecoveryStrategies(t *testing.T) {
+	tests := []struct {
+		name     string
+		strategy projection.Strategy
+		failures int // how often the handler fails on event 3
+		want     []int64
+	}{
+		{"skip", projection.Skip(), 1, []int64{1, 2, 4, 5}},
+		{"retry then skip, recovers", projection.RetryThenSkip(2, time.Second), 2, []int64{1, 2, 3, 4, 5}},
+		{"retry then skip, gives up", projection.RetryThenSkip(2, time.Second), 3, []int64{1, 2, 4, 5}},
+		{"retry then fail, recovers", projection.RetryThenFail(1, time.Second), 1, []int64{1, 2, 3, 4, 5}},
+		{"retry then fail, restarts", projection.RetryThenFail(1, time.Second), 2, []int64{1, 2, 3, 4, 5}},
+		{"fail restarts from the stored offset", projection.Fail(), 1, []int64{1, 2, 3, 4, 5}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				s := memory.New()
+				write(t, s.Journal(), "R|p", 1, 5)
+				failures := tt.failures
+				var got []int64
+				cfg := quiet
+				cfg.Recovery, cfg.SaveAfter = tt.strategy, 1
+				p, _ := projection.AtLeastOnce(projection.ID{Name: "r"}, allSlices(s.Queries(), "R"), s.Projections(), func(_ context.Context, env query.Envelope) error {
+					if env.SequenceNr == 3 && failures > 0 {
+						failures--
+						return errors.New("injected")
+					}
+					got = append(got, env.SequenceNr)
+					return nil
+				}, cfg)
+				stop := run(t, p)
+				time.Sleep(time.Minute) // retries and restart backoffs, in fake time
+				synctest.Wait()
+				stop()
+				if !slices.Equal(got, tt.want) {
+					t.Errorf("handled %v, want %v", got, tt.want)
+				}
+			})
+		})
+	}
+}
+
+func TestPauseResumeResetSurviveRestart(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := memory.New()
+		write(t, s.Journal(), "M|p", 1, 3)
+		var mu sync.Mutex
+		var got []int64
+		handler := func(_ context.Context, env query.Envelope) error {
+			mu.Lock()
+			got = append(got, env.SequenceNr)
+			mu.Unlock()
+			return nil
+		}
+		handled := func() []int64 { mu.Lock(); defer mu.Unlock(); return slices.Clone(got) }
+		id := projection.ID{Name: "m", Key: "0-1023"}
+		cfg := quiet
+		cfg.SaveAfter = 1
+		p, _ := projection.AtLeastOnce(id, allSlices(s.Queries(), "M"), s.Projections(), handler, cfg)
+		stop := run(t, p)
+		synctest.Wait()
+		if err := p.Pause(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+		synctest.Wait()
+		write(t, s.Journal(), "M|p", 4, 5)
+		time.Sleep(10 * time.Second)
+		synctest.Wait()
+		if h := handled(); !slices.Equal(h, []int64{1, 2, 3}) {
+			t.Fatalf("while paused handled %v, want only 1..3", h)
+		}
+		stop()
+		// A new instance (a restart) finds the projection paused.
+		p2, _ := projection.AtLeastOnce(id, allSlices(s.Queries(), "M"), s.Projections(), handler, cfg)
+		stop = run(t, p2)
+		time.Sleep(10 * time.Second)
+		synctest.Wait()
+		if h := handled(); len(h) != 3 {
+			t.Fatalf("after restart, paused state lost: handled %v", h)
+		}
+		if err := p2.Resume(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+		synctest.Wait()
+		if h := handled(); !slices.Equal(h, []int64{1, 2, 3, 4, 5}) {
+			t.Fatalf("after resume handled %v, want 1..5", h)
+		}
+		if err := p2.ResetOffset(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+		synctest.Wait()
+		if h := handled(); !slices.Equal(h, []int64{1, 2, 3, 4, 5, 1, 2, 3, 4, 5}) {
+			t.Fatalf("after reset handled %v, want everything again", h)
+		}
+		stop()
+	})
+}
+
+func TestSliceRangesSplitTheWork(t *testing.T) {
+	s := memory.New()
+	ids := pids("S", 200)
+	for _, pid := range ids {
+		write(t, s.Journal(), pid, 1, 3)
+	}
+	ranges, _ := annals.SliceRanges(4)
+	rec := newRecorder(600)
+	var stops []func()
+	for _, r := range ranges {
+		p, err := projection.AtLeastOnce(projection.ID{Name: "split", Key: r.String()}, projection.BySlices(s.Queries(), "S", r), s.Projections(),
+			func(_ context.Context, env query.Envelope) error {
+				if !r.Contains(env.Slice) {
+					t.Errorf("%s (slice %d) reached the instance of %v", env.PersistenceID, env.Slice, r)
+				}
+				rec.add(env)
+				return nil
+			}, quiet)
+		if err != nil {
+			t.Fatal(err)
+		}
+		stops = append(stops, run(t, p))
+	}
+	<-rec.done
+	for _, stop := range stops {
+		stop()
+	}
+	seen := rec.all()
+	slices.Sort(seen)
+	if len(slices.Compact(seen)) != 600 {
+		t.Errorf("four instances handled %d distinct events, want 600: the ranges must cover every slice once", len(seen))
+	}
+}

@@ -265,7 +265,7 @@ func TestDuplicatesDroppedAndGapsFilled(t *testing.T) {
 		stored = append(stored, env)
 	}
 	dup := stored[1]
-	dup.Offset = query.SequenceOffset(3) // a second delivery, as a backtracking source would
+	dup.Offset = query.SequenceOffset(3)                             // a second delivery, as a backtracking source would
 	script := []query.Envelope{stored[0], stored[1], dup, stored[3]} // 3 is missing
 	script[3].Offset = query.SequenceOffset(4)
 	rec := newRecorder(4)

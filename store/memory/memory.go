@@ -72,7 +72,7 @@ type Store struct {
 	signal   query.Signal
 
 	projections *Projections
-	snaps    map[string][]snapshot.Snapshot // ascending by sequence number
+	snaps       map[string][]snapshot.Snapshot // ascending by sequence number
 }
 
 type idLog struct {

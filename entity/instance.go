@@ -51,6 +51,9 @@ type instance[C, E, S any] struct {
 	unstashed []envelope[C]
 	stop      bool
 	failed    *envelope[C] // the command whose handling failed, unanswered
+	passivate bool         // passivation requested (idle or least recently used)
+	shutdown  bool         // the host is shutting down
+	handled   int          // commands handled since the last recovery
 }
 
 // signal sends s without blocking; a pending shutdown outranks passivation.
@@ -89,6 +92,7 @@ func (inst *instance[C, E, S]) run() {
 				return
 			}
 		}
+		inst.handled = 0
 		err := inst.recoverState()
 		if err == nil {
 			err = inst.serve()
@@ -107,6 +111,9 @@ func (inst *instance[C, E, S]) run() {
 			return
 		}
 		inst.answerFailed(err)
+		if inst.handled > 0 {
+			attempt = 0 // the delay doubles per consecutive failure
+		}
 	}
 }
 
@@ -127,10 +134,31 @@ func (inst *instance[C, E, S]) backoff(d time.Duration) bool {
 		case <-t.C:
 			return true
 		case s := <-inst.signals:
-			if s == signalShutdown {
+			if !inst.note(s) {
 				return false
 			}
 		}
+	}
+}
+
+// note records a signal; it returns false for a shutdown.
+func (inst *instance[C, E, S]) note(s signal) bool {
+	if s == signalShutdown {
+		inst.shutdown = true
+		return false
+	}
+	inst.passivate = true
+	return true
+}
+
+// pollSignals notes a pending signal without waiting; it returns false
+// once the host is shutting down.
+func (inst *instance[C, E, S]) pollSignals() bool {
+	select {
+	case s := <-inst.signals:
+		return inst.note(s)
+	default:
+		return !inst.shutdown
 	}
 }
 
@@ -161,14 +189,15 @@ func (inst *instance[C, E, S]) stopWith(cause error) {
 // recoverState restores the state: highest sequence number, snapshot, events.
 func (inst *instance[C, E, S]) recoverState() (err error) {
 	h, b := inst.h, &inst.h.b
-	select {
-	case h.recoveries <- struct{}{}:
-	case s := <-inst.signals:
-		if s == signalShutdown {
-			return ErrHostClosed
+	for acquired := false; !acquired; {
+		select {
+		case h.recoveries <- struct{}{}:
+			acquired = true
+		case s := <-inst.signals:
+			if !inst.note(s) { // a passivation waits for the recovery
+				return ErrHostClosed
+			}
 		}
-		inst.signals <- s // passivation waits for recovery
-		h.recoveries <- struct{}{}
 	}
 	defer func() { <-h.recoveries }()
 	defer func() {
@@ -218,10 +247,18 @@ func (inst *instance[C, E, S]) replay(ctx context.Context, highest int64) error 
 			inst.state, inst.seq = b.empty(), 0
 		}
 	}
+	first := true
 	for r, err := range h.cfg.Journal.Replay(ctx, inst.pid, inst.seq+1, to, math.MaxInt64) {
 		if err != nil {
 			return fmt.Errorf("%w of %s: replay: %w", ErrRecovery, inst.pid, err)
 		}
+		if first && r.SequenceNr != inst.seq+1 {
+			// Events between the snapshot (or the start) and this one were
+			// deleted: without the snapshot that covers them, the state
+			// cannot be rebuilt.
+			return fmt.Errorf("%w of %s: events %d to %d were deleted and no snapshot covers them", ErrRecovery, inst.pid, inst.seq+1, r.SequenceNr-1)
+		}
+		first = false
 		events, err := inst.decode(r)
 		if err != nil {
 			return fmt.Errorf("%w of %s: %w", ErrRecovery, inst.pid, err)
@@ -273,7 +310,9 @@ func (inst *instance[C, E, S]) decode(r journal.Repr) ([]E, error) {
 }
 
 // serve handles commands until the instance passivates, stops or fails. It
-// returns nil when it has left the host, a failure otherwise.
+// returns nil when it has left the host, a failure otherwise. Signals come
+// first: after a shutdown no waiting command is handled, and after a Stop
+// effect no unstashed one.
 func (inst *instance[C, E, S]) serve() error {
 	h := inst.h
 	var idle <-chan time.Time
@@ -283,8 +322,15 @@ func (inst *instance[C, E, S]) serve() error {
 		defer timer.Stop()
 		idle = timer.C
 	}
-	passivate := false
 	for {
+		if !inst.pollSignals() {
+			inst.stopWith(ErrHostClosed)
+			return nil
+		}
+		if inst.stop {
+			inst.stopWith(ErrStopped)
+			return nil
+		}
 		if len(inst.unstashed) > 0 {
 			env := inst.unstashed[0]
 			inst.unstashed = inst.unstashed[1:]
@@ -293,11 +339,7 @@ func (inst *instance[C, E, S]) serve() error {
 			}
 			continue
 		}
-		if inst.stop {
-			inst.stopWith(ErrStopped)
-			return nil
-		}
-		if passivate && h.remove(inst, false) {
+		if inst.passivate && h.remove(inst, false) {
 			inst.stopWith(ErrStopped) // fails stashed commands, if any
 			return nil
 		}
@@ -306,17 +348,14 @@ func (inst *instance[C, E, S]) serve() error {
 			if err := inst.handle(env); err != nil {
 				return err
 			}
+			inst.handled++
 			if timer != nil {
 				timer.Reset(h.cfg.IdleTimeout)
 			}
 		case <-idle:
-			passivate = true
+			inst.passivate = true
 		case s := <-inst.signals:
-			if s == signalShutdown {
-				inst.stopWith(ErrHostClosed)
-				return nil
-			}
-			passivate = true
+			inst.note(s)
 		}
 	}
 }

@@ -724,3 +724,112 @@ func TestTaggerStoresTags(t *testing.T) {
 		t.Errorf("stored tags %v, %v; want none, then [large deposit]", evs[0].Tags, evs[1].Tags)
 	}
 }
+
+func TestShutdownFailsWaitingCommands(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		st := memoryStores(t)
+		release := make(chan struct{})
+		st.Journal = &faultyJournal{Journal: st.Journal, onWrite: func(n int) {
+			if n == 1 {
+				<-release
+			}
+		}}
+		h := newHost(t, st, accountBehavior())
+		results := make(chan error, 21)
+		ask := func() { _, err := deposit(context.Background(), h, "w", 1); results <- err }
+		go ask()
+		synctest.Wait() // the first deposit is persisting
+		for range 20 {
+			go ask()
+		}
+		synctest.Wait() // 20 wait in the mailbox
+		shut := make(chan error, 1)
+		go func() { shut <- h.Shutdown(context.Background()) }()
+		synctest.Wait()
+		close(release)
+		if err := <-shut; err != nil {
+			t.Fatal(err)
+		}
+		ok := 0
+		for range 21 {
+			if err := <-results; err == nil {
+				ok++
+			} else if !errors.Is(err, entity.ErrHostClosed) {
+				t.Errorf("waiting command: %v, want ErrHostClosed", err)
+			}
+		}
+		if ok != 1 {
+			t.Errorf("%d commands succeeded, want 1: only the one in flight finishes after Shutdown", ok)
+		}
+	})
+}
+
+func TestShutdownWhileWaitingForRecoverySlotAfterEviction(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		st := memoryStores(t)
+		fj := &faultyJournal{Journal: st.Journal, gate: make(chan struct{})}
+		st.Journal = fj
+		h := newHost(t, st, accountBehavior(), func(c *entity.HostConfig) { c.MaxConcurrentRecoveries = 1; c.MaxLive = 2 })
+		_ = h.Tell("b", Forget{}) // holds the only recovery slot
+		synctest.Wait()
+		_ = h.Tell("a", Forget{}) // waits for the slot
+		synctest.Wait()
+		_ = h.Tell("b", Forget{})
+		_ = h.Tell("c", Forget{}) // evicts a, the least recently used, while it waits
+		synctest.Wait()
+		done := make(chan error, 1)
+		go func() { done <- h.Shutdown(context.Background()) }()
+		synctest.Wait()
+		close(fj.gate)
+		if err := <-done; err != nil {
+			t.Fatalf("Shutdown: %v", err)
+		}
+	})
+}
+
+func TestMaxLiveHoldsAfterRestart(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		st := memoryStores(t)
+		st.Journal = &faultyJournal{Journal: st.Journal, failAt: map[int]string{1: "before"}}
+		h := newHost(t, st, accountBehavior(), func(c *entity.HostConfig) {
+			c.MaxLive = 1
+			c.Restart = &entity.Backoff{Min: time.Minute, Max: time.Minute}
+		})
+		ctx := context.Background()
+		if _, err := deposit(ctx, h, "a", 1); !errors.Is(err, errInjected) {
+			t.Fatalf("first write: %v", err)
+		}
+		synctest.Wait() // a waits out its backoff
+		for _, id := range []string{"b", "c", "d"} {
+			if _, err := deposit(ctx, h, id, 1); err != nil {
+				t.Fatal(err)
+			}
+		}
+		time.Sleep(2 * time.Minute)
+		synctest.Wait()
+		if n := h.Live(); n != 1 {
+			t.Errorf("live = %d after a restart, want 1 (MaxLive)", n)
+		}
+	})
+}
+
+func TestOptionalSnapshotDoesNotHideDeletedEvents(t *testing.T) {
+	st := memoryStores(t)
+	b := accountBehavior()
+	b.Snapshots = entity.SnapshotPolicy[Event, State]{Every: 2, KeepLast: 1, DeleteEvents: true, Optional: true}
+	h := newHost(t, st, b)
+	ctx := t.Context()
+	for range 4 {
+		if _, err := deposit(ctx, h, "od", 1); err != nil {
+			t.Fatal(err)
+		}
+	}
+	_ = h.Shutdown(ctx)
+	corrupt := snapshot.Snapshot{Metadata: snapshot.Metadata{PersistenceID: "Account|od", SequenceNr: 4}, Payload: []byte("garbage"), SerializerID: 33, Manifest: "test.State"}
+	if err := st.Snapshots.Save(ctx, corrupt); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := balance(ctx, newHost(t, st, b), "od"); !errors.Is(err, entity.ErrRecovery) {
+		t.Errorf("recovery with an unusable snapshot and deleted events: %v, want ErrRecovery, not a wrong state", err)
+	}
+}

@@ -180,7 +180,8 @@ func NewFront(j journal.Journal, cfg Config) (*Front, error) {
 		Timeout:     cfg.ResetTimeout,
 		ReadyToTrip: func(c gobreaker.Counts) bool { return c.ConsecutiveFailures >= cfg.MaxFailures },
 		IsExcluded: func(err error) bool {
-			return errors.Is(err, context.Canceled) || errors.Is(err, journal.ErrInvalidArgument)
+			var gone *callerGone
+			return errors.As(err, &gone) || errors.Is(err, context.Canceled) || errors.Is(err, journal.ErrInvalidArgument)
 		},
 	})
 	return f, nil
@@ -233,6 +234,11 @@ func (f *Front) Write(ctx context.Context, writes []journal.AtomicWrite) ([]erro
 	case <-ctx.Done():
 		f.mu.Lock()
 		defer f.mu.Unlock()
+		select {
+		case r := <-req.done: // answered meanwhile: the outcome is known
+			return r.errs, r.err
+		default:
+		}
 		if req.taken {
 			return nil, fmt.Errorf("engine: write abandoned, outcome unknown: %w", ctx.Err())
 		}
@@ -404,6 +410,10 @@ func (f *Front) finish(r *request, res result) {
 // been answered.
 func (f *Front) awaitWrites(ctx context.Context, pid string) error {
 	f.mu.Lock()
+	if f.closed {
+		f.mu.Unlock()
+		return ErrClosed
+	}
 	if f.pending[pid] == 0 {
 		f.mu.Unlock()
 		return nil
@@ -440,13 +450,27 @@ func (f *Front) guarded(ctx context.Context, call func(ctx context.Context) (any
 	defer cancel()
 	out, err := f.breaker.Execute(func() (any, error) {
 		v, err := call(cctx)
-		if err != nil && ctx.Err() == nil {
+		if err != nil {
+			if ctx.Err() != nil {
+				return v, &callerGone{err} // the caller's deadline: not the store's failure
+			}
 			err = f.callError(cctx, err)
 		}
 		return v, err
 	})
+	var gone *callerGone
+	if errors.As(err, &gone) {
+		return out, gone.err
+	}
 	return out, breakerError(err)
 }
+
+// callerGone marks an error caused by the caller's own context ending, which
+// the circuit breaker does not count.
+type callerGone struct{ err error }
+
+func (c *callerGone) Error() string { return c.err.Error() }
+func (c *callerGone) Unwrap() error { return c.err }
 
 // HighestSequenceNr implements journal.Journal.HighestSequenceNr. It first
 // waits for the writes of persistenceID accepted before the call.
@@ -483,6 +507,12 @@ func (f *Front) DeleteTo(ctx context.Context, persistenceID string, to int64) er
 // It is neither time-bounded nor guarded by the breaker (Akka's rule): a long
 // replay is bounded by ctx.
 func (f *Front) Replay(ctx context.Context, persistenceID string, from, to, max int64) iter.Seq2[journal.Repr, error] {
+	f.mu.Lock()
+	closed := f.closed
+	f.mu.Unlock()
+	if closed {
+		return func(yield func(journal.Repr, error) bool) { yield(journal.Repr{}, ErrClosed) }
+	}
 	return f.j.Replay(ctx, persistenceID, from, to, max)
 }
 

@@ -311,3 +311,37 @@ func TestConfigValidate(t *testing.T) {
 		t.Errorf("defaults = %+v, want Akka's %+v", got, want)
 	}
 }
+
+func TestCallersDeadlinesDoNotOpenTheBreaker(t *testing.T) {
+	f := newFront(t, memory.New().Journal(), engine.Config{MaxFailures: 2})
+	expired, cancel := context.WithDeadline(context.Background(), time.Now().Add(-time.Second))
+	defer cancel()
+	for range 5 {
+		if _, err := f.HighestSequenceNr(expired, "p", 0); !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("expired caller: %v, want its DeadlineExceeded", err)
+		}
+	}
+	if err := f.Persist(t.Context(), one("q", 1)); err != nil {
+		t.Errorf("after callers' own deadlines the breaker must stay closed: %v", err)
+	}
+}
+
+func TestCallsAfterCloseFail(t *testing.T) {
+	f, err := engine.NewFront(memory.New().Journal(), engine.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = f.Close()
+	ctx := t.Context()
+	if _, err := f.HighestSequenceNr(ctx, "p", 0); !errors.Is(err, engine.ErrClosed) {
+		t.Errorf("HighestSequenceNr after Close: %v", err)
+	}
+	if err := f.DeleteTo(ctx, "p", 1); !errors.Is(err, engine.ErrClosed) {
+		t.Errorf("DeleteTo after Close: %v", err)
+	}
+	for _, err := range f.Replay(ctx, "p", 1, 10, 10) {
+		if !errors.Is(err, engine.ErrClosed) {
+			t.Errorf("Replay after Close: %v", err)
+		}
+	}
+}

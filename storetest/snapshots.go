@@ -224,6 +224,25 @@ func snapshotRules() []snapshotRule {
 				t.Errorf("a zero timestamp must be filled by the store and returned in UTC, got %v", got.Metadata.Timestamp)
 			}
 		}},
+		snapshotRule{"ExtremeTimestampBounds", "criteria with timestamps far in the past or future select as their meaning says", func(t *testing.T, s snapshot.Store) {
+			pid, _ := saveFive(t, s)
+			future, past := time.Date(3000, 1, 1, 0, 0, 0, 0, time.UTC), time.Date(1000, 1, 1, 0, 0, 0, 0, time.UTC)
+			if _, seq := load(t, s, pid, snapshot.Criteria{MaxSequenceNr: 10, MaxTimestamp: future}); seq != 5 {
+				t.Errorf("MaxTimestamp in the year 3000 selected %d, want 5", seq)
+			}
+			if _, seq := load(t, s, pid, snapshot.Criteria{MaxSequenceNr: 10, MinTimestamp: past}); seq != 5 {
+				t.Errorf("MinTimestamp in the year 1000 selected %d, want 5", seq)
+			}
+			if _, seq := load(t, s, pid, snapshot.Criteria{MaxSequenceNr: 10, MaxTimestamp: past}); seq != 0 {
+				t.Errorf("MaxTimestamp in the year 1000 selected %d, want none", seq)
+			}
+			if err := s.DeleteMatching(testContext(t), pid, snapshot.Criteria{MaxSequenceNr: 10, MaxTimestamp: past}); err != nil {
+				t.Fatal(err)
+			}
+			if _, seq := load(t, s, pid, snapshot.Latest()); seq != 5 {
+				t.Errorf("deleting snapshots older than the year 1000 removed some: latest is %d, want 5", seq)
+			}
+		}},
 		snapshotRule{"InvalidArguments", "invalid arguments fail with ErrInvalidArgument and change nothing", func(t *testing.T, s snapshot.Store) {
 			ctx := testContext(t)
 			pid := uniqueID(t, "KitSnapshot")

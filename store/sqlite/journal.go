@@ -20,6 +20,7 @@ type statements struct {
 	replay, highest                                          *sql.Stmt // reader
 	saveSnap, deleteSnap, deleteSnaps                        *sql.Stmt // writer
 	loadSnap                                                 *sql.Stmt // reader
+	byTag, bySlices, newIDs, maxOrdering, persistenceIDs     *sql.Stmt // reader
 }
 
 const snapshotWhere = `persistence_id = ? AND sequence_nr BETWEEN ? AND ? AND created BETWEEN ? AND ?`
@@ -47,6 +48,11 @@ func (st *statements) prepare(ctx context.Context, writer, reader *sql.DB) error
 		{writer, &st.deleteSnap, `DELETE FROM snapshot WHERE persistence_id = ?1 AND sequence_nr = ?2 AND (?3 = 0 OR created = ?3)`},
 		{writer, &st.deleteSnaps, `DELETE FROM snapshot WHERE ` + snapshotWhere},
 		{reader, &st.loadSnap, `SELECT sequence_nr, created, serializer_id, manifest, payload FROM snapshot WHERE ` + snapshotWhere + ` ORDER BY sequence_nr DESC, created DESC LIMIT 1`},
+		{reader, &st.byTag, byTagSQL},
+		{reader, &st.bySlices, bySlicesSQL},
+		{reader, &st.newIDs, newIDsSQL},
+		{reader, &st.maxOrdering, `SELECT coalesce(max(ordering), 0) FROM event_journal`},
+		{reader, &st.persistenceIDs, persistenceIDsSQL},
 	} {
 		stmt, err := p.db.PrepareContext(ctx, p.text)
 		if err != nil {
@@ -58,7 +64,7 @@ func (st *statements) prepare(ctx context.Context, writer, reader *sql.DB) error
 }
 
 func (st *statements) close() {
-	for _, s := range []*sql.Stmt{st.insert, st.insertTag, st.deleteTags, st.deleteEvents, st.keepHighest, st.replay, st.highest, st.saveSnap, st.deleteSnap, st.deleteSnaps, st.loadSnap} {
+	for _, s := range []*sql.Stmt{st.insert, st.insertTag, st.deleteTags, st.deleteEvents, st.keepHighest, st.replay, st.highest, st.saveSnap, st.deleteSnap, st.deleteSnaps, st.loadSnap, st.byTag, st.bySlices, st.newIDs, st.maxOrdering, st.persistenceIDs} {
 		if s != nil {
 			_ = s.Close()
 		}
@@ -110,11 +116,11 @@ func (j *Journal) Write(ctx context.Context, writes []journal.AtomicWrite) ([]er
 // between atomic writes and before the commit instead.
 func (s *Store) writeTx(ctx context.Context, writes []journal.AtomicWrite, results []error) (int, error) {
 	dctx := context.WithoutCancel(ctx)
-	tx, err := s.writer.BeginTx(dctx, nil)
+	tx, release, err := s.writeTxn(ctx)
 	if err != nil {
-		return -1, s.callErr("begin write", err)
+		return -1, s.ctxErr(ctx, "begin write", err)
 	}
-	defer tx.Rollback()
+	defer release()
 	insert := tx.StmtContext(dctx, s.stmts.insert)
 	var insertTag *sql.Stmt
 	now := time.Now().UnixNano()
@@ -129,7 +135,7 @@ func (s *Store) writeTx(ctx context.Context, writes []journal.AtomicWrite, resul
 		for _, e := range w.Events {
 			ts := now
 			if !e.Timestamp.IsZero() {
-				ts = e.Timestamp.UnixNano()
+				ts, _ = unixNanos(e.Timestamp) // checked by checkWrite
 			}
 			var tags, meta any
 			if len(e.Tags) > 0 {
@@ -187,6 +193,9 @@ func (s *Store) checkWrite(w journal.AtomicWrite) error {
 		return err
 	}
 	for _, e := range w.Events {
+		if _, ok := unixNanos(e.Timestamp); !ok && !e.Timestamp.IsZero() {
+			return journal.Reject("event %d of %q has timestamp %v, outside the years 1678–2262 this store can hold", e.SequenceNr, e.PersistenceID, e.Timestamp)
+		}
 		if len(e.Payload) > s.cfg.maxPayload {
 			return journal.Reject("event %d of %q has a %d-byte payload, above the limit of %d bytes", e.SequenceNr, e.PersistenceID, len(e.Payload), s.cfg.maxPayload)
 		}
@@ -223,14 +232,12 @@ func (j *Journal) Replay(ctx context.Context, persistenceID string, from, to, li
 		if from > to || limit == 0 {
 			return
 		}
-		// The driver call runs without cancellation (the driver would start
-		// a goroutine per row to watch it); ctx is checked per row instead.
-		rows, err := j.s.stmts.replay.QueryContext(context.WithoutCancel(ctx), persistenceID, from, to, limit)
+		rows, release, err := j.s.readRows(ctx, j.s.stmts.replay, persistenceID, from, to, limit)
 		if err != nil {
 			yield(journal.Repr{}, j.s.ctxErr(ctx, "replay", err))
 			return
 		}
-		defer rows.Close()
+		defer release()
 		for rows.Next() {
 			if err := ctx.Err(); err != nil {
 				yield(journal.Repr{}, err)
@@ -293,13 +300,14 @@ func (j *Journal) DeleteTo(ctx context.Context, persistenceID string, to int64) 
 		return err
 	}
 	s := j.s
-	tx, err := s.writer.BeginTx(ctx, nil)
+	tx, release, err := s.writeTxn(ctx)
 	if err != nil {
 		return s.ctxErr(ctx, "begin delete", err)
 	}
-	defer tx.Rollback()
+	defer release()
+	dctx := context.WithoutCancel(ctx)
 	for _, st := range []*sql.Stmt{s.stmts.keepHighest, s.stmts.deleteTags, s.stmts.deleteEvents} {
-		if _, err := tx.StmtContext(ctx, st).ExecContext(ctx, persistenceID, to); err != nil {
+		if _, err := tx.StmtContext(dctx, st).ExecContext(dctx, persistenceID, to); err != nil {
 			return s.ctxErr(ctx, "delete", err)
 		}
 	}

@@ -7,10 +7,12 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"iter"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/annals-go/annals/journal"
 	"github.com/annals-go/annals/snapshot"
@@ -217,5 +219,51 @@ func TestMigratesOlderSchema(t *testing.T) {
 	}
 	if n, err := s.Journal().HighestSequenceNr(ctx, "A|1", 0); err != nil || n != 1 {
 		t.Errorf("events after migration: highest %d, %v; want 1", n, err)
+	}
+}
+
+func TestOutOfRangeTimestampsRejected(t *testing.T) {
+	ctx := t.Context()
+	s, err := Open(ctx, filepath.Join(t.TempDir(), "ts.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	far := time.Date(3000, 1, 1, 0, 0, 0, 0, time.UTC)
+	w := journal.AtomicWrite{PersistenceID: "p", Events: []journal.Repr{{PersistenceID: "p", SequenceNr: 1, Payload: []byte("x"), Timestamp: far}}}
+	res, err := s.Journal().Write(ctx, []journal.AtomicWrite{w})
+	if err != nil || len(res) != 1 || !errors.Is(res[0], journal.ErrRejected) || !strings.Contains(res[0].Error(), "1678–2262") {
+		t.Errorf("event in the year 3000: %v, %v; want a rejection naming the range", res, err)
+	}
+	err = s.Snapshots().Save(ctx, snapshot.Snapshot{Metadata: snapshot.Metadata{PersistenceID: "p", SequenceNr: 1, Timestamp: far}, Payload: []byte("s")})
+	if !errors.Is(err, snapshot.ErrInvalidArgument) {
+		t.Errorf("snapshot in the year 3000: %v, want ErrInvalidArgument", err)
+	}
+}
+
+func TestReplayHonoursContextWhileWaitingForAReader(t *testing.T) {
+	ctx := t.Context()
+	s, err := Open(ctx, filepath.Join(t.TempDir(), "r.db"), WithReaders(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	w := journal.AtomicWrite{PersistenceID: "p", Events: []journal.Repr{{PersistenceID: "p", SequenceNr: 1, Payload: []byte("x")}, {PersistenceID: "p", SequenceNr: 2, Payload: []byte("y")}}}
+	if _, err := s.Journal().Write(ctx, []journal.AtomicWrite{w}); err != nil {
+		t.Fatal(err)
+	}
+	next, stop := iter.Pull2(s.Journal().Replay(ctx, "p", 1, 10, 10))
+	defer stop()
+	if _, err, ok := next(); !ok || err != nil { // holds the only reader
+		t.Fatalf("first replay: %v", err)
+	}
+	short, cancel := context.WithTimeout(ctx, 20*time.Millisecond)
+	defer cancel()
+	var got error
+	for _, err := range s.Journal().Replay(short, "p", 1, 10, 10) {
+		got = err
+	}
+	if !errors.Is(got, context.DeadlineExceeded) {
+		t.Fatalf("second replay while the reader is busy ended with %v, want DeadlineExceeded", got)
 	}
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"database/sql"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"time"
 
@@ -95,24 +94,18 @@ func (p *Projections) Reset(ctx context.Context, id projection.ID) error {
 // InTx implements projection.TxOffsetStore: fn runs in a transaction on the
 // writer connection, committed when fn returns nil.
 func (p *Projections) InTx(ctx context.Context, fn func(tx *sql.Tx) error) error {
-	tx, err := p.s.writer.BeginTx(context.WithoutCancel(ctx), nil)
+	tx, release, err := p.s.writeTxn(ctx)
 	if err != nil {
 		return p.err(ctx, "begin", err)
 	}
+	defer release()
 	if err := fn(tx); err != nil {
-		return errors.Join(err, ignoreDone(tx.Rollback()))
+		return err // release rolls back
 	}
 	if err := tx.Commit(); err != nil {
 		return p.err(ctx, "commit", err)
 	}
 	return nil
-}
-
-func ignoreDone(err error) error {
-	if errors.Is(err, sql.ErrTxDone) {
-		return nil
-	}
-	return err
 }
 
 // SaveOffsetTx implements projection.TxOffsetStore.

@@ -68,24 +68,23 @@ func sequenceOf(after query.Offset) (int64, error) {
 	return 0, fmt.Errorf("%w: %s (the SQLite store resumes from sequence offsets)", query.ErrUnsupportedOffset, after)
 }
 
-// scan runs sqlText (whose last three parameters are: after, bound, limit)
+// scan runs stmt (whose last three parameters are: after, bound, limit)
 // page by page, from the offset up to the highest ordering committed when
 // the scan began.
-func (q *Queries) scan(ctx context.Context, after query.Offset, sqlText string, args ...any) iter.Seq2[query.Envelope, error] {
+func (q *Queries) scan(ctx context.Context, after query.Offset, stmt *sql.Stmt, args ...any) iter.Seq2[query.Envelope, error] {
 	return func(yield func(query.Envelope, error) bool) {
 		from, err := sequenceOf(after)
 		if err != nil {
 			yield(query.Envelope{}, err)
 			return
 		}
-		dctx := context.WithoutCancel(ctx) // see Replay: ctx is checked per row
 		var bound int64
-		if err := q.s.reader.QueryRowContext(dctx, `SELECT coalesce(max(ordering), 0) FROM event_journal`).Scan(&bound); err != nil {
+		if err := q.s.stmts.maxOrdering.QueryRowContext(ctx).Scan(&bound); err != nil {
 			yield(query.Envelope{}, q.s.ctxErr(ctx, "query", err))
 			return
 		}
 		for from < bound {
-			rows, err := q.s.reader.QueryContext(dctx, sqlText, append(args, from, bound, queryPage)...)
+			rows, release, err := q.s.readRows(ctx, stmt, append(args, from, bound, queryPage)...)
 			if err != nil {
 				yield(query.Envelope{}, q.s.ctxErr(ctx, "query", err))
 				return
@@ -93,25 +92,25 @@ func (q *Queries) scan(ctx context.Context, after query.Offset, sqlText string, 
 			n := 0
 			for rows.Next() {
 				if err := ctx.Err(); err != nil {
-					rows.Close()
+					release()
 					yield(query.Envelope{}, err)
 					return
 				}
 				env, err := scanEnvelope(rows)
 				if err != nil {
-					rows.Close()
+					release()
 					yield(query.Envelope{}, err)
 					return
 				}
 				n++
 				from = env.Offset.Sequence
 				if !yield(env, nil) {
-					rows.Close()
+					release()
 					return
 				}
 			}
 			err = rows.Err()
-			rows.Close()
+			release()
 			if err != nil {
 				yield(query.Envelope{}, q.s.ctxErr(ctx, "query", err))
 				return
@@ -147,7 +146,7 @@ const bySlicesSQL = `SELECT ` + envelopeColumns + ` FROM event_journal e INDEXED
 
 // CurrentEventsByTag implements query.EventsByTagQuery.
 func (q *Queries) CurrentEventsByTag(ctx context.Context, tag string, after query.Offset) iter.Seq2[query.Envelope, error] {
-	return q.scan(ctx, after, byTagSQL, tag)
+	return q.scan(ctx, after, q.s.stmts.byTag, tag)
 }
 
 // EventsByTag implements query.EventsByTagQuery.
@@ -159,7 +158,7 @@ func (q *Queries) EventsByTag(ctx context.Context, tag string, after query.Offse
 
 // CurrentEventsBySlices implements query.EventsBySlicesQuery.
 func (q *Queries) CurrentEventsBySlices(ctx context.Context, entityType string, minSlice, maxSlice int, after query.Offset) iter.Seq2[query.Envelope, error] {
-	return q.scan(ctx, after, bySlicesSQL, entityType, minSlice, maxSlice)
+	return q.scan(ctx, after, q.s.stmts.bySlices, entityType, minSlice, maxSlice)
 }
 
 // EventsBySlices implements query.EventsBySlicesQuery.
@@ -211,14 +210,11 @@ func (q *Queries) CurrentPersistenceIDs(ctx context.Context, entityType, afterID
 	if limit <= 0 {
 		limit = -1
 	}
-	rows, err := q.s.reader.QueryContext(context.WithoutCancel(ctx), `
-		SELECT persistence_id FROM event_journal WHERE persistence_id >= ?1 AND persistence_id < ?2 GROUP BY persistence_id
-		UNION SELECT persistence_id FROM journal_metadata WHERE persistence_id >= ?1 AND persistence_id < ?2
-		ORDER BY 1 LIMIT ?3`, lo, hi, limit)
+	rows, release, err := q.s.readRows(ctx, q.s.stmts.persistenceIDs, lo, hi, limit)
 	if err != nil {
 		return nil, q.s.ctxErr(ctx, "persistence ids", err)
 	}
-	defer rows.Close()
+	defer release()
 	var ids []string
 	for rows.Next() {
 		if err := ctx.Err(); err != nil {
@@ -238,6 +234,11 @@ func (q *Queries) CurrentPersistenceIDs(ctx context.Context, entityType, afterID
 	return ids, nil
 }
 
+const persistenceIDsSQL = `
+	SELECT persistence_id FROM event_journal WHERE persistence_id >= ?1 AND persistence_id < ?2 GROUP BY persistence_id
+	UNION SELECT persistence_id FROM journal_metadata WHERE persistence_id >= ?1 AND persistence_id < ?2
+	ORDER BY 1 LIMIT ?3`
+
 const newIDsSQL = `SELECT ` + envelopeColumns + ` FROM event_journal e
 	WHERE (?1 = '' OR e.entity_type = ?1) AND e.ordering > ? AND e.ordering <= ? ORDER BY e.ordering LIMIT ?`
 
@@ -245,7 +246,7 @@ const newIDsSQL = `SELECT ` + envelopeColumns + ` FROM event_journal e
 func (q *Queries) PersistenceIDs(ctx context.Context, entityType string) *query.Stream[string] {
 	return query.NewStream(func(yield func(string) bool) error {
 		var after int64
-		if err := q.s.reader.QueryRowContext(context.WithoutCancel(ctx), `SELECT coalesce(max(ordering), 0) FROM event_journal`).Scan(&after); err != nil {
+		if err := q.s.stmts.maxOrdering.QueryRowContext(ctx).Scan(&after); err != nil {
 			return q.s.ctxErr(ctx, "persistence ids", err)
 		}
 		ids, err := q.CurrentPersistenceIDs(ctx, entityType, "", 0)
@@ -260,7 +261,7 @@ func (q *Queries) PersistenceIDs(ctx context.Context, entityType string) *query.
 			}
 		}
 		events := q.follow(ctx, query.SequenceOffset(after), func(ctx context.Context, after query.Offset) iter.Seq2[query.Envelope, error] {
-			return q.scan(ctx, after, newIDsSQL, entityType)
+			return q.scan(ctx, after, q.s.stmts.newIDs, entityType)
 		})
 		for env := range events.All() {
 			if seen[env.PersistenceID] {

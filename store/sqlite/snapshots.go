@@ -18,12 +18,23 @@ var _ snapshot.Store = (*Snapshots)(nil)
 
 // criteriaArgs turns c into the arguments of snapshotWhere.
 func criteriaArgs(pid string, c snapshot.Criteria) []any {
+	// Bounds beyond what int64 nanoseconds hold are clamped: every stored
+	// timestamp lies within.
+	clamp := func(t time.Time) int64 {
+		if n, ok := unixNanos(t); ok {
+			return n
+		}
+		if t.Before(time.Unix(0, 0)) {
+			return math.MinInt64
+		}
+		return math.MaxInt64
+	}
 	maxTS, minTS := int64(math.MaxInt64), int64(math.MinInt64)
 	if !c.MaxTimestamp.IsZero() {
-		maxTS = c.MaxTimestamp.UnixNano()
+		maxTS = clamp(c.MaxTimestamp)
 	}
 	if !c.MinTimestamp.IsZero() {
-		minTS = c.MinTimestamp.UnixNano()
+		minTS = clamp(c.MinTimestamp)
 	}
 	return []any{pid, c.MinSequenceNr, c.MaxSequenceNr, minTS, maxTS}
 }
@@ -69,11 +80,15 @@ func (ss *Snapshots) Save(ctx context.Context, snap snapshot.Snapshot) error {
 	if ts.IsZero() {
 		ts = time.Now()
 	}
+	nanos, ok := unixNanos(ts)
+	if !ok {
+		return fmt.Errorf("%w: snapshot of %q at %d has timestamp %v, outside the years 1678–2262 this store can hold", snapshot.ErrInvalidArgument, m.PersistenceID, m.SequenceNr, ts)
+	}
 	payload := snap.Payload
 	if payload == nil {
 		payload = []byte{}
 	}
-	if _, err := ss.s.stmts.saveSnap.ExecContext(ctx, m.PersistenceID, m.SequenceNr, ts.UnixNano(), snap.SerializerID, snap.Manifest, payload); err != nil {
+	if _, err := ss.s.stmts.saveSnap.ExecContext(ctx, m.PersistenceID, m.SequenceNr, nanos, snap.SerializerID, snap.Manifest, payload); err != nil {
 		return ss.err(ctx, "save snapshot", err)
 	}
 	return nil
@@ -86,7 +101,10 @@ func (ss *Snapshots) Delete(ctx context.Context, m snapshot.Metadata) error {
 	}
 	var ts int64
 	if !m.Timestamp.IsZero() {
-		ts = m.Timestamp.UnixNano()
+		var ok bool
+		if ts, ok = unixNanos(m.Timestamp); !ok {
+			return nil // no stored snapshot has such a timestamp
+		}
 	}
 	if _, err := ss.s.stmts.deleteSnap.ExecContext(ctx, m.PersistenceID, m.SequenceNr, ts); err != nil {
 		return ss.err(ctx, "delete snapshot", err)

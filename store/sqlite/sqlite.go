@@ -26,6 +26,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"runtime"
 	"strings"
@@ -277,6 +278,56 @@ func (s *Store) migrate(ctx context.Context) error {
 		return fmt.Errorf("sqlite: record schema version: %w", err)
 	}
 	return tx.Commit()
+}
+
+// readRows runs a streaming query on a reader connection. Waiting for a
+// free connection honours ctx. The query runs without cancellation (the
+// driver would watch a cancellable context with a goroutine per row), so
+// callers check ctx per row. release ends the query and returns the
+// connection; call it once, after the rows.
+func (s *Store) readRows(ctx context.Context, stmt *sql.Stmt, args ...any) (rows *sql.Rows, release func(), err error) {
+	conn, err := s.reader.Conn(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	dctx := context.WithoutCancel(ctx)
+	tx, err := conn.BeginTx(dctx, nil)
+	if err != nil {
+		_ = conn.Close()
+		return nil, nil, err
+	}
+	rows, err = tx.StmtContext(dctx, stmt).QueryContext(dctx, args...)
+	if err != nil {
+		_ = tx.Rollback()
+		_ = conn.Close()
+		return nil, nil, err
+	}
+	return rows, func() { _ = rows.Close(); _ = tx.Rollback(); _ = conn.Close() }, nil
+}
+
+// writeConn takes the writer connection, waiting with ctx, and begins a
+// transaction on it that runs without cancellation (see readRows); release
+// returns the connection after the transaction ended.
+func (s *Store) writeTxn(ctx context.Context) (tx *sql.Tx, release func(), err error) {
+	conn, err := s.writer.Conn(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	tx, err = conn.BeginTx(context.WithoutCancel(ctx), nil)
+	if err != nil {
+		_ = conn.Close()
+		return nil, nil, err
+	}
+	return tx, func() { _ = tx.Rollback(); _ = conn.Close() }, nil
+}
+
+// unixNanos converts t for storage; it reports false outside the years
+// 1678–2262, which int64 nanoseconds cannot hold.
+func unixNanos(t time.Time) (int64, bool) {
+	if t.Before(time.Unix(0, math.MinInt64)) || t.After(time.Unix(0, math.MaxInt64)) {
+		return 0, false
+	}
+	return t.UnixNano(), true
 }
 
 // Path returns the database file's path.

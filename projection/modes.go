@@ -19,32 +19,33 @@ func AtLeastOnce(id ID, src Source, store OffsetStore, handler func(ctx context.
 type atLeastOnce struct {
 	p       *Projection
 	handler func(context.Context, query.Envelope) error
-	pending int
+	unsaved int
 	offset  query.Offset
 }
 
 func (s *atLeastOnce) interval() time.Duration { return s.p.cfg.SaveEvery }
+func (s *atLeastOnce) pending() bool           { return s.unsaved > 0 }
 
 func (s *atLeastOnce) take(ctx context.Context, env query.Envelope) error {
 	if err := s.p.attempt(ctx, describe(env), func() error { return s.handler(ctx, env) }); err != nil {
 		return err
 	}
-	s.pending++
+	s.unsaved++
 	s.offset = env.Offset
-	if s.pending >= s.p.cfg.SaveAfter {
+	if s.unsaved >= s.p.cfg.SaveAfter {
 		return s.tick(ctx)
 	}
 	return nil
 }
 
 func (s *atLeastOnce) tick(ctx context.Context) error {
-	if s.pending == 0 {
+	if s.unsaved == 0 {
 		return nil
 	}
 	if err := s.p.store.SaveOffset(ctx, s.p.id, s.offset); err != nil {
 		return fmt.Errorf("projection %s: save offset: %w", s.p.id, err)
 	}
-	s.pending = 0
+	s.unsaved = 0
 	return nil
 }
 
@@ -64,6 +65,7 @@ type exactlyOnce[Tx any] struct {
 }
 
 func (s *exactlyOnce[Tx]) interval() time.Duration { return time.Hour }
+func (s *exactlyOnce[Tx]) pending() bool           { return false }
 
 func (s *exactlyOnce[Tx]) take(ctx context.Context, env query.Envelope) error {
 	err := s.p.attempt(ctx, describe(env), func() error {
@@ -92,12 +94,14 @@ func Grouped(id ID, src Source, store OffsetStore, handler func(ctx context.Cont
 }
 
 type grouped struct {
-	p       *Projection
-	handler func(context.Context, []query.Envelope) error
-	group   []query.Envelope
+	p           *Projection
+	handler     func(context.Context, []query.Envelope) error
+	group       []query.Envelope
+	offsetSaved bool // the handler saved the offset in its transaction
 }
 
 func (s *grouped) interval() time.Duration { return s.p.cfg.GroupWithin }
+func (s *grouped) pending() bool           { return len(s.group) > 0 }
 
 func (s *grouped) take(ctx context.Context, env query.Envelope) error {
 	s.group = append(s.group, env)
@@ -116,9 +120,31 @@ func (s *grouped) tick(ctx context.Context) error {
 	if err := s.p.attempt(ctx, what, func() error { return s.handler(ctx, group) }); err != nil {
 		return err
 	}
+	if s.offsetSaved {
+		s.group = nil
+		return nil
+	}
 	if err := s.p.store.SaveOffset(ctx, s.p.id, group[len(group)-1].Offset); err != nil {
 		return fmt.Errorf("projection %s: save offset: %w", s.p.id, err)
 	}
 	s.group = nil
 	return nil
+}
+
+// ExactlyOnceGrouped runs handler on groups of up to cfg.GroupSize
+// envelopes, or what arrived within cfg.GroupWithin, inside one transaction
+// of store in which the group's last offset is saved too: exactly once, with
+// one commit per group. A failed group is rolled back whole, and the
+// recovery strategy applies to the group.
+func ExactlyOnceGrouped[Tx any](id ID, src Source, store TxOffsetStore[Tx], handler func(ctx context.Context, tx Tx, envs []query.Envelope) error, cfg Config) (*Projection, error) {
+	return newProjection(id, src, store, cfg, func(p *Projection) sink {
+		return &grouped{p: p, handler: func(ctx context.Context, envs []query.Envelope) error {
+			return store.InTx(ctx, func(tx Tx) error {
+				if err := handler(ctx, tx, envs); err != nil {
+					return err
+				}
+				return store.SaveOffsetTx(ctx, tx, p.id, envs[len(envs)-1].Offset)
+			})
+		}, offsetSaved: true}
+	})
 }

@@ -11,6 +11,8 @@
 //   - Grouped: the handler receives envelopes in groups of up to GroupSize,
 //     or what arrived within GroupWithin; the offset is saved after each
 //     group.
+//   - ExactlyOnceGrouped: groups as in Grouped, each handled in one
+//     transaction with its offset (one commit per group).
 //
 // Rules every mode keeps:
 //   - Within a run, a persistence id's events reach the handler once each,
@@ -157,8 +159,10 @@ type sink interface {
 	take(ctx context.Context, env query.Envelope) error
 	// tick is called when the mode's timer fires and at the end of a run.
 	tick(ctx context.Context) error
-	// interval is how often tick is due while envelopes are pending.
+	// interval is how long after the first pending envelope tick is due.
 	interval() time.Duration
+	// pending reports envelopes taken but not yet saved or handled.
+	pending() bool
 }
 
 // Projection is one projection instance. Run it with Run; manage it with
@@ -273,7 +277,7 @@ func (p *Projection) runOnce(ctx context.Context) error {
 	runCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	stream := p.src.Events(runCtx, st.Offset)
-	envs := make(chan query.Envelope)
+	envs := make(chan query.Envelope, 1024) // a buffer: hand-offs between goroutines in bulk
 	go func() {
 		defer close(envs)
 		for env := range stream.All() {
@@ -291,26 +295,38 @@ func (p *Projection) runOnce(ctx context.Context) error {
 		last[id] = seq
 	}
 	timer := time.NewTimer(s.interval())
+	timer.Stop() // runs while envelopes are pending
 	defer timer.Stop()
 	recheck := time.NewTicker(p.cfg.PausedRecheck)
 	defer recheck.Stop()
 	for {
 		select {
 		case env, ok := <-envs:
-			if !ok {
-				if err := stream.Err(); err != nil && runCtx.Err() == nil {
-					return fmt.Errorf("projection %s: source: %w", p.id, err)
+			// Take what is buffered with plain receives: cheaper than a
+			// select per envelope.
+			for n := len(envs); ; n-- {
+				if !ok {
+					if err := stream.Err(); err != nil && runCtx.Err() == nil {
+						return fmt.Errorf("projection %s: source: %w", p.id, err)
+					}
+					return s.tick(ctx)
 				}
-				return s.tick(ctx)
-			}
-			if err := p.accept(runCtx, s, last, &streamOffset, env); err != nil {
-				return err
+				was := s.pending()
+				if err := p.accept(runCtx, s, last, &streamOffset, env); err != nil {
+					return err
+				}
+				if !was && s.pending() {
+					timer.Reset(s.interval())
+				}
+				if n <= 0 {
+					break
+				}
+				env, ok = <-envs
 			}
 		case <-timer.C:
 			if err := s.tick(ctx); err != nil {
 				return err
 			}
-			timer.Reset(s.interval())
 		case <-changed:
 			cancel()
 			return s.tick(ctx)

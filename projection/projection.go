@@ -177,7 +177,7 @@ type Projection struct {
 }
 
 func newProjection(id ID, src Source, store OffsetStore, cfg Config, newSink func(*Projection) sink) (*Projection, error) {
-	if err := id.validate(); err != nil {
+	if err := id.Validate(); err != nil {
 		return nil, err
 	}
 	if src.Events == nil || store == nil {

@@ -5,7 +5,7 @@ import (
 	"sync"
 
 	"github.com/annals-go/annals/journal"
-	"github.com/annals-go/annals/projection"
+	"github.com/annals-go/annals/offsets"
 	"github.com/annals-go/annals/query"
 )
 
@@ -17,10 +17,10 @@ type Projections struct {
 	s *Store
 
 	mu     sync.Mutex
-	states map[projection.ID]projection.State
+	states map[offsets.ID]offsets.State
 }
 
-var _ projection.TxOffsetStore[*Tx] = (*Projections)(nil)
+var _ offsets.TxOffsetStore[*Tx] = (*Projections)(nil)
 
 // Tx is an in-memory projection transaction.
 type Tx struct {
@@ -37,7 +37,7 @@ func (s *Store) Projections() *Projections {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.projections == nil {
-		s.projections = &Projections{s: s, states: map[projection.ID]projection.State{}}
+		s.projections = &Projections{s: s, states: map[offsets.ID]offsets.State{}}
 	}
 	return s.projections
 }
@@ -54,17 +54,17 @@ func (p *Projections) check(ctx context.Context) error {
 	return nil
 }
 
-// Load implements projection.OffsetStore.
-func (p *Projections) Load(ctx context.Context, id projection.ID) (projection.State, error) {
+// Load implements offsets.OffsetStore.
+func (p *Projections) Load(ctx context.Context, id offsets.ID) (offsets.State, error) {
 	if err := p.check(ctx); err != nil {
-		return projection.State{}, err
+		return offsets.State{}, err
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return p.states[id], nil
 }
 
-func (p *Projections) update(ctx context.Context, id projection.ID, fn func(*projection.State)) error {
+func (p *Projections) update(ctx context.Context, id offsets.ID, fn func(*offsets.State)) error {
 	if err := p.check(ctx); err != nil {
 		return err
 	}
@@ -76,22 +76,22 @@ func (p *Projections) update(ctx context.Context, id projection.ID, fn func(*pro
 	return nil
 }
 
-// SaveOffset implements projection.OffsetStore.
-func (p *Projections) SaveOffset(ctx context.Context, id projection.ID, o query.Offset) error {
-	return p.update(ctx, id, func(st *projection.State) { st.Offset = o })
+// SaveOffset implements offsets.OffsetStore.
+func (p *Projections) SaveOffset(ctx context.Context, id offsets.ID, o query.Offset) error {
+	return p.update(ctx, id, func(st *offsets.State) { st.Offset = o })
 }
 
-// SetPaused implements projection.OffsetStore.
-func (p *Projections) SetPaused(ctx context.Context, id projection.ID, paused bool) error {
-	return p.update(ctx, id, func(st *projection.State) { st.Paused = paused })
+// SetPaused implements offsets.OffsetStore.
+func (p *Projections) SetPaused(ctx context.Context, id offsets.ID, paused bool) error {
+	return p.update(ctx, id, func(st *offsets.State) { st.Paused = paused })
 }
 
-// Reset implements projection.OffsetStore.
-func (p *Projections) Reset(ctx context.Context, id projection.ID) error {
-	return p.update(ctx, id, func(st *projection.State) { st.Offset = query.NoOffset() })
+// Reset implements offsets.OffsetStore.
+func (p *Projections) Reset(ctx context.Context, id offsets.ID) error {
+	return p.update(ctx, id, func(st *offsets.State) { st.Offset = query.NoOffset() })
 }
 
-// InTx implements projection.TxOffsetStore: fn's registered changes and
+// InTx implements offsets.TxOffsetStore: fn's registered changes and
 // saved offsets apply together when it returns nil.
 func (p *Projections) InTx(ctx context.Context, fn func(tx *Tx) error) error {
 	tx := &Tx{}
@@ -109,8 +109,8 @@ func (p *Projections) InTx(ctx context.Context, fn func(tx *Tx) error) error {
 	return nil
 }
 
-// SaveOffsetTx implements projection.TxOffsetStore.
-func (p *Projections) SaveOffsetTx(_ context.Context, tx *Tx, id projection.ID, o query.Offset) error {
+// SaveOffsetTx implements offsets.TxOffsetStore.
+func (p *Projections) SaveOffsetTx(_ context.Context, tx *Tx, id offsets.ID, o query.Offset) error {
 	tx.OnCommit(func() {
 		st := p.states[id]
 		st.Offset = o

@@ -7,7 +7,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/annals-go/annals/projection"
+	"github.com/annals-go/annals/offsets"
 	"github.com/annals-go/annals/query"
 )
 
@@ -19,7 +19,7 @@ import (
 // one writer), so keep handlers short.
 type Projections struct{ s *Store }
 
-var _ projection.TxOffsetStore[*sql.Tx] = (*Projections)(nil)
+var _ offsets.TxOffsetStore[*sql.Tx] = (*Projections)(nil)
 
 // Projections returns the store's projection offset store.
 func (s *Store) Projections() *Projections { return &Projections{s: s} }
@@ -28,9 +28,9 @@ func (p *Projections) err(ctx context.Context, op string, err error) error {
 	return p.s.ctxErr(ctx, "projection "+op, err)
 }
 
-// Load implements projection.OffsetStore.
-func (p *Projections) Load(ctx context.Context, id projection.ID) (projection.State, error) {
-	var st projection.State
+// Load implements offsets.OffsetStore.
+func (p *Projections) Load(ctx context.Context, id offsets.ID) (offsets.State, error) {
+	var st offsets.State
 	var raw sql.NullString
 	var paused sql.NullBool
 	err := p.s.reader.QueryRowContext(context.WithoutCancel(ctx), `
@@ -53,7 +53,7 @@ type execer interface {
 	ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
 }
 
-func saveOffset(ctx context.Context, db execer, id projection.ID, o query.Offset) error {
+func saveOffset(ctx context.Context, db execer, id offsets.ID, o query.Offset) error {
 	b, err := json.Marshal(o)
 	if err != nil {
 		return err
@@ -64,16 +64,16 @@ func saveOffset(ctx context.Context, db execer, id projection.ID, o query.Offset
 	return err
 }
 
-// SaveOffset implements projection.OffsetStore.
-func (p *Projections) SaveOffset(ctx context.Context, id projection.ID, o query.Offset) error {
+// SaveOffset implements offsets.OffsetStore.
+func (p *Projections) SaveOffset(ctx context.Context, id offsets.ID, o query.Offset) error {
 	if err := saveOffset(context.WithoutCancel(ctx), p.s.writer, id, o); err != nil {
 		return p.err(ctx, "save offset", err)
 	}
 	return nil
 }
 
-// SetPaused implements projection.OffsetStore.
-func (p *Projections) SetPaused(ctx context.Context, id projection.ID, paused bool) error {
+// SetPaused implements offsets.OffsetStore.
+func (p *Projections) SetPaused(ctx context.Context, id offsets.ID, paused bool) error {
 	_, err := p.s.writer.ExecContext(context.WithoutCancel(ctx), `INSERT INTO projection_management (projection_name, projection_key, paused, last_updated) VALUES (?, ?, ?, ?)
 		ON CONFLICT (projection_name, projection_key) DO UPDATE SET paused = excluded.paused, last_updated = excluded.last_updated`,
 		id.Name, id.Key, paused, time.Now().UnixNano())
@@ -83,15 +83,15 @@ func (p *Projections) SetPaused(ctx context.Context, id projection.ID, paused bo
 	return nil
 }
 
-// Reset implements projection.OffsetStore.
-func (p *Projections) Reset(ctx context.Context, id projection.ID) error {
+// Reset implements offsets.OffsetStore.
+func (p *Projections) Reset(ctx context.Context, id offsets.ID) error {
 	if _, err := p.s.writer.ExecContext(context.WithoutCancel(ctx), `DELETE FROM projection_offset WHERE projection_name = ? AND projection_key = ?`, id.Name, id.Key); err != nil {
 		return p.err(ctx, "reset", err)
 	}
 	return nil
 }
 
-// InTx implements projection.TxOffsetStore: fn runs in a transaction on the
+// InTx implements offsets.TxOffsetStore: fn runs in a transaction on the
 // writer connection, committed when fn returns nil.
 func (p *Projections) InTx(ctx context.Context, fn func(tx *sql.Tx) error) error {
 	tx, release, err := p.s.writeTxn(ctx)
@@ -108,8 +108,8 @@ func (p *Projections) InTx(ctx context.Context, fn func(tx *sql.Tx) error) error
 	return nil
 }
 
-// SaveOffsetTx implements projection.TxOffsetStore.
-func (p *Projections) SaveOffsetTx(ctx context.Context, tx *sql.Tx, id projection.ID, o query.Offset) error {
+// SaveOffsetTx implements offsets.TxOffsetStore.
+func (p *Projections) SaveOffsetTx(ctx context.Context, tx *sql.Tx, id offsets.ID, o query.Offset) error {
 	if err := saveOffset(context.WithoutCancel(ctx), tx, id, o); err != nil {
 		return p.err(ctx, "save offset", err)
 	}

@@ -219,9 +219,14 @@ func (s *Store) callErr(op string, err error) error {
 	return fmt.Errorf("sqlite: %s: %w", op, err)
 }
 
-// Replay implements journal.Journal.Replay. It streams rows from one query
-// on a reader connection: memory stays bounded whatever the journal's length,
-// and the query (with its read snapshot) ends when the consumer stops.
+// replayPage is how many events Replay reads per query.
+const replayPage = 1000
+
+// Replay implements journal.Journal.Replay. It reads pages of at most
+// replayPage events, each in a short read transaction that ends before the
+// events are yielded: memory stays bounded whatever the journal's length,
+// and a slow consumer holds no connection and no read snapshot (which would
+// keep the write-ahead log from being reset).
 func (j *Journal) Replay(ctx context.Context, persistenceID string, from, to, limit int64) iter.Seq2[journal.Repr, error] {
 	return func(yield func(journal.Repr, error) bool) {
 		if err := journal.CheckReplay(persistenceID, from, to, limit); err != nil {
@@ -229,42 +234,65 @@ func (j *Journal) Replay(ctx context.Context, persistenceID string, from, to, li
 			return
 		}
 		from = max(from, 1)
-		if from > to || limit == 0 {
-			return
-		}
-		rows, release, err := j.s.readRows(ctx, j.s.stmts.replay, persistenceID, from, to, limit)
-		if err != nil {
-			yield(journal.Repr{}, j.s.ctxErr(ctx, "replay", err))
-			return
-		}
-		defer release()
-		for rows.Next() {
-			if err := ctx.Err(); err != nil {
-				yield(journal.Repr{}, err)
+		for from <= to && limit > 0 {
+			page, err := readPage(ctx, j.s, j.s.stmts.replay, func(rows *sql.Rows) (journal.Repr, error) {
+				e := journal.Repr{PersistenceID: persistenceID}
+				var ts int64
+				var tags sql.NullString
+				if err := rows.Scan(&e.Ordering, &e.SequenceNr, &ts, &e.Payload, &e.SerializerID, &e.Manifest, &e.WriterID, &tags, &e.Metadata, &e.Slice, &e.EntityType); err != nil {
+					return e, fmt.Errorf("sqlite: replay %q: read row: %w", persistenceID, err)
+				}
+				e.Timestamp = time.Unix(0, ts).UTC()
+				if tags.Valid {
+					if err := json.Unmarshal([]byte(tags.String), &e.Tags); err != nil {
+						return e, fmt.Errorf("sqlite: replay %q: corrupt tags of event %d: %w", persistenceID, e.SequenceNr, err)
+					}
+				}
+				return e, nil
+			}, persistenceID, from, to, min(limit, replayPage))
+			if err != nil {
+				yield(journal.Repr{}, j.s.ctxErr(ctx, "replay", err))
 				return
 			}
-			e := journal.Repr{PersistenceID: persistenceID}
-			var ts int64
-			var tags sql.NullString
-			if err := rows.Scan(&e.Ordering, &e.SequenceNr, &ts, &e.Payload, &e.SerializerID, &e.Manifest, &e.WriterID, &tags, &e.Metadata, &e.Slice, &e.EntityType); err != nil {
-				yield(journal.Repr{}, fmt.Errorf("sqlite: replay %q: read row: %w", persistenceID, err))
-				return
-			}
-			e.Timestamp = time.Unix(0, ts).UTC()
-			if tags.Valid {
-				if err := json.Unmarshal([]byte(tags.String), &e.Tags); err != nil {
-					yield(journal.Repr{}, fmt.Errorf("sqlite: replay %q: corrupt tags of event %d: %w", persistenceID, e.SequenceNr, err))
+			for _, e := range page {
+				if err := ctx.Err(); err != nil {
+					yield(journal.Repr{}, err)
+					return
+				}
+				if !yield(e, nil) {
 					return
 				}
 			}
-			if !yield(e, nil) {
+			if int64(len(page)) < min(limit, replayPage) {
 				return
 			}
-		}
-		if err := rows.Err(); err != nil {
-			yield(journal.Repr{}, j.s.ctxErr(ctx, "replay", err))
+			limit -= int64(len(page))
+			from = page[len(page)-1].SequenceNr + 1
 		}
 	}
+}
+
+// readPage runs stmt on a reader connection and returns every row read by
+// scan; the connection is released before it returns. ctx's end is checked
+// per row.
+func readPage[T any](ctx context.Context, s *Store, stmt *sql.Stmt, scan func(*sql.Rows) (T, error), args ...any) ([]T, error) {
+	rows, release, err := s.readRows(ctx, stmt, args...)
+	if err != nil {
+		return nil, err
+	}
+	defer release()
+	var page []T
+	for rows.Next() {
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+		v, err := scan(rows)
+		if err != nil {
+			return nil, err
+		}
+		page = append(page, v)
+	}
+	return page, rows.Err()
 }
 
 // ctxErr prefers the context's error, then ErrClosed, then the wrapped err.

@@ -241,7 +241,7 @@ func TestOutOfRangeTimestampsRejected(t *testing.T) {
 	}
 }
 
-func TestReplayHonoursContextWhileWaitingForAReader(t *testing.T) {
+func TestReplayHoldsNoReaderAndHonoursContext(t *testing.T) {
 	ctx := t.Context()
 	s, err := Open(ctx, filepath.Join(t.TempDir(), "r.db"), WithReaders(1))
 	if err != nil {
@@ -252,11 +252,28 @@ func TestReplayHonoursContextWhileWaitingForAReader(t *testing.T) {
 	if _, err := s.Journal().Write(ctx, []journal.AtomicWrite{w}); err != nil {
 		t.Fatal(err)
 	}
+	// A replay paused by its consumer holds no reader: another one runs.
 	next, stop := iter.Pull2(s.Journal().Replay(ctx, "p", 1, 10, 10))
 	defer stop()
-	if _, err, ok := next(); !ok || err != nil { // holds the only reader
+	if _, err, ok := next(); !ok || err != nil {
 		t.Fatalf("first replay: %v", err)
 	}
+	n := 0
+	for _, err := range s.Journal().Replay(ctx, "p", 1, 10, 10) {
+		if err != nil {
+			t.Fatalf("replay beside a paused one: %v", err)
+		}
+		n++
+	}
+	if n != 2 {
+		t.Fatalf("replay beside a paused one yielded %d events, want 2", n)
+	}
+	// With the only reader taken, a replay waits, until its context ends.
+	conn, err := s.reader.Conn(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
 	short, cancel := context.WithTimeout(ctx, 20*time.Millisecond)
 	defer cancel()
 	var got error

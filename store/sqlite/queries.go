@@ -70,7 +70,9 @@ func sequenceOf(after query.Offset) (int64, error) {
 
 // scan runs stmt (whose last three parameters are: after, bound, limit)
 // page by page, from the offset up to the highest ordering committed when
-// the scan began.
+// the scan began. Each page is read whole and its connection released
+// before its envelopes are yielded, so a slow consumer holds no connection
+// and no read snapshot.
 func (q *Queries) scan(ctx context.Context, after query.Offset, stmt *sql.Stmt, args ...any) iter.Seq2[query.Envelope, error] {
 	return func(yield func(query.Envelope, error) bool) {
 		from, err := sequenceOf(after)
@@ -84,40 +86,20 @@ func (q *Queries) scan(ctx context.Context, after query.Offset, stmt *sql.Stmt, 
 			return
 		}
 		for from < bound {
-			rows, release, err := q.s.readRows(ctx, stmt, append(args, from, bound, queryPage)...)
+			page, err := readPage(ctx, q.s, stmt, scanEnvelope, append(args, from, bound, queryPage)...)
 			if err != nil {
 				yield(query.Envelope{}, q.s.ctxErr(ctx, "query", err))
 				return
 			}
-			n := 0
-			for rows.Next() {
-				if err := ctx.Err(); err != nil {
-					release()
-					yield(query.Envelope{}, err)
-					return
-				}
-				env, err := scanEnvelope(rows)
-				if err != nil {
-					release()
-					yield(query.Envelope{}, err)
-					return
-				}
-				n++
-				from = env.Offset.Sequence
+			for _, env := range page {
 				if !yield(env, nil) {
-					release()
 					return
 				}
 			}
-			err = rows.Err()
-			release()
-			if err != nil {
-				yield(query.Envelope{}, q.s.ctxErr(ctx, "query", err))
+			if len(page) < queryPage {
 				return
 			}
-			if n < queryPage {
-				return
-			}
+			from = page[len(page)-1].Offset.Sequence
 		}
 	}
 }

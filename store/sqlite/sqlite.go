@@ -330,6 +330,24 @@ func unixNanos(t time.Time) (int64, bool) {
 	return t.UnixNano(), true
 }
 
+// ReadTx runs fn in a read transaction on a reader connection, for reading
+// tables of the same file (read models kept by projections, for example)
+// without taking the writer. The connection is query-only; the transaction
+// is rolled back when fn returns.
+func (s *Store) ReadTx(ctx context.Context, fn func(tx *sql.Tx) error) error {
+	conn, err := s.reader.Conn(ctx)
+	if err != nil {
+		return s.ctxErr(ctx, "read", err)
+	}
+	defer conn.Close()
+	tx, err := conn.BeginTx(ctx, nil)
+	if err != nil {
+		return s.ctxErr(ctx, "read", err)
+	}
+	defer tx.Rollback()
+	return fn(tx)
+}
+
 // Path returns the database file's path.
 func (s *Store) Path() string { return s.path }
 

@@ -16,10 +16,13 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/annals-go/annals"
 	"github.com/annals-go/annals/engine"
 	"github.com/annals-go/annals/entity"
 	"github.com/annals-go/annals/examples/bank"
 	"github.com/annals-go/annals/journal"
+	"github.com/annals-go/annals/projection"
+	"github.com/annals-go/annals/query"
 	"github.com/annals-go/annals/serialization"
 	"github.com/annals-go/annals/snapshot"
 	"github.com/annals-go/annals/store/memory"
@@ -123,19 +126,24 @@ type demoStore struct {
 	snapshots snapshot.Store
 	close     func() error
 	name      string
+	sqlite    *sqlite.Store // nil on memory: no read model
 }
 
 func openStore(ctx context.Context, dsn string) (*demoStore, error) {
 	switch {
 	case dsn == "memory:" || dsn == "memory":
 		s := memory.New()
-		return &demoStore{s.Journal(), s.Snapshots(), s.Close, "memory (nothing survives the process)"}, nil
+		return &demoStore{s.Journal(), s.Snapshots(), s.Close, "memory (nothing survives the process)", nil}, nil
 	case strings.HasPrefix(dsn, "sqlite:"):
+		// One reader connection per read-model projection instance on top
+		// of the default pool: an instance's source keeps a reader while
+		// its hand-off buffer is full, and the instance itself needs one to
+		// read its paused flag; with no reader left, both wait for good.
 		s, err := sqlite.Open(ctx, dsn)
 		if err != nil {
 			return nil, err
 		}
-		return &demoStore{s.Journal(), s.Snapshots(), s.Close, "SQLite file " + s.Path()}, nil
+		return &demoStore{s.Journal(), s.Snapshots(), s.Close, "SQLite file " + s.Path(), s}, nil
 	default:
 		return nil, fmt.Errorf(`unknown store %q: use "sqlite:PATH" or "memory:"`, dsn)
 	}
@@ -165,7 +173,10 @@ func newHost(front journal.Journal, st *demoStore, reg *serialization.Registry, 
 
 // demo runs the bank and verifies it.
 func demo(ctx context.Context, cfg demoConfig, stdout, stderr io.Writer) (res demoResult, err error) {
+	// Progress reports carry the read model's latest status (on SQLite).
+	var rm *readModel
 	progressOut := newProgress(stderr)
+	progressOut.status = func(bar bool) string { return rm.progressStatus(bar) }
 	stderr = progressOut.w // synchronized: entity logs and progress share it
 	logger := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	// Commands are never cancelled: a command whose Ask gave up is still
@@ -195,6 +206,18 @@ func demo(ctx context.Context, cfg demoConfig, stdout, stderr io.Writer) (res de
 	fmt.Fprintf(stdout, "annals demo: %s accounts, %s operations, %d clients, seed %d\n",
 		num(int64(cfg.Accounts)), num(int64(cfg.Ops)), cfg.Concurrency, cfg.Seed)
 	fmt.Fprintf(stdout, "store        %s\n", st.name)
+
+	// The balance read model, kept by a projection from now until the end.
+	if st.sqlite == nil {
+		fmt.Fprintf(stdout, "read model   skipped: the balance projection needs the SQLite store\n")
+	} else {
+		if rm, err = startReadModel(ctx, st.sqlite, reg, logger); err != nil {
+			return res, fmt.Errorf("starting the read model: %w", err)
+		}
+		defer func() { err = errors.Join(err, rm.stop()) }() // before the store closes
+		fmt.Fprintf(stdout, "read model   table account_balance, kept exactly once by %d projection instances (slices %s)\n",
+			len(rm.ranges), rangeList(rm.ranges))
+	}
 
 	// 1. Recover every account's balance; the model starts from it.
 	var rec1 recoveries
@@ -227,8 +250,12 @@ func demo(ctx context.Context, cfg demoConfig, stdout, stderr io.Writer) (res de
 			num(res.StartEvents), num(int64(res.StartAccounts)), dur(time.Since(t0)), res.StartTotal)
 	}
 
-	// 2. The operations.
+	// 2. The operations, while the read model is queried for the progress
+	// reports.
+	stopPolling := rm.poll(askCtx, readModelPoll)
 	w := runOps(ctx, askCtx, host, ids, model, cfg, progressOut)
+	stopPolling()
+	caughtUp := rm.catchUp(time.Now(), readModelWait)
 	res.Ops, res.Accepted, res.Rejected, res.Failed = w.ops, w.accepted, w.rejected, w.failed
 	res.Commands, res.Events, res.Elapsed, res.Latencies = w.commands, w.events, w.elapsed, w.latencies
 	if ctx.Err() != nil {
@@ -300,6 +327,16 @@ func demo(ctx context.Context, cfg demoConfig, stdout, stderr io.Writer) (res de
 		return res, fmt.Errorf("%d of %d accounts differ from the model", len(mismatches), len(ids))
 	}
 	fmt.Fprintf(stdout, "verified %s accounts: OK (total balance %d cents)\n", num(int64(len(ids))), res.FinalTotal)
+
+	// 5. The read model, once caught up, must equal the verified balances.
+	if rm != nil {
+		if err := rm.verify(askCtx, stdout, ids, got, caughtUp); err != nil {
+			return res, err
+		}
+		if err := rm.stop(); err != nil {
+			return res, fmt.Errorf("stopping the read model: %w", err)
+		}
+	}
 	if w.failed > 0 {
 		return res, fmt.Errorf("%d operations failed", w.failed)
 	}
@@ -519,4 +556,271 @@ func num(n int64) string {
 		b.WriteRune(c)
 	}
 	return b.String()
+}
+
+// The read model's timing: how often the progress reports' status is
+// queried, and how long the demo waits, after the last operation, for the
+// projection to catch up.
+const (
+	readModelInstances = 4
+	readModelPoll      = 200 * time.Millisecond
+	readModelCheck     = 5 * time.Millisecond
+	readModelWait      = 2 * time.Minute
+)
+
+// readModel is the bank's balance read model during a demo on SQLite: one
+// instance of the balance projection per slice range, running from before
+// the operations until stop.
+type readModel struct {
+	store  *sqlite.Store
+	ranges []annals.SliceRange
+	ps     []*projection.Projection
+	lags   []*rangeLag     // one per instance; used by one goroutine at a time
+	ctx    context.Context // the projections' context, ended by stop
+	cancel context.CancelFunc
+	done   chan error
+	once   sync.Once
+	err    error
+
+	status atomic.Pointer[readModelStatus] // the latest poll, for progress reports
+}
+
+// readModelStatus is one look at the read model.
+type readModelStatus struct {
+	total  int64 // sum of the balances
+	behind int64 // events stored and not yet applied
+}
+
+// startReadModel creates the read model's table if needed and starts the
+// projection instances. They run until stop, not until ctx ends: after an
+// interrupt the demo still verifies the read model.
+func startReadModel(ctx context.Context, s *sqlite.Store, reg *serialization.Registry, logger *slog.Logger) (*readModel, error) {
+	if err := bank.CreateReadModel(ctx, s); err != nil {
+		return nil, err
+	}
+	ranges, err := annals.SliceRanges(readModelInstances)
+	if err != nil {
+		return nil, err
+	}
+	rm := &readModel{store: s, ranges: ranges, done: make(chan error, len(ranges))}
+	for _, r := range ranges {
+		p, err := bank.BalanceProjection(s, reg, r, projection.Config{Logger: logger})
+		if err != nil {
+			return nil, err
+		}
+		rm.ps = append(rm.ps, p)
+		rm.lags = append(rm.lags, &rangeLag{p: p, r: r})
+	}
+	rm.ctx, rm.cancel = context.WithCancel(context.WithoutCancel(ctx))
+	for _, p := range rm.ps {
+		go func() { rm.done <- p.Run(rm.ctx) }()
+	}
+	return rm, nil
+}
+
+// stop stops the projections and waits for them; later calls return the
+// first one's result.
+func (rm *readModel) stop() error {
+	rm.once.Do(func() {
+		rm.cancel()
+		for range rm.ps {
+			if err := <-rm.done; !errors.Is(err, context.Canceled) {
+				rm.err = errors.Join(rm.err, err)
+			}
+		}
+	})
+	return rm.err
+}
+
+// behind returns how many stored events the projections have not applied.
+// Not safe for concurrent use.
+func (rm *readModel) behind(ctx context.Context) (int64, error) {
+	var n int64
+	for _, l := range rm.lags {
+		b, err := l.behind(ctx, rm.store.Queries())
+		if err != nil {
+			return 0, err
+		}
+		n += b
+	}
+	return n, nil
+}
+
+// rangeLag counts the events one projection instance has still to apply,
+// as bank.Behind does, but reads each event of the range once: it keeps
+// the orderings read and not yet below the instance's offset, so a look
+// costs the events stored since the last one, not the whole lag.
+type rangeLag struct {
+	p       *projection.Projection
+	r       annals.SliceRange
+	read    query.Offset // events of the range read up to here
+	pending []int64      // orderings read, above the offset at the last look
+}
+
+func (l *rangeLag) behind(ctx context.Context, q *sqlite.Queries) (int64, error) {
+	o, err := l.p.Offset(ctx)
+	if err != nil {
+		return 0, err
+	}
+	if o.Kind != query.KindNone && o.Kind != query.KindSequence {
+		return 0, fmt.Errorf("projection %s: offset %s is not a sequence", l.p.ID(), o)
+	}
+	i := 0
+	for i < len(l.pending) && l.pending[i] <= o.Sequence {
+		i++
+	}
+	l.pending = l.pending[i:]
+	if o.Sequence > l.read.Sequence { // handled beyond what was read
+		l.read = o
+	}
+	for env, err := range q.CurrentEventsBySlices(ctx, bank.EntityType, l.r.Min, l.r.Max, l.read) {
+		if err != nil {
+			return 0, err
+		}
+		l.pending = append(l.pending, env.Offset.Sequence)
+		l.read = env.Offset
+	}
+	return int64(len(l.pending)), nil
+}
+
+// poll queries the read model's total and lag every interval, for the
+// progress reports, until the returned stop is called. A nil read model
+// does nothing.
+func (rm *readModel) poll(ctx context.Context, interval time.Duration) (stop func()) {
+	if rm == nil {
+		return func() {}
+	}
+	quit, ended := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(ended)
+		t := time.NewTicker(interval)
+		defer t.Stop()
+		for {
+			behind, err := rm.behind(ctx)
+			if err == nil {
+				var total int64
+				if _, total, err = bank.ReadBalances(ctx, rm.store); err == nil {
+					rm.status.Store(&readModelStatus{total: total, behind: behind})
+				}
+			}
+			select {
+			case <-quit:
+				return
+			case <-t.C:
+			}
+		}
+	}()
+	return func() { close(quit); <-ended }
+}
+
+// progressStatus is what a progress report adds about the read model: its
+// total and lag as of the last poll, shorter on the bar. "" when there is
+// no read model or no poll yet.
+func (rm *readModel) progressStatus(bar bool) string {
+	if rm == nil {
+		return ""
+	}
+	st := rm.status.Load()
+	if st == nil {
+		return ""
+	}
+	if bar {
+		return fmt.Sprintf("  model lag %s, total %d", num(st.behind), st.total)
+	}
+	return fmt.Sprintf("  read model total %d cents, %s events behind", st.total, num(st.behind))
+}
+
+// caughtUpResult is when the projections caught up, or why they did not.
+type caughtUpResult struct {
+	after time.Duration
+	err   error
+}
+
+// catchUp looks at the lag every readModelCheck until it is 0 and sends the
+// time since from, or an error after limit. Call it when no more events
+// come: a lag of 0 is then final. A nil read model returns nil.
+func (rm *readModel) catchUp(from time.Time, limit time.Duration) <-chan caughtUpResult {
+	if rm == nil {
+		return nil
+	}
+	out := make(chan caughtUpResult, 1)
+	go func() {
+		deadline := from.Add(limit)
+		t := time.NewTicker(readModelCheck)
+		defer t.Stop()
+		for {
+			behind, err := rm.behind(rm.ctx)
+			switch {
+			case err != nil:
+				out <- caughtUpResult{err: err}
+				return
+			case behind == 0:
+				out <- caughtUpResult{after: time.Since(from)}
+				return
+			case time.Now().After(deadline):
+				out <- caughtUpResult{err: fmt.Errorf("still %s events behind %s after the last operation", num(behind), dur(limit))}
+				return
+			}
+			select {
+			case <-rm.ctx.Done():
+				out <- caughtUpResult{err: rm.ctx.Err()}
+				return
+			case <-t.C:
+			}
+		}
+	}()
+	return out
+}
+
+// verify waits for caughtUp, then compares the read model with the verified
+// balances (indexed like ids; an account without events has no row and
+// counts as 0), prints the result and returns an error on any difference.
+func (rm *readModel) verify(ctx context.Context, stdout io.Writer, ids []string, verified []atomic.Int64, caughtUp <-chan caughtUpResult) error {
+	c := <-caughtUp
+	if c.err != nil {
+		return fmt.Errorf("read model: %w", c.err)
+	}
+	rows, _, err := bank.ReadBalances(ctx, rm.store)
+	if err != nil {
+		return err
+	}
+	var n, total int64
+	var mismatches []string
+	for i, id := range ids {
+		have, ok := rows[id]
+		if ok {
+			n++
+			total += have
+			delete(rows, id)
+		}
+		if want := verified[i].Load(); have != want {
+			mismatches = append(mismatches, fmt.Sprintf("%s: read model %d, model %d (off by %d)", id, have, want, have-want))
+		}
+	}
+	if len(mismatches) > 0 {
+		for i, m := range mismatches {
+			if i == 20 {
+				fmt.Fprintf(stdout, "MISMATCH     ... and %d more\n", len(mismatches)-i)
+				break
+			}
+			fmt.Fprintf(stdout, "MISMATCH     %s\n", m)
+		}
+		return fmt.Errorf("read model: %d of %d accounts differ from the model", len(mismatches), len(ids))
+	}
+	others := ""
+	if len(rows) > 0 { // accounts of earlier runs with more accounts
+		others = fmt.Sprintf(" (and %s accounts this run does not use)", num(int64(len(rows))))
+	}
+	fmt.Fprintf(stdout, "read model: %s accounts, total %d cents, caught up in %s: equals the model%s\n",
+		num(n), total, dur(c.after), others)
+	return nil
+}
+
+// rangeList formats slice ranges as "0-255, 256-511".
+func rangeList(rs []annals.SliceRange) string {
+	s := make([]string, len(rs))
+	for i, r := range rs {
+		s[i] = r.String()
+	}
+	return strings.Join(s, ", ")
 }

@@ -3,15 +3,21 @@ package main
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 )
 
-var totalRE = regexp.MustCompile(`total balance (-?\d+)`)
+var (
+	totalRE     = regexp.MustCompile(`total balance (-?\d+)`)
+	readModelRE = regexp.MustCompile(`(?m)^read model: ([\d,]+) accounts, total (-?\d+) cents, caught up in \S+: equals the model$`)
+	progressRE  = regexp.MustCompile(`(?m)^progress +\d+%.* read model total -?\d+ cents, [\d,]+ events behind$`)
+)
 
 // totals returns the total balances a demo run printed: at the start and
 // after verification.
@@ -47,6 +53,17 @@ func TestDemoTwiceOnSQLiteContinues(t *testing.T) {
 			t.Errorf("run %d: stderr (not a terminal) has no line progress:\n%s", run, &stderr)
 		}
 		start, final := totals(t, out)
+		if !strings.Contains(out, "read model   table account_balance, kept exactly once by 4 projection instances") {
+			t.Errorf("run %d: the read model's projections are not announced:\n%s", run, out)
+		}
+		if m := readModelRE.FindStringSubmatch(out); m == nil {
+			t.Errorf("run %d: no read-model verification in the output:\n%s", run, out)
+		} else if total, _ := strconv.ParseInt(m[2], 10, 64); m[1] != "50" || total != final {
+			t.Errorf("run %d: read model of %s accounts with total %d, want 50 accounts and the verified total %d", run, m[1], total, final)
+		}
+		if !progressRE.MatchString(stderr.String()) {
+			t.Errorf("run %d: the progress lines do not report the read model:\n%s", run, &stderr)
+		}
 		switch run {
 		case 1:
 			if start != 0 || !strings.Contains(out, "fresh store") {
@@ -85,6 +102,9 @@ func TestDemoResultOnMemory(t *testing.T) {
 	}
 	if res.StartTotal != 0 || res.FinalTotal <= 0 {
 		t.Errorf("totals: start %d, final %d", res.StartTotal, res.FinalTotal)
+	}
+	if out := stdout.String(); !strings.Contains(out, "read model   skipped") || strings.Contains(out, "read model:") {
+		t.Errorf("on memory the read model is not skipped in one line:\n%s", out)
 	}
 }
 
@@ -147,5 +167,18 @@ func TestNum(t *testing.T) {
 		if got := num(n); got != want {
 			t.Errorf("num(%d) = %q, want %q", n, got, want)
 		}
+	}
+}
+
+func TestProgressCarriesStatus(t *testing.T) {
+	var out bytes.Buffer
+	p := newProgress(&out)
+	p.status = func(bar bool) string { return fmt.Sprintf(" [status bar=%v]", bar) }
+	var done atomic.Int64
+	done.Store(10)
+	p.total, p.done = 10, &done
+	p.report(false)
+	if got := out.String(); !strings.Contains(got, "progress 100%") || !strings.HasSuffix(got, " [status bar=false]\n") {
+		t.Errorf("progress lines %q, want the status at the end of each", got)
 	}
 }

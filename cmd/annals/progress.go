@@ -22,6 +22,8 @@ type progress struct {
 	quit  chan struct{}
 	ended chan struct{}
 	tenth int64 // tenths reported (line mode)
+	// status, when set, adds to each report (bar: a terminal redraw).
+	status func(bar bool) string
 }
 
 func newProgress(stderr io.Writer) *progress {
@@ -101,14 +103,21 @@ func (p *progress) report(final bool) {
 		if rate > 0 {
 			eta = dur(time.Duration(float64(p.total-n) / rate * float64(time.Second)).Round(time.Second))
 		}
-		p.w.bar(fmt.Sprintf("%3d%% [%s%s] %s/%s ops  %s ops/s  eta %s",
+		p.w.bar(fmt.Sprintf("%3d%% [%s%s] %s/%s ops  %s ops/s  eta %s%s",
 			100*n/p.total, strings.Repeat("#", filled), strings.Repeat(".", width-filled),
-			num(n), num(p.total), num(int64(rate)), eta))
+			num(n), num(p.total), num(int64(rate)), eta, p.extra(true)))
 		return
 	}
 	for ; p.tenth < 10*n/p.total; p.tenth++ {
-		fmt.Fprintf(p.w, "progress %3d%%  %s/%s ops  %s ops/s\n", (p.tenth+1)*10, num(n), num(p.total), num(int64(rate)))
+		fmt.Fprintf(p.w, "progress %3d%%  %s/%s ops  %s ops/s%s\n", (p.tenth+1)*10, num(n), num(p.total), num(int64(rate)), p.extra(false))
 	}
+}
+
+func (p *progress) extra(bar bool) string {
+	if p.status == nil {
+		return ""
+	}
+	return p.status(bar)
 }
 
 // syncWriter serializes writes to w, from the progress reporter and the

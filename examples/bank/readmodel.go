@@ -1,0 +1,200 @@
+package bank
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/annals-go/annals"
+	"github.com/annals-go/annals/projection"
+	"github.com/annals-go/annals/query"
+	"github.com/annals-go/annals/serialization"
+	"github.com/annals-go/annals/store/sqlite"
+)
+
+// The read model: one row per account that has events, in the same SQLite
+// file as the journal, kept by BalanceProjection.
+//
+// balance is the sum of the account's deposits minus its withdrawals up to
+// seq_nr, the sequence number of the last event applied.
+const readModelSchema = `CREATE TABLE IF NOT EXISTS account_balance (
+	account_id TEXT    PRIMARY KEY,
+	balance    INTEGER NOT NULL,
+	seq_nr     INTEGER NOT NULL
+)`
+
+// BalanceProjectionName is the name of the balance projection; each
+// instance's key is its slice range ("0-511").
+const BalanceProjectionName = "bank-balances"
+
+// CreateReadModel creates the read model's table, account_balance
+// (account_id TEXT PRIMARY KEY, balance INTEGER NOT NULL, seq_nr INTEGER NOT
+// NULL), in store's file if it is missing. It is idempotent: an existing
+// table and its rows are kept. Call it before running a BalanceProjection.
+func CreateReadModel(ctx context.Context, store *sqlite.Store) error {
+	err := store.Projections().InTx(ctx, func(tx *sql.Tx) error {
+		_, err := tx.ExecContext(ctx, readModelSchema)
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("bank: create read model: %w", err)
+	}
+	return nil
+}
+
+// BalanceProjection returns the instance of the balance projection that
+// covers the accounts whose slices lie in r; run it with Run. Its id is
+// {Name: BalanceProjectionName, Key: r.String()}: instances of different
+// ranges share the table and never touch the same row, and a new instance of
+// the same range resumes from the offset the previous one committed.
+//
+// Rules:
+//   - Exactly once: the effects of a group of events (up to cfg.GroupSize,
+//     or what arrived within cfg.GroupWithin) on their accounts' rows and
+//     the projection's offset commit in one transaction of store (the
+//     store's one writer connection: journal writes wait while it is open).
+//   - Events are decoded as the behavior decodes them on recovery: a
+//     manifest with an adapter in Behavior().Adapters (version-1
+//     "bank.Deposited") goes through that adapter, anything else through
+//     reg.DeserializeRepr. reg must have the account's types (Register).
+//   - An account's events are applied in sequence order, each once: an
+//     event at or below the row's seq_nr (already applied), or one that
+//     skips a sequence number, fails the handler instead of making the row
+//     wrong. The projection's gap filling and exactly-once commits keep
+//     that from happening; cfg.Recovery says what a failure does (a Skip
+//     strategy leaves the account's row behind for good, so prefer Fail, the
+//     default, or RetryThenFail).
+//   - The account id is the persistence id after "Account|"; an event of
+//     another entity type is an error.
+//
+// CreateReadModel must have created the table. The projection does not
+// rebuild the table: to replay from the start, delete the rows and reset
+// every instance's offset together.
+func BalanceProjection(store *sqlite.Store, reg *serialization.Registry, r annals.SliceRange, cfg projection.Config) (*projection.Projection, error) {
+	if store == nil || reg == nil {
+		return nil, errors.New("bank: balance projection: store and registry are required")
+	}
+	adapters := Behavior().Adapters
+	decode := func(env query.Envelope) ([]Event, error) {
+		if adapt, ok := adapters[env.Manifest]; ok {
+			events, err := adapt(env.Payload)
+			if err != nil {
+				return nil, fmt.Errorf("adapter for manifest %q, event %d of %s: %w", env.Manifest, env.SequenceNr, env.PersistenceID, err)
+			}
+			return events, nil
+		}
+		v, err := reg.DeserializeRepr(env.Repr())
+		if err != nil {
+			return nil, err
+		}
+		e, ok := v.(Event)
+		if !ok {
+			return nil, fmt.Errorf("event %d of %s (manifest %q) decodes to %T, not a bank.Event", env.SequenceNr, env.PersistenceID, env.Manifest, v)
+		}
+		return []Event{e}, nil
+	}
+	apply := func(ctx context.Context, tx *sql.Tx, env query.Envelope) error {
+		account, ok := strings.CutPrefix(env.PersistenceID, EntityType+annals.Separator)
+		if !ok {
+			return fmt.Errorf("bank: balance projection: %s is not an account", env.PersistenceID)
+		}
+		events, err := decode(env)
+		if err != nil {
+			return fmt.Errorf("bank: balance projection: %w", err)
+		}
+		var delta int64
+		for _, e := range events {
+			switch e := e.(type) {
+			case Deposited:
+				delta += e.Amount
+			case Withdrawn:
+				delta -= e.Amount
+			}
+		}
+		var applied int64
+		err = tx.QueryRowContext(ctx, `SELECT seq_nr FROM account_balance WHERE account_id = ?`, account).Scan(&applied)
+		switch {
+		case errors.Is(err, sql.ErrNoRows):
+		case err != nil:
+			return fmt.Errorf("bank: balance projection: read %s: %w", account, err)
+		case env.SequenceNr <= applied:
+			return fmt.Errorf("bank: balance projection: event %d of %s is already applied (row at %d)", env.SequenceNr, env.PersistenceID, applied)
+		case env.SequenceNr != applied+1:
+			return fmt.Errorf("bank: balance projection: event %d of %s follows %d: events %d..%d are missing", env.SequenceNr, env.PersistenceID, applied, applied+1, env.SequenceNr-1)
+		}
+		_, err = tx.ExecContext(ctx, `INSERT INTO account_balance (account_id, balance, seq_nr) VALUES (?, ?, ?)
+			ON CONFLICT (account_id) DO UPDATE SET balance = balance + excluded.balance, seq_nr = excluded.seq_nr`,
+			account, delta, env.SequenceNr)
+		if err != nil {
+			return fmt.Errorf("bank: balance projection: write %s: %w", account, err)
+		}
+		return nil
+	}
+	// A group of events and its offset commit in one transaction: one sync
+	// per group instead of one per event keeps up with the journal.
+	handler := func(ctx context.Context, tx *sql.Tx, envs []query.Envelope) error {
+		for _, env := range envs {
+			if err := apply(ctx, tx, env); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	id := projection.ID{Name: BalanceProjectionName, Key: r.String()}
+	return projection.ExactlyOnceGrouped(id, projection.BySlices(store.Queries(), EntityType, r), store.Projections(), handler, cfg)
+}
+
+// ReadBalances returns the read model: the balance of every account it
+// holds (accounts without events have no row and are absent), and their
+// total. It reads one committed state: never half of a projection's
+// transaction.
+//
+// It reads through store.ReadTx, on a reader connection: journal writes and
+// projection transactions go on meanwhile.
+func ReadBalances(ctx context.Context, store *sqlite.Store) (balances map[string]int64, total int64, err error) {
+	balances = make(map[string]int64)
+	err = store.ReadTx(ctx, func(tx *sql.Tx) error {
+		rows, err := tx.QueryContext(ctx, `SELECT account_id, balance FROM account_balance`)
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		for rows.Next() {
+			var id string
+			var b int64
+			if err := rows.Scan(&id, &b); err != nil {
+				return err
+			}
+			balances[id] = b
+			total += b
+		}
+		return rows.Err()
+	})
+	if err != nil {
+		return nil, 0, fmt.Errorf("bank: read balances: %w", err)
+	}
+	return balances, total, nil
+}
+
+// Behind returns how many account events of the slice range r are stored
+// in the journal after p's committed offset: the events p (the instance of
+// BalanceProjection for r) has still to apply. 0 means the read model's rows
+// of r reflect every event committed before the call. It reads through the
+// store's read journal, one row per event behind, so its cost grows with
+// the lag.
+func Behind(ctx context.Context, store *sqlite.Store, p *projection.Projection, r annals.SliceRange) (int64, error) {
+	o, err := p.Offset(ctx)
+	if err != nil {
+		return 0, fmt.Errorf("bank: projection %s: %w", p.ID(), err)
+	}
+	var n int64
+	for _, err := range store.Queries().CurrentEventsBySlices(ctx, EntityType, r.Min, r.Max, o) {
+		if err != nil {
+			return 0, fmt.Errorf("bank: projection %s: events after %s: %w", p.ID(), o, err)
+		}
+		n++
+	}
+	return n, nil
+}

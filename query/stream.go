@@ -103,3 +103,62 @@ func Follow(ctx context.Context, signal *Signal, poll time.Duration, current fun
 		}
 	})
 }
+
+// FollowOffsets is the live form of a current query that resumes after an
+// offset: each run starts after the last envelope returned.
+func FollowOffsets(ctx context.Context, signal *Signal, poll time.Duration, after Offset, current func(ctx context.Context, after Offset) iter.Seq2[Envelope, error]) *Stream[Envelope] {
+	return Follow(ctx, signal, poll, func(ctx context.Context) iter.Seq2[Envelope, error] {
+		return func(yield func(Envelope, error) bool) {
+			for env, err := range current(ctx, after) {
+				if err == nil {
+					after = env.Offset
+				}
+				if !yield(env, err) {
+					return
+				}
+			}
+		}
+	}, nil)
+}
+
+// FollowByID is the live form of a current events-by-persistence-id query:
+// each run starts after the last sequence number returned, and the stream
+// ends after the event at to.
+func FollowByID(ctx context.Context, signal *Signal, poll time.Duration, from, to int64, current func(ctx context.Context, from, to int64) iter.Seq2[Envelope, error]) *Stream[Envelope] {
+	return Follow(ctx, signal, poll, func(ctx context.Context) iter.Seq2[Envelope, error] {
+		return func(yield func(Envelope, error) bool) {
+			for env, err := range current(ctx, from, to) {
+				if err == nil {
+					from = env.SequenceNr + 1
+				}
+				if !yield(env, err) {
+					return
+				}
+			}
+		}
+	}, func(env Envelope) bool { return env.SequenceNr >= to })
+}
+
+// FollowPersistenceIDs is a live persistence-ids query: the ids of known,
+// then the id of each event of events not seen before, each once.
+func FollowPersistenceIDs(known []string, events *Stream[Envelope]) *Stream[string] {
+	return NewStream(func(yield func(string) bool) error {
+		seen := make(map[string]bool, len(known))
+		for _, id := range known {
+			seen[id] = true
+			if !yield(id) {
+				return nil
+			}
+		}
+		for env := range events.All() {
+			if seen[env.PersistenceID] {
+				continue
+			}
+			seen[env.PersistenceID] = true
+			if !yield(env.PersistenceID) {
+				return nil
+			}
+		}
+		return events.Err()
+	})
+}

@@ -100,21 +100,11 @@ func (q *Queries) scan(ctx context.Context, after query.Offset, match func(order
 	}
 }
 
-// follow makes a live query of a scan: each run resumes after the last
-// envelope returned.
+// follow makes a live query of a scan.
 func (q *Queries) follow(ctx context.Context, after query.Offset, match func(orderRef) bool) *query.Stream[query.Envelope] {
-	return query.Follow(ctx, &q.s.signal, 0, func(ctx context.Context) iter.Seq2[query.Envelope, error] {
-		return func(yield func(query.Envelope, error) bool) {
-			for env, err := range q.scan(ctx, after, match) {
-				if err == nil {
-					after = env.Offset
-				}
-				if !yield(env, err) {
-					return
-				}
-			}
-		}
-	}, nil)
+	return query.FollowOffsets(ctx, &q.s.signal, 0, after, func(ctx context.Context, after query.Offset) iter.Seq2[query.Envelope, error] {
+		return q.scan(ctx, after, match)
+	})
 }
 
 func hasTag(tag string) func(orderRef) bool {
@@ -161,18 +151,9 @@ func (q *Queries) CurrentEventsByPersistenceID(ctx context.Context, persistenceI
 // EventsByPersistenceID implements query.EventsByPersistenceIDQuery; it ends
 // after the event at to.
 func (q *Queries) EventsByPersistenceID(ctx context.Context, persistenceID string, from, to int64) *query.Stream[query.Envelope] {
-	return query.Follow(ctx, &q.s.signal, 0, func(ctx context.Context) iter.Seq2[query.Envelope, error] {
-		return func(yield func(query.Envelope, error) bool) {
-			for env, err := range q.CurrentEventsByPersistenceID(ctx, persistenceID, from, to) {
-				if err == nil {
-					from = env.SequenceNr + 1
-				}
-				if !yield(env, err) {
-					return
-				}
-			}
-		}
-	}, func(env query.Envelope) bool { return env.SequenceNr >= to })
+	return query.FollowByID(ctx, &q.s.signal, 0, from, to, func(ctx context.Context, from, to int64) iter.Seq2[query.Envelope, error] {
+		return q.CurrentEventsByPersistenceID(ctx, persistenceID, from, to)
+	})
 }
 
 // CurrentPersistenceIDs implements query.PersistenceIDsQuery. Ids whose
@@ -202,34 +183,15 @@ func (q *Queries) CurrentPersistenceIDs(ctx context.Context, entityType, afterID
 
 // PersistenceIDs implements query.PersistenceIDsQuery.
 func (q *Queries) PersistenceIDs(ctx context.Context, entityType string) *query.Stream[string] {
-	return query.NewStream(func(yield func(string) bool) error {
-		seen := map[string]bool{}
-		q.s.mu.RLock()
-		after := q.s.ordering
-		q.s.mu.RUnlock()
-		ids, err := q.CurrentPersistenceIDs(ctx, entityType, "", 0)
-		if err != nil {
-			return err
-		}
-		for _, id := range ids {
-			seen[id] = true
-			if !yield(id) {
-				return nil
-			}
-		}
-		match := func(r orderRef) bool {
-			return !seen[r.pid] && (entityType == "" || r.entityType == entityType)
-		}
-		events := q.follow(ctx, query.SequenceOffset(after), match)
-		for env := range events.All() {
-			if seen[env.PersistenceID] {
-				continue
-			}
-			seen[env.PersistenceID] = true
-			if !yield(env.PersistenceID) {
-				return nil
-			}
-		}
-		return events.Err()
+	q.s.mu.RLock()
+	after := q.s.ordering
+	q.s.mu.RUnlock()
+	ids, err := q.CurrentPersistenceIDs(ctx, entityType, "", 0)
+	if err != nil {
+		return query.NewStream(func(func(string) bool) error { return err })
+	}
+	events := q.follow(ctx, query.SequenceOffset(after), func(r orderRef) bool {
+		return entityType == "" || r.entityType == entityType
 	})
+	return query.FollowPersistenceIDs(ids, events)
 }

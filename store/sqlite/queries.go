@@ -104,20 +104,9 @@ func (q *Queries) scan(ctx context.Context, after query.Offset, stmt *sql.Stmt, 
 	}
 }
 
-// follow makes a live query of a scan that resumes after the last envelope.
+// follow makes a live query of a current one.
 func (q *Queries) follow(ctx context.Context, after query.Offset, current func(ctx context.Context, after query.Offset) iter.Seq2[query.Envelope, error]) *query.Stream[query.Envelope] {
-	return query.Follow(ctx, &q.s.signal, q.s.cfg.poll, func(ctx context.Context) iter.Seq2[query.Envelope, error] {
-		return func(yield func(query.Envelope, error) bool) {
-			for env, err := range current(ctx, after) {
-				if err == nil {
-					after = env.Offset
-				}
-				if !yield(env, err) {
-					return
-				}
-			}
-		}
-	}, nil)
+	return query.FollowOffsets(ctx, &q.s.signal, q.s.cfg.poll, after, current)
 }
 
 const byTagSQL = `SELECT ` + envelopeColumns + ` FROM event_tag t JOIN event_journal e ON e.ordering = t.ordering
@@ -164,18 +153,9 @@ func (q *Queries) CurrentEventsByPersistenceID(ctx context.Context, persistenceI
 // EventsByPersistenceID implements query.EventsByPersistenceIDQuery; it ends
 // after the event at to.
 func (q *Queries) EventsByPersistenceID(ctx context.Context, persistenceID string, from, to int64) *query.Stream[query.Envelope] {
-	return query.Follow(ctx, &q.s.signal, q.s.cfg.poll, func(ctx context.Context) iter.Seq2[query.Envelope, error] {
-		return func(yield func(query.Envelope, error) bool) {
-			for env, err := range q.CurrentEventsByPersistenceID(ctx, persistenceID, from, to) {
-				if err == nil {
-					from = env.SequenceNr + 1
-				}
-				if !yield(env, err) {
-					return
-				}
-			}
-		}
-	}, func(env query.Envelope) bool { return env.SequenceNr >= to })
+	return query.FollowByID(ctx, &q.s.signal, q.s.cfg.poll, from, to, func(ctx context.Context, from, to int64) iter.Seq2[query.Envelope, error] {
+		return q.CurrentEventsByPersistenceID(ctx, persistenceID, from, to)
+	})
 }
 
 // CurrentPersistenceIDs implements query.PersistenceIDsQuery. Ids whose
@@ -226,34 +206,17 @@ const newIDsSQL = `SELECT ` + envelopeColumns + ` FROM event_journal e
 
 // PersistenceIDs implements query.PersistenceIDsQuery.
 func (q *Queries) PersistenceIDs(ctx context.Context, entityType string) *query.Stream[string] {
-	return query.NewStream(func(yield func(string) bool) error {
-		var after int64
-		if err := q.s.stmts.maxOrdering.QueryRowContext(ctx).Scan(&after); err != nil {
-			return q.s.ctxErr(ctx, "persistence ids", err)
-		}
-		ids, err := q.CurrentPersistenceIDs(ctx, entityType, "", 0)
-		if err != nil {
-			return err
-		}
-		seen := make(map[string]bool, len(ids))
-		for _, id := range ids {
-			seen[id] = true
-			if !yield(id) {
-				return nil
-			}
-		}
-		events := q.follow(ctx, query.SequenceOffset(after), func(ctx context.Context, after query.Offset) iter.Seq2[query.Envelope, error] {
-			return q.scan(ctx, after, q.s.stmts.newIDs, entityType)
-		})
-		for env := range events.All() {
-			if seen[env.PersistenceID] {
-				continue
-			}
-			seen[env.PersistenceID] = true
-			if !yield(env.PersistenceID) {
-				return nil
-			}
-		}
-		return events.Err()
+	var after int64
+	if err := q.s.stmts.maxOrdering.QueryRowContext(ctx).Scan(&after); err != nil {
+		err = q.s.ctxErr(ctx, "persistence ids", err)
+		return query.NewStream(func(func(string) bool) error { return err })
+	}
+	ids, err := q.CurrentPersistenceIDs(ctx, entityType, "", 0)
+	if err != nil {
+		return query.NewStream(func(func(string) bool) error { return err })
+	}
+	events := q.follow(ctx, query.SequenceOffset(after), func(ctx context.Context, after query.Offset) iter.Seq2[query.Envelope, error] {
+		return q.scan(ctx, after, q.s.stmts.newIDs, entityType)
 	})
+	return query.FollowPersistenceIDs(ids, events)
 }

@@ -38,6 +38,8 @@ func (s *atLeastOnce) take(ctx context.Context, env query.Envelope) error {
 	return nil
 }
 
+func (s *atLeastOnce) shutdown(ctx context.Context) error { return s.tick(ctx) }
+
 func (s *atLeastOnce) tick(ctx context.Context) error {
 	if s.unsaved == 0 {
 		return nil
@@ -82,7 +84,8 @@ func (s *exactlyOnce[Tx]) take(ctx context.Context, env query.Envelope) error {
 	return nil
 }
 
-func (s *exactlyOnce[Tx]) tick(context.Context) error { return nil }
+func (s *exactlyOnce[Tx]) tick(context.Context) error     { return nil }
+func (s *exactlyOnce[Tx]) shutdown(context.Context) error { return nil }
 
 // Grouped runs handler on groups of up to cfg.GroupSize envelopes, or what
 // arrived within cfg.GroupWithin; the offset is saved after each group
@@ -110,6 +113,10 @@ func (s *grouped) take(ctx context.Context, env query.Envelope) error {
 	}
 	return nil
 }
+
+// shutdown drops the pending group: its offset was not saved, so the next
+// run handles it.
+func (s *grouped) shutdown(context.Context) error { s.group = nil; return nil }
 
 func (s *grouped) tick(ctx context.Context) error {
 	if len(s.group) == 0 {

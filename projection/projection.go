@@ -30,9 +30,9 @@ package projection
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
+	"sync"
 	"time"
 
 	"github.com/annals-go/annals"
@@ -60,14 +60,15 @@ func BySlices(q query.EventsBySlicesQuery, entityType string, r annals.SliceRang
 	}
 }
 
-// ByTag is the source of the events tagged tag.
+// ByTag is the source of the events tagged tag. It fills no gaps: an id's
+// tagged events need not have consecutive sequence numbers (telling a
+// missing tagged event from an untagged one would take per-(id, tag)
+// sequence numbers, which the stores do not keep).
 func ByTag(q query.EventsByTagQuery, tag string) Source {
-	byID, _ := q.(query.EventsByPersistenceIDQuery)
 	return Source{
 		Events: func(ctx context.Context, after query.Offset) *query.Stream[query.Envelope] {
 			return q.EventsByTag(ctx, tag, after)
 		},
-		ByID: byID,
 	}
 }
 
@@ -159,6 +160,9 @@ type sink interface {
 	take(ctx context.Context, env query.Envelope) error
 	// tick is called when the mode's timer fires and at the end of a run.
 	tick(ctx context.Context) error
+	// shutdown is called instead of tick when the context ended: it may
+	// save offsets of envelopes already handled, and calls no handler.
+	shutdown(ctx context.Context) error
 	// interval is how long after the first pending envelope tick is due.
 	interval() time.Duration
 	// pending reports envelopes taken but not yet saved or handled.
@@ -168,6 +172,9 @@ type sink interface {
 // Projection is one projection instance. Run it with Run; manage it with
 // Pause, Resume, Offset and ResetOffset (from any goroutine).
 type Projection struct {
+	mu      sync.Mutex
+	running bool         // Run is running in this process
+	resets  []chan error // ResetOffset calls waiting for the run to stop
 	id      ID
 	src     Source
 	store   OffsetStore
@@ -217,30 +224,84 @@ func (p *Projection) Offset(ctx context.Context) (query.Offset, error) {
 }
 
 // ResetOffset removes the stored offset: the projection starts again from
-// the beginning of its source (a running one restarts at once).
+// the beginning of its source. A projection running in this process first
+// stops handling (its pending offset is saved), then the offset is removed,
+// then it restarts; ResetOffset returns when the offset is gone. A
+// projection instance running in another process must be paused first, or
+// its next save overwrites the reset.
 func (p *Projection) ResetOffset(ctx context.Context) error {
-	if err := p.store.Reset(ctx, p.id); err != nil {
-		return err
+	p.mu.Lock()
+	if !p.running {
+		p.mu.Unlock()
+		if err := p.store.Reset(ctx, p.id); err != nil {
+			return err
+		}
+		p.control.Notify()
+		return nil
 	}
+	done := make(chan error, 1)
+	p.resets = append(p.resets, done)
+	p.mu.Unlock()
 	p.control.Notify()
-	return nil
+	select {
+	case err := <-done:
+		return err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 }
 
-// Run runs the projection until ctx ends, and returns ctx's error. A failed
-// run restarts from the stored offset after a backoff.
+// applyResets removes the stored offset for the resets requested while the
+// projection was running, and answers them.
+func (p *Projection) applyResets(ctx context.Context) {
+	p.mu.Lock()
+	resets := p.resets
+	p.resets = nil
+	p.mu.Unlock()
+	if len(resets) == 0 {
+		return
+	}
+	err := p.store.Reset(context.WithoutCancel(ctx), p.id)
+	for _, done := range resets {
+		done <- err
+	}
+}
+
+// Run runs the projection until ctx ends (and returns ctx's error) or, for
+// a source that ends, until it has handled everything (and returns nil). A
+// failed run restarts from the stored offset after a backoff that doubles
+// per consecutive failure, from RestartMin up to RestartMax.
 func (p *Projection) Run(ctx context.Context) error {
+	p.mu.Lock()
+	p.running = true
+	p.mu.Unlock()
+	defer func() {
+		p.mu.Lock()
+		p.running = false
+		p.mu.Unlock()
+		p.applyResets(ctx)
+	}()
 	failures := 0
 	for {
-		err := p.runOnce(ctx)
+		ended, progressed, err := p.runOnce(ctx)
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
 		if err == nil {
+			if ended {
+				return nil
+			}
 			failures = 0
 			continue // paused, resumed or reset: start again from the store
 		}
+		if progressed {
+			failures = 0
+		}
 		failures++
-		delay := p.cfg.RestartMin << min(failures-1, 20)
+		delay := p.cfg.RestartMin
+		for i := 1; i < failures && delay < p.cfg.RestartMax; i++ {
+			delay *= 2
+		}
 		delay = min(delay, p.cfg.RestartMax)
 		p.cfg.Logger.Warn("projection failed; restarting", "projection", p.id.String(), "err", err, "in", delay)
 		t := time.NewTimer(delay)
@@ -253,16 +314,15 @@ func (p *Projection) Run(ctx context.Context) error {
 	}
 }
 
-// errControl ends a run when a pause, resume or reset happened.
-var errControl = errors.New("projection: control change")
-
 // runOnce loads the state, waits while paused, then handles envelopes until
-// a control change (nil), ctx's end, or a failure.
-func (p *Projection) runOnce(ctx context.Context) error {
+// a control change (nil), the source's end (ended), ctx's end, or a
+// failure. progressed reports envelopes handled.
+func (p *Projection) runOnce(ctx context.Context) (ended, progressed bool, err error) {
 	changed := p.control.Wait()
+	p.applyResets(ctx)
 	st, err := p.store.Load(ctx, p.id)
 	if err != nil {
-		return fmt.Errorf("projection %s: load offset: %w", p.id, err)
+		return false, false, fmt.Errorf("projection %s: load offset: %w", p.id, err)
 	}
 	if st.Paused {
 		t := time.NewTimer(p.cfg.PausedRecheck)
@@ -272,13 +332,14 @@ func (p *Projection) runOnce(ctx context.Context) error {
 		case <-changed:
 		case <-t.C:
 		}
-		return nil
+		return false, false, nil
 	}
 	runCtx, cancel := context.WithCancel(ctx)
-	defer cancel()
 	stream := p.src.Events(runCtx, st.Offset)
 	envs := make(chan query.Envelope, 1024) // a buffer: hand-offs between goroutines in bulk
+	pumped := make(chan struct{})
 	go func() {
+		defer close(pumped)
 		defer close(envs)
 		for env := range stream.All() {
 			select {
@@ -288,9 +349,12 @@ func (p *Projection) runOnce(ctx context.Context) error {
 			}
 		}
 	}()
+	// The pump ends before runOnce returns: it must not touch the source
+	// after Run did.
+	defer func() { cancel(); <-pumped }()
 	s := p.newSink()
 	last := map[string]int64{}
-	var streamOffset query.Offset = st.Offset
+	streamOffset := st.Offset
 	for id, seq := range st.Offset.Seen {
 		last[id] = seq
 	}
@@ -299,46 +363,65 @@ func (p *Projection) runOnce(ctx context.Context) error {
 	defer timer.Stop()
 	recheck := time.NewTicker(p.cfg.PausedRecheck)
 	defer recheck.Stop()
+	// stopNow reports a pause, resume, reset or shutdown that must stop
+	// handling before the next envelope.
+	stopNow := func() bool {
+		select {
+		case <-changed:
+			return true
+		default:
+			return ctx.Err() != nil
+		}
+	}
+	finish := func() error { // end of the run: save what was handled
+		if ctx.Err() != nil {
+			return s.shutdown(context.WithoutCancel(ctx))
+		}
+		return s.tick(ctx)
+	}
 	for {
 		select {
 		case env, ok := <-envs:
-			// Take what is buffered with plain receives: cheaper than a
-			// select per envelope.
+			// Take what is buffered with plain receives (cheaper than a
+			// select per envelope), checking for a stop between envelopes.
 			for n := len(envs); ; n-- {
 				if !ok {
-					if err := stream.Err(); err != nil && runCtx.Err() == nil {
-						return fmt.Errorf("projection %s: source: %w", p.id, err)
+					if ctx.Err() != nil {
+						return false, progressed, finish()
 					}
-					return s.tick(ctx)
+					if err := stream.Err(); err != nil {
+						return false, progressed, fmt.Errorf("projection %s: source: %w", p.id, err)
+					}
+					return true, progressed, finish()
 				}
 				was := s.pending()
 				if err := p.accept(runCtx, s, last, &streamOffset, env); err != nil {
-					return err
+					return false, progressed, err
 				}
+				progressed = true
 				if !was && s.pending() {
 					timer.Reset(s.interval())
 				}
 				if n <= 0 {
 					break
 				}
+				if stopNow() {
+					return false, progressed, finish()
+				}
 				env, ok = <-envs
 			}
 		case <-timer.C:
 			if err := s.tick(ctx); err != nil {
-				return err
+				return false, progressed, err
 			}
 		case <-changed:
-			cancel()
-			return s.tick(ctx)
+			return false, progressed, finish()
 		case <-recheck.C:
 			if st, err := p.store.Load(ctx, p.id); err == nil && st.Paused {
-				cancel()
-				return s.tick(ctx)
+				return false, progressed, finish()
 			}
 		case <-ctx.Done():
-			cancel()
-			_ = s.tick(context.WithoutCancel(ctx))
-			return ctx.Err()
+			return false, progressed, finish()
 		}
 	}
 }

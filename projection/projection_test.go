@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -416,5 +417,131 @@ func TestSliceRangesSplitTheWork(t *testing.T) {
 	slices.Sort(seen)
 	if len(slices.Compact(seen)) != 600 {
 		t.Errorf("four instances handled %d distinct events, want 600: the ranges must cover every slice once", len(seen))
+	}
+}
+
+func TestResetOffsetWhileRunningIsNotUndone(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := memory.New()
+		write(t, s.Journal(), "Z|p", 1, 3)
+		var mu sync.Mutex
+		var got []int64
+		cfg := quiet
+		cfg.SaveAfter, cfg.SaveEvery = 2, time.Hour // event 3 stays unsaved
+		p, _ := projection.AtLeastOnce(projection.ID{Name: "z"}, allSlices(s.Queries(), "Z"), s.Projections(), func(_ context.Context, env query.Envelope) error {
+			mu.Lock()
+			got = append(got, env.SequenceNr)
+			mu.Unlock()
+			return nil
+		}, cfg)
+		stop := run(t, p)
+		synctest.Wait()
+		if err := p.ResetOffset(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+		synctest.Wait()
+		stop()
+		mu.Lock()
+		defer mu.Unlock()
+		if !slices.Equal(got, []int64{1, 2, 3, 1, 2, 3}) {
+			t.Errorf("handled %v, want 1..3 and, after the reset, 1..3 again", got)
+		}
+	})
+}
+
+func TestPauseStopsBeforeTheNextEnvelope(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := memory.New()
+		write(t, s.Journal(), "Q|p", 1, 500)
+		release := make(chan struct{})
+		var handled atomic.Int32
+		p, _ := projection.AtLeastOnce(projection.ID{Name: "q"}, allSlices(s.Queries(), "Q"), s.Projections(), func(_ context.Context, env query.Envelope) error {
+			if env.SequenceNr == 1 {
+				<-release
+			}
+			handled.Add(1)
+			return nil
+		}, quiet)
+		stop := run(t, p)
+		synctest.Wait() // the handler holds event 1; the rest is buffered
+		if err := p.Pause(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+		close(release)
+		synctest.Wait()
+		if n := handled.Load(); n != 1 {
+			t.Errorf("%d envelopes handled after Pause, want 1 (the one in the handler)", n)
+		}
+		stop()
+	})
+}
+
+func TestShutdownDropsAPendingGroup(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := memory.New()
+		write(t, s.Journal(), "H|p", 1, 5)
+		var calls atomic.Int32
+		cfg := quiet
+		cfg.GroupSize, cfg.GroupWithin = 10, time.Hour
+		p, _ := projection.Grouped(projection.ID{Name: "h"}, allSlices(s.Queries(), "H"), s.Projections(), func(context.Context, []query.Envelope) error {
+			calls.Add(1)
+			return nil
+		}, cfg)
+		stop := run(t, p)
+		synctest.Wait()
+		stop()
+		if n := calls.Load(); n != 0 {
+			t.Errorf("the handler ran %d times at shutdown; a pending group is left for the next run", n)
+		}
+		if o, _ := p.Offset(t.Context()); o.Kind != query.KindNone {
+			t.Errorf("offset %v saved for a group never handled", o)
+		}
+	})
+}
+
+func TestRunEndsWhenTheSourceEnds(t *testing.T) {
+	s := memory.New()
+	write(t, s.Journal(), "F|p", 1, 3)
+	src := projection.Source{Events: func(ctx context.Context, after query.Offset) *query.Stream[query.Envelope] {
+		return query.NewStream(func(yield func(query.Envelope) bool) error {
+			for env, err := range s.Queries().CurrentEventsBySlices(ctx, "F", 0, 1023, after) {
+				if err != nil {
+					return err
+				}
+				if !yield(env) {
+					return nil
+				}
+			}
+			return nil
+		})
+	}}
+	n := 0
+	cfg := quiet
+	cfg.SaveAfter = 1
+	p, _ := projection.AtLeastOnce(projection.ID{Name: "f"}, src, s.Projections(), func(context.Context, query.Envelope) error { n++; return nil }, cfg)
+	if err := p.Run(t.Context()); err != nil || n != 3 {
+		t.Errorf("Run over a finite source = %v after %d envelopes, want nil after 3", err, n)
+	}
+}
+
+func TestByTagDoesNotTakeUntaggedEventsForGaps(t *testing.T) {
+	s := memory.New()
+	w := journal.AtomicWrite{PersistenceID: "C|1"}
+	for seq, tags := range [][]string{{"checkout"}, nil, {"checkout"}} {
+		w.Events = append(w.Events, journal.Repr{PersistenceID: "C|1", SequenceNr: int64(seq + 1), Payload: []byte("x"), Tags: tags})
+	}
+	if res, err := s.Journal().Write(t.Context(), []journal.AtomicWrite{w}); err != nil || res != nil {
+		t.Fatal(res, err)
+	}
+	rec := newRecorder(2)
+	p, _ := projection.AtLeastOnce(projection.ID{Name: "tag"}, projection.ByTag(s.Queries(), "checkout"), s.Projections(), func(_ context.Context, env query.Envelope) error {
+		rec.add(env)
+		return nil
+	}, quiet)
+	stop := run(t, p)
+	<-rec.done
+	stop()
+	if got := rec.all(); !slices.Equal(got, []string{"C|1#1", "C|1#3"}) {
+		t.Errorf("tag projection handled %v, want only the tagged events", got)
 	}
 }

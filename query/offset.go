@@ -1,6 +1,7 @@
 package query
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"maps"
@@ -81,15 +82,31 @@ func (o Offset) MarshalJSON() ([]byte, error) {
 	return json.Marshal(j)
 }
 
-// UnmarshalJSON decodes what MarshalJSON encodes; anything else is an error.
+// UnmarshalJSON decodes what MarshalJSON encodes; anything else (unknown
+// fields, null, a sequence with seen ids, both kinds) is an error, so that a
+// corrupt stored offset never reads as "from the start".
 func (o *Offset) UnmarshalJSON(b []byte) error {
 	var j offsetJSON
-	if err := json.Unmarshal(b, &j); err != nil {
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.DisallowUnknownFields()
+	if bytes.Equal(bytes.TrimSpace(b), []byte("null")) {
+		return fmt.Errorf("query: decode offset: null")
+	}
+	if err := dec.Decode(&j); err != nil {
 		return fmt.Errorf("query: decode offset %s: %w", b, err)
 	}
+	var fields map[string]json.RawMessage
+	_ = json.Unmarshal(b, &fields)
+	for k, v := range fields {
+		if bytes.Equal(v, []byte("null")) {
+			return fmt.Errorf("query: decode offset %s: %s is null", b, k)
+		}
+	}
 	switch {
-	case j.Seq != nil && j.TS != nil:
-		return fmt.Errorf("query: decode offset %s: both sequence and timestamp", b)
+	case j.Seq != nil && (j.TS != nil || j.Seen != nil):
+		return fmt.Errorf("query: decode offset %s: a sequence offset with timestamp fields", b)
+	case j.TS == nil && j.Seen != nil:
+		return fmt.Errorf("query: decode offset %s: seen ids without a timestamp", b)
 	case j.Seq != nil:
 		*o = SequenceOffset(*j.Seq)
 	case j.TS != nil:

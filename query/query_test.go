@@ -38,7 +38,7 @@ func TestOffsetJSONRoundTrip(t *testing.T) {
 		}
 	}
 	var o query.Offset
-	for _, bad := range []string{`{"seq":1,"ts":"2026-01-01T00:00:00Z"}`, `{"seq":"x"}`, `[]`} {
+	for _, bad := range []string{`{"seq":1,"ts":"2026-01-01T00:00:00Z"}`, `{"seq":"x"}`, `[]`, `null`, `{"sequence":42}`, `{"Sequence":42,"Kind":1}`, `{"seq":null}`, `{"seq":5,"seen":{"A|1":1}}`, `{"seen":{"A|1":1}}`} {
 		if err := json.Unmarshal([]byte(bad), &o); err == nil {
 			t.Errorf("decoding %s succeeded, want an error", bad)
 		}

@@ -125,6 +125,9 @@ func FollowOffsets(ctx context.Context, signal *Signal, poll time.Duration, afte
 // each run starts after the last sequence number returned, and the stream
 // ends after the event at to.
 func FollowByID(ctx context.Context, signal *Signal, poll time.Duration, from, to int64, current func(ctx context.Context, from, to int64) iter.Seq2[Envelope, error]) *Stream[Envelope] {
+	if from > to {
+		return NewStream(func(func(Envelope) bool) error { return nil })
+	}
 	return Follow(ctx, signal, poll, func(ctx context.Context) iter.Seq2[Envelope, error] {
 		return func(yield func(Envelope, error) bool) {
 			for env, err := range current(ctx, from, to) {

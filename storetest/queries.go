@@ -330,6 +330,85 @@ func queryRules() []queryRule {
 				t.Errorf("live ids %v, want the %d known, then the new one once", live, len(want))
 			}
 		}},
+		{"QueriesFilter", "by slices returns only the entity type and slice range asked, by tag only events with that tag, persistence ids only the type asked (including an id without a separator)", func(t *testing.T, j journal.Journal, rj any) {
+			et, tag := uniqueType(t)
+			other, _ := uniqueType(t)
+			var inLow int
+			for i := range 40 {
+				pid := fmt.Sprintf("%s|%02d", et, i)
+				e1, e2, e3 := ev(pid, 1), ev(pid, 2), ev(pid, 3)
+				e1.Tags, e2.Tags = []string{tag}, []string{"not-" + tag}
+				mustWrite(t, j, journal.AtomicWrite{PersistenceID: pid, Events: []journal.Repr{e1, e2, e3}})
+				if annals.Slice(pid) < 512 {
+					inLow++
+				}
+			}
+			mustWrite(t, j, single(other+"|x", 1), single(et, 1))
+			if q, ok := rj.(query.EventsBySlicesQuery); ok {
+				envs := collect(t, q.CurrentEventsBySlices(testContext(t), et, 0, 511, query.NoOffset()))
+				n := 0
+				for _, e := range envs {
+					if e.EntityType != et || e.Slice > 511 {
+						t.Errorf("by slices 0-511 of %s returned %s (slice %d, type %s)", et, e.PersistenceID, e.Slice, e.EntityType)
+					}
+					if e.PersistenceID != et {
+						n++
+					}
+				}
+				if want := 3 * inLow; n != want {
+					t.Errorf("by slices 0-511 returned %d events of the %d ids in range, want %d", n, inLow, want)
+				}
+			}
+			if q, ok := rj.(query.EventsByTagQuery); ok {
+				envs := collect(t, q.CurrentEventsByTag(testContext(t), tag, query.NoOffset()))
+				for _, e := range envs {
+					if !slices.Contains(e.Tags, tag) {
+						t.Errorf("by tag %s returned %s#%d tagged %v", tag, e.PersistenceID, e.SequenceNr, e.Tags)
+					}
+				}
+				if len(envs) != 40 {
+					t.Errorf("by tag returned %d events, want 40", len(envs))
+				}
+			}
+			if q, ok := rj.(query.PersistenceIDsQuery); ok {
+				ids, err := q.CurrentPersistenceIDs(testContext(t), et, "", 0)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if len(ids) != 41 || !slices.Contains(ids, et) || slices.Contains(ids, other+"|x") {
+					t.Errorf("ids of type %s: %d of them (%v…), want the 40 of the type and the id %q", et, len(ids), ids[:min(3, len(ids))], et)
+				}
+			}
+		}},
+		{"PagesAreCrossed", "a query over more events than a store reads at once returns every event once, in order, and ends", func(t *testing.T, j journal.Journal, rj any) {
+			eachOffsetQuery(t, rj, func(t *testing.T, q offsetQuery, et, tag string) {
+				pid := et + "|big"
+				taggedEvents(t, j, pid, 1, 2500, tag)
+				n := 0
+				var mid query.Offset
+				for env, err := range q.current(testContext(t), query.NoOffset()) {
+					if err != nil {
+						t.Fatal(err)
+					}
+					n++
+					if env.SequenceNr != int64(n) {
+						t.Fatalf("event %d has sequence number %d", n, env.SequenceNr)
+					}
+					if n == 1200 {
+						mid = env.Offset
+					}
+					if n == 1 {
+						taggedEvents(t, j, pid, 2501, 2600, tag) // after the start: not returned
+					}
+				}
+				if n != 2500 {
+					t.Errorf("returned %d events, want the 2,500 stored when it started", n)
+				}
+				if rest := len(collect(t, q.current(testContext(t), mid))); rest != 1400 {
+					t.Errorf("after event 1,200 returned %d events, want 1,400", rest)
+				}
+			})
+		}},
 		{"ConcurrentWritersNoLoss", "with 16 writers over 200 ids and a live query started before them, every event is delivered in per-id order, and none is lost when the query restarts from its last offset", concurrentLive},
 	}
 }

@@ -16,8 +16,9 @@ import (
 type Projections struct {
 	s *Store
 
-	mu     sync.Mutex
-	states map[offsets.ID]offsets.State
+	mu       sync.Mutex // guards states
+	states   map[offsets.ID]offsets.State
+	commitMu sync.Mutex // serializes commits; held (not mu) while OnCommit callbacks run
 }
 
 var _ offsets.TxOffsetStore[*Tx] = (*Projections)(nil)
@@ -101,8 +102,8 @@ func (p *Projections) InTx(ctx context.Context, fn func(tx *Tx) error) error {
 	if err := p.check(ctx); err != nil {
 		return err
 	}
-	p.mu.Lock()
-	defer p.mu.Unlock()
+	p.commitMu.Lock()
+	defer p.commitMu.Unlock()
 	for _, c := range tx.commits {
 		c()
 	}
@@ -112,6 +113,8 @@ func (p *Projections) InTx(ctx context.Context, fn func(tx *Tx) error) error {
 // SaveOffsetTx implements offsets.TxOffsetStore.
 func (p *Projections) SaveOffsetTx(_ context.Context, tx *Tx, id offsets.ID, o query.Offset) error {
 	tx.OnCommit(func() {
+		p.mu.Lock()
+		defer p.mu.Unlock()
 		st := p.states[id]
 		st.Offset = o
 		p.states[id] = st

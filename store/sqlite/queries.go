@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"iter"
-	"strings"
 	"time"
 
 	"github.com/annals-go/annals/journal"
@@ -161,18 +160,16 @@ func (q *Queries) EventsByPersistenceID(ctx context.Context, persistenceID strin
 // CurrentPersistenceIDs implements query.PersistenceIDsQuery. Ids whose
 // events were all deleted are still listed (journal_metadata keeps them).
 func (q *Queries) CurrentPersistenceIDs(ctx context.Context, entityType, afterID string, limit int) ([]string, error) {
-	lo, hi := "", "\U0010FFFF"
+	// Ids of a type are "type|…" (sharing the prefix "type|"; '}' follows
+	// '|'), or the type itself for an id without a separator.
+	lo, hi, exact := "", "\U0010FFFF", ""
 	if entityType != "" {
-		// Ids of a type share the prefix "type|"; '}' follows '|'.
-		lo, hi = entityType+"|", entityType+"}"
-	}
-	if afterID >= lo {
-		lo = afterID + "\x00"
+		lo, hi, exact = entityType+"|", entityType+"}", entityType
 	}
 	if limit <= 0 {
 		limit = -1
 	}
-	rows, release, err := q.s.readRows(ctx, q.s.stmts.persistenceIDs, lo, hi, limit)
+	rows, release, err := q.s.readRows(ctx, q.s.stmts.persistenceIDs, lo, hi, limit, exact, afterID)
 	if err != nil {
 		return nil, q.s.ctxErr(ctx, "persistence ids", err)
 	}
@@ -186,9 +183,7 @@ func (q *Queries) CurrentPersistenceIDs(ctx context.Context, entityType, afterID
 		if err := rows.Scan(&id); err != nil {
 			return nil, fmt.Errorf("sqlite: persistence ids: %w", err)
 		}
-		if entityType == "" || strings.HasPrefix(id, entityType+"|") {
-			ids = append(ids, id)
-		}
+		ids = append(ids, id)
 	}
 	if err := rows.Err(); err != nil {
 		return nil, q.s.ctxErr(ctx, "persistence ids", err)
@@ -197,8 +192,10 @@ func (q *Queries) CurrentPersistenceIDs(ctx context.Context, entityType, afterID
 }
 
 const persistenceIDsSQL = `
-	SELECT persistence_id FROM event_journal WHERE persistence_id >= ?1 AND persistence_id < ?2 GROUP BY persistence_id
-	UNION SELECT persistence_id FROM journal_metadata WHERE persistence_id >= ?1 AND persistence_id < ?2
+	SELECT persistence_id FROM event_journal
+		WHERE ((persistence_id >= ?1 AND persistence_id < ?2) OR persistence_id = ?4) AND persistence_id > ?5 GROUP BY persistence_id
+	UNION SELECT persistence_id FROM journal_metadata
+		WHERE ((persistence_id >= ?1 AND persistence_id < ?2) OR persistence_id = ?4) AND persistence_id > ?5
 	ORDER BY 1 LIMIT ?3`
 
 const newIDsSQL = `SELECT ` + envelopeColumns + ` FROM event_journal e

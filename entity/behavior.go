@@ -26,6 +26,7 @@ import (
 	"time"
 
 	"github.com/annals-go/annals/journal"
+	"github.com/annals-go/annals/serialization"
 	"github.com/annals-go/annals/snapshot"
 )
 
@@ -83,6 +84,29 @@ type Behavior[C, E, S any] struct {
 	// id, the recovered state and the highest sequence number, before its
 	// first command. It runs on the entity's goroutine: it must not block.
 	OnRecovered func(id string, state S, seqNr int64)
+}
+
+// DecodeEvent turns a stored event into the behavior's current events, as
+// recovery does: through the adapter of its manifest when there is one,
+// otherwise through reg, whose value must be an E. Read models use it to
+// see events exactly as the entity does.
+func (b *Behavior[C, E, S]) DecodeEvent(reg *serialization.Registry, r journal.Repr) ([]E, error) {
+	if adapt, ok := b.Adapters[r.Manifest]; ok {
+		events, err := adapt(r.Payload)
+		if err != nil {
+			return nil, fmt.Errorf("adapter for manifest %q, event %d of %s: %w", r.Manifest, r.SequenceNr, r.PersistenceID, err)
+		}
+		return events, nil
+	}
+	v, err := reg.DeserializeRepr(r)
+	if err != nil {
+		return nil, err
+	}
+	e, ok := v.(E)
+	if !ok {
+		return nil, fmt.Errorf("event %d of %s (manifest %q) decodes to %T, not the behavior's event type", r.SequenceNr, r.PersistenceID, r.Manifest, v)
+	}
+	return []E{e}, nil
 }
 
 // SnapshotPolicy decides when a snapshot of the state is saved and which are

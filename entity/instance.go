@@ -291,22 +291,7 @@ func (inst *instance[C, E, S]) loadSnapshot(ctx context.Context, crit snapshot.C
 // decode turns a stored event into current events, through the adapter of
 // its manifest or the registry.
 func (inst *instance[C, E, S]) decode(r journal.Repr) ([]E, error) {
-	if adapt, ok := inst.h.b.Adapters[r.Manifest]; ok {
-		events, err := adapt(r.Payload)
-		if err != nil {
-			return nil, fmt.Errorf("adapter for manifest %q, event %d: %w", r.Manifest, r.SequenceNr, err)
-		}
-		return events, nil
-	}
-	v, err := inst.h.cfg.Registry.DeserializeRepr(r)
-	if err != nil {
-		return nil, err
-	}
-	e, ok := v.(E)
-	if !ok {
-		return nil, fmt.Errorf("event %d of %s (manifest %q) decodes to %T, not the behavior's event type", r.SequenceNr, r.PersistenceID, r.Manifest, v)
-	}
-	return []E{e}, nil
+	return inst.h.b.DecodeEvent(inst.h.cfg.Registry, r)
 }
 
 // serve handles commands until the instance passivates, stops or fails. It

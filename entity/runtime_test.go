@@ -833,3 +833,42 @@ func TestOptionalSnapshotDoesNotHideDeletedEvents(t *testing.T) {
 		t.Errorf("recovery with an unusable snapshot and deleted events: %v, want ErrRecovery, not a wrong state", err)
 	}
 }
+
+func TestStopAndUnstashAllWithoutEvents(t *testing.T) {
+	st := memoryStores(t)
+	b := accountBehavior()
+	inner := b.Command
+	b.Command = func(s State, c Command) entity.ReplyEffect[Event, State] {
+		switch c.(type) {
+		case Close: // stop without persisting
+			return fx.Stop().ThenNoReply()
+		case Release: // unstash without persisting: the entity stays held
+			return fx.UnstashAll().ThenNoReply()
+		}
+		return inner(s, c)
+	}
+	h := newHost(t, st, b)
+	ctx := t.Context()
+	if _, err := deposit(ctx, h, "s", 2); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.Send(ctx, "s", Close{}); err != nil {
+		t.Fatal(err)
+	}
+	mustBalance(t, h, "s", 2) // a new instance recovered it
+	if n := len(replayPayloadManifests(t, st.Journal, "Account|s")); n != 1 {
+		t.Errorf("Stop persisted %d events, want none beyond the deposit", n)
+	}
+	// UnstashAll re-handles stashed commands with the current state: still
+	// held, they are stashed again, and nothing is lost.
+	if err := h.Send(ctx, "u", Hold{}); err != nil {
+		t.Fatal(err)
+	}
+	_ = h.Tell("u", Deposit{Amount: 1})
+	if err := h.Send(ctx, "u", Release{}); err != nil {
+		t.Fatal(err)
+	}
+	if n := len(replayPayloadManifests(t, st.Journal, "Account|u")); n != 1 {
+		t.Errorf("journal holds %d events, want only Held: the stashed deposit waits again", n)
+	}
+}

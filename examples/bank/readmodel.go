@@ -76,25 +76,8 @@ func BalanceProjection(store *sqlite.Store, reg *serialization.Registry, r annal
 	if store == nil || reg == nil {
 		return nil, errors.New("bank: balance projection: store and registry are required")
 	}
-	adapters := Behavior().Adapters
-	decode := func(env query.Envelope) ([]Event, error) {
-		if adapt, ok := adapters[env.Manifest]; ok {
-			events, err := adapt(env.Payload)
-			if err != nil {
-				return nil, fmt.Errorf("adapter for manifest %q, event %d of %s: %w", env.Manifest, env.SequenceNr, env.PersistenceID, err)
-			}
-			return events, nil
-		}
-		v, err := reg.DeserializeRepr(env.Repr())
-		if err != nil {
-			return nil, err
-		}
-		e, ok := v.(Event)
-		if !ok {
-			return nil, fmt.Errorf("event %d of %s (manifest %q) decodes to %T, not a bank.Event", env.SequenceNr, env.PersistenceID, env.Manifest, v)
-		}
-		return []Event{e}, nil
-	}
+	behavior := Behavior()
+	decode := func(env query.Envelope) ([]Event, error) { return behavior.DecodeEvent(reg, env.Repr()) }
 	apply := func(ctx context.Context, tx *sql.Tx, env query.Envelope) error {
 		account, ok := strings.CutPrefix(env.PersistenceID, EntityType+annals.Separator)
 		if !ok {

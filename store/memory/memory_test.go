@@ -1,7 +1,9 @@
 package memory_test
 
 import (
+	"errors"
 	"testing"
+	"time"
 
 	"github.com/annals-go/annals/journal"
 	"github.com/annals-go/annals/snapshot"
@@ -38,4 +40,21 @@ func TestQueryCompliance(t *testing.T) {
 			return s.Journal(), s.Queries()
 		},
 	})
+}
+
+func TestOptions(t *testing.T) {
+	at := time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC)
+	s := memory.New(memory.WithMaxPayloadSize(4), memory.WithClock(func() time.Time { return at }))
+	ev := func(seq int64, payload string) journal.AtomicWrite {
+		return journal.AtomicWrite{PersistenceID: "p", Events: []journal.Repr{{PersistenceID: "p", SequenceNr: seq, Payload: []byte(payload)}}}
+	}
+	res, err := s.Journal().Write(t.Context(), []journal.AtomicWrite{ev(1, "abcd"), ev(2, "abcde")})
+	if err != nil || len(res) != 2 || res[0] != nil || !errors.Is(res[1], journal.ErrRejected) {
+		t.Fatalf("results %v, %v: want the 5-byte payload rejected", res, err)
+	}
+	for r, err := range s.Journal().Replay(t.Context(), "p", 1, 1, 1) {
+		if err != nil || !r.Timestamp.Equal(at) {
+			t.Errorf("timestamp %v (%v), want the clock's %v", r.Timestamp, err, at)
+		}
+	}
 }

@@ -284,3 +284,33 @@ func TestReplayHoldsNoReaderAndHonoursContext(t *testing.T) {
 		t.Fatalf("second replay while the reader is busy ended with %v, want DeadlineExceeded", got)
 	}
 }
+
+func TestBusyTimeoutBoundsTheWaitForAnotherWriter(t *testing.T) {
+	ctx := t.Context()
+	path := filepath.Join(t.TempDir(), "busy.db")
+	a, err := Open(ctx, path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	b, err := Open(ctx, path, WithBusyTimeout(20*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	held, release := make(chan struct{}), make(chan struct{})
+	go func() {
+		_ = a.Projections().InTx(ctx, func(tx *sql.Tx) error { // another process's write lock
+			close(held)
+			<-release
+			return nil
+		})
+	}()
+	<-held
+	w := journal.AtomicWrite{PersistenceID: "p", Events: []journal.Repr{{PersistenceID: "p", SequenceNr: 1, Payload: []byte("x")}}}
+	_, err = b.Journal().Write(ctx, []journal.AtomicWrite{w})
+	close(release)
+	if err == nil || errors.Is(err, journal.ErrRejected) {
+		t.Errorf("write while another store holds the lock: %v, want a failure (outcome unknown), not a rejection", err)
+	}
+}

@@ -1,0 +1,397 @@
+package postgres
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"iter"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/annals-go/annals"
+	"github.com/annals-go/annals/journal"
+)
+
+// statements are the store's SQL, with the schema spliced in once at Open
+// (as a quoted identifier that passed ValidIdentifier).
+type statements struct {
+	insert, highest, deleteMeta, deleteTags, deleteEvents, replay string
+	loadSnap, saveSnap, deleteSnap, deleteSnaps                   string
+	bySlices, byTag, byType, persistenceIDs                        string
+	loadOffset, saveOffset, setPaused, resetOffset                 string
+}
+
+const eventColumns = `e.persistence_id, e.seq_nr, e.db_timestamp, e.write_timestamp, e.event_ser_id, e.event_ser_manifest, e.event_payload, e.writer, e.tags, e.meta_payload, e.slice, e.entity_type`
+
+func newStatements(schema string) statements {
+	r := strings.NewReplacer(
+		"{journal}", table(schema, "event_journal"),
+		"{tag}", table(schema, "event_tag"),
+		"{meta}", table(schema, "journal_metadata"),
+		"{snapshot}", table(schema, "snapshot"),
+		"{offset}", table(schema, "projection_offset_store"),
+		"{management}", table(schema, "projection_management"),
+		"{columns}", eventColumns,
+	)
+	return statements{
+		// One atomic write: the events of one id, stamped with a
+		// db_timestamp that grows per id (the later of the statement's time
+		// and the id's previous event plus 1µs, then 1µs per event), and
+		// their tags.
+		insert: r.Replace(`WITH base AS (
+	SELECT GREATEST(statement_timestamp(),
+		COALESCE((SELECT db_timestamp + interval '1 microsecond' FROM {journal} WHERE persistence_id = $1 ORDER BY seq_nr DESC LIMIT 1), '-infinity')) AS ts
+), ins AS (
+	INSERT INTO {journal} (slice, entity_type, persistence_id, seq_nr, db_timestamp, write_timestamp, event_ser_id, event_ser_manifest, event_payload, writer, tags, meta_payload)
+	SELECT $2, $3, $1, e.seq_nr, base.ts + (e.ord - 1) * interval '1 microsecond', e.wts, e.ser_id, e.manifest, e.payload, e.writer,
+		CASE WHEN e.tags IS NULL THEN NULL ELSE ARRAY(SELECT jsonb_array_elements_text(e.tags::jsonb)) END, e.meta
+	FROM base, unnest($4::bigint[], $5::timestamptz[], $6::int[], $7::text[], $8::bytea[], $9::text[], $10::text[], $11::bytea[])
+		WITH ORDINALITY AS e(seq_nr, wts, ser_id, manifest, payload, writer, tags, meta, ord)
+	RETURNING persistence_id, seq_nr, db_timestamp, tags
+)
+INSERT INTO {tag} (tag, db_timestamp, seq_nr, persistence_id)
+	SELECT DISTINCT t.tag, ins.db_timestamp, ins.seq_nr, ins.persistence_id FROM ins, unnest(ins.tags) AS t(tag)`),
+		highest: r.Replace(`SELECT COALESCE(GREATEST(
+	(SELECT max(seq_nr) FROM {journal} WHERE persistence_id = $1),
+	(SELECT seq_nr FROM {meta} WHERE persistence_id = $1)), 0)`),
+		deleteMeta: r.Replace(`INSERT INTO {meta} AS m (persistence_id, entity_type, seq_nr)
+	SELECT $1, $2, max(seq_nr) FROM {journal} WHERE persistence_id = $1 AND seq_nr <= $3 HAVING max(seq_nr) IS NOT NULL
+	ON CONFLICT (persistence_id) DO UPDATE SET seq_nr = GREATEST(m.seq_nr, excluded.seq_nr)`),
+		deleteTags:   r.Replace(`DELETE FROM {tag} WHERE persistence_id = $1 AND seq_nr <= $2`),
+		deleteEvents: r.Replace(`DELETE FROM {journal} WHERE persistence_id = $1 AND seq_nr <= $2`),
+		replay:       r.Replace(`SELECT {columns} FROM {journal} e WHERE e.persistence_id = $1 AND e.seq_nr >= $2 AND e.seq_nr <= $3 ORDER BY e.seq_nr LIMIT $4`),
+
+		loadSnap: r.Replace(`SELECT seq_nr, write_timestamp, ser_id, ser_manifest, snapshot FROM {snapshot}
+	WHERE persistence_id = $1 AND seq_nr >= $2 AND seq_nr <= $3 AND write_timestamp >= $4 AND write_timestamp <= $5
+	ORDER BY seq_nr DESC LIMIT 1`),
+		saveSnap: r.Replace(`INSERT INTO {snapshot} (slice, entity_type, persistence_id, seq_nr, write_timestamp, ser_id, ser_manifest, snapshot)
+	VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
+	ON CONFLICT (persistence_id, seq_nr) DO UPDATE SET write_timestamp = excluded.write_timestamp, ser_id = excluded.ser_id,
+		ser_manifest = excluded.ser_manifest, snapshot = excluded.snapshot`),
+		deleteSnap: r.Replace(`DELETE FROM {snapshot} WHERE persistence_id = $1 AND seq_nr = $2 AND ($3::bigint = 0 OR write_timestamp = $3)`),
+		deleteSnaps: r.Replace(`DELETE FROM {snapshot}
+	WHERE persistence_id = $1 AND seq_nr >= $2 AND seq_nr <= $3 AND write_timestamp >= $4 AND write_timestamp <= $5`),
+
+		// Offset-ordered queries: rows after a key (db_timestamp, seq_nr,
+		// persistence_id), up to an upper db_timestamp, in key order.
+		bySlices: r.Replace(`SELECT {columns} FROM {journal} e
+	WHERE e.entity_type = $1 AND e.slice BETWEEN $2 AND $3
+	AND (e.db_timestamp, e.seq_nr, e.persistence_id) > ($4, $5, $6) AND e.db_timestamp <= $7
+	ORDER BY e.db_timestamp, e.seq_nr, e.persistence_id LIMIT $8`),
+		byTag: r.Replace(`SELECT {columns} FROM {tag} t JOIN {journal} e ON e.persistence_id = t.persistence_id AND e.seq_nr = t.seq_nr
+	WHERE t.tag = $1
+	AND (t.db_timestamp, t.seq_nr, t.persistence_id) > ($2, $3, $4) AND t.db_timestamp <= $5
+	ORDER BY t.db_timestamp, t.seq_nr, t.persistence_id LIMIT $6`),
+		byType: r.Replace(`SELECT {columns} FROM {journal} e
+	WHERE ($1 = '' OR e.entity_type = $1)
+	AND (e.db_timestamp, e.seq_nr, e.persistence_id) > ($2, $3, $4) AND e.db_timestamp <= $5
+	ORDER BY e.db_timestamp, e.seq_nr, e.persistence_id LIMIT $6`),
+		persistenceIDs: r.Replace(`SELECT persistence_id FROM (
+	SELECT DISTINCT persistence_id FROM {journal} WHERE ($1 = '' OR entity_type = $1) AND persistence_id > $2
+	UNION SELECT persistence_id FROM {meta} WHERE ($1 = '' OR entity_type = $1) AND persistence_id > $2
+) ids ORDER BY persistence_id LIMIT $3`),
+
+		loadOffset: r.Replace(`SELECT (SELECT current_offset FROM {offset} WHERE projection_name = $1 AND projection_key = $2),
+	(SELECT paused FROM {management} WHERE projection_name = $1 AND projection_key = $2)`),
+		saveOffset: r.Replace(`INSERT INTO {offset} (projection_name, projection_key, current_offset, manifest, mergeable, last_updated)
+	VALUES ($1, $2, $3, 'annals-json', false, $4)
+	ON CONFLICT (projection_name, projection_key) DO UPDATE SET current_offset = excluded.current_offset, last_updated = excluded.last_updated`),
+		setPaused: r.Replace(`INSERT INTO {management} (projection_name, projection_key, paused, last_updated) VALUES ($1, $2, $3, $4)
+	ON CONFLICT (projection_name, projection_key) DO UPDATE SET paused = excluded.paused, last_updated = excluded.last_updated`),
+		resetOffset: r.Replace(`DELETE FROM {offset} WHERE projection_name = $1 AND projection_key = $2`),
+	}
+}
+
+// Journal is the store's event journal.
+type Journal struct{ s *Store }
+
+var _ journal.Journal = (*Journal)(nil)
+
+// Journal returns the store's journal.
+func (s *Store) Journal() *Journal { return &Journal{s: s} }
+
+// Close closes the store.
+func (j *Journal) Close() error { return j.s.Close() }
+
+// ctxErr turns a failed call's error into the caller's context error, the
+// closed error, or a wrapped error naming the operation.
+func (s *Store) ctxErr(ctx context.Context, op string, err error, closed error) error {
+	if ctx.Err() != nil {
+		return ctx.Err()
+	}
+	if s.isClosed() {
+		return closed
+	}
+	return fmt.Errorf("postgres: %s: %w", op, err)
+}
+
+// insertArgs returns the arguments of the insert statement for w.
+func insertArgs(w journal.AtomicWrite, now time.Time) []any {
+	n := len(w.Events)
+	seqs, wts, serIDs := make([]int64, n), make([]time.Time, n), make([]int32, n)
+	manifests, payloads, writers := make([]string, n), make([][]byte, n), make([]string, n)
+	tags, metas := make([]*string, n), make([][]byte, n)
+	for i, e := range w.Events {
+		seqs[i], serIDs[i], manifests[i], writers[i], metas[i] = e.SequenceNr, e.SerializerID, e.Manifest, e.WriterID, e.Metadata
+		wts[i] = e.Timestamp
+		if wts[i].IsZero() {
+			wts[i] = now
+		}
+		payloads[i] = e.Payload
+		if payloads[i] == nil {
+			payloads[i] = []byte{}
+		}
+		if len(e.Tags) > 0 {
+			b, _ := json.Marshal(e.Tags) // strings always marshal
+			s := string(b)
+			tags[i] = &s
+		}
+	}
+	return []any{w.PersistenceID, annals.Slice(w.PersistenceID), annals.EntityType(w.PersistenceID), seqs, wts, serIDs, manifests, payloads, writers, tags, metas}
+}
+
+// Write implements journal.Journal. The accepted atomic writes of the call
+// are sent as one batch, one transaction. When one of them collides with
+// another writer's (id, seq), the transaction rolls back; that write is
+// reported as a *journal.ConflictError and the others are sent again.
+func (j *Journal) Write(ctx context.Context, writes []journal.AtomicWrite) ([]error, error) {
+	if j.s.isClosed() {
+		return nil, journal.ErrClosed
+	}
+	results := make([]error, len(writes))
+	rejected := false
+	var pending []int
+	for i, w := range writes {
+		if err := j.check(w); err != nil {
+			results[i], rejected = err, true
+			continue
+		}
+		pending = append(pending, i)
+	}
+	now := time.Now()
+	for len(pending) > 0 {
+		failed, err := j.send(ctx, writes, pending, now)
+		if err != nil {
+			return nil, err
+		}
+		if failed.index < 0 {
+			break
+		}
+		results[pending[failed.index]], rejected = failed.err, true
+		pending = append(pending[:failed.index], pending[failed.index+1:]...)
+	}
+	if !rejected {
+		return nil, nil
+	}
+	return results, nil
+}
+
+func (j *Journal) check(w journal.AtomicWrite) error {
+	if err := journal.CheckAtomicWrite(w); err != nil {
+		return err
+	}
+	for _, e := range w.Events {
+		if len(e.Payload) > j.s.cfg.maxPayload {
+			return journal.Reject("%w: event %d of %q has a %d-byte payload, above the limit of %d bytes", journal.ErrInvalidArgument, e.SequenceNr, w.PersistenceID, len(e.Payload), j.s.cfg.maxPayload)
+		}
+	}
+	return nil
+}
+
+type failedWrite struct {
+	index int // into pending; -1 when every write was stored
+	err   error
+}
+
+// send writes the atomic writes writes[pending...] in one batch. A failure
+// that belongs to one atomic write (a conflict, data the server refuses) is
+// returned as failed; any other error means the outcome is unknown.
+func (j *Journal) send(ctx context.Context, writes []journal.AtomicWrite, pending []int, now time.Time) (failedWrite, error) {
+	s := j.s
+	b := &pgx.Batch{}
+	first := 0 // index in the batch of the first insert
+	if s.cfg.ordering == CommitOrder {
+		b.Queue(`SELECT pg_advisory_xact_lock($1)`, s.lockKey)
+		first = 1
+	}
+	for _, i := range pending {
+		b.Queue(s.sql.insert, insertArgs(writes[i], now)...)
+	}
+	if s.cfg.notify {
+		b.Queue(`SELECT pg_notify($1, '')`, s.channel)
+	}
+	if s.cfg.beforeCommitSQL != "" {
+		b.Queue(s.cfg.beforeCommitSQL)
+	}
+	br := s.pool.SendBatch(ctx, b)
+	failed := failedWrite{index: -1}
+	var sendErr error
+	for k := 0; k < b.Len(); k++ {
+		if _, err := br.Exec(); err != nil {
+			if i := k - first; i >= 0 && i < len(pending) {
+				if ferr := writeFailure(writes[pending[i]], err); ferr != nil {
+					failed = failedWrite{index: i, err: ferr}
+					break
+				}
+			}
+			sendErr = err
+			break
+		}
+	}
+	closeErr := br.Close()
+	if failed.index >= 0 {
+		return failed, nil // the batch's transaction rolled back
+	}
+	if sendErr == nil {
+		sendErr = closeErr
+	}
+	if sendErr != nil {
+		return failed, s.ctxErr(ctx, "write", sendErr, journal.ErrClosed)
+	}
+	s.signal.Notify()
+	return failed, nil
+}
+
+// writeFailure classifies a statement's error: a rejection of w when the
+// server refused w's own data, nil when the error is not w's.
+func writeFailure(w journal.AtomicWrite, err error) error {
+	var pgErr *pgconn.PgError
+	if !errors.As(err, &pgErr) {
+		return nil
+	}
+	switch {
+	case pgErr.Code == "23505" && strings.HasPrefix(pgErr.ConstraintName, "event_journal_pkey"):
+		return &journal.ConflictError{PersistenceID: w.PersistenceID, SequenceNr: w.Events[0].SequenceNr}
+	case strings.HasPrefix(pgErr.Code, "22"), pgErr.Code == "54000": // data exceptions, program limits (an id too long to index)
+		return journal.Reject("%w: the server refused the events of %q: %s", journal.ErrInvalidArgument, w.PersistenceID, pgErr.Message)
+	}
+	return nil
+}
+
+// Replay implements journal.Journal, reading a page of rows per round trip
+// and yielding none while it holds a connection.
+func (j *Journal) Replay(ctx context.Context, persistenceID string, from, to, max int64) iter.Seq2[journal.Repr, error] {
+	return func(yield func(journal.Repr, error) bool) {
+		if err := journal.CheckReplay(persistenceID, from, to, max); err != nil {
+			yield(journal.Repr{}, err)
+			return
+		}
+		if j.s.isClosed() {
+			yield(journal.Repr{}, journal.ErrClosed)
+			return
+		}
+		from = maxInt(from, 1)
+		for from <= to && max > 0 {
+			limit := min(max, int64(j.s.cfg.pageSize))
+			page, err := j.s.readPage(ctx, j.s.sql.replay, persistenceID, from, to, limit)
+			if err != nil {
+				yield(journal.Repr{}, j.s.ctxErr(ctx, "replay", err, journal.ErrClosed))
+				return
+			}
+			for _, r := range page {
+				if err := ctx.Err(); err != nil {
+					yield(journal.Repr{}, err)
+					return
+				}
+				if !yield(r, nil) {
+					return
+				}
+			}
+			if int64(len(page)) < limit {
+				return
+			}
+			max -= int64(len(page))
+			from = page[len(page)-1].SequenceNr + 1
+		}
+	}
+}
+
+func maxInt(a, b int64) int64 {
+	if a > b {
+		return a
+	}
+	return b
+}
+
+// row is one event row with its db_timestamp.
+type row struct {
+	journal.Repr
+	dbTimestamp time.Time
+}
+
+// readPage runs a query returning event rows and collects them.
+func (s *Store) readPage(ctx context.Context, sql string, args ...any) ([]journal.Repr, error) {
+	rows, err := s.readRows(ctx, sql, args...)
+	if err != nil {
+		return nil, err
+	}
+	page := make([]journal.Repr, len(rows))
+	for i, r := range rows {
+		page[i] = r.Repr
+	}
+	return page, nil
+}
+
+func (s *Store) readRows(ctx context.Context, sql string, args ...any) ([]row, error) {
+	rows, err := s.pool.Query(ctx, sql, args...)
+	if err != nil {
+		return nil, err
+	}
+	var out []row
+	for rows.Next() {
+		var r row
+		var tags []string
+		if err := rows.Scan(&r.PersistenceID, &r.SequenceNr, &r.dbTimestamp, &r.Timestamp, &r.SerializerID, &r.Manifest, &r.Payload, &r.WriterID, &tags, &r.Metadata, &r.Slice, &r.EntityType); err != nil {
+			rows.Close()
+			return nil, fmt.Errorf("read row: %w", err)
+		}
+		r.Timestamp, r.dbTimestamp = r.Timestamp.UTC(), r.dbTimestamp.UTC()
+		if len(tags) > 0 {
+			r.Tags = tags
+		}
+		out = append(out, r)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// HighestSequenceNr implements journal.Journal.
+func (j *Journal) HighestSequenceNr(ctx context.Context, persistenceID string, from int64) (int64, error) {
+	if err := journal.CheckID("highest sequence number", persistenceID, from); err != nil {
+		return 0, err
+	}
+	if j.s.isClosed() {
+		return 0, journal.ErrClosed
+	}
+	var n int64
+	if err := j.s.pool.QueryRow(ctx, j.s.sql.highest, persistenceID).Scan(&n); err != nil {
+		return 0, j.s.ctxErr(ctx, "highest sequence number", err, journal.ErrClosed)
+	}
+	return n, nil
+}
+
+// DeleteTo implements journal.Journal: in one transaction, the highest
+// number among the deleted events is recorded in journal_metadata, then the
+// events and their tags are removed.
+func (j *Journal) DeleteTo(ctx context.Context, persistenceID string, to int64) error {
+	if err := journal.CheckID("delete", persistenceID, to); err != nil {
+		return err
+	}
+	if j.s.isClosed() {
+		return journal.ErrClosed
+	}
+	b := &pgx.Batch{}
+	b.Queue(j.s.sql.deleteMeta, persistenceID, annals.EntityType(persistenceID), to)
+	b.Queue(j.s.sql.deleteTags, persistenceID, to)
+	b.Queue(j.s.sql.deleteEvents, persistenceID, to)
+	if err := j.s.pool.SendBatch(ctx, b).Close(); err != nil {
+		return j.s.ctxErr(ctx, "delete", err, journal.ErrClosed)
+	}
+	return nil
+}

@@ -1,0 +1,222 @@
+package postgres
+
+import (
+	"context"
+	"encoding/hex"
+	"encoding/binary"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/annals-go/annals/journal"
+	"github.com/annals-go/annals/query"
+)
+
+// liveQuery is the state of one live offset-ordered query.
+type liveQuery struct {
+	q    *Queries
+	read pageReader
+	main cursor // the main query's position and the offset it gives envelopes
+	back key    // the backtracking query's position
+	// delivered holds, per persistence id, the last sequence number this
+	// query delivered and its db_timestamp; entries older than the
+	// backtracking position are dropped (no query reads there again).
+	delivered map[string]deliveredAt
+}
+
+type deliveredAt struct {
+	seq int64
+	ts  time.Time
+}
+
+// live returns the live form of an offset-ordered query.
+func (q *Queries) live(ctx context.Context, after query.Offset, read pageReader) *query.Stream[query.Envelope] {
+	return query.NewStream(func(yield func(query.Envelope) bool) error {
+		c, err := start(after)
+		if err != nil {
+			return err
+		}
+		s := q.s
+		s.listen()
+		l := &liveQuery{q: q, read: read, main: c, back: c.key, delivered: map[string]deliveredAt{}}
+		for id, seq := range after.Seen {
+			l.delivered[id] = deliveredAt{seq, after.Timestamp}
+		}
+		timer := time.NewTimer(s.cfg.poll)
+		defer timer.Stop()
+		for {
+			if s.isClosed() {
+				return journal.ErrClosed
+			}
+			wake := s.signal.Wait() // before reading: a commit during the round wakes the next
+			full, stop, err := l.round(ctx, yield)
+			if err != nil {
+				return s.ctxErr(ctx, "live query", err, journal.ErrClosed)
+			}
+			if stop {
+				return nil
+			}
+			if full {
+				continue // more rows are waiting
+			}
+			timer.Reset(s.cfg.poll)
+			select {
+			case <-ctx.Done():
+				return ctx.Err()
+			case <-wake:
+			case <-timer.C:
+			}
+		}
+	})
+}
+
+// round reads what the main and backtracking queries find now. full
+// reports that a page came back full; stop that the consumer stopped.
+func (l *liveQuery) round(ctx context.Context, yield func(query.Envelope) bool) (full, stop bool, err error) {
+	s := l.q.s
+	now, err := s.dbNow(ctx)
+	if err != nil {
+		return false, false, err
+	}
+	upper := now
+	if s.cfg.ordering == TimestampOrder {
+		upper = now.Add(-s.cfg.behind)
+	}
+	page, err := l.read(ctx, l.main.key, upper, s.cfg.pageSize)
+	if err != nil {
+		return false, false, err
+	}
+	for _, r := range page {
+		if !l.main.passes(r) {
+			continue
+		}
+		if ok, err := l.deliver(ctx, r, yield); err != nil || !ok {
+			return false, !ok, err
+		}
+	}
+	if len(page) == s.cfg.pageSize {
+		return true, false, nil // backtrack once the main query has caught up
+	}
+
+	// Backtracking: from at most the window behind the main position, up to
+	// the main position or backtrack-behind the clock, whichever is earlier.
+	if floor := l.main.key.ts.Add(-s.cfg.backtrackWindow); l.back.ts.Before(floor) {
+		l.back = key{ts: floor, seq: -1}
+	}
+	backUpper := now.Add(-s.cfg.backtrackBehind)
+	if l.main.key.ts.Before(backUpper) {
+		backUpper = l.main.key.ts
+	}
+	if !backUpper.After(l.back.ts) {
+		return false, false, nil
+	}
+	for {
+		page, err := l.read(ctx, l.back, backUpper, s.cfg.pageSize)
+		if err != nil {
+			return false, false, err
+		}
+		for _, r := range page {
+			l.back = l.back.of(r)
+			if ok, err := l.deliver(ctx, r, yield); err != nil || !ok {
+				return false, !ok, err
+			}
+		}
+		if len(page) < s.cfg.pageSize {
+			break
+		}
+	}
+	for id, d := range l.delivered {
+		if d.ts.Before(l.back.ts) {
+			delete(l.delivered, id)
+		}
+	}
+	return false, false, nil
+}
+
+// deliver yields r unless this query delivered it already, preceded by the
+// events of its id that this query skipped. It reports false when the
+// consumer stopped.
+func (l *liveQuery) deliver(ctx context.Context, r row, yield func(query.Envelope) bool) (bool, error) {
+	d, known := l.delivered[r.PersistenceID]
+	if known && r.SequenceNr <= d.seq {
+		return true, nil
+	}
+	if known && r.SequenceNr > d.seq+1 {
+		// The main query passed these before their transactions committed;
+		// they are committed now (an id's writes commit in order).
+		for m, err := range l.q.s.Journal().Replay(ctx, r.PersistenceID, d.seq+1, r.SequenceNr-1, r.SequenceNr) {
+			if err != nil {
+				return false, err
+			}
+			if !yield(query.FromRepr(m, l.main.offset)) {
+				return false, nil
+			}
+		}
+	}
+	l.delivered[r.PersistenceID] = deliveredAt{r.SequenceNr, r.dbTimestamp}
+	return yield(query.FromRepr(r.Repr, l.main.offset)), nil
+}
+
+// channelName returns the NOTIFY channel of a schema (at most 63 bytes).
+func channelName(schema string) string {
+	if name := "annals_" + schema; len(name) <= 63 {
+		return name
+	}
+	var b [8]byte
+	binary.BigEndian.PutUint64(b[:], uint64(lockKey(schema)))
+	return "annals_" + hex.EncodeToString(b[:])
+}
+
+// listen starts, once, the goroutine that LISTENs on the schema's channel
+// and wakes live queries on each notification. It holds one connection of
+// the pool until Close.
+func (s *Store) listen() {
+	if !s.cfg.notify {
+		return
+	}
+	s.listenMu.Lock()
+	defer s.listenMu.Unlock()
+	if s.stopListen != nil || s.isClosed() {
+		return
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	s.stopListen, s.listenDone = cancel, make(chan struct{})
+	go func() {
+		defer close(s.listenDone)
+		retry := 100 * time.Millisecond
+		for ctx.Err() == nil {
+			if s.listenOnce(ctx) {
+				retry = 100 * time.Millisecond
+			}
+			s.signal.Notify() // a notification may have been missed
+			t := time.NewTimer(retry)
+			select {
+			case <-ctx.Done():
+			case <-t.C:
+			}
+			t.Stop()
+			retry = min(2*retry, 5*time.Second)
+		}
+	}()
+}
+
+// listenOnce listens on one connection until it fails or ctx ends. It
+// reports whether it got as far as listening.
+func (s *Store) listenOnce(ctx context.Context) bool {
+	pc, err := s.pool.Acquire(ctx)
+	if err != nil {
+		return false
+	}
+	conn := pc.Hijack() // never returned to the pool in LISTEN state
+	defer conn.Close(context.Background())
+	if _, err := conn.Exec(ctx, "LISTEN "+pgx.Identifier{s.channel}.Sanitize()); err != nil {
+		return false
+	}
+	s.signal.Notify()
+	for {
+		if _, err := conn.WaitForNotification(ctx); err != nil {
+			return true
+		}
+		s.signal.Notify()
+	}
+}

@@ -1,0 +1,62 @@
+package postgres_test
+
+import (
+	"context"
+	"testing"
+
+	"github.com/annals-go/annals/journal"
+	"github.com/annals-go/annals/snapshot"
+	"github.com/annals-go/annals/store/postgres"
+	"github.com/annals-go/annals/store/postgres/pgtest"
+	"github.com/annals-go/annals/storetest"
+)
+
+// open opens a store in a schema of the test's own, migrated, closed and
+// dropped when the test ends.
+func open(t testing.TB, opts ...postgres.Option) *postgres.Store {
+	t.Helper()
+	dsn, _ := pgtest.Schema(t)
+	s, err := postgres.Open(context.Background(), dsn, append([]postgres.Option{postgres.WithMigrate(true)}, opts...)...)
+	if err != nil {
+		t.Fatalf("open: %v", err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s
+}
+
+// orderings are the two live-query orderings every query rule runs under.
+var orderings = []struct {
+	name string
+	opts []postgres.Option
+}{
+	{"commit", []postgres.Option{postgres.WithOrdering(postgres.CommitOrder)}},
+	{"timestamp", []postgres.Option{postgres.WithOrdering(postgres.TimestampOrder), postgres.WithBacktracking(postgres.DefaultBacktrackWindow, 1e9)}},
+}
+
+func TestJournalKit(t *testing.T) {
+	t.Parallel()
+	for _, o := range orderings {
+		t.Run(o.name, func(t *testing.T) {
+			t.Parallel()
+			s := open(t, o.opts...)
+			storetest.RunJournal(t, storetest.JournalHarness{New: func(t *testing.T) journal.Journal { return s.Journal() }})
+		})
+	}
+}
+
+func TestSnapshotKit(t *testing.T) {
+	t.Parallel()
+	s := open(t)
+	storetest.RunSnapshots(t, storetest.SnapshotHarness{New: func(t *testing.T) snapshot.Store { return s.Snapshots() }})
+}
+
+func TestQueryKit(t *testing.T) {
+	t.Parallel()
+	for _, o := range orderings {
+		t.Run(o.name, func(t *testing.T) {
+			t.Parallel()
+			s := open(t, o.opts...)
+			storetest.RunQueries(t, storetest.QueryHarness{New: func(t *testing.T) (journal.Journal, any) { return s.Journal(), s.Queries() }})
+		})
+	}
+}

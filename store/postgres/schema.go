@@ -1,0 +1,193 @@
+package postgres
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// SchemaVersion is the schema version this package writes. Migrate
+// upgrades older schemas to it; Open refuses newer ones.
+const SchemaVersion = 1
+
+// migrations[i] upgrades a schema from version i to i+1. "{s}" stands for
+// the quoted schema name. Column names follow akka-persistence-r2dbc where
+// the concept is the same.
+var migrations = []string{
+	// 0 → 1: journal, tags, metadata, snapshots, projection offsets and
+	// management.
+	`CREATE TABLE {s}.event_journal (
+	slice              INTEGER     NOT NULL,
+	entity_type        TEXT        NOT NULL,
+	persistence_id     TEXT        NOT NULL,
+	seq_nr             BIGINT      NOT NULL,
+	db_timestamp       TIMESTAMPTZ NOT NULL, -- grows per persistence id; the order of queries by slices and tag
+	write_timestamp    TIMESTAMPTZ NOT NULL, -- the writer's clock (journal.Repr.Timestamp)
+	event_ser_id       INTEGER     NOT NULL,
+	event_ser_manifest TEXT        NOT NULL,
+	event_payload      BYTEA       NOT NULL,
+	writer             TEXT        NOT NULL,
+	tags               TEXT[],
+	meta_payload       BYTEA,
+	PRIMARY KEY (persistence_id, seq_nr)
+);
+CREATE INDEX event_journal_slice_idx ON {s}.event_journal (slice, entity_type, db_timestamp, seq_nr);
+CREATE INDEX event_journal_entity_type_idx ON {s}.event_journal (entity_type, db_timestamp, seq_nr, persistence_id);
+CREATE TABLE {s}.event_tag (
+	tag            TEXT        NOT NULL,
+	db_timestamp   TIMESTAMPTZ NOT NULL,
+	seq_nr         BIGINT      NOT NULL,
+	persistence_id TEXT        NOT NULL,
+	PRIMARY KEY (tag, db_timestamp, seq_nr, persistence_id)
+);
+CREATE INDEX event_tag_persistence_id_idx ON {s}.event_tag (persistence_id, seq_nr);
+CREATE TABLE {s}.journal_metadata (
+	persistence_id TEXT    NOT NULL PRIMARY KEY,
+	entity_type    TEXT    NOT NULL,
+	seq_nr         BIGINT  NOT NULL -- the highest sequence number, kept when its event is deleted
+);
+CREATE TABLE {s}.snapshot (
+	slice           INTEGER NOT NULL,
+	entity_type     TEXT    NOT NULL,
+	persistence_id  TEXT    NOT NULL,
+	seq_nr          BIGINT  NOT NULL,
+	write_timestamp BIGINT  NOT NULL, -- Unix nanoseconds, UTC
+	ser_id          INTEGER NOT NULL,
+	ser_manifest    TEXT    NOT NULL,
+	snapshot        BYTEA   NOT NULL,
+	PRIMARY KEY (persistence_id, seq_nr)
+);
+CREATE TABLE {s}.projection_offset_store (
+	projection_name TEXT    NOT NULL,
+	projection_key  TEXT    NOT NULL,
+	current_offset  TEXT    NOT NULL, -- query.Offset as JSON
+	manifest        TEXT    NOT NULL, -- "annals-json"
+	mergeable       BOOLEAN NOT NULL,
+	last_updated    BIGINT  NOT NULL, -- Unix milliseconds
+	PRIMARY KEY (projection_name, projection_key)
+);
+CREATE TABLE {s}.projection_management (
+	projection_name TEXT    NOT NULL,
+	projection_key  TEXT    NOT NULL,
+	paused          BOOLEAN NOT NULL,
+	last_updated    BIGINT  NOT NULL, -- Unix milliseconds
+	PRIMARY KEY (projection_name, projection_key)
+);`,
+}
+
+func schemaSQL(schema, body string) string {
+	return strings.ReplaceAll(body, "{s}", pgx.Identifier{schema}.Sanitize())
+}
+
+// versionTable is the one-row table holding the schema's version.
+const versionTable = `CREATE TABLE IF NOT EXISTS {s}.annals_schema (
+	id      INTEGER PRIMARY KEY CHECK (id = 1),
+	version INTEGER NOT NULL
+)`
+
+// schemaVersion reads the schema's version: 0 with found=false when the
+// schema has no annals_schema table (or does not exist).
+func (s *Store) schemaVersion(ctx context.Context, q interface {
+	QueryRow(context.Context, string, ...any) pgx.Row
+}) (version int, found bool, err error) {
+	var hasVersion, hasJournal bool
+	err = q.QueryRow(ctx, `SELECT to_regclass($1) IS NOT NULL, to_regclass($2) IS NOT NULL`,
+		table(s.cfg.schema, "annals_schema"), table(s.cfg.schema, "event_journal")).Scan(&hasVersion, &hasJournal)
+	if err != nil {
+		return 0, false, fmt.Errorf("postgres: read schema version: %w", err)
+	}
+	if !hasVersion {
+		if hasJournal {
+			return 0, false, fmt.Errorf("%w: %s.event_journal exists without %s.annals_schema", ErrNotAnnals, s.cfg.schema, s.cfg.schema)
+		}
+		return 0, false, nil
+	}
+	if err := q.QueryRow(ctx, `SELECT version FROM `+table(s.cfg.schema, "annals_schema")+` WHERE id = 1`).Scan(&version); err != nil {
+		if errors.Is(err, pgx.ErrNoRows) {
+			return 0, true, nil
+		}
+		return 0, false, fmt.Errorf("postgres: read schema version: %w", err)
+	}
+	return version, true, nil
+}
+
+func (s *Store) checkSchema(ctx context.Context) error {
+	v, found, err := s.schemaVersion(ctx, s.pool)
+	switch {
+	case err != nil:
+		return err
+	case !found:
+		return fmt.Errorf("%w: schema %q has no Annals tables; create them with `annals migrate --store URL`, Store.Migrate, or the URL parameter migrate=true", ErrSchemaMissing, s.cfg.schema)
+	case v > SchemaVersion:
+		return fmt.Errorf("%w: schema %q is at version %d, this Annals writes version %d", ErrNewerSchema, s.cfg.schema, v, SchemaVersion)
+	case v < SchemaVersion:
+		return fmt.Errorf("%w: schema %q is at version %d, this Annals needs version %d; upgrade it with `annals migrate --store URL` or Store.Migrate", ErrSchemaMissing, s.cfg.schema, v, SchemaVersion)
+	}
+	return nil
+}
+
+// PendingMigrations returns the SQL that Migrate would run, in order, without
+// running it: empty when the schema is current.
+func (s *Store) PendingMigrations(ctx context.Context) ([]string, error) {
+	v, found, err := s.schemaVersion(ctx, s.pool)
+	if err != nil {
+		return nil, err
+	}
+	if v > SchemaVersion {
+		return nil, fmt.Errorf("%w: schema %q is at version %d, this Annals writes version %d", ErrNewerSchema, s.cfg.schema, v, SchemaVersion)
+	}
+	return s.migrationSQL(v, found), nil
+}
+
+// Migrate creates the schema and its tables, or upgrades them to
+// SchemaVersion, in one transaction. It is idempotent, and safe to run from
+// several processes at once (they take turns on an advisory lock).
+func (s *Store) Migrate(ctx context.Context) error {
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1)`, lockKey("migrate."+s.cfg.schema)); err != nil {
+			return err
+		}
+		v, found, err := s.schemaVersion(ctx, tx)
+		if err != nil {
+			return err
+		}
+		if v > SchemaVersion {
+			return fmt.Errorf("%w: schema %q is at version %d, this Annals writes version %d", ErrNewerSchema, s.cfg.schema, v, SchemaVersion)
+		}
+		if found && v == SchemaVersion {
+			return nil
+		}
+		for _, st := range s.migrationSQL(v, found) {
+			if _, err := tx.Exec(ctx, st); err != nil {
+				return fmt.Errorf("postgres: migrate schema %q: %w", s.cfg.schema, err)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		if errors.Is(err, ErrNewerSchema) || errors.Is(err, ErrNotAnnals) {
+			return err
+		}
+		return fmt.Errorf("postgres: migrate schema %q: %w", s.cfg.schema, err)
+	}
+	return nil
+}
+
+// migrationSQL returns the statements that take a schema at version v
+// (found: its version table exists) to SchemaVersion.
+func (s *Store) migrationSQL(v int, found bool) []string {
+	var out []string
+	if !found {
+		out = append(out, schemaSQL(s.cfg.schema, `CREATE SCHEMA IF NOT EXISTS {s}`), schemaSQL(s.cfg.schema, versionTable))
+	}
+	if found && v == SchemaVersion {
+		return out
+	}
+	for i := v; i < SchemaVersion; i++ {
+		out = append(out, schemaSQL(s.cfg.schema, migrations[i]))
+	}
+	return append(out, fmt.Sprintf(`INSERT INTO %s (id, version) VALUES (1, %d) ON CONFLICT (id) DO UPDATE SET version = excluded.version`, table(s.cfg.schema, "annals_schema"), SchemaVersion))
+}

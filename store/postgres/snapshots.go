@@ -1,0 +1,141 @@
+package postgres
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/annals-go/annals"
+	"github.com/annals-go/annals/snapshot"
+)
+
+// Snapshots is the store's snapshot store: table snapshot, one row per
+// (persistence id, sequence number), timestamps as Unix nanoseconds.
+type Snapshots struct{ s *Store }
+
+var _ snapshot.Store = (*Snapshots)(nil)
+
+// Snapshots returns the store's snapshot store.
+func (s *Store) Snapshots() *Snapshots { return &Snapshots{s: s} }
+
+// Close closes the store.
+func (ss *Snapshots) Close() error { return ss.s.Close() }
+
+// unixNanos returns t as Unix nanoseconds, false when t is outside the
+// years 1678–2262 an int64 holds.
+func unixNanos(t time.Time) (int64, bool) {
+	if t.Before(time.Unix(0, math.MinInt64)) || t.After(time.Unix(0, math.MaxInt64)) {
+		return 0, false
+	}
+	return t.UnixNano(), true
+}
+
+func criteriaArgs(pid string, c snapshot.Criteria) []any {
+	clamp := func(t time.Time) int64 {
+		if n, ok := unixNanos(t); ok {
+			return n
+		}
+		if t.Before(time.Unix(0, 0)) {
+			return math.MinInt64
+		}
+		return math.MaxInt64
+	}
+	maxTS, minTS := int64(math.MaxInt64), int64(math.MinInt64)
+	if !c.MaxTimestamp.IsZero() {
+		maxTS = clamp(c.MaxTimestamp)
+	}
+	if !c.MinTimestamp.IsZero() {
+		minTS = clamp(c.MinTimestamp)
+	}
+	return []any{pid, c.MinSequenceNr, c.MaxSequenceNr, minTS, maxTS}
+}
+
+// Load implements snapshot.Store.
+func (ss *Snapshots) Load(ctx context.Context, persistenceID string, c snapshot.Criteria) (snapshot.Snapshot, bool, error) {
+	if err := snapshot.CheckID("load", persistenceID, 0); err != nil {
+		return snapshot.Snapshot{}, false, err
+	}
+	if ss.s.isClosed() {
+		return snapshot.Snapshot{}, false, snapshot.ErrClosed
+	}
+	snap := snapshot.Snapshot{Metadata: snapshot.Metadata{PersistenceID: persistenceID}}
+	var created int64
+	err := ss.s.pool.QueryRow(ctx, ss.s.sql.loadSnap, criteriaArgs(persistenceID, c)...).Scan(&snap.Metadata.SequenceNr, &created, &snap.SerializerID, &snap.Manifest, &snap.Payload)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return snapshot.Snapshot{}, false, nil
+	}
+	if err != nil {
+		return snapshot.Snapshot{}, false, ss.s.ctxErr(ctx, "load snapshot", err, snapshot.ErrClosed)
+	}
+	snap.Metadata.Timestamp = time.Unix(0, created).UTC()
+	return snap, true, nil
+}
+
+// Save implements snapshot.Store.
+func (ss *Snapshots) Save(ctx context.Context, snap snapshot.Snapshot) error {
+	m := snap.Metadata
+	if err := snapshot.CheckID("save", m.PersistenceID, m.SequenceNr); err != nil {
+		return err
+	}
+	if len(snap.Payload) > ss.s.cfg.maxPayload {
+		return fmt.Errorf("%w: snapshot of %q at %d has a %d-byte payload, above the limit of %d bytes", snapshot.ErrInvalidArgument, m.PersistenceID, m.SequenceNr, len(snap.Payload), ss.s.cfg.maxPayload)
+	}
+	if ss.s.isClosed() {
+		return snapshot.ErrClosed
+	}
+	ts := m.Timestamp
+	if ts.IsZero() {
+		ts = time.Now()
+	}
+	nanos, ok := unixNanos(ts)
+	if !ok {
+		return fmt.Errorf("%w: snapshot of %q at %d has timestamp %v, outside the years 1678–2262 this store can hold", snapshot.ErrInvalidArgument, m.PersistenceID, m.SequenceNr, ts)
+	}
+	payload := snap.Payload
+	if payload == nil {
+		payload = []byte{}
+	}
+	if _, err := ss.s.pool.Exec(ctx, ss.s.sql.saveSnap, annals.Slice(m.PersistenceID), annals.EntityType(m.PersistenceID), m.PersistenceID, m.SequenceNr, nanos, snap.SerializerID, snap.Manifest, payload); err != nil {
+		return ss.s.ctxErr(ctx, "save snapshot", err, snapshot.ErrClosed)
+	}
+	return nil
+}
+
+// Delete implements snapshot.Store.
+func (ss *Snapshots) Delete(ctx context.Context, m snapshot.Metadata) error {
+	if err := snapshot.CheckID("delete", m.PersistenceID, m.SequenceNr); err != nil {
+		return err
+	}
+	if ss.s.isClosed() {
+		return snapshot.ErrClosed
+	}
+	var ts int64
+	if !m.Timestamp.IsZero() {
+		var ok bool
+		if ts, ok = unixNanos(m.Timestamp); !ok {
+			return nil // no stored snapshot has such a timestamp
+		}
+	}
+	if _, err := ss.s.pool.Exec(ctx, ss.s.sql.deleteSnap, m.PersistenceID, m.SequenceNr, ts); err != nil {
+		return ss.s.ctxErr(ctx, "delete snapshot", err, snapshot.ErrClosed)
+	}
+	return nil
+}
+
+// DeleteMatching implements snapshot.Store.
+func (ss *Snapshots) DeleteMatching(ctx context.Context, persistenceID string, c snapshot.Criteria) error {
+	if err := snapshot.CheckID("delete", persistenceID, 0); err != nil {
+		return err
+	}
+	if ss.s.isClosed() {
+		return snapshot.ErrClosed
+	}
+	if _, err := ss.s.pool.Exec(ctx, ss.s.sql.deleteSnaps, criteriaArgs(persistenceID, c)...); err != nil {
+		return ss.s.ctxErr(ctx, "delete snapshots", err, snapshot.ErrClosed)
+	}
+	return nil
+}

@@ -21,8 +21,8 @@ import (
 type statements struct {
 	insert, highest, deleteMeta, deleteTags, deleteEvents, replay string
 	loadSnap, saveSnap, deleteSnap, deleteSnaps                   string
-	bySlices, byTag, byType, persistenceIDs                        string
-	loadOffset, saveOffset, setPaused, resetOffset                 string
+	bySlices, byTag, byType, persistenceIDs                       string
+	loadOffset, saveOffset, setPaused, resetOffset                string
 }
 
 const eventColumns = `e.persistence_id, e.seq_nr, e.db_timestamp, e.write_timestamp, e.event_ser_id, e.event_ser_manifest, e.event_payload, e.writer, e.tags, e.meta_payload, e.slice, e.entity_type`

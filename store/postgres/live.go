@@ -2,8 +2,8 @@ package postgres
 
 import (
 	"context"
-	"encoding/hex"
 	"encoding/binary"
+	"encoding/hex"
 	"time"
 
 	"github.com/jackc/pgx/v5"

@@ -1,16 +1,25 @@
-// Command annals is Annals' command-line tool. Its demo runs a bank of
-// event-sourced accounts on the embedded SQLite store, restarts it, and
-// verifies every balance against an independent model:
+// Command annals is Annals' command-line tool: it creates and migrates
+// stores, reads their journals, snapshots and statistics, deletes events
+// and snapshots, copies stores, manages projections, follows live queries,
+// benchmarks a store beside its raw driver and runs the compliance kit
+// against a live store. Its demo runs a bank of event-sourced accounts on
+// the embedded SQLite store, restarts it, and verifies every balance
+// against an independent model:
 //
 //	go run ./cmd/annals demo                       # 1,000 accounts, 100,000 operations, ./annals-demo.db
 //	go run ./cmd/annals demo --store memory:       # the in-memory store
-//	go run ./cmd/annals demo --accounts 50 --ops 2000 --concurrency 8 --seed 42
+//	go run ./cmd/annals help                       # every command
+//	go run ./cmd/annals stats --store sqlite:./annals-demo.db
 //
-// Run the demo twice: the second run recovers the accounts of the first and
-// continues them.
+// Every command but demo names its store with --store URL or the
+// ANNALS_STORE environment variable: sqlite:PATH, postgres://… or memory:.
+// Tables are printed for people; --json prints a stable shape for scripts
+// (each command's help describes it). Exit codes: 0 ok, 1 failure, 2 bad
+// command line.
 package main
 
 import (
+	"bufio"
 	"context"
 	"errors"
 	"flag"
@@ -18,17 +27,11 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
+
+	"github.com/annals-go/annals/cmd/annals/internal/stores"
 )
-
-const usage = `Usage: annals <command> [flags]
-
-Commands:
-  demo    run a bank of event-sourced accounts, restart it and verify every balance
-  help    print this help ('annals help demo' for the demo's flags)
-
-Run 'annals demo -h' for the demo's flags.
-`
 
 // Exit codes.
 const (
@@ -38,47 +41,113 @@ const (
 )
 
 func main() {
-	// The first interrupt stops issuing operations; the demo then shuts
-	// down, recovers and verifies what it did. A second interrupt kills it.
+	// The first interrupt ends the command's context: the demo stops
+	// issuing operations, then recovers and verifies; tail ends; copy stops
+	// after its current write, resumable. A second interrupt kills it.
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	go func() { <-ctx.Done(); stop() }()
-	os.Exit(run(ctx, os.Args[1:], os.Stdout, os.Stderr))
+	e := &env{
+		ctx: ctx, stdout: os.Stdout, stderr: os.Stderr,
+		stdin: bufio.NewReader(os.Stdin), interactive: isTerminal(os.Stdin),
+		getenv: os.Getenv, mux: stores.New(),
+	}
+	os.Exit(dispatch(e, os.Args[1:]))
 }
 
 // run dispatches args (without the program name) to a command and returns
-// the process's exit code.
+// the process's exit code; standard input is not read.
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	return dispatch(&env{ctx: ctx, stdout: stdout, stderr: stderr, stdin: bufio.NewReader(strings.NewReader("")), getenv: os.Getenv, mux: stores.New()}, args)
+}
+
+func usage(w io.Writer) {
+	fmt.Fprint(w, "Usage: annals <command> [flags] [arguments]\n\nCommands:\n")
+	for _, c := range commands() {
+		if c.summary != "" {
+			fmt.Fprintf(w, "  %-17s %s\n", c.name, c.summary)
+		}
+	}
+	fmt.Fprint(w, `  help [COMMAND]    print this help, or a command's flags and examples
+
+Every command but demo takes --store URL (or the ANNALS_STORE environment
+variable): sqlite:PATH, postgres://USER@HOST/DB, or memory: (a new, empty
+store in this process). --json prints a stable shape for scripts instead
+of a table. Exit codes: 0 ok, 1 failure, 2 bad command line.
+
+Examples:
+  annals init --store sqlite:./annals.db
+  export ANNALS_STORE=sqlite:./annals.db
+  annals stats
+  annals ids --type Account --limit 20
+  annals events 'Account|a-42' --from 10
+  annals tail --type Account --slices 0-511
+  annals copy --from sqlite:./annals.db --to postgres://annals@localhost/annals
+
+Run 'annals help COMMAND' (or 'annals COMMAND -h') for a command's flags.
+`)
+}
+
+// dispatch runs the command args name.
+func dispatch(e *env, args []string) int {
 	if len(args) == 0 {
-		fmt.Fprint(stderr, usage)
+		usage(e.stderr)
 		return exitUsage
 	}
-	switch cmd, rest := args[0], args[1:]; cmd {
+	name, rest := args[0], args[1:]
+	switch name {
 	case "demo":
-		return exitCode(stderr, "annals demo", runDemo(ctx, stdout, stderr, rest))
+		return exitCode(e.stderr, "annals demo", runDemo(e.ctx, e.stdout, e.stderr, rest))
 	case "help", "-h", "-help", "--help":
-		if len(rest) > 0 && rest[0] == "demo" {
-			fs, _ := demoFlags(stdout)
+		if len(rest) == 0 {
+			usage(e.stdout)
+			return exitOK
+		}
+		if rest[0] == "demo" {
+			fs, _ := demoFlags(e.stdout)
 			fs.Usage()
 			return exitOK
 		}
-		fmt.Fprint(stdout, usage)
-		return exitOK
-	default:
-		fmt.Fprintf(stderr, "annals: unknown command %q\n\n%s", cmd, usage)
+		if c := findCommand(rest[0]); c != nil {
+			c.printHelp(e.stdout)
+			return exitOK
+		}
+		fmt.Fprintf(e.stderr, "annals help: unknown command %q\n\n", rest[0])
+		usage(e.stderr)
 		return exitUsage
 	}
+	c := findCommand(name)
+	if c == nil {
+		fmt.Fprintf(e.stderr, "annals: unknown command %q\n\n", name)
+		usage(e.stderr)
+		return exitUsage
+	}
+	return c.run(e, rest)
 }
 
-// errUsage marks an error in the command line: exit code 2.
+// errUsage marks an error in the command line: exit code 2. The flag
+// package has already printed the error and the usage.
 var errUsage = errors.New("usage")
+
+// usageError is an error in the command line that the command reports: the
+// message and a pointer to the help, exit code 2.
+type usageError struct{ msg string }
+
+func (u *usageError) Error() string { return u.msg }
+
+func usagef(format string, args ...any) error {
+	return &usageError{msg: fmt.Sprintf(format, args...)}
+}
 
 // exitCode maps a command's error to the exit code, printing it.
 func exitCode(stderr io.Writer, prog string, err error) int {
+	var ue *usageError
 	switch {
 	case err == nil, errors.Is(err, flag.ErrHelp):
 		return exitOK
 	case errors.Is(err, errUsage):
-		// The flag package has already printed the error and the usage.
+		return exitUsage
+	case errors.As(err, &ue):
+		fmt.Fprintf(stderr, "%s: %v\nRun 'annals help %s' for usage.\n", prog, err, strings.TrimPrefix(prog, "annals "))
 		return exitUsage
 	default:
 		fmt.Fprintf(stderr, "%s: %v\n", prog, err)

@@ -1,0 +1,376 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"math"
+	"time"
+
+	"github.com/annals-go/annals/admin"
+	"github.com/annals-go/annals/cmd/annals/internal/stores"
+	"github.com/annals-go/annals/query"
+	"github.com/annals-go/annals/snapshot"
+)
+
+func idsCommand() *command {
+	return &command{
+		name: "ids", summary: "list persistence ids, paged, by entity type",
+		help: `Lists persistence ids in ascending order with the highest sequence number
+of each (ids whose events were all deleted are listed too). Prints one
+page of --limit ids; when there are more, says how to ask for the next
+page (--after the last id printed).
+
+--json prints {"ids": [{"persistence_id": "...", "highest_sequence_nr": N}],
+"next_after": "ID or empty when this is the last page"}.`,
+		examples: []string{
+			"annals ids --store sqlite:./annals.db",
+			"annals ids --type Account --limit 50 --after 'Account|a-0049'",
+			"annals ids --type Account --limit 0 --json   # every id",
+		},
+		maxArgs: 0,
+		setup: func(fs *flag.FlagSet) func(*env, []string) error {
+			store, asJSON := storeFlag(fs), jsonFlag(fs)
+			typ := fs.String("type", "", "only ids of this entity type")
+			after := fs.String("after", "", "start after this id (the next_after of the previous page)")
+			limit := fs.Int("limit", 100, "ids per page; 0 for all")
+			return func(e *env, _ []string) error {
+				if *limit < 0 {
+					return usagef("--limit must not be negative")
+				}
+				s, err := e.open(*store, stores.Existing)
+				if err != nil {
+					return err
+				}
+				defer s.Close()
+				q, ok := s.Queries.(query.PersistenceIDsQuery)
+				if !ok {
+					return fmt.Errorf("the %s store cannot list persistence ids", s.Kind)
+				}
+				ask := *limit
+				if ask > 0 {
+					ask++ // one more, to know whether there is a next page
+				}
+				ids, err := q.CurrentPersistenceIDs(e.ctx, *typ, *after, ask)
+				if err != nil {
+					return err
+				}
+				next := ""
+				if *limit > 0 && len(ids) > *limit {
+					ids = ids[:*limit]
+					next = ids[len(ids)-1]
+				}
+				type idJSON struct {
+					PersistenceID string `json:"persistence_id"`
+					Highest       int64  `json:"highest_sequence_nr"`
+				}
+				out := struct {
+					IDs       []idJSON `json:"ids"`
+					NextAfter string   `json:"next_after"`
+				}{IDs: []idJSON{}, NextAfter: next}
+				for _, id := range ids {
+					h, err := s.Journal.HighestSequenceNr(e.ctx, id, 0)
+					if err != nil {
+						return err
+					}
+					out.IDs = append(out.IDs, idJSON{id, h})
+				}
+				if *asJSON {
+					return writeJSON(e.stdout, out)
+				}
+				if len(ids) == 0 {
+					fmt.Fprintln(e.stderr, "no persistence ids")
+					return nil
+				}
+				tw := table(e.stdout, "PERSISTENCE ID", "HIGHEST SEQ")
+				for _, id := range out.IDs {
+					row(tw, id.PersistenceID, id.Highest)
+				}
+				if err := tw.Flush(); err != nil {
+					return err
+				}
+				if next != "" {
+					fmt.Fprintf(e.stderr, "more ids: add --after '%s'\n", next)
+				}
+				return nil
+			}
+		},
+	}
+}
+
+func eventsCommand() *command {
+	return &command{
+		name: "events", args: "ID", summary: "print the events of a persistence id",
+		help: `Prints the stored events of one persistence id, in sequence order: sequence
+number, write timestamp, serializer and manifest, tags and payload. A
+payload of the JSON serializer (id 33) that is valid JSON is printed as
+JSON; any other payload raw: quoted when it is text, else hex (tables cut
+long payloads unless --full).
+
+--json prints one JSON object per line (JSON Lines), one per event:
+{"persistence_id", "sequence_nr", "offset" (where the store has one, as
+tail --from-offset takes it), "timestamp", "entity_type", "slice",
+"serializer_id", "manifest", "writer_id", "tags" (a list),
+"payload_size", then "payload" (the JSON) or "payload_base64", and
+"metadata_base64" when the event has metadata}.`,
+		examples: []string{
+			"annals events --store sqlite:./annals.db 'Account|a-42'",
+			"annals events 'Account|a-42' --from 100 --to 200 --full",
+			"annals events 'Account|a-42' --json | jq .payload",
+		},
+		minArgs: 1, maxArgs: 1,
+		setup: func(fs *flag.FlagSet) func(*env, []string) error {
+			store, asJSON := storeFlag(fs), jsonFlag(fs)
+			from := fs.Int64("from", 1, "first sequence number")
+			to := fs.Int64("to", math.MaxInt64, "last sequence number (default: the highest)")
+			limit := fs.Int64("limit", 0, "at most this many events; 0 for all")
+			full := fs.Bool("full", false, "print whole payloads in the table")
+			return func(e *env, args []string) error {
+				pid := args[0]
+				if *to < 0 || *limit < 0 {
+					return usagef("--to and --limit must not be negative")
+				}
+				s, err := e.open(*store, stores.Existing)
+				if err != nil {
+					return err
+				}
+				defer s.Close()
+				max := *limit
+				if max == 0 {
+					max = math.MaxInt64
+				}
+				var tw flusher
+				if !*asJSON {
+					tw = table(e.stdout, "SEQ", "TIMESTAMP", "SERIALIZER", "MANIFEST", "TAGS", "PAYLOAD")
+				}
+				enc := json.NewEncoder(e.stdout)
+				n := 0
+				for r, err := range s.Journal.Replay(e.ctx, pid, *from, *to, max) {
+					if err != nil {
+						return err
+					}
+					n++
+					env := query.FromRepr(r, query.SequenceOffset(r.Ordering))
+					if *asJSON {
+						if err := enc.Encode(toEventJSON(env, r.Ordering > 0)); err != nil {
+							return err
+						}
+						continue
+					}
+					row(tw, r.SequenceNr, timeText(r.Timestamp), serializerText(r.SerializerID), textOr(r.Manifest, "-"), tagsText(r.Tags), payloadText(r.SerializerID, r.Payload, *full))
+					if n%1000 == 0 {
+						if err := tw.Flush(); err != nil {
+							return err
+						}
+					}
+				}
+				if n == 0 {
+					h, err := s.Journal.HighestSequenceNr(e.ctx, pid, 0)
+					if err != nil {
+						return err
+					}
+					if h == 0 {
+						fmt.Fprintf(e.stderr, "no events stored for %q\n", pid)
+					} else {
+						fmt.Fprintf(e.stderr, "no events of %q in the range (highest sequence number %d; events up to some number may have been deleted)\n", pid, h)
+					}
+					return nil
+				}
+				if tw != nil {
+					return tw.Flush()
+				}
+				return nil
+			}
+		},
+	}
+}
+
+type flusher interface {
+	Write([]byte) (int, error)
+	Flush() error
+}
+
+// snapshotJSON is the JSON shape of one snapshot.
+type snapshotJSON struct {
+	SequenceNr    int64     `json:"sequence_nr"`
+	Timestamp     time.Time `json:"timestamp"`
+	SerializerID  int32     `json:"serializer_id"`
+	Manifest      string    `json:"manifest"`
+	PayloadSize   int       `json:"payload_size"`
+	Payload       any       `json:"payload,omitempty"`
+	PayloadBase64 []byte    `json:"payload_base64,omitempty"`
+}
+
+// listSnapshots returns the snapshots of pid with sequence numbers in
+// from..to, youngest first, walking down with Load: a snapshot store
+// returns the youngest match of its criteria.
+func listSnapshots(ctx context.Context, ss snapshot.Store, pid string, from, to int64) ([]snapshot.Snapshot, error) {
+	var out []snapshot.Snapshot
+	for to >= from {
+		snap, ok, err := ss.Load(ctx, pid, snapshot.Criteria{MinSequenceNr: from, MaxSequenceNr: to})
+		if err != nil || !ok {
+			return out, err
+		}
+		out = append(out, snap)
+		to = snap.Metadata.SequenceNr - 1
+	}
+	return out, nil
+}
+
+func snapshotsCommand() *command {
+	return &command{
+		name: "snapshots", args: "ID", summary: "list the snapshots of a persistence id",
+		help: `Lists the snapshots of one persistence id, youngest first: sequence number,
+timestamp, serializer and manifest, size and payload (shown as events
+shows payloads).
+
+--json prints {"persistence_id": "...", "snapshots": [{"sequence_nr",
+"timestamp", "serializer_id", "manifest", "payload_size", "payload" or
+"payload_base64"}]}.`,
+		examples: []string{
+			"annals snapshots --store sqlite:./annals.db 'Account|a-42'",
+			"annals snapshots 'Account|a-42' --json",
+		},
+		minArgs: 1, maxArgs: 1,
+		setup: func(fs *flag.FlagSet) func(*env, []string) error {
+			store, asJSON := storeFlag(fs), jsonFlag(fs)
+			full := fs.Bool("full", false, "print whole payloads in the table")
+			return func(e *env, args []string) error {
+				pid := args[0]
+				s, err := e.open(*store, stores.Existing)
+				if err != nil {
+					return err
+				}
+				defer s.Close()
+				snaps, err := listSnapshots(e.ctx, s.Snapshots, pid, 0, math.MaxInt64)
+				if err != nil {
+					return err
+				}
+				if *asJSON {
+					out := struct {
+						PersistenceID string         `json:"persistence_id"`
+						Snapshots     []snapshotJSON `json:"snapshots"`
+					}{pid, []snapshotJSON{}}
+					for _, sn := range snaps {
+						j := snapshotJSON{SequenceNr: sn.Metadata.SequenceNr, Timestamp: sn.Metadata.Timestamp.UTC(), SerializerID: sn.SerializerID, Manifest: sn.Manifest, PayloadSize: len(sn.Payload)}
+						j.Payload, j.PayloadBase64 = payloadJSON(sn.SerializerID, sn.Payload)
+						out.Snapshots = append(out.Snapshots, j)
+					}
+					return writeJSON(e.stdout, out)
+				}
+				if len(snaps) == 0 {
+					fmt.Fprintf(e.stderr, "no snapshots of %q\n", pid)
+					return nil
+				}
+				tw := table(e.stdout, "SEQ", "TIMESTAMP", "SERIALIZER", "MANIFEST", "SIZE", "PAYLOAD")
+				for _, sn := range snaps {
+					row(tw, sn.Metadata.SequenceNr, timeText(sn.Metadata.Timestamp), serializerText(sn.SerializerID), textOr(sn.Manifest, "-"), bytesText(int64(len(sn.Payload))), payloadText(sn.SerializerID, sn.Payload, *full))
+				}
+				return tw.Flush()
+			}
+		},
+	}
+}
+
+// typeStatsJSON is the JSON shape of the figures of an entity type.
+type typeStatsJSON struct {
+	EntityType     string   `json:"entity_type,omitempty"`
+	PersistenceIDs int64    `json:"persistence_ids"`
+	Events         int64    `json:"events"`
+	PayloadBytes   int64    `json:"payload_bytes"`
+	Highest        int64    `json:"highest_sequence_nr"`
+	Oldest         jsonTime `json:"oldest_event"`
+	Newest         jsonTime `json:"newest_event"`
+	Snapshots      int64    `json:"snapshots"`
+	SnapshotBytes  int64    `json:"snapshot_bytes"`
+}
+
+func toTypeStatsJSON(t admin.TypeStats) typeStatsJSON {
+	return typeStatsJSON{t.EntityType, t.PersistenceIDs, t.Events, t.PayloadBytes, t.HighestSequenceNr, jsonTime(t.Oldest), jsonTime(t.Newest), t.Snapshots, t.SnapshotBytes}
+}
+
+// totalStats sums the figures of every type.
+func totalStats(ts []admin.TypeStats) admin.TypeStats {
+	var sum admin.TypeStats
+	for _, t := range ts {
+		sum.PersistenceIDs += t.PersistenceIDs
+		sum.Events += t.Events
+		sum.PayloadBytes += t.PayloadBytes
+		sum.HighestSequenceNr = max(sum.HighestSequenceNr, t.HighestSequenceNr)
+		if !t.Oldest.IsZero() && (sum.Oldest.IsZero() || t.Oldest.Before(sum.Oldest)) {
+			sum.Oldest = t.Oldest
+		}
+		if t.Newest.After(sum.Newest) {
+			sum.Newest = t.Newest
+		}
+		sum.Snapshots += t.Snapshots
+		sum.SnapshotBytes += t.SnapshotBytes
+	}
+	return sum
+}
+
+func statsCommand() *command {
+	return &command{
+		name: "stats", summary: "counts, sizes, highest numbers, oldest and newest events, per entity type",
+		help: `Prints, per entity type and in total: persistence ids, stored events, their
+payload bytes, the highest sequence number, the oldest and newest event's
+write time, snapshots and their bytes; and the space the store takes.
+
+--json prints {"entity_types": [{"entity_type", "persistence_ids",
+"events", "payload_bytes", "highest_sequence_nr", "oldest_event",
+"newest_event" (null when none), "snapshots", "snapshot_bytes"}],
+"total": {the same without entity_type}, "storage_bytes": N (0 when
+unknown)}.`,
+		examples: []string{
+			"annals stats --store sqlite:./annals.db",
+			"annals stats --json | jq '.total.events'",
+		},
+		maxArgs: 0,
+		setup: func(fs *flag.FlagSet) func(*env, []string) error {
+			store, asJSON := storeFlag(fs), jsonFlag(fs)
+			return func(e *env, _ []string) error {
+				s, err := e.open(*store, stores.Existing)
+				if err != nil {
+					return err
+				}
+				defer s.Close()
+				sr, ok := s.Admin.(admin.StatsReader)
+				if !ok {
+					return fmt.Errorf("the %s store does not report statistics", s.Kind)
+				}
+				st, err := sr.Stats(e.ctx)
+				if err != nil {
+					return err
+				}
+				total := totalStats(st.EntityTypes)
+				if *asJSON {
+					out := struct {
+						Types        []typeStatsJSON `json:"entity_types"`
+						Total        typeStatsJSON   `json:"total"`
+						StorageBytes int64           `json:"storage_bytes"`
+					}{[]typeStatsJSON{}, toTypeStatsJSON(total), st.StorageBytes}
+					for _, t := range st.EntityTypes {
+						out.Types = append(out.Types, toTypeStatsJSON(t))
+					}
+					return writeJSON(e.stdout, out)
+				}
+				tw := table(e.stdout, "ENTITY TYPE", "IDS", "EVENTS", "PAYLOAD", "HIGHEST SEQ", "OLDEST EVENT", "NEWEST EVENT", "SNAPSHOTS", "SNAPSHOT SIZE")
+				line := func(name string, t admin.TypeStats) {
+					row(tw, name, num(t.PersistenceIDs), num(t.Events), bytesText(t.PayloadBytes), t.HighestSequenceNr, timeText(t.Oldest), timeText(t.Newest), num(t.Snapshots), bytesText(t.SnapshotBytes))
+				}
+				for _, t := range st.EntityTypes {
+					line(t.EntityType, t)
+				}
+				line("(total)", total)
+				if err := tw.Flush(); err != nil {
+					return err
+				}
+				if st.StorageBytes > 0 {
+					fmt.Fprintf(e.stdout, "\nstorage: %s (%s)\n", bytesText(st.StorageBytes), s.Where)
+				}
+				return nil
+			}
+		},
+	}
+}

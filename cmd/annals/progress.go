@@ -155,3 +155,37 @@ func (s *syncWriter) clearLocked() {
 		s.barred = false
 	}
 }
+
+// statusLine redraws line() in place on stderr every tenth of a second
+// while a long command runs, when stderr is a terminal (and does nothing
+// otherwise). stop erases it.
+func statusLine(stderr io.Writer, line func() string) (stop func()) {
+	if !isTerminal(stderr) {
+		return func() {}
+	}
+	w := &syncWriter{w: stderr}
+	quit, ended := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(ended)
+		t := time.NewTicker(time.Second / 10)
+		defer t.Stop()
+		for {
+			select {
+			case <-quit:
+				w.clearBar()
+				return
+			case <-t.C:
+				w.bar(line())
+			}
+		}
+	}()
+	return func() { close(quit); <-ended }
+}
+
+// rate is n per second over d.
+func rate(n int64, d time.Duration) int64 {
+	if d <= 0 {
+		return 0
+	}
+	return int64(float64(n) / d.Seconds())
+}

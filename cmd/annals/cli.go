@@ -45,7 +45,7 @@ func commands() []*command {
 		initCommand(), migrateCommand(),
 		idsCommand(), eventsCommand(), snapshotsCommand(), statsCommand(),
 		deleteToCommand(), deleteSnapshotsCommand(),
-		copyCommand(),
+		copyCommand(), projectionsCommand(),
 	}
 }
 

@@ -44,6 +44,7 @@ func commands() []*command {
 		{name: "demo", summary: "run a bank of event-sourced accounts, restart it and verify every balance"},
 		initCommand(), migrateCommand(),
 		idsCommand(), eventsCommand(), snapshotsCommand(), statsCommand(),
+		tailCommand(),
 		deleteToCommand(), deleteSnapshotsCommand(),
 		copyCommand(), projectionsCommand(),
 	}

@@ -21,7 +21,7 @@ import (
 type statements struct {
 	insert, highest, deleteMeta, deleteTags, deleteEvents, replay string
 	loadSnap, saveSnap, deleteSnap, deleteSnaps                   string
-	bySlices, byTag, byType, persistenceIDs                       string
+	bySlices, byTag, byType, earlier, persistenceIDs              string
 	loadOffset, saveOffset, setPaused, resetOffset                string
 }
 
@@ -90,6 +90,9 @@ INSERT INTO {tag} (tag, db_timestamp, seq_nr, persistence_id)
 	WHERE ($1 = '' OR e.entity_type = $1)
 	AND (e.db_timestamp, e.seq_nr, e.persistence_id) > ($2, $3, $4) AND e.db_timestamp <= $5
 	ORDER BY e.db_timestamp, e.seq_nr, e.persistence_id LIMIT $6`),
+		earlier: r.Replace(`SELECT {columns} FROM {journal} e
+	WHERE e.persistence_id = ANY($1) AND e.db_timestamp >= $2 AND e.db_timestamp <= $3
+	ORDER BY e.persistence_id, e.seq_nr`),
 		persistenceIDs: r.Replace(`SELECT persistence_id FROM (
 	SELECT DISTINCT persistence_id FROM {journal} WHERE ($1 = '' OR entity_type = $1) AND persistence_id > $2
 	UNION SELECT persistence_id FROM {meta} WHERE ($1 = '' OR entity_type = $1) AND persistence_id > $2

@@ -86,11 +86,15 @@ func (l *liveQuery) round(ctx context.Context, yield func(query.Envelope) bool) 
 	if err != nil {
 		return false, false, err
 	}
+	earlier, err := l.earlier(ctx, page, upper)
+	if err != nil {
+		return false, false, err
+	}
 	for _, r := range page {
 		if !l.main.passes(r) {
 			continue
 		}
-		if ok, err := l.deliver(ctx, r, yield); err != nil || !ok {
+		if ok, err := l.deliver(ctx, r, earlier[r.PersistenceID], yield); err != nil || !ok {
 			return false, !ok, err
 		}
 	}
@@ -117,7 +121,7 @@ func (l *liveQuery) round(ctx context.Context, yield func(query.Envelope) bool) 
 		}
 		for _, r := range page {
 			l.back = l.back.of(r)
-			if ok, err := l.deliver(ctx, r, yield); err != nil || !ok {
+			if ok, err := l.deliver(ctx, r, nil, yield); err != nil || !ok {
 				return false, !ok, err
 			}
 		}
@@ -133,15 +137,48 @@ func (l *liveQuery) round(ctx context.Context, yield func(query.Envelope) bool) 
 	return false, false, nil
 }
 
-// deliver yields r unless this query delivered it already, preceded by the
-// events of its id that this query skipped. It reports false when the
-// consumer stopped.
-func (l *liveQuery) deliver(ctx context.Context, r row, yield func(query.Envelope) bool) (bool, error) {
-	d, known := l.delivered[r.PersistenceID]
-	if known && r.SequenceNr <= d.seq {
-		return true, nil
+// earlier reads, in TimestampOrder, the events stamped since the
+// backtracking position of the ids that this query has not delivered since
+// then and whose first event in page is not their first: the main query
+// passed them before their transactions committed. (In CommitOrder no such
+// event exists.)
+func (l *liveQuery) earlier(ctx context.Context, page []row, upper time.Time) (map[string][]row, error) {
+	if l.q.s.cfg.ordering != TimestampOrder {
+		return nil, nil
 	}
-	if known && r.SequenceNr > d.seq+1 {
+	var ids []string
+	asked := map[string]bool{}
+	for _, r := range page {
+		if _, known := l.delivered[r.PersistenceID]; !known && r.SequenceNr > 1 && !asked[r.PersistenceID] {
+			asked[r.PersistenceID] = true
+			ids = append(ids, r.PersistenceID)
+		}
+	}
+	if len(ids) == 0 {
+		return nil, nil
+	}
+	rows, err := l.q.s.readRows(ctx, l.q.s.sql.earlier, ids, l.back.ts, upper)
+	if err != nil {
+		return nil, err
+	}
+	out := map[string][]row{}
+	for _, r := range rows {
+		out[r.PersistenceID] = append(out[r.PersistenceID], r)
+	}
+	return out, nil
+}
+
+// deliver yields r unless this query delivered it already, preceded by the
+// events of its id that this query skipped: for an id it delivered before,
+// the events between; for another, those of earlier (events stamped since
+// the backtracking position, ascending). It reports false when the
+// consumer stopped.
+func (l *liveQuery) deliver(ctx context.Context, r row, earlier []row, yield func(query.Envelope) bool) (bool, error) {
+	d, known := l.delivered[r.PersistenceID]
+	switch {
+	case known && r.SequenceNr <= d.seq:
+		return true, nil
+	case known && r.SequenceNr > d.seq+1:
 		// The main query passed these before their transactions committed;
 		// they are committed now (an id's writes commit in order).
 		for m, err := range l.q.s.Journal().Replay(ctx, r.PersistenceID, d.seq+1, r.SequenceNr-1, r.SequenceNr) {
@@ -149,6 +186,15 @@ func (l *liveQuery) deliver(ctx context.Context, r row, yield func(query.Envelop
 				return false, err
 			}
 			if !yield(query.FromRepr(m, l.main.offset)) {
+				return false, nil
+			}
+		}
+	case !known:
+		for _, m := range earlier {
+			if m.SequenceNr >= r.SequenceNr {
+				break
+			}
+			if !yield(query.FromRepr(m.Repr, l.main.offset)) {
 				return false, nil
 			}
 		}

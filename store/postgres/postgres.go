@@ -206,6 +206,37 @@ type Store struct {
 // ErrSchemaMissing when the schema has no Annals tables (unless migrating),
 // ErrNewerSchema or ErrNotAnnals; it changes nothing in those cases.
 func Open(ctx context.Context, dsn string, opts ...Option) (*Store, error) {
+	s, err := connect(ctx, dsn, opts)
+	if err != nil {
+		return nil, err
+	}
+	if s.cfg.migrate {
+		err = s.Migrate(ctx)
+	} else {
+		err = s.checkSchema(ctx)
+	}
+	if err != nil {
+		s.pool.Close()
+		return nil, err
+	}
+	return s, nil
+}
+
+// PendingMigrationsFor connects to the server of dsn and returns the SQL
+// that Migrate would run on its schema (empty when it is current), changing
+// nothing: for dry runs on a schema Open would refuse as missing.
+func PendingMigrationsFor(ctx context.Context, dsn string, opts ...Option) ([]string, error) {
+	s, err := connect(ctx, dsn, opts)
+	if err != nil {
+		return nil, err
+	}
+	defer s.pool.Close()
+	return s.PendingMigrations(ctx)
+}
+
+// connect parses the configuration and connects, without looking at the
+// schema.
+func connect(ctx context.Context, dsn string, opts []Option) (*Store, error) {
 	cfg := config{
 		schema: DefaultSchema, maxPayload: DefaultMaxPayloadSize, poll: DefaultPollInterval,
 		behind: DefaultBehindCurrentTime, backtrackWindow: DefaultBacktrackWindow,
@@ -243,17 +274,7 @@ func Open(ctx context.Context, dsn string, opts ...Option) (*Store, error) {
 		}
 		return nil, fmt.Errorf("%w at %s:%d (is it running? scripts/services up postgres starts a local one): %v", ErrUnreachable, pc.ConnConfig.Host, pc.ConnConfig.Port, err)
 	}
-	s := &Store{pool: pool, cfg: cfg, sql: newStatements(cfg.schema), lockKey: lockKey(cfg.schema), channel: channelName(cfg.schema)}
-	if cfg.migrate {
-		err = s.Migrate(ctx)
-	} else {
-		err = s.checkSchema(ctx)
-	}
-	if err != nil {
-		pool.Close()
-		return nil, err
-	}
-	return s, nil
+	return &Store{pool: pool, cfg: cfg, sql: newStatements(cfg.schema), lockKey: lockKey(cfg.schema), channel: channelName(cfg.schema)}, nil
 }
 
 func (c *config) validate() error {

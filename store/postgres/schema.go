@@ -146,6 +146,13 @@ func (s *Store) PendingMigrations(ctx context.Context) ([]string, error) {
 // SchemaVersion, in one transaction. It is idempotent, and safe to run from
 // several processes at once (they take turns on an advisory lock).
 func (s *Store) Migrate(ctx context.Context) error {
+	_, err := s.migrate(ctx)
+	return err
+}
+
+// migrate runs Migrate and returns the steps it ran.
+func (s *Store) migrate(ctx context.Context) ([]step, error) {
+	var ran []step
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1)`, lockKey("migrate."+s.cfg.schema)); err != nil {
 			return err
@@ -157,37 +164,53 @@ func (s *Store) Migrate(ctx context.Context) error {
 		if v > SchemaVersion {
 			return fmt.Errorf("%w: schema %q is at version %d, this Annals writes version %d", ErrNewerSchema, s.cfg.schema, v, SchemaVersion)
 		}
-		if found && v == SchemaVersion {
-			return nil
-		}
-		for _, st := range s.migrationSQL(v, found) {
-			if _, err := tx.Exec(ctx, st); err != nil {
-				return fmt.Errorf("postgres: migrate schema %q: %w", s.cfg.schema, err)
+		ran = s.steps(v, found)
+		for _, st := range ran {
+			for _, stmt := range st.sql {
+				if _, err := tx.Exec(ctx, stmt); err != nil {
+					return fmt.Errorf("postgres: migrate schema %q to version %d: %w", s.cfg.schema, st.to, err)
+				}
 			}
 		}
 		return nil
 	})
 	if err != nil {
 		if errors.Is(err, ErrNewerSchema) || errors.Is(err, ErrNotAnnals) {
-			return err
+			return nil, err
 		}
-		return fmt.Errorf("postgres: migrate schema %q: %w", s.cfg.schema, err)
+		return nil, fmt.Errorf("postgres: migrate schema %q: %w", s.cfg.schema, err)
 	}
-	return nil
+	return ran, nil
 }
 
-// migrationSQL returns the statements that take a schema at version v
-// (found: its version table exists) to SchemaVersion.
+// step is one schema version step: its statements, the last of which
+// records the new version.
+type step struct {
+	from, to int
+	sql      []string
+}
+
+// steps returns the steps that take a schema at version v (found: its
+// version table exists) to SchemaVersion; none when it is current.
+func (s *Store) steps(v int, found bool) []step {
+	var out []step
+	for i := v; i < SchemaVersion; i++ {
+		st := step{from: i, to: i + 1}
+		if i == v && !found {
+			st.sql = append(st.sql, schemaSQL(s.cfg.schema, `CREATE SCHEMA IF NOT EXISTS {s}`), schemaSQL(s.cfg.schema, versionTable))
+		}
+		st.sql = append(st.sql, schemaSQL(s.cfg.schema, migrations[i]),
+			fmt.Sprintf(`INSERT INTO %s (id, version) VALUES (1, %d) ON CONFLICT (id) DO UPDATE SET version = excluded.version`, table(s.cfg.schema, "annals_schema"), i+1))
+		out = append(out, st)
+	}
+	return out
+}
+
+// migrationSQL returns the statements of steps(v, found), in order.
 func (s *Store) migrationSQL(v int, found bool) []string {
 	var out []string
-	if !found {
-		out = append(out, schemaSQL(s.cfg.schema, `CREATE SCHEMA IF NOT EXISTS {s}`), schemaSQL(s.cfg.schema, versionTable))
+	for _, st := range s.steps(v, found) {
+		out = append(out, st.sql...)
 	}
-	if found && v == SchemaVersion {
-		return out
-	}
-	for i := v; i < SchemaVersion; i++ {
-		out = append(out, schemaSQL(s.cfg.schema, migrations[i]))
-	}
-	return append(out, fmt.Sprintf(`INSERT INTO %s (id, version) VALUES (1, %d) ON CONFLICT (id) DO UPDATE SET version = excluded.version`, table(s.cfg.schema, "annals_schema"), SchemaVersion))
+	return out
 }

@@ -22,8 +22,9 @@ import (
 
 // TestLateCommitsHandledOnce: 32 writers whose transactions sleep a random
 // 0–200 ms before they commit, and four exactly-once projections on four
-// slice ranges started before them, reading through a second store (as
-// another process would): every stored event is handled exactly once.
+// slice ranges and one by tag started before them, reading through a second
+// store (as another process would): every stored event is handled exactly
+// once by the slice projections, and once by the tag projection.
 func TestLateCommitsHandledOnce(t *testing.T) {
 	t.Parallel()
 	cases := []struct {
@@ -53,8 +54,11 @@ func TestLateCommitsHandledOnce(t *testing.T) {
 			}
 			defer reader.Close()
 			rm := pgx.Identifier{schema, "handled"}.Sanitize()
-			if _, err := reader.Pool().Exec(ctx, `CREATE TABLE `+rm+` (persistence_id TEXT, seq_nr BIGINT, instance INT, times INT NOT NULL, PRIMARY KEY (persistence_id, seq_nr))`); err != nil {
-				t.Fatal(err)
+			rmTag := pgx.Identifier{schema, "handled_by_tag"}.Sanitize()
+			for _, table := range []string{rm, rmTag} {
+				if _, err := reader.Pool().Exec(ctx, `CREATE TABLE `+table+` (persistence_id TEXT, seq_nr BIGINT, instance INT, times INT NOT NULL, PRIMARY KEY (persistence_id, seq_nr))`); err != nil {
+					t.Fatal(err)
+				}
 			}
 
 			// Four projection instances, started before the writers.
@@ -62,18 +66,25 @@ func TestLateCommitsHandledOnce(t *testing.T) {
 			runCtx, stopRuns := context.WithCancel(ctx)
 			var runs sync.WaitGroup
 			ranges, _ := annals.SliceRanges(4)
+			into := func(table string, instance int) func(ctx context.Context, tx pgx.Tx, env query.Envelope) error {
+				return func(ctx context.Context, tx pgx.Tx, env query.Envelope) error {
+					_, err := tx.Exec(ctx, `INSERT INTO `+table+` AS h VALUES ($1, $2, $3, 1)
+						ON CONFLICT (persistence_id, seq_nr) DO UPDATE SET times = h.times + 1`, env.PersistenceID, env.SequenceNr, instance)
+					select {
+					case handled <- struct{}{}:
+					default:
+					}
+					return err
+				}
+			}
+			sources := map[string]projection.Source{"tag": projection.ByTag(reader.Queries(), "harsh")}
+			handlers := map[string]func(ctx context.Context, tx pgx.Tx, env query.Envelope) error{"tag": into(rmTag, -1)}
 			for i, r := range ranges {
-				p, err := projection.ExactlyOnce(projection.ID{Name: "harsh", Key: fmt.Sprintf("%d-%d", r.Min, r.Max)},
-					projection.BySlices(reader.Queries(), "Harsh", r), reader.Projections(),
-					func(ctx context.Context, tx pgx.Tx, env query.Envelope) error {
-						_, err := tx.Exec(ctx, `INSERT INTO `+rm+` AS h VALUES ($1, $2, $3, 1)
-							ON CONFLICT (persistence_id, seq_nr) DO UPDATE SET times = h.times + 1`, env.PersistenceID, env.SequenceNr, i)
-						select {
-						case handled <- struct{}{}:
-						default:
-						}
-						return err
-					}, projection.Config{})
+				key := fmt.Sprintf("%d-%d", r.Min, r.Max)
+				sources[key], handlers[key] = projection.BySlices(reader.Queries(), "Harsh", r), into(rm, i)
+			}
+			for key, src := range sources {
+				p, err := projection.ExactlyOnce(projection.ID{Name: "harsh", Key: key}, src, reader.Projections(), handlers[key], projection.Config{})
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -91,7 +102,7 @@ func TestLateCommitsHandledOnce(t *testing.T) {
 						var evs []journal.Repr
 						for range 1 + rng.IntN(3) {
 							next[pid]++
-							evs = append(evs, journal.Repr{PersistenceID: pid, SequenceNr: next[pid], Payload: []byte(`{}`), SerializerID: 33, Manifest: "e"})
+							evs = append(evs, journal.Repr{PersistenceID: pid, SequenceNr: next[pid], Payload: []byte(`{}`), SerializerID: 33, Manifest: "e", Tags: []string{"harsh"}})
 						}
 						res, err := writer.Journal().Write(ctx, []journal.AtomicWrite{{PersistenceID: pid, Events: evs}})
 						if err == nil && res != nil {
@@ -119,11 +130,11 @@ func TestLateCommitsHandledOnce(t *testing.T) {
 			tick := time.NewTicker(50 * time.Millisecond)
 			defer tick.Stop()
 			for {
-				var n int
-				if err := reader.Pool().QueryRow(ctx, `SELECT count(*) FROM `+rm).Scan(&n); err != nil {
+				var n, nTag int
+				if err := reader.Pool().QueryRow(ctx, `SELECT (SELECT count(*) FROM `+rm+`), (SELECT count(*) FROM `+rmTag+`)`).Scan(&n, &nTag); err != nil {
 					t.Fatal(err)
 				}
-				if n >= stored {
+				if n >= stored && nTag >= stored {
 					break
 				}
 				select {
@@ -148,21 +159,23 @@ func TestLateCommitsHandledOnce(t *testing.T) {
 						st, _ := reader.Projections().Load(context.Background(), projection.ID{Name: "harsh", Key: fmt.Sprintf("%d-%d", r.Min, r.Max)})
 						t.Logf("projection %d-%d at %s", r.Min, r.Max, st.Offset)
 					}
-					t.Fatalf("the projections handled %d of %d stored events", n, stored)
+					t.Fatalf("the projections handled %d (by slices) and %d (by tag) of %d stored events", n, nTag, stored)
 				}
 			}
 			stopRuns()
 			runs.Wait()
-			var missing, twice, handledRows int
-			err = reader.Pool().QueryRow(ctx, `SELECT
-				(SELECT count(*) FROM `+pgx.Identifier{schema, "event_journal"}.Sanitize()+` e WHERE NOT EXISTS (SELECT 1 FROM `+rm+` h WHERE h.persistence_id = e.persistence_id AND h.seq_nr = e.seq_nr)),
-				(SELECT count(*) FROM `+rm+` WHERE times <> 1),
-				(SELECT count(*) FROM `+rm+`)`).Scan(&missing, &twice, &handledRows)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if missing != 0 || twice != 0 || handledRows != stored {
-				t.Errorf("%d events stored; %d handled, %d never, %d more than once", stored, handledRows, missing, twice)
+			for name, table := range map[string]string{"by slices": rm, "by tag": rmTag} {
+				var missing, twice, handledRows int
+				err = reader.Pool().QueryRow(ctx, `SELECT
+					(SELECT count(*) FROM `+pgx.Identifier{schema, "event_journal"}.Sanitize()+` e WHERE NOT EXISTS (SELECT 1 FROM `+table+` h WHERE h.persistence_id = e.persistence_id AND h.seq_nr = e.seq_nr)),
+					(SELECT count(*) FROM `+table+` WHERE times <> 1),
+					(SELECT count(*) FROM `+table+`)`).Scan(&missing, &twice, &handledRows)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if missing != 0 || twice != 0 || handledRows != stored {
+					t.Errorf("%s: %d events stored; %d handled, %d never, %d more than once", name, stored, handledRows, missing, twice)
+				}
 			}
 			t.Logf("%d events from %d writers, each handled once", stored, writers)
 		})

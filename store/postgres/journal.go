@@ -19,10 +19,10 @@ import (
 // statements are the store's SQL, with the schema spliced in once at Open
 // (as a quoted identifier that passed ValidIdentifier).
 type statements struct {
-	insert, highest, deleteMeta, deleteTags, deleteEvents, replay string
-	loadSnap, saveSnap, deleteSnap, deleteSnaps                   string
-	bySlices, byTag, byType, earlier, persistenceIDs              string
-	loadOffset, saveOffset, setPaused, resetOffset                string
+	insert, highest, deleteMeta, deleteTags, deleteEvents, replay   string
+	loadSnap, saveSnap, deleteSnap, deleteSnaps                     string
+	bySlices, byTag, byType, earlier, earlierTagged, persistenceIDs string
+	loadOffset, saveOffset, setPaused, resetOffset                  string
 }
 
 const eventColumns = `e.persistence_id, e.seq_nr, e.db_timestamp, e.write_timestamp, e.event_ser_id, e.event_ser_manifest, e.event_payload, e.writer, e.tags, e.meta_payload, e.slice, e.entity_type`
@@ -93,6 +93,9 @@ INSERT INTO {tag} (tag, db_timestamp, seq_nr, persistence_id)
 		earlier: r.Replace(`SELECT {columns} FROM {journal} e
 	WHERE e.persistence_id = ANY($1) AND e.db_timestamp >= $2 AND e.db_timestamp <= $3
 	ORDER BY e.persistence_id, e.seq_nr`),
+		earlierTagged: r.Replace(`SELECT {columns} FROM {tag} t JOIN {journal} e ON e.persistence_id = t.persistence_id AND e.seq_nr = t.seq_nr
+	WHERE t.tag = $4 AND t.persistence_id = ANY($1) AND t.db_timestamp >= $2 AND t.db_timestamp <= $3
+	ORDER BY t.persistence_id, t.seq_nr`),
 		persistenceIDs: r.Replace(`SELECT persistence_id FROM (
 	SELECT DISTINCT persistence_id FROM {journal} WHERE ($1 = '' OR entity_type = $1) AND persistence_id > $2
 	UNION SELECT persistence_id FROM {meta} WHERE ($1 = '' OR entity_type = $1) AND persistence_id > $2

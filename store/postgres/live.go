@@ -16,6 +16,7 @@ import (
 type liveQuery struct {
 	q    *Queries
 	read pageReader
+	tag  string // a query by tag: an id's events in it are not consecutive
 	main cursor // the main query's position and the offset it gives envelopes
 	back key    // the backtracking query's position
 	// delivered holds, per persistence id, the last sequence number this
@@ -30,7 +31,8 @@ type deliveredAt struct {
 }
 
 // live returns the live form of an offset-ordered query.
-func (q *Queries) live(ctx context.Context, after query.Offset, read pageReader) *query.Stream[query.Envelope] {
+// tag names the tag of a query by tag, empty for other queries.
+func (q *Queries) live(ctx context.Context, after query.Offset, read pageReader, tag string) *query.Stream[query.Envelope] {
 	return query.NewStream(func(yield func(query.Envelope) bool) error {
 		c, err := start(after)
 		if err != nil {
@@ -38,7 +40,7 @@ func (q *Queries) live(ctx context.Context, after query.Offset, read pageReader)
 		}
 		s := q.s
 		s.listen()
-		l := &liveQuery{q: q, read: read, main: c, back: c.key, delivered: map[string]deliveredAt{}}
+		l := &liveQuery{q: q, read: read, tag: tag, main: c, back: c.key, delivered: map[string]deliveredAt{}}
 		for id, seq := range after.Seen {
 			l.delivered[id] = deliveredAt{seq, after.Timestamp}
 		}
@@ -138,10 +140,12 @@ func (l *liveQuery) round(ctx context.Context, yield func(query.Envelope) bool) 
 }
 
 // earlier reads, in TimestampOrder, the events stamped since the
-// backtracking position of the ids that this query has not delivered since
-// then and whose first event in page is not their first: the main query
-// passed them before their transactions committed. (In CommitOrder no such
-// event exists.)
+// backtracking position that the main query may have passed before their
+// transactions committed: of the ids in page that this query has not
+// delivered since then and whose first event in page is not their first
+// (for a query by tag, of every id in page, since the sequence numbers of
+// an id's tagged events are not consecutive). In CommitOrder no such event
+// exists.
 func (l *liveQuery) earlier(ctx context.Context, page []row, upper time.Time) (map[string][]row, error) {
 	if l.q.s.cfg.ordering != TimestampOrder {
 		return nil, nil
@@ -149,7 +153,7 @@ func (l *liveQuery) earlier(ctx context.Context, page []row, upper time.Time) (m
 	var ids []string
 	asked := map[string]bool{}
 	for _, r := range page {
-		if _, known := l.delivered[r.PersistenceID]; !known && r.SequenceNr > 1 && !asked[r.PersistenceID] {
+		if _, known := l.delivered[r.PersistenceID]; (l.tag != "" || !known && r.SequenceNr > 1) && !asked[r.PersistenceID] {
 			asked[r.PersistenceID] = true
 			ids = append(ids, r.PersistenceID)
 		}
@@ -157,7 +161,13 @@ func (l *liveQuery) earlier(ctx context.Context, page []row, upper time.Time) (m
 	if len(ids) == 0 {
 		return nil, nil
 	}
-	rows, err := l.q.s.readRows(ctx, l.q.s.sql.earlier, ids, l.back.ts, upper)
+	var rows []row
+	var err error
+	if l.tag != "" {
+		rows, err = l.q.s.readRows(ctx, l.q.s.sql.earlierTagged, ids, l.back.ts, upper, l.tag)
+	} else {
+		rows, err = l.q.s.readRows(ctx, l.q.s.sql.earlier, ids, l.back.ts, upper)
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -169,16 +179,15 @@ func (l *liveQuery) earlier(ctx context.Context, page []row, upper time.Time) (m
 }
 
 // deliver yields r unless this query delivered it already, preceded by the
-// events of its id that this query skipped: for an id it delivered before,
-// the events between; for another, those of earlier (events stamped since
-// the backtracking position, ascending). It reports false when the
-// consumer stopped.
+// events of its id that this query skipped: those of earlier after the
+// last one it delivered, and, for a query by slices of an id it delivered
+// before, the events between. It reports false when the consumer stopped.
 func (l *liveQuery) deliver(ctx context.Context, r row, earlier []row, yield func(query.Envelope) bool) (bool, error) {
 	d, known := l.delivered[r.PersistenceID]
-	switch {
-	case known && r.SequenceNr <= d.seq:
+	if known && r.SequenceNr <= d.seq {
 		return true, nil
-	case known && r.SequenceNr > d.seq+1:
+	}
+	if known && l.tag == "" && r.SequenceNr > d.seq+1 {
 		// The main query passed these before their transactions committed;
 		// they are committed now (an id's writes commit in order).
 		for m, err := range l.q.s.Journal().Replay(ctx, r.PersistenceID, d.seq+1, r.SequenceNr-1, r.SequenceNr) {
@@ -189,12 +198,12 @@ func (l *liveQuery) deliver(ctx context.Context, r row, earlier []row, yield fun
 				return false, nil
 			}
 		}
-	case !known:
+	} else {
 		for _, m := range earlier {
 			if m.SequenceNr >= r.SequenceNr {
 				break
 			}
-			if !yield(query.FromRepr(m.Repr, l.main.offset)) {
+			if m.SequenceNr > d.seq && !yield(query.FromRepr(m.Repr, l.main.offset)) {
 				return false, nil
 			}
 		}

@@ -164,7 +164,7 @@ func (q *Queries) CurrentEventsByTag(ctx context.Context, tag string, after quer
 
 // EventsByTag implements query.EventsByTagQuery.
 func (q *Queries) EventsByTag(ctx context.Context, tag string, after query.Offset) *query.Stream[query.Envelope] {
-	return q.live(ctx, after, q.byTag(tag))
+	return q.live(ctx, after, q.byTag(tag), tag)
 }
 
 // CurrentEventsBySlices implements query.EventsBySlicesQuery.
@@ -174,7 +174,7 @@ func (q *Queries) CurrentEventsBySlices(ctx context.Context, entityType string, 
 
 // EventsBySlices implements query.EventsBySlicesQuery.
 func (q *Queries) EventsBySlices(ctx context.Context, entityType string, minSlice, maxSlice int, after query.Offset) *query.Stream[query.Envelope] {
-	return q.live(ctx, after, q.bySlices(entityType, minSlice, maxSlice))
+	return q.live(ctx, after, q.bySlices(entityType, minSlice, maxSlice), "")
 }
 
 // CurrentEventsByPersistenceID implements query.EventsByPersistenceIDQuery.
@@ -243,5 +243,5 @@ func (q *Queries) PersistenceIDs(ctx context.Context, entityType string) *query.
 	if err != nil {
 		return fail(err)
 	}
-	return query.FollowPersistenceIDs(ids, q.live(ctx, query.TimestampOffset(now, nil), q.byType(entityType)))
+	return query.FollowPersistenceIDs(ids, q.live(ctx, query.TimestampOffset(now, nil), q.byType(entityType), ""))
 }

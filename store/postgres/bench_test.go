@@ -123,9 +123,10 @@ func (r *rawRows) insert(b *testing.B, pool *pgxpool.Pool, sql string, seq int64
 // would achieve if every writer were always back in time; the front's
 // achieved writes per store call are reported as writes/call. The rows go
 // in as one INSERT … SELECT FROM unnest(arrays) statement (one round trip,
-// one implicit transaction), the fastest statement form for batches of
-// 1–1,000 small rows; CopyFrom needs more round trips and was not faster at
-// 1,000 rows in this setting.
+// one implicit transaction): a statement, as a store would send it, that
+// is as fast as CopyFrom at 1,000 rows here (86k against 97k events/s in one
+// noisy run) and faster for single rows (COPY takes more round trips),
+// while a pgx.Batch of 1,000 single-row INSERTs reached only 44k.
 func BenchmarkWriteIDs(b *testing.B) {
 	for _, ids := range []int{1, 100, 1000} {
 		pids := make([]string, ids)

@@ -47,6 +47,7 @@ func commands() []*command {
 		tailCommand(),
 		deleteToCommand(), deleteSnapshotsCommand(),
 		copyCommand(), projectionsCommand(),
+		benchCommand(),
 	}
 }
 

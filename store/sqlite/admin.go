@@ -306,7 +306,9 @@ func (s *Store) Purge(ctx context.Context, persistenceIDs []string) error {
 // OpenBaseline implements admin.BaselineOpener: mattn/go-sqlite3 through
 // database/sql on the store's file, with the store's pragmas (WAL, the
 // same synchronous setting and busy timeout), one writer connection and
-// one reader.
+// one reader, statements prepared once, run (as the store runs them)
+// without a cancellable context, which the driver would watch with a
+// goroutine per statement.
 func (s *Store) OpenBaseline(ctx context.Context) (admin.Baseline, error) {
 	w, err := openPool(s.path, "rwc", s.cfg.sync, s.cfg.busyTimeout.Milliseconds(), 1)
 	if err != nil {
@@ -317,36 +319,65 @@ func (s *Store) OpenBaseline(ctx context.Context) (admin.Baseline, error) {
 		_ = w.Close()
 		return nil, err
 	}
-	return &baseline{w: w, r: r}, nil
+	b := &baseline{w: w, r: r}
+	for _, p := range []struct {
+		db   *sql.DB
+		to   **sql.Stmt
+		text string
+	}{
+		{w, &b.insert, `INSERT INTO event_journal (persistence_id, sequence_nr, timestamp, payload, serializer_id, manifest, writer, tags, metadata, slice, entity_type) VALUES (?, ?, ?, ?, ?, ?, ?, NULL, NULL, ?, ?)`},
+		{r, &b.replay, `SELECT ` + envelopeColumns + ` FROM event_journal e WHERE e.persistence_id = ? AND e.sequence_nr BETWEEN 1 AND ? ORDER BY e.sequence_nr`},
+		{r, &b.slices, `SELECT ` + envelopeColumns + ` FROM event_journal e INDEXED BY event_journal_type_ordering_idx
+			WHERE e.entity_type = ? AND e.slice BETWEEN ? AND ? ORDER BY e.ordering`},
+	} {
+		if *p.to, err = p.db.PrepareContext(ctx, p.text); err != nil {
+			_ = b.Close()
+			return nil, err
+		}
+	}
+	return b, nil
 }
 
-type baseline struct{ w, r *sql.DB }
+type baseline struct {
+	w, r                   *sql.DB
+	insert, replay, slices *sql.Stmt
+}
 
-func (b *baseline) Close() error { return errors.Join(b.w.Close(), b.r.Close()) }
+func (b *baseline) Close() error {
+	for _, st := range []*sql.Stmt{b.insert, b.replay, b.slices} {
+		if st != nil {
+			_ = st.Close()
+		}
+	}
+	return errors.Join(b.w.Close(), b.r.Close())
+}
 
 // InsertRaw implements admin.Baseline.
 func (b *baseline) InsertRaw(ctx context.Context, events []journal.Repr) error {
-	tx, err := b.w.BeginTx(ctx, nil)
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	tx, err := b.w.Begin()
 	if err != nil {
 		return err
 	}
 	defer tx.Rollback()
-	stmt, err := tx.PrepareContext(ctx, `INSERT INTO event_journal (persistence_id, sequence_nr, timestamp, payload, serializer_id, manifest, writer, tags, metadata, slice, entity_type) VALUES (?, ?, ?, ?, ?, ?, ?, NULL, NULL, ?, ?)`)
-	if err != nil {
-		return err
-	}
+	stmt := tx.Stmt(b.insert)
 	now := time.Now().UnixNano()
 	for _, e := range events {
-		if _, err := stmt.ExecContext(ctx, e.PersistenceID, e.SequenceNr, now, e.Payload, e.SerializerID, e.Manifest, e.WriterID, annals.Slice(e.PersistenceID), annals.EntityType(e.PersistenceID)); err != nil {
+		if _, err := stmt.Exec(e.PersistenceID, e.SequenceNr, now, e.Payload, e.SerializerID, e.Manifest, e.WriterID, annals.Slice(e.PersistenceID), annals.EntityType(e.PersistenceID)); err != nil {
 			return err
 		}
 	}
 	return tx.Commit()
 }
 
-// scanAll reads every row of q, scanning the columns of an event.
-func (b *baseline) scanAll(ctx context.Context, q string, args ...any) (int64, error) {
-	rows, err := b.r.QueryContext(ctx, q, args...)
+// scanAll reads every row of stmt, scanning the columns of an event.
+func (b *baseline) scanAll(ctx context.Context, stmt *sql.Stmt, args ...any) (int64, error) {
+	if err := ctx.Err(); err != nil {
+		return 0, err
+	}
+	rows, err := stmt.Query(args...)
 	if err != nil {
 		return 0, err
 	}
@@ -366,11 +397,10 @@ func (b *baseline) scanAll(ctx context.Context, q string, args ...any) (int64, e
 
 // ReplayRaw implements admin.Baseline.
 func (b *baseline) ReplayRaw(ctx context.Context, persistenceID string, to int64) (int64, error) {
-	return b.scanAll(ctx, `SELECT `+envelopeColumns+` FROM event_journal e WHERE e.persistence_id = ? AND e.sequence_nr BETWEEN 1 AND ? ORDER BY e.sequence_nr`, persistenceID, to)
+	return b.scanAll(ctx, b.replay, persistenceID, to)
 }
 
 // ScanSlicesRaw implements admin.Baseline.
 func (b *baseline) ScanSlicesRaw(ctx context.Context, entityType string, minSlice, maxSlice int) (int64, error) {
-	return b.scanAll(ctx, `SELECT `+envelopeColumns+` FROM event_journal e INDEXED BY event_journal_type_ordering_idx
-		WHERE e.entity_type = ? AND e.slice BETWEEN ? AND ? ORDER BY e.ordering`, entityType, minSlice, maxSlice)
+	return b.scanAll(ctx, b.slices, entityType, minSlice, maxSlice)
 }

@@ -47,7 +47,7 @@ func commands() []*command {
 		tailCommand(),
 		deleteToCommand(), deleteSnapshotsCommand(),
 		copyCommand(), projectionsCommand(),
-		benchCommand(),
+		benchCommand(), checkCommand(),
 	}
 }
 

@@ -21,7 +21,7 @@ func TestUsageAndExitCodes(t *testing.T) {
 		code           int
 		stdout, stderr []string
 	}{
-		{"no command", nil, nil, 2, nil, []string{"Usage: annals", "ids", "delete-to"}},
+		{"no command", nil, nil, 2, nil, []string{"Usage: annals", "ids", "delete-to", "copy", "projections", "tail", "bench", "check"}},
 		{"help", nil, []string{"help"}, 0, []string{"Usage: annals", "delete-to", "ANNALS_STORE"}, nil},
 		{"help command", nil, []string{"help", "events"}, 0, []string{"Usage: annals events [flags] ID", "--from", "Examples:", "payload_base64"}, nil},
 		{"help unknown", nil, []string{"help", "nope"}, 2, nil, []string{`unknown command "nope"`}},

@@ -48,6 +48,10 @@ type Store struct {
 	Queries any
 	// Offsets is the projection offset store; nil when the store has none.
 	Offsets offsets.OffsetStore
+	// GlobalOrdering: the journal assigns journal.Repr.Ordering, growing in
+	// commit order across all ids (annals check then has the compliance
+	// kit check it).
+	GlobalOrdering bool
 	// Admin offers the operator capabilities of package admin
 	// (admin.StatsReader, admin.Purger, ...) by type assertion. May be nil.
 	Admin any

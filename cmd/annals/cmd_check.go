@@ -1,0 +1,306 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"regexp"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/annals-go/annals/admin"
+	"github.com/annals-go/annals/cmd/annals/internal/stores"
+	"github.com/annals-go/annals/journal"
+	"github.com/annals-go/annals/snapshot"
+	"github.com/annals-go/annals/storetest"
+)
+
+func checkCommand() *command {
+	return &command{
+		name: "check", summary: "run the compliance kit against a live store",
+		help: `Runs the compliance kit (package storetest: every rule of the journal,
+snapshot and query contracts, as the store plugins' own tests run it)
+against the store --store names, for operators who bring their own
+database: it checks the store as deployed, on your server, file system and
+settings. The kit writes under persistence ids of its own (entity types
+starting with "Kit" or "T" followed by hex digits, unique per run) and
+removes every id it wrote afterwards; your ids are neither read nor
+changed. The kit writes about 150,000 events (100,000 of them in one id,
+which --short leaves out), so run it when a few seconds of extra load are
+welcome; an SQLite file keeps the space they took, for later use. If the
+command is killed, the kit's ids stay (apart from yours: their entity
+types are unique to the run).
+
+Prints each suite's rules passed, failed and skipped, with the kit's
+messages for failures on stderr; exit code 1 when a rule fails.
+
+--json prints {"store", "ok", "suites": [{"suite", "rules", "passed",
+"failed": [rule names], "skipped": [rule names]}], "removed_ids"}.`,
+		examples: []string{
+			"annals check --store sqlite:./annals.db",
+			"annals check --store postgres://annals@db.internal/annals --short",
+			"annals check --store sqlite:./annals.db --run 'journal/.*Delete' -v",
+		},
+		maxArgs: 0,
+		setup: func(fs *flag.FlagSet) func(*env, []string) error {
+			store, asJSON := storeFlag(fs), jsonFlag(fs)
+			short := fs.Bool("short", false, "leave out the rule that replays 100,000 events")
+			run := fs.String("run", "", "run only the rules matching this regular expression (such as journal/Delete or queries)")
+			verbose := fs.Bool("v", false, "print every rule's result and log, as go test -v")
+			timeout := fs.Duration("timeout", 10*time.Minute, "fail if the kit takes longer")
+			return func(e *env, _ []string) error {
+				if *run != "" {
+					if _, err := regexp.Compile(*run); err != nil {
+						return usagef("--run: %v", err)
+					}
+				}
+				url, err := e.storeURL(*store)
+				if err != nil {
+					return err
+				}
+				s, err := e.mux.Open(e.ctx, url, stores.Existing)
+				if err != nil {
+					return err
+				}
+				k := &kit{e: e, url: url, s: s, short: *short, asJSON: *asJSON, out: e.stdout}
+				return k.main(*run, *verbose, *timeout)
+			}
+		},
+	}
+}
+
+// kit runs the compliance kit in this process, through the testing
+// package's own runner (testing.Main), which exits the process: 0 when
+// every rule passed, 1 otherwise.
+type kit struct {
+	e      *env
+	url    string
+	s      *stores.Store
+	short  bool
+	asJSON bool
+	out    io.Writer // the summary; the runner writes to stderr
+
+	mu      sync.Mutex
+	written map[string]bool              // ids the kit wrote or deleted
+	rules   map[string]map[string]string // suite → rule → passed, failed, skipped
+}
+
+// suiteJSON is the JSON shape of one suite's results.
+type suiteJSON struct {
+	Suite   string   `json:"suite"`
+	Rules   int      `json:"rules"`
+	Passed  int      `json:"passed"`
+	Failed  []string `json:"failed"`
+	Skipped []string `json:"skipped"`
+}
+
+func (k *kit) main(run string, verbose bool, timeout time.Duration) error {
+	k.written, k.rules = map[string]bool{}, map[string]map[string]string{}
+	testing.Init()
+	pattern := "^Check$"
+	if run != "" {
+		pattern += "/" + run
+	}
+	for name, value := range map[string]string{"test.run": pattern, "test.v": fmt.Sprint(verbose), "test.timeout": timeout.String()} {
+		if err := flag.Set(name, value); err != nil {
+			return err
+		}
+	}
+	os.Args = os.Args[:1]
+	os.Stdout = os.Stderr // the runner's output; the summary goes to k.out
+	testing.Main(regexp.MatchString, []testing.InternalTest{{Name: "Check", F: k.check}}, nil, nil)
+	return nil // not reached: testing.Main exits
+}
+
+// check is the one top-level test: the suites, then the clean-up and the
+// summary.
+func (k *kit) check(t *testing.T) {
+	defer k.s.Close()
+	j := &recordingJournal{Journal: k.s.Journal, k: k}
+	ss := &recordingSnapshots{Store: k.s.Snapshots, k: k}
+	t.Run("journal", func(t *testing.T) {
+		storetest.RunJournal(t, storetest.JournalHarness{
+			New:          func(t *testing.T) journal.Journal { k.rule(t, "journal"); return j },
+			Capabilities: storetest.Capabilities{GlobalOrdering: k.s.GlobalOrdering, SkipLargeReplay: k.short},
+		})
+	})
+	t.Run("snapshots", func(t *testing.T) {
+		storetest.RunSnapshots(t, storetest.SnapshotHarness{New: func(t *testing.T) snapshot.Store { k.rule(t, "snapshots"); return ss }})
+	})
+	if k.s.Queries != nil {
+		t.Run("queries", func(t *testing.T) {
+			storetest.RunQueries(t, storetest.QueryHarness{New: func(t *testing.T) (journal.Journal, any) { k.rule(t, "queries"); return j, k.s.Queries }})
+		})
+	}
+	removed, err := k.cleanUp()
+	if err != nil {
+		t.Errorf("remove the kit's persistence ids: %v", err)
+	}
+	k.summary(t, removed, err == nil)
+}
+
+// rule records the outcome of the rule t when it ends.
+func (k *kit) rule(t *testing.T, suite string) {
+	name := strings.TrimPrefix(t.Name(), "Check/"+suite+"/")
+	t.Cleanup(func() {
+		outcome := "passed"
+		switch {
+		case t.Failed():
+			outcome = "failed"
+		case t.Skipped():
+			outcome = "skipped"
+		}
+		k.mu.Lock()
+		defer k.mu.Unlock()
+		if k.rules[suite] == nil {
+			k.rules[suite] = map[string]string{}
+		}
+		k.rules[suite][name] = outcome
+	})
+}
+
+func (k *kit) wrote(pid string) {
+	k.mu.Lock()
+	k.written[pid] = true
+	k.mu.Unlock()
+}
+
+// cleanUp removes every id the kit wrote, where the store can.
+func (k *kit) cleanUp() (int, error) {
+	k.mu.Lock()
+	ids := make([]string, 0, len(k.written))
+	for pid := range k.written {
+		ids = append(ids, pid)
+	}
+	k.mu.Unlock()
+	slices.Sort(ids)
+	p, ok := k.s.Admin.(admin.Purger)
+	switch {
+	case k.s.Kind == "memory":
+		return len(ids), nil // gone with the process
+	case !ok:
+		fmt.Fprintf(os.Stderr, "annals check: the %s store cannot remove ids; the kit's %d ids remain (entity types starting with Kit and T)\n", k.s.Kind, len(ids))
+		return 0, nil
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(k.e.ctx), 5*time.Minute)
+	defer cancel()
+	for chunk := range slices.Chunk(ids, 500) {
+		if err := p.Purge(ctx, chunk); err != nil {
+			return 0, err
+		}
+	}
+	return len(ids), nil
+}
+
+func (k *kit) summary(t *testing.T, removed int, cleaned bool) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	ok := !t.Failed()
+	var suites []suiteJSON
+	for _, name := range []string{"journal", "snapshots", "queries"} {
+		rules, ran := k.rules[name]
+		if !ran {
+			continue
+		}
+		sj := suiteJSON{Suite: name, Rules: len(rules), Failed: []string{}, Skipped: []string{}}
+		for rule, outcome := range rules {
+			switch outcome {
+			case "passed":
+				sj.Passed++
+			case "failed":
+				sj.Failed = append(sj.Failed, rule)
+				ok = false
+			default:
+				sj.Skipped = append(sj.Skipped, rule)
+			}
+		}
+		slices.Sort(sj.Failed)
+		slices.Sort(sj.Skipped)
+		suites = append(suites, sj)
+	}
+	if k.asJSON {
+		if suites == nil {
+			suites = []suiteJSON{}
+		}
+		_ = writeJSON(k.out, struct {
+			Store      string      `json:"store"`
+			OK         bool        `json:"ok"`
+			Suites     []suiteJSON `json:"suites"`
+			RemovedIDs int         `json:"removed_ids"`
+		}{k.url, ok, suites, removed})
+		return
+	}
+	tw := table(k.out, "SUITE", "RULES", "PASSED", "FAILED", "SKIPPED")
+	for _, sj := range suites {
+		row(tw, sj.Suite, sj.Rules, sj.Passed, len(sj.Failed), len(sj.Skipped))
+	}
+	_ = tw.Flush()
+	for _, sj := range suites {
+		for _, r := range sj.Failed {
+			fmt.Fprintf(k.out, "failed: %s/%s\n", sj.Suite, r)
+		}
+		for _, r := range sj.Skipped {
+			fmt.Fprintf(k.out, "skipped: %s/%s\n", sj.Suite, r)
+		}
+	}
+	if cleaned {
+		fmt.Fprintf(k.out, "removed the kit's %s persistence ids\n", num(int64(removed)))
+	}
+	if ok {
+		fmt.Fprintf(k.out, "check passed: %s\n", k.s.Where)
+	} else {
+		fmt.Fprintf(k.out, "check FAILED: %s (the kit's messages are above, on stderr)\n", k.s.Where)
+	}
+}
+
+// recordingJournal notes every id the kit writes or deletes.
+type recordingJournal struct {
+	journal.Journal
+	k *kit
+}
+
+func (j *recordingJournal) Write(ctx context.Context, ws []journal.AtomicWrite) ([]error, error) {
+	for _, w := range ws {
+		j.k.wrote(w.PersistenceID)
+		for _, e := range w.Events {
+			j.k.wrote(e.PersistenceID)
+		}
+	}
+	return j.Journal.Write(ctx, ws)
+}
+
+func (j *recordingJournal) DeleteTo(ctx context.Context, pid string, to int64) error {
+	j.k.wrote(pid)
+	return j.Journal.DeleteTo(ctx, pid, to)
+}
+
+// Close does not close the shared store (the kit may ask).
+func (j *recordingJournal) Close() error { return nil }
+
+// recordingSnapshots notes every id the kit saves or deletes snapshots of.
+type recordingSnapshots struct {
+	snapshot.Store
+	k *kit
+}
+
+func (s *recordingSnapshots) Save(ctx context.Context, snap snapshot.Snapshot) error {
+	s.k.wrote(snap.Metadata.PersistenceID)
+	return s.Store.Save(ctx, snap)
+}
+
+func (s *recordingSnapshots) Delete(ctx context.Context, m snapshot.Metadata) error {
+	s.k.wrote(m.PersistenceID)
+	return s.Store.Delete(ctx, m)
+}
+
+func (s *recordingSnapshots) DeleteMatching(ctx context.Context, pid string, c snapshot.Criteria) error {
+	s.k.wrote(pid)
+	return s.Store.DeleteMatching(ctx, pid, c)
+}
+
+func (s *recordingSnapshots) Close() error { return nil }

@@ -8,6 +8,8 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"math"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -106,7 +108,11 @@ func printFlags(w io.Writer, fs *flag.FlagSet) {
 		if name != "" {
 			line += " " + name
 		}
-		if f.DefValue != "" && f.DefValue != "false" && f.DefValue != "0" {
+		switch f.DefValue {
+		case "", "false", "0":
+		case strconv.FormatInt(math.MaxInt64, 10):
+			usage += " (default: no bound)"
+		default:
 			usage += fmt.Sprintf(" (default %s)", f.DefValue)
 		}
 		fmt.Fprintf(w, "%s\n      %s\n", line, usage)
@@ -164,7 +170,7 @@ func parseInterleaved(fs *flag.FlagSet, args []string) ([]string, error) {
 
 // storeFlag registers --store.
 func storeFlag(fs *flag.FlagSet) *string {
-	return fs.String("store", "", "the store: sqlite:PATH, postgres://USER@HOST/DB or memory: (default $ANNALS_STORE)")
+	return fs.String("store", "", "the store `URL`: sqlite:PATH, postgres://USER@HOST/DB or memory: (default $ANNALS_STORE)")
 }
 
 // jsonFlag registers --json.

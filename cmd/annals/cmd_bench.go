@@ -54,10 +54,10 @@ without a raw baseline), "ratio" (annals/raw, null without one)}]}.`,
 		setup: func(fs *flag.FlagSet) func(*env, []string) error {
 			store, asJSON := storeFlag(fs), jsonFlag(fs)
 			var b bencher
-			fs.IntVar(&b.single, "single", 200, "events written one at a time by one id")
-			fs.IntVar(&b.events, "events", 50_000, "events written by the concurrent ids (and read by the query)")
-			fs.IntVar(&b.ids, "ids", 1000, "ids writing concurrently")
-			fs.IntVar(&b.replay, "replay", 10_000, "events of the replayed id")
+			fs.IntVar(&b.single, "single", 200, "`N` events written one at a time by one id")
+			fs.IntVar(&b.events, "events", 50_000, "`N` events written by the concurrent ids (and read by the query)")
+			fs.IntVar(&b.ids, "ids", 1000, "`N` ids writing concurrently")
+			fs.IntVar(&b.replay, "replay", 10_000, "`N` events of the replayed id")
 			return func(e *env, _ []string) error {
 				if b.single < 1 || b.events < 1 || b.ids < 1 || b.replay < 1 {
 					return usagef("--single, --events, --ids and --replay must be at least 1")

@@ -50,9 +50,9 @@ messages for failures on stderr; exit code 1 when a rule fails.
 		setup: func(fs *flag.FlagSet) func(*env, []string) error {
 			store, asJSON := storeFlag(fs), jsonFlag(fs)
 			short := fs.Bool("short", false, "leave out the rule that replays 100,000 events")
-			run := fs.String("run", "", "run only the rules matching this regular expression (such as journal/Delete or queries)")
+			run := fs.String("run", "", "run only the rules matching this `REGEXP` (such as journal/Delete or queries)")
 			verbose := fs.Bool("v", false, "print every rule's result and log, as go test -v")
-			timeout := fs.Duration("timeout", 10*time.Minute, "fail if the kit takes longer")
+			timeout := fs.Duration("timeout", 10*time.Minute, "fail if the kit takes longer than `DURATION`")
 			return func(e *env, _ []string) error {
 				if *run != "" {
 					if _, err := regexp.Compile(*run); err != nil {

@@ -50,12 +50,12 @@ with --verify=false), "mismatches": ["..."]}.`,
 		maxArgs: 0,
 		setup: func(fs *flag.FlagSet) func(*env, []string) error {
 			var c copier
-			from := fs.String("from", "", "the source store URL")
-			to := fs.String("to", "", "the target store URL (created if missing)")
-			fs.StringVar(&c.entityType, "type", "", "copy only the ids of this entity type")
-			fs.IntVar(&c.batch, "batch", 1000, "events per write")
-			fs.BoolVar(&c.snapshots, "snapshots", true, "copy snapshots too")
-			verify := fs.Bool("verify", true, "compare the stores at the end")
+			from := fs.String("from", "", "the source store `URL`")
+			to := fs.String("to", "", "the target store `URL` (created if missing)")
+			fs.StringVar(&c.entityType, "type", "", "copy only the ids of this entity `TYPE`")
+			fs.IntVar(&c.batch, "batch", 1000, "`N` events per write")
+			fs.BoolVar(&c.snapshots, "snapshots", true, "copy snapshots too (--snapshots=false: events only)")
+			verify := fs.Bool("verify", true, "compare the stores at the end (--verify=false: do not)")
 			asJSON := jsonFlag(fs)
 			fs.Int64Var(&c.limit, "limit-events", 0, "(hidden) stop after copying about this many events, as an interruption would")
 			return func(e *env, _ []string) error {

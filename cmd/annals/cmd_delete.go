@@ -122,8 +122,8 @@ sequence numbers, youngest first), "dry_run", "deleted"}.`,
 		minArgs: 1, maxArgs: 1,
 		setup: func(fs *flag.FlagSet) func(*env, []string) error {
 			store, asJSON := storeFlag(fs), jsonFlag(fs)
-			from := fs.Int64("from", 0, "lowest sequence number of the snapshots to delete")
-			to := fs.Int64("to", math.MaxInt64, "highest sequence number of the snapshots to delete (default: all)")
+			from := fs.Int64("from", 0, "lowest sequence number `SEQ` of the snapshots to delete")
+			to := fs.Int64("to", math.MaxInt64, "highest sequence number `SEQ` of the snapshots to delete")
 			yes := fs.Bool("yes", false, "delete without asking")
 			dry := fs.Bool("dry-run", false, "show what would be deleted; change nothing")
 			return func(e *env, args []string) error {

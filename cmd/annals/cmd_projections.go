@@ -57,9 +57,9 @@ reset-offset prints {"name", "key", "previous_offset", "offset",
 		setup: func(fs *flag.FlagSet) func(*env, []string) error {
 			p := &projectionsCmd{}
 			p.store, p.asJSON = storeFlag(fs), jsonFlag(fs)
-			fs.StringVar(&p.entityType, "type", "", "status: count only events of this entity type")
-			fs.StringVar(&p.tag, "tag", "", "status: count only events with this tag")
-			fs.StringVar(&p.offset, "offset", "", `reset-offset: set this offset (such as {"seq":1000}) instead of removing it`)
+			fs.StringVar(&p.entityType, "type", "", "status: count only events of this entity `TYPE`")
+			fs.StringVar(&p.tag, "tag", "", "status: count only events with this `TAG`")
+			fs.StringVar(&p.offset, "offset", "", "reset-offset: set this `OFFSET` (such as {\"seq\":1000}) instead of removing it")
 			fs.BoolVar(&p.yes, "yes", false, "reset-offset: do it without asking")
 			fs.BoolVar(&p.dry, "dry-run", false, "reset-offset: show what would change; change nothing")
 			return p.run

@@ -32,9 +32,9 @@ page (--after the last id printed).
 		maxArgs: 0,
 		setup: func(fs *flag.FlagSet) func(*env, []string) error {
 			store, asJSON := storeFlag(fs), jsonFlag(fs)
-			typ := fs.String("type", "", "only ids of this entity type")
-			after := fs.String("after", "", "start after this id (the next_after of the previous page)")
-			limit := fs.Int("limit", 100, "ids per page; 0 for all")
+			typ := fs.String("type", "", "only ids of this entity `TYPE`")
+			after := fs.String("after", "", "start after this `ID` (the next_after of the previous page)")
+			limit := fs.Int("limit", 100, "`N` ids per page; 0 for all")
 			return func(e *env, _ []string) error {
 				if *limit < 0 {
 					return usagef("--limit must not be negative")
@@ -122,9 +122,9 @@ tail --from-offset takes it), "timestamp", "entity_type", "slice",
 		minArgs: 1, maxArgs: 1,
 		setup: func(fs *flag.FlagSet) func(*env, []string) error {
 			store, asJSON := storeFlag(fs), jsonFlag(fs)
-			from := fs.Int64("from", 1, "first sequence number")
-			to := fs.Int64("to", math.MaxInt64, "last sequence number (default: the highest)")
-			limit := fs.Int64("limit", 0, "at most this many events; 0 for all")
+			from := fs.Int64("from", 1, "first sequence number `SEQ`")
+			to := fs.Int64("to", math.MaxInt64, "last sequence number `SEQ`")
+			limit := fs.Int64("limit", 0, "at most `N` events; 0 for all")
 			full := fs.Bool("full", false, "print whole payloads in the table")
 			return func(e *env, args []string) error {
 				pid := args[0]

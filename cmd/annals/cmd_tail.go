@@ -32,11 +32,11 @@ with "offset" set.`,
 		maxArgs: 0,
 		setup: func(fs *flag.FlagSet) func(*env, []string) error {
 			store, asJSON := storeFlag(fs), jsonFlag(fs)
-			tag := fs.String("tag", "", "events with this tag")
-			typ := fs.String("type", "", "events of this entity type")
-			slices := fs.String("slices", "0-1023", "with --type: the slice range, min-max")
-			from := fs.String("from-offset", "", `start after this offset, as printed ({"seq":42}); default: the start`)
-			limit := fs.Int64("limit", 0, "stop after this many events; 0: no limit")
+			tag := fs.String("tag", "", "events with this `TAG`")
+			typ := fs.String("type", "", "events of this entity `TYPE`")
+			slices := fs.String("slices", "0-1023", "with --type: the slice range `MIN-MAX`")
+			from := fs.String("from-offset", "", "start after this `OFFSET`, as printed ({\"seq\":42}); default: the start")
+			limit := fs.Int64("limit", 0, "stop after `N` events; 0: no limit")
 			current := fs.Bool("current", false, "stop at the events stored when the command started")
 			full := fs.Bool("full", false, "print whole payloads")
 			return func(e *env, _ []string) error {

@@ -3,6 +3,7 @@ package main
 import (
 	"flag"
 	"fmt"
+	"io"
 	"strings"
 
 	"github.com/annals-go/annals/admin"
@@ -53,6 +54,9 @@ only)}]}; steps are those run (or, with --dry-run, those that would run).`,
 				m, err := e.mux.Migrator(e.ctx, url)
 				if err != nil {
 					return err
+				}
+				if c, ok := m.(io.Closer); ok {
+					defer c.Close()
 				}
 				current, latest, err := m.SchemaVersion(e.ctx)
 				if err != nil {

@@ -64,7 +64,8 @@ type Scheme struct {
 	// Open opens the store at url in the given mode.
 	Open func(ctx context.Context, url string, mode Mode) (*Store, error)
 	// Migrator returns the migrator of the store at url, which must not
-	// change anything until its Migrate is called.
+	// change anything until its Migrate is called. If it is an io.Closer,
+	// the command closes it when done.
 	Migrator func(ctx context.Context, url string) (admin.Migrator, error)
 	// Scratch returns the URL of an empty store of the same kind and
 	// place (the same disk, the same server) for annals bench, and a

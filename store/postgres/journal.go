@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"iter"
+	"strconv"
 	"strings"
 	"time"
 
@@ -19,7 +20,8 @@ import (
 // statements are the store's SQL, with the schema spliced in once at Open
 // (as a quoted identifier that passed ValidIdentifier).
 type statements struct {
-	insert, highest, deleteMeta, deleteTags, deleteEvents, replay   string
+	insert, insertMany, insertManyTagged                            string
+	highest, deleteMeta, deleteTags, deleteEvents, replay           string
 	loadSnap, saveSnap, deleteSnap, deleteSnaps                     string
 	bySlices, byTag, byType, earlier, earlierTagged, persistenceIDs string
 	loadOffset, saveOffset, setPaused, resetOffset                  string
@@ -55,6 +57,10 @@ func newStatements(schema string) statements {
 )
 INSERT INTO {tag} (tag, db_timestamp, seq_nr, persistence_id)
 	SELECT DISTINCT t.tag, ins.db_timestamp, ins.seq_nr, ins.persistence_id FROM ins, unnest(ins.tags) AS t(tag)`),
+		// Every atomic write of a call in one statement: rows carry their
+		// id, and ord numbers an id's events within the call.
+		insertMany:       r.Replace(insertManySQL("")),
+		insertManyTagged: r.Replace(insertManySQL("tagged")),
 		highest: r.Replace(`SELECT COALESCE(GREATEST(
 	(SELECT max(seq_nr) FROM {journal} WHERE persistence_id = $1),
 	(SELECT seq_nr FROM {meta} WHERE persistence_id = $1)), 0)`),
@@ -112,6 +118,36 @@ INSERT INTO {tag} (tag, db_timestamp, seq_nr, persistence_id)
 	}
 }
 
+// insertManySQL is the statement that inserts the events of many atomic
+// writes, given as parallel arrays; when tagged, it inserts their tags too.
+// The ids' starting timestamps are computed once, before any row is
+// inserted, from the distinct ids ($13), into an array that each row
+// indexes ($14): an index probe per row would step over the rows the
+// statement already inserted.
+func insertManySQL(tagged string) string {
+	insert := `INSERT INTO {journal} (slice, entity_type, persistence_id, seq_nr, db_timestamp, write_timestamp, event_ser_id, event_ser_manifest, event_payload, writer, tags, meta_payload)
+	SELECT i.slice, i.entity_type, i.pid, i.seq_nr, (SELECT ts FROM base)[i.pidx] + (i.ord - 1) * interval '1 microsecond',
+		i.wts, i.ser_id, i.manifest, i.payload, i.writer,
+		CASE WHEN i.tags IS NULL THEN NULL ELSE ARRAY(SELECT jsonb_array_elements_text(i.tags::jsonb)) END, i.meta
+	FROM unnest($1::text[], $2::bigint[], $3::timestamptz[], $4::int[], $5::text[], $6::bytea[], $7::text[], $8::text[], $9::bytea[], $10::int[], $11::text[], $12::int[], $14::int[])
+		AS i(pid, seq_nr, wts, ser_id, manifest, payload, writer, tags, meta, slice, entity_type, ord, pidx)`
+	base := `WITH base AS MATERIALIZED (
+	SELECT array_agg(GREATEST(statement_timestamp(),
+		COALESCE((SELECT e.db_timestamp + interval '1 microsecond' FROM {journal} e WHERE e.persistence_id = p.pid ORDER BY e.seq_nr DESC LIMIT 1), '-infinity'))
+		ORDER BY p.idx) AS ts
+	FROM unnest($13::text[]) WITH ORDINALITY AS p(pid, idx)
+)`
+	if tagged == "" {
+		return base + "\n" + insert
+	}
+	return base + `, ins AS (
+	` + insert + `
+	RETURNING persistence_id, seq_nr, db_timestamp, tags
+)
+INSERT INTO {tag} (tag, db_timestamp, seq_nr, persistence_id)
+	SELECT DISTINCT t.tag, ins.db_timestamp, ins.seq_nr, ins.persistence_id FROM ins, unnest(ins.tags) AS t(tag)`
+}
+
 // Journal is the store's event journal.
 type Journal struct{ s *Store }
 
@@ -160,10 +196,78 @@ func insertArgs(w journal.AtomicWrite, now time.Time) []any {
 	return []any{w.PersistenceID, annals.Slice(w.PersistenceID), annals.EntityType(w.PersistenceID), seqs, wts, serIDs, manifests, payloads, writers, tags, metas}
 }
 
+// manyArgs returns the arguments of the insertMany statements for the
+// atomic writes writes[pending...], and whether any event has tags.
+func manyArgs(writes []journal.AtomicWrite, pending []int, now time.Time) ([]any, bool) {
+	n := 0
+	for _, i := range pending {
+		n += len(writes[i].Events)
+	}
+	pids, seqs, wts, serIDs := make([]string, 0, n), make([]int64, 0, n), make([]time.Time, 0, n), make([]int32, 0, n)
+	manifests, payloads, writers := make([]string, 0, n), make([][]byte, 0, n), make([]string, 0, n)
+	tags, metas, slices, types, ords := make([]*string, 0, n), make([][]byte, 0, n), make([]int32, 0, n), make([]string, 0, n), make([]int32, 0, n)
+	ord := map[string]int32{}
+	var distinct []string
+	index := map[string]int32{}
+	pidx := make([]int32, 0, n)
+	tagged := false
+	for _, i := range pending {
+		w := writes[i]
+		slice, et := int32(annals.Slice(w.PersistenceID)), annals.EntityType(w.PersistenceID)
+		k, ok := index[w.PersistenceID]
+		if !ok {
+			distinct = append(distinct, w.PersistenceID)
+			k = int32(len(distinct))
+			index[w.PersistenceID] = k
+		}
+		for _, e := range w.Events {
+			pidx = append(pidx, k)
+			ord[w.PersistenceID]++
+			ts := e.Timestamp
+			if ts.IsZero() {
+				ts = now
+			}
+			payload := e.Payload
+			if payload == nil {
+				payload = []byte{}
+			}
+			var tag *string
+			if len(e.Tags) > 0 {
+				b, _ := json.Marshal(e.Tags) // strings always marshal
+				t := string(b)
+				tag, tagged = &t, true
+			}
+			pids, seqs, wts, serIDs = append(pids, w.PersistenceID), append(seqs, e.SequenceNr), append(wts, ts), append(serIDs, e.SerializerID)
+			manifests, payloads, writers = append(manifests, e.Manifest), append(payloads, payload), append(writers, e.WriterID)
+			tags, metas, slices, types, ords = append(tags, tag), append(metas, e.Metadata), append(slices, slice), append(types, et), append(ords, ord[w.PersistenceID])
+		}
+	}
+	return []any{pids, seqs, wts, serIDs, manifests, payloads, writers, tags, metas, slices, types, ords, distinct, pidx}, tagged
+}
+
+// conflictKey reads the (persistence id, sequence number) of a unique
+// violation's detail: Key (persistence_id, seq_nr)=(<id>, <seq>) already exists.
+func conflictKey(detail string) (string, int64, bool) {
+	const prefix, suffix = "Key (persistence_id, seq_nr)=(", ") already exists."
+	if !strings.HasPrefix(detail, prefix) || !strings.HasSuffix(detail, suffix) {
+		return "", 0, false
+	}
+	key := detail[len(prefix) : len(detail)-len(suffix)]
+	comma := strings.LastIndex(key, ", ")
+	if comma < 0 {
+		return "", 0, false
+	}
+	seq, err := strconv.ParseInt(key[comma+2:], 10, 64)
+	return key[:comma], seq, err == nil
+}
+
 // Write implements journal.Journal. The accepted atomic writes of the call
-// are sent as one batch, one transaction. When one of them collides with
-// another writer's (id, seq), the transaction rolls back; that write is
-// reported as a *journal.ConflictError and the others are sent again.
+// are sent in one statement, one transaction, one round trip. When one of
+// them collides with another writer's (id, seq), the transaction rolls
+// back; that write is reported as a *journal.ConflictError and the others
+// are sent again. When the server refuses data it cannot attribute to one
+// atomic write from its error, the call is sent again as one statement per
+// atomic write, to find which.
 func (j *Journal) Write(ctx context.Context, writes []journal.AtomicWrite) ([]error, error) {
 	if j.s.isClosed() {
 		return nil, journal.ErrClosed
@@ -179,10 +283,15 @@ func (j *Journal) Write(ctx context.Context, writes []journal.AtomicWrite) ([]er
 		pending = append(pending, i)
 	}
 	now := time.Now()
+	each := false // one statement per atomic write
 	for len(pending) > 0 {
-		failed, err := j.send(ctx, writes, pending, now)
+		failed, err := j.send(ctx, writes, pending, now, each)
 		if err != nil {
 			return nil, err
+		}
+		if failed.index == unattributed {
+			each = true
+			continue
 		}
 		if failed.index < 0 {
 			break
@@ -209,14 +318,19 @@ func (j *Journal) check(w journal.AtomicWrite) error {
 }
 
 type failedWrite struct {
-	index int // into pending; -1 when every write was stored
+	index int // into pending; -1 when every write was stored, or unattributed
 	err   error
 }
 
-// send writes the atomic writes writes[pending...] in one batch. A failure
+// unattributed is the index of a failure of the one-statement insert that
+// names no atomic write.
+const unattributed = -2
+
+// send writes the atomic writes writes[pending...] in one transaction: in
+// one statement, or one statement per atomic write when each. A failure
 // that belongs to one atomic write (a conflict, data the server refuses) is
 // returned as failed; any other error means the outcome is unknown.
-func (j *Journal) send(ctx context.Context, writes []journal.AtomicWrite, pending []int, now time.Time) (failedWrite, error) {
+func (j *Journal) send(ctx context.Context, writes []journal.AtomicWrite, pending []int, now time.Time, each bool) (failedWrite, error) {
 	s := j.s
 	b := &pgx.Batch{}
 	first := 0 // index in the batch of the first insert
@@ -224,8 +338,19 @@ func (j *Journal) send(ctx context.Context, writes []journal.AtomicWrite, pendin
 		b.Queue(`SELECT pg_advisory_xact_lock($1)`, s.lockKey)
 		first = 1
 	}
-	for _, i := range pending {
-		b.Queue(s.sql.insert, insertArgs(writes[i], now)...)
+	inserts := 1
+	if each {
+		inserts = len(pending)
+		for _, i := range pending {
+			b.Queue(s.sql.insert, insertArgs(writes[i], now)...)
+		}
+	} else {
+		args, tagged := manyArgs(writes, pending, now)
+		stmt := s.sql.insertMany
+		if tagged {
+			stmt = s.sql.insertManyTagged
+		}
+		b.Queue(stmt, args...)
 	}
 	if s.cfg.notify {
 		b.Queue(`SELECT pg_notify($1, '')`, s.channel)
@@ -237,19 +362,26 @@ func (j *Journal) send(ctx context.Context, writes []journal.AtomicWrite, pendin
 	failed := failedWrite{index: -1}
 	var sendErr error
 	for k := 0; k < b.Len(); k++ {
-		if _, err := br.Exec(); err != nil {
-			if i := k - first; i >= 0 && i < len(pending) {
+		_, err := br.Exec()
+		if err == nil {
+			continue
+		}
+		if i := k - first; i >= 0 && i < inserts {
+			if each {
 				if ferr := writeFailure(writes[pending[i]], err); ferr != nil {
 					failed = failedWrite{index: i, err: ferr}
 					break
 				}
+			} else if f, ok := manyFailure(writes, pending, err); ok {
+				failed = f
+				break
 			}
-			sendErr = err
-			break
 		}
+		sendErr = err
+		break
 	}
 	closeErr := br.Close()
-	if failed.index >= 0 {
+	if failed.index != -1 {
 		return failed, nil // the batch's transaction rolled back
 	}
 	if sendErr == nil {
@@ -260,6 +392,31 @@ func (j *Journal) send(ctx context.Context, writes []journal.AtomicWrite, pendin
 	}
 	s.signal.Notify()
 	return failed, nil
+}
+
+// manyFailure attributes an error of the one-statement insert: a conflict
+// whose key names an event of one of the writes, or unattributed for other
+// data the server refused. ok is false for errors that are not the data's.
+func manyFailure(writes []journal.AtomicWrite, pending []int, err error) (failedWrite, bool) {
+	var pgErr *pgconn.PgError
+	if !errors.As(err, &pgErr) {
+		return failedWrite{}, false
+	}
+	if pgErr.Code == "23505" && strings.HasPrefix(pgErr.ConstraintName, "event_journal_pkey") {
+		if pid, seq, ok := conflictKey(pgErr.Detail); ok {
+			for k, i := range pending {
+				w := writes[i]
+				if w.PersistenceID == pid && w.Events[0].SequenceNr <= seq && seq <= w.Events[len(w.Events)-1].SequenceNr {
+					return failedWrite{index: k, err: &journal.ConflictError{PersistenceID: pid, SequenceNr: seq}}, true
+				}
+			}
+		}
+		return failedWrite{index: unattributed}, true
+	}
+	if writeFailure(writes[pending[0]], err) != nil { // data the server refused: find whose
+		return failedWrite{index: unattributed}, true
+	}
+	return failedWrite{}, false
 }
 
 // writeFailure classifies a statement's error: a rejection of w when the
@@ -292,8 +449,8 @@ func (j *Journal) Replay(ctx context.Context, persistenceID string, from, to, ma
 		}
 		from = maxInt(from, 1)
 		for from <= to && max > 0 {
-			limit := min(max, int64(j.s.cfg.pageSize))
-			page, err := j.s.readPage(ctx, j.s.sql.replay, persistenceID, from, to, limit)
+			limit := min(max, replayPages*int64(j.s.cfg.pageSize))
+			page, err := j.s.readRows(ctx, int(limit), j.s.sql.replay, persistenceID, from, to, limit)
 			if err != nil {
 				yield(journal.Repr{}, j.s.ctxErr(ctx, "replay", err, journal.ErrClosed))
 				return
@@ -303,7 +460,7 @@ func (j *Journal) Replay(ctx context.Context, persistenceID string, from, to, ma
 					yield(journal.Repr{}, err)
 					return
 				}
-				if !yield(r, nil) {
+				if !yield(r.Repr, nil) {
 					return
 				}
 			}
@@ -329,25 +486,18 @@ type row struct {
 	dbTimestamp time.Time
 }
 
-// readPage runs a query returning event rows and collects them.
-func (s *Store) readPage(ctx context.Context, sql string, args ...any) ([]journal.Repr, error) {
-	rows, err := s.readRows(ctx, sql, args...)
-	if err != nil {
-		return nil, err
-	}
-	page := make([]journal.Repr, len(rows))
-	for i, r := range rows {
-		page[i] = r.Repr
-	}
-	return page, nil
-}
+// replayPages is how many query pages a replay reads per round trip: a
+// replay reads one id's events, ascending, and rarely stops early.
+const replayPages = 4
 
-func (s *Store) readRows(ctx context.Context, sql string, args ...any) ([]row, error) {
+// readRows runs a query returning event rows and collects them; size is
+// the number of rows expected at most.
+func (s *Store) readRows(ctx context.Context, size int, sql string, args ...any) ([]row, error) {
 	rows, err := s.pool.Query(ctx, sql, args...)
 	if err != nil {
 		return nil, err
 	}
-	var out []row
+	out := make([]row, 0, size)
 	for rows.Next() {
 		var r row
 		var tags []string

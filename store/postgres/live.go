@@ -46,6 +46,7 @@ func (q *Queries) live(ctx context.Context, after query.Offset, read pageReader,
 		}
 		timer := time.NewTimer(s.cfg.poll)
 		defer timer.Stop()
+		wait := s.cfg.poll
 		for {
 			if s.isClosed() {
 				return journal.ErrClosed
@@ -61,11 +62,17 @@ func (q *Queries) live(ctx context.Context, after query.Offset, read pageReader,
 			if full {
 				continue // more rows are waiting
 			}
-			timer.Reset(s.cfg.poll)
+			timer.Reset(wait)
+			wait = s.cfg.poll
 			select {
 			case <-ctx.Done():
 				return ctx.Err()
 			case <-wake:
+				if s.cfg.ordering == TimestampOrder {
+					// The new event is younger than the main query's
+					// distance behind the clock: look again once it is not.
+					wait = min(s.cfg.poll, s.cfg.behind+time.Millisecond)
+				}
 			case <-timer.C:
 			}
 		}
@@ -164,9 +171,9 @@ func (l *liveQuery) earlier(ctx context.Context, page []row, upper time.Time) (m
 	var rows []row
 	var err error
 	if l.tag != "" {
-		rows, err = l.q.s.readRows(ctx, l.q.s.sql.earlierTagged, ids, l.back.ts, upper, l.tag)
+		rows, err = l.q.s.readRows(ctx, 0, l.q.s.sql.earlierTagged, ids, l.back.ts, upper, l.tag)
 	} else {
-		rows, err = l.q.s.readRows(ctx, l.q.s.sql.earlier, ids, l.back.ts, upper)
+		rows, err = l.q.s.readRows(ctx, 0, l.q.s.sql.earlier, ids, l.back.ts, upper)
 	}
 	if err != nil {
 		return nil, err

@@ -58,19 +58,19 @@ type pageReader func(ctx context.Context, k key, upper time.Time, limit int) ([]
 
 func (q *Queries) bySlices(entityType string, minSlice, maxSlice int) pageReader {
 	return func(ctx context.Context, k key, upper time.Time, limit int) ([]row, error) {
-		return q.s.readRows(ctx, q.s.sql.bySlices, entityType, minSlice, maxSlice, k.ts, k.seq, k.pid, upper, limit)
+		return q.s.readRows(ctx, limit, q.s.sql.bySlices, entityType, minSlice, maxSlice, k.ts, k.seq, k.pid, upper, limit)
 	}
 }
 
 func (q *Queries) byTag(tag string) pageReader {
 	return func(ctx context.Context, k key, upper time.Time, limit int) ([]row, error) {
-		return q.s.readRows(ctx, q.s.sql.byTag, tag, k.ts, k.seq, k.pid, upper, limit)
+		return q.s.readRows(ctx, limit, q.s.sql.byTag, tag, k.ts, k.seq, k.pid, upper, limit)
 	}
 }
 
 func (q *Queries) byType(entityType string) pageReader {
 	return func(ctx context.Context, k key, upper time.Time, limit int) ([]row, error) {
-		return q.s.readRows(ctx, q.s.sql.byType, entityType, k.ts, k.seq, k.pid, upper, limit)
+		return q.s.readRows(ctx, limit, q.s.sql.byType, entityType, k.ts, k.seq, k.pid, upper, limit)
 	}
 }
 
@@ -110,7 +110,8 @@ func (c *cursor) passes(r row) bool {
 		c.offset = query.Offset{Kind: query.KindTimestamp, Timestamp: o.Timestamp, Seen: seen}
 		return true
 	}
-	c.offset = query.TimestampOffset(r.dbTimestamp, map[string]int64{r.PersistenceID: r.SequenceNr})
+	// One map per event: TimestampOffset would copy it.
+	c.offset = query.Offset{Kind: query.KindTimestamp, Timestamp: r.dbTimestamp, Seen: map[string]int64{r.PersistenceID: r.SequenceNr}}
 	return true
 }
 

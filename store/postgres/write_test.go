@@ -33,7 +33,9 @@ func TestWriteAttributesFailures(t *testing.T) {
 				return errors.As(err, &c) && c.PersistenceID == "W|taken, (1)" && c.SequenceNr == 1 && errors.Is(err, journal.ErrRejected)
 			}},
 		{"refused data", []journal.AtomicWrite{one("W|c", 1), {PersistenceID: "W|d", Events: []journal.Repr{{PersistenceID: "W|d", SequenceNr: 1, Manifest: "nul\x00byte"}}}, one("W|e", 1)}, 1,
-			func(err error) bool { return errors.Is(err, journal.ErrRejected) && errors.Is(err, journal.ErrInvalidArgument) }},
+			func(err error) bool {
+				return errors.Is(err, journal.ErrRejected) && errors.Is(err, journal.ErrInvalidArgument)
+			}},
 	}
 	for _, c := range cases {
 		res, err := j.Write(ctx, c.writes)

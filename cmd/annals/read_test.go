@@ -32,7 +32,7 @@ func TestUsageAndExitCodes(t *testing.T) {
 		{"missing argument", nil, []string{"events", "--store", db}, 2, nil, []string{"want ID, got 0 argument(s)", "annals help events"}},
 		{"extra argument", nil, []string{"stats", "--store", db, "x"}, 2, nil, []string{`got 1 argument(s): "x"`}},
 		{"unknown scheme", nil, []string{"stats", "--store", "mysql://x"}, 1, nil, []string{`unknown store URL "mysql://x"`, "sqlite:PATH"}},
-		{"postgres not yet", nil, []string{"stats", "--store", "postgres://localhost/x"}, 1, nil, []string{"postgres store not available in this build yet"}},
+		{"postgres unreachable", nil, []string{"stats", "--store", "postgres://postgres@127.0.0.1:1/x?connect_timeout=2"}, 1, nil, []string{"server unreachable", "scripts/services up postgres"}},
 		{"missing file", nil, []string{"stats", "--store", db}, 1, nil, []string{"no database at", "annals init --store " + db}},
 		{"missing file from env", []string{"ANNALS_STORE=" + db}, []string{"ids"}, 1, nil, []string{"annals init --store " + db}},
 		{"migrate missing", nil, []string{"migrate", "--store", db}, 1, nil, []string{"annals init"}},

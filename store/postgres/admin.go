@@ -297,3 +297,19 @@ func (b *baseline) ScanSlicesRaw(ctx context.Context, entityType string, minSlic
 	return b.count(ctx, `SELECT `+eventColumns+` FROM `+table(b.schema, "event_journal")+` e
 		WHERE e.entity_type = $1 AND e.slice BETWEEN $2 AND $3 ORDER BY e.db_timestamp, e.seq_nr, e.persistence_id`, entityType, minSlice, maxSlice)
 }
+
+// Drop removes the migrator's schema and everything in it (DROP SCHEMA …
+// CASCADE): for scratch schemas that tools create and remove, never for a
+// schema that holds data anyone needs.
+func (m *Migrator) Drop(ctx context.Context) error {
+	if _, err := m.s.pool.Exec(ctx, `DROP SCHEMA IF EXISTS `+pgx.Identifier{m.s.cfg.schema}.Sanitize()+` CASCADE`); err != nil {
+		return fmt.Errorf("postgres: drop schema %q: %w", m.s.cfg.schema, err)
+	}
+	return nil
+}
+
+// Where names the store for people: host, port, database and schema.
+func (s *Store) Where() string {
+	c := s.pool.Config().ConnConfig
+	return fmt.Sprintf("%s:%d/%s (schema %s)", c.Host, c.Port, c.Database, s.cfg.schema)
+}

@@ -2,39 +2,62 @@ package stores
 
 import (
 	"context"
-	"errors"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"net/url"
 
 	"github.com/annals-go/annals/admin"
+	"github.com/annals-go/annals/store/postgres"
 )
 
-// ErrPostgresUnavailable is what postgres:// URLs give until the
-// PostgreSQL store is wired in below.
-var ErrPostgresUnavailable = errors.New("postgres store not available in this build yet")
-
-// Postgres is the scheme of "postgres://" and "postgresql://" URLs.
-//
-// THIS IS WHERE store/postgres PLUGS IN. Replace the body with the store's
-// Scheme:
-//   - Open(ctx, url, mode): open the store; in mode Existing fail, with a
-//     message naming "annals init" or "annals migrate", when the database
-//     has no schema or an old one, and change nothing; in mode Create,
-//     create and migrate the schema. Fill Store with the journal, the
-//     snapshot store, the read journal (Queries), the offset store
-//     (Offsets), and as Admin a value implementing the admin interfaces
-//     the store can offer (StatsReader, ProjectionLister, BacklogReader,
-//     Purger, BaselineOpener).
-//   - Migrator(ctx, url): an admin.Migrator that changes nothing until
-//     Migrate.
-//   - Scratch(ctx, url): a place for annals bench beside the given
-//     database (for example a new schema in it) and its removal.
+// Postgres is the scheme of "postgres://" and "postgresql://" URLs: a schema
+// of a PostgreSQL database, store/postgres (the URL's parameters are
+// postgres.Open's). The Admin of its stores is the *postgres.Store, which
+// implements every capability of package admin.
 func Postgres() Scheme {
-	return Scheme{
-		Open: func(context.Context, string, Mode) (*Store, error) { return nil, ErrPostgresUnavailable },
-		Migrator: func(context.Context, string) (admin.Migrator, error) {
-			return nil, ErrPostgresUnavailable
-		},
-		Scratch: func(context.Context, string) (string, func() error, error) {
-			return "", nil, ErrPostgresUnavailable
-		},
+	return Scheme{Open: openPostgres, Migrator: postgresMigrator, Scratch: postgresScratch}
+}
+
+func postgresMigrator(ctx context.Context, u string) (admin.Migrator, error) {
+	return postgres.NewMigrator(ctx, u)
+}
+
+// openPostgres opens the store; in mode Existing, postgres.Open itself
+// refuses, changing nothing, a schema that is missing or needs migrating,
+// naming the command that fixes it.
+func openPostgres(ctx context.Context, u string, mode Mode) (*Store, error) {
+	s, err := postgres.Open(ctx, u, postgres.WithMigrate(mode == Create))
+	if err != nil {
+		return nil, err
 	}
+	return &Store{
+		Kind: "postgres", Where: s.Where(),
+		Journal: s.Journal(), Snapshots: s.Snapshots(), Queries: s.Queries(), Offsets: s.Projections(), Admin: s,
+		Close: s.Close,
+	}, nil
+}
+
+// postgresScratch makes the scratch store a new schema of the same
+// database, dropped by the returned function.
+func postgresScratch(ctx context.Context, u string) (string, func() error, error) {
+	parsed, err := url.Parse(u)
+	if err != nil {
+		return "", nil, fmt.Errorf("postgres URL: %w", err)
+	}
+	var b [6]byte
+	_, _ = rand.Read(b[:])
+	q := parsed.Query()
+	q.Set("schema", "annals_scratch_"+hex.EncodeToString(b[:]))
+	parsed.RawQuery = q.Encode()
+	scratch := parsed.String()
+	remove := func() error {
+		m, err := postgres.NewMigrator(context.WithoutCancel(ctx), scratch)
+		if err != nil {
+			return err
+		}
+		defer m.Close()
+		return m.Drop(context.WithoutCancel(ctx))
+	}
+	return scratch, remove, nil
 }

@@ -42,7 +42,7 @@ func reportRate(b *testing.B, events int) {
 }
 
 // benchOrderings are the two live-query orderings; writes differ between
-// them (CommitOrder takes the schema's advisory lock in every write).
+// them (CommitOrder stamps every write from the schema's clock row).
 var benchOrderings = []struct {
 	name     string
 	ordering postgres.Ordering

@@ -20,7 +20,7 @@ import (
 // statements are the store's SQL, with the schema spliced in once at Open
 // (as a quoted identifier that passed ValidIdentifier).
 type statements struct {
-	insert, insertMany, insertManyTagged                            string
+	insert, insertTagged                                            string
 	highest, deleteMeta, deleteTags, deleteEvents, replay           string
 	loadSnap, saveSnap, deleteSnap, deleteSnaps                     string
 	bySlices, byTag, byType, earlier, earlierTagged, persistenceIDs string
@@ -29,11 +29,12 @@ type statements struct {
 
 const eventColumns = `e.persistence_id, e.seq_nr, e.db_timestamp, e.write_timestamp, e.event_ser_id, e.event_ser_manifest, e.event_payload, e.writer, e.tags, e.meta_payload, e.slice, e.entity_type`
 
-func newStatements(schema string) statements {
+func newStatements(schema string, ordering Ordering) statements {
 	r := strings.NewReplacer(
 		"{journal}", table(schema, "event_journal"),
 		"{tag}", table(schema, "event_tag"),
 		"{meta}", table(schema, "journal_metadata"),
+		"{clock}", table(schema, "journal_clock"),
 		"{snapshot}", table(schema, "snapshot"),
 		"{offset}", table(schema, "projection_offset_store"),
 		"{management}", table(schema, "projection_management"),
@@ -44,23 +45,10 @@ func newStatements(schema string) statements {
 		// db_timestamp that grows per id (the later of the statement's time
 		// and the id's previous event plus 1µs, then 1µs per event), and
 		// their tags.
-		insert: r.Replace(`WITH base AS (
-	SELECT GREATEST(statement_timestamp(),
-		COALESCE((SELECT db_timestamp + interval '1 microsecond' FROM {journal} WHERE persistence_id = $1 ORDER BY seq_nr DESC LIMIT 1), '-infinity')) AS ts
-), ins AS (
-	INSERT INTO {journal} (slice, entity_type, persistence_id, seq_nr, db_timestamp, write_timestamp, event_ser_id, event_ser_manifest, event_payload, writer, tags, meta_payload)
-	SELECT $2, $3, $1, e.seq_nr, base.ts + (e.ord - 1) * interval '1 microsecond', e.wts, e.ser_id, e.manifest, e.payload, e.writer,
-		CASE WHEN e.tags IS NULL THEN NULL ELSE ARRAY(SELECT jsonb_array_elements_text(e.tags::jsonb)) END, e.meta
-	FROM base, unnest($4::bigint[], $5::timestamptz[], $6::int[], $7::text[], $8::bytea[], $9::text[], $10::text[], $11::bytea[])
-		WITH ORDINALITY AS e(seq_nr, wts, ser_id, manifest, payload, writer, tags, meta, ord)
-	RETURNING persistence_id, seq_nr, db_timestamp, tags
-)
-INSERT INTO {tag} (tag, db_timestamp, seq_nr, persistence_id)
-	SELECT DISTINCT t.tag, ins.db_timestamp, ins.seq_nr, ins.persistence_id FROM ins, unnest(ins.tags) AS t(tag)`),
-		// Every atomic write of a call in one statement: rows carry their
-		// id, and ord numbers an id's events within the call.
-		insertMany:       r.Replace(insertManySQL("")),
-		insertManyTagged: r.Replace(insertManySQL("tagged")),
+		// Atomic writes in one statement: rows carry their id, and ord
+		// numbers an id's events within the statement.
+		insert:       r.Replace(insertSQL(ordering, false)),
+		insertTagged: r.Replace(insertSQL(ordering, true)),
 		highest: r.Replace(`SELECT COALESCE(GREATEST(
 	(SELECT max(seq_nr) FROM {journal} WHERE persistence_id = $1),
 	(SELECT seq_nr FROM {meta} WHERE persistence_id = $1)), 0)`),
@@ -118,26 +106,43 @@ INSERT INTO {tag} (tag, db_timestamp, seq_nr, persistence_id)
 	}
 }
 
-// insertManySQL is the statement that inserts the events of many atomic
-// writes, given as parallel arrays; when tagged, it inserts their tags too.
-// The ids' starting timestamps are computed once, before any row is
-// inserted, from the distinct ids ($13), into an array that each row
-// indexes ($14): an index probe per row would step over the rows the
-// statement already inserted.
-func insertManySQL(tagged string) string {
-	insert := `INSERT INTO {journal} (slice, entity_type, persistence_id, seq_nr, db_timestamp, write_timestamp, event_ser_id, event_ser_manifest, event_payload, writer, tags, meta_payload)
-	SELECT i.slice, i.entity_type, i.pid, i.seq_nr, (SELECT ts FROM base)[i.pidx] + (i.ord - 1) * interval '1 microsecond',
-		i.wts, i.ser_id, i.manifest, i.payload, i.writer,
-		CASE WHEN i.tags IS NULL THEN NULL ELSE ARRAY(SELECT jsonb_array_elements_text(i.tags::jsonb)) END, i.meta
-	FROM unnest($1::text[], $2::bigint[], $3::timestamptz[], $4::int[], $5::text[], $6::bytea[], $7::text[], $8::text[], $9::bytea[], $10::int[], $11::text[], $12::int[], $14::int[])
-		AS i(pid, seq_nr, wts, ser_id, manifest, payload, writer, tags, meta, slice, entity_type, ord, pidx)`
-	base := `WITH base AS MATERIALIZED (
+// insertSQL is the statement that inserts the events of atomic writes,
+// given as parallel arrays ($1–$12: id, seq, write time, serializer,
+// manifest, payload, writer, tags as JSON, metadata, slice, entity type,
+// ord: the event's position among its id's events in the statement); when
+// tagged, it inserts their tags too.
+//
+// The events' db_timestamps start from base, computed once before any row
+// is inserted:
+//   - CommitOrder: from the schema's clock row, which the statement moves
+//     past the last timestamp it assigns ($13: the largest ord). The row's
+//     lock, held to the commit, orders the writers: timestamps grow with
+//     commits across all ids, also when the server's clock steps back.
+//   - TimestampOrder: per id ($13: the distinct ids; $14: each row's index
+//     among them), from the id's latest event, so that they grow per id.
+//     (Probing per row would step over the rows the statement inserted.)
+func insertSQL(o Ordering, tagged bool) string {
+	base, ts, arrays := `WITH base AS (
+	UPDATE {clock} SET db_timestamp = GREATEST(statement_timestamp(), db_timestamp + interval '1 microsecond') + ($13::int - 1) * interval '1 microsecond'
+	WHERE id = 1
+	RETURNING db_timestamp - ($13::int - 1) * interval '1 microsecond' AS ts
+)`, `(SELECT ts FROM base)`, ``
+	if o == TimestampOrder {
+		base = `WITH base AS MATERIALIZED (
 	SELECT array_agg(GREATEST(statement_timestamp(),
 		COALESCE((SELECT e.db_timestamp + interval '1 microsecond' FROM {journal} e WHERE e.persistence_id = p.pid ORDER BY e.seq_nr DESC LIMIT 1), '-infinity'))
 		ORDER BY p.idx) AS ts
 	FROM unnest($13::text[]) WITH ORDINALITY AS p(pid, idx)
 )`
-	if tagged == "" {
+		ts, arrays = `(SELECT ts FROM base)[i.pidx]`, `, $14::int[]`
+	}
+	insert := `INSERT INTO {journal} (slice, entity_type, persistence_id, seq_nr, db_timestamp, write_timestamp, event_ser_id, event_ser_manifest, event_payload, writer, tags, meta_payload)
+	SELECT i.slice, i.entity_type, i.pid, i.seq_nr, ` + ts + ` + (i.ord - 1) * interval '1 microsecond',
+		i.wts, i.ser_id, i.manifest, i.payload, i.writer,
+		CASE WHEN i.tags IS NULL THEN NULL ELSE ARRAY(SELECT jsonb_array_elements_text(i.tags::jsonb)) END, i.meta
+	FROM unnest($1::text[], $2::bigint[], $3::timestamptz[], $4::int[], $5::text[], $6::bytea[], $7::text[], $8::text[], $9::bytea[], $10::int[], $11::text[], $12::int[]` + arrays + `)
+		AS i(pid, seq_nr, wts, ser_id, manifest, payload, writer, tags, meta, slice, entity_type, ord` + map[bool]string{true: ", pidx", false: ""}[arrays != ""] + `)`
+	if !tagged {
 		return base + "\n" + insert
 	}
 	return base + `, ins AS (
@@ -171,34 +176,10 @@ func (s *Store) ctxErr(ctx context.Context, op string, err error, closed error) 
 	return fmt.Errorf("postgres: %s: %w", op, err)
 }
 
-// insertArgs returns the arguments of the insert statement for w.
-func insertArgs(w journal.AtomicWrite, now time.Time) []any {
-	n := len(w.Events)
-	seqs, wts, serIDs := make([]int64, n), make([]time.Time, n), make([]int32, n)
-	manifests, payloads, writers := make([]string, n), make([][]byte, n), make([]string, n)
-	tags, metas := make([]*string, n), make([][]byte, n)
-	for i, e := range w.Events {
-		seqs[i], serIDs[i], manifests[i], writers[i], metas[i] = e.SequenceNr, e.SerializerID, e.Manifest, e.WriterID, e.Metadata
-		wts[i] = e.Timestamp
-		if wts[i].IsZero() {
-			wts[i] = now
-		}
-		payloads[i] = e.Payload
-		if payloads[i] == nil {
-			payloads[i] = []byte{}
-		}
-		if len(e.Tags) > 0 {
-			b, _ := json.Marshal(e.Tags) // strings always marshal
-			s := string(b)
-			tags[i] = &s
-		}
-	}
-	return []any{w.PersistenceID, annals.Slice(w.PersistenceID), annals.EntityType(w.PersistenceID), seqs, wts, serIDs, manifests, payloads, writers, tags, metas}
-}
-
-// manyArgs returns the arguments of the insertMany statements for the
-// atomic writes writes[pending...], and whether any event has tags.
-func manyArgs(writes []journal.AtomicWrite, pending []int, now time.Time) ([]any, bool) {
+// insertArgs returns the arguments of the insert statements for the
+// atomic writes writes[pending...] in ordering o, and whether any event has
+// tags.
+func insertArgs(o Ordering, writes []journal.AtomicWrite, pending []int, now time.Time) ([]any, bool) {
 	n := 0
 	for _, i := range pending {
 		n += len(writes[i].Events)
@@ -242,7 +223,15 @@ func manyArgs(writes []journal.AtomicWrite, pending []int, now time.Time) ([]any
 			tags, metas, slices, types, ords = append(tags, tag), append(metas, e.Metadata), append(slices, slice), append(types, et), append(ords, ord[w.PersistenceID])
 		}
 	}
-	return []any{pids, seqs, wts, serIDs, manifests, payloads, writers, tags, metas, slices, types, ords, distinct, pidx}, tagged
+	args := []any{pids, seqs, wts, serIDs, manifests, payloads, writers, tags, metas, slices, types, ords}
+	if o == TimestampOrder {
+		return append(args, distinct, pidx), tagged
+	}
+	maxOrd := int32(0)
+	for _, n := range ord {
+		maxOrd = max(maxOrd, n)
+	}
+	return append(args, maxOrd), tagged
 }
 
 // conflictKey reads the (persistence id, sequence number) of a unique
@@ -333,24 +322,23 @@ const unattributed = -2
 func (j *Journal) send(ctx context.Context, writes []journal.AtomicWrite, pending []int, now time.Time, each bool) (failedWrite, error) {
 	s := j.s
 	b := &pgx.Batch{}
-	first := 0 // index in the batch of the first insert
-	if s.cfg.ordering == CommitOrder {
-		b.Queue(`SELECT pg_advisory_xact_lock($1)`, s.lockKey)
-		first = 1
-	}
+	const first = 0 // index in the batch of the first insert
 	inserts := 1
+	queue := func(pending []int) {
+		args, tagged := insertArgs(s.cfg.ordering, writes, pending, now)
+		if tagged {
+			b.Queue(s.sql.insertTagged, args...)
+		} else {
+			b.Queue(s.sql.insert, args...)
+		}
+	}
 	if each {
 		inserts = len(pending)
-		for _, i := range pending {
-			b.Queue(s.sql.insert, insertArgs(writes[i], now)...)
+		for k := range pending {
+			queue(pending[k : k+1])
 		}
 	} else {
-		args, tagged := manyArgs(writes, pending, now)
-		stmt := s.sql.insertMany
-		if tagged {
-			stmt = s.sql.insertManyTagged
-		}
-		b.Queue(stmt, args...)
+		queue(pending)
 	}
 	if s.cfg.notify {
 		b.Queue(`SELECT pg_notify($1, '')`, s.channel)
@@ -488,7 +476,7 @@ type row struct {
 
 // replayPages is how many query pages a replay reads per round trip: a
 // replay reads one id's events, ascending, and rarely stops early.
-const replayPages = 4
+const replayPages = 2
 
 // readRows runs a query returning event rows and collects them; size is
 // the number of rows expected at most.

@@ -103,12 +103,23 @@ func (l *liveQuery) round(ctx context.Context, yield func(query.Envelope) bool) 
 		if !l.main.passes(r) {
 			continue
 		}
+		if s.cfg.ordering == CommitOrder {
+			// Events become visible in (db_timestamp, seq_nr) order: the
+			// main query misses none and sees none twice.
+			if !yield(query.FromRepr(r.Repr, l.main.offset)) {
+				return false, true, nil
+			}
+			continue
+		}
 		if ok, err := l.deliver(ctx, r, earlier[r.PersistenceID], yield); err != nil || !ok {
 			return false, !ok, err
 		}
 	}
 	if len(page) == s.cfg.pageSize {
 		return true, false, nil // backtrack once the main query has caught up
+	}
+	if s.cfg.ordering == CommitOrder {
+		return false, false, nil
 	}
 
 	// Backtracking: from at most the window behind the main position, up to

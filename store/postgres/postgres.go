@@ -21,22 +21,26 @@
 // event stamped before t whose transaction committed after the read. Two
 // orderings are offered (Ordering):
 //
-//   - CommitOrder (the default): each write transaction takes a transaction
-//     advisory lock of the schema before it stamps its events and holds it to
-//     its commit, so events become visible in timestamp order. Live queries
-//     read up to the present and deliver a new event as soon as its commit
-//     is announced. Writers of one database commit one transaction at a time;
-//     each transaction carries a whole group commit of the journal front.
-//   - TimestampOrder: writers do not wait for one another (for distributed
-//     SQL and for write loads a single lock cannot carry). Live queries stay
+//   - CommitOrder (the default): each write statement takes its events'
+//     timestamps from the schema's clock row (journal_clock), moving it
+//     past them. The row's lock is held to the commit, so the next writer
+//     stamps only after this one committed: events become visible in
+//     timestamp order, across all ids, even when the server's clock steps
+//     back. Live queries read up to the present with no backtracking and
+//     deliver a new event as soon as its commit is announced. Writers of one
+//     schema commit one transaction at a time; each carries a whole group
+//     commit of the journal front.
+//   - TimestampOrder: akka-persistence-r2dbc's design, for distributed SQL
+//     and for write loads one row lock cannot carry. Writers do not wait for
+//     one another; an event's timestamp is the later of the statement's time
+//     and its id's previous event plus 1µs. Live queries stay
 //     BehindCurrentTime behind the database clock, and a backtracking query
 //     re-reads a window behind that to pick up events whose transactions
-//     committed late; events are delivered once per query by sequence number.
+//     committed late; each live query delivers an event once, and an id's
+//     events in order.
 //
-// In both orderings a backtracking query runs as a safety net (for a clock
-// that steps backwards in CommitOrder), and writers announce their commits
-// with NOTIFY so live queries in every process wake at once; polling stays as
-// the fallback.
+// Writers announce their commits with NOTIFY, so live queries in every
+// process wake at once; polling stays as the fallback.
 //
 // The schema is created and upgraded by Migrate (or on Open with
 // WithMigrate). Open refuses a schema that is missing, not an Annals schema,
@@ -81,8 +85,9 @@ var (
 type Ordering int
 
 const (
-	// CommitOrder serializes write transactions with an advisory lock so
-	// that events become visible in timestamp order. The default.
+	// CommitOrder stamps events from the schema's clock row, serializing
+	// write transactions so that events become visible in timestamp order.
+	// The default.
 	CommitOrder Ordering = iota
 	// TimestampOrder lets writers run in parallel; live queries stay behind
 	// the database clock and backtrack.
@@ -182,7 +187,6 @@ type Store struct {
 	cfg     config
 	sql     statements
 	signal  query.Signal // local commits and NOTIFY wake live queries
-	lockKey int64        // the schema's advisory lock (CommitOrder)
 	channel string       // the NOTIFY channel of the schema
 
 	closed     atomic.Bool
@@ -274,7 +278,7 @@ func connect(ctx context.Context, dsn string, opts []Option) (*Store, error) {
 		}
 		return nil, fmt.Errorf("%w at %s:%d (is it running? scripts/services up postgres starts a local one): %v", ErrUnreachable, pc.ConnConfig.Host, pc.ConnConfig.Port, err)
 	}
-	return &Store{pool: pool, cfg: cfg, sql: newStatements(cfg.schema), lockKey: lockKey(cfg.schema), channel: channelName(cfg.schema)}, nil
+	return &Store{pool: pool, cfg: cfg, sql: newStatements(cfg.schema, cfg.ordering), channel: channelName(cfg.schema)}, nil
 }
 
 func (c *config) validate() error {

@@ -18,19 +18,20 @@ import (
 //
 // A current query ends at the database time it started. A live query
 // follows new events: it wakes on a commit in this process or a NOTIFY from
-// another, or every poll interval, and runs the ordering's main query and a
-// backtracking query (see the package documentation). Within one live query
-// every event is delivered once, and the events of one persistence id in
-// ascending order: an event whose predecessors were skipped by the main
-// query is preceded by them, read by persistence id. An envelope found by
-// backtracking or gap filling carries the live query's current offset, so
-// offsets never move back.
+// another, or every poll interval. In CommitOrder it reads every event once,
+// in order, as it becomes visible. In TimestampOrder it runs the main query
+// BehindCurrentTime behind the clock and a backtracking query behind that
+// (see the package documentation); within one live query every event is
+// delivered once, and the events of one persistence id in ascending order:
+// an event whose predecessors the main query passed before they committed
+// is preceded by them. An envelope found by backtracking or delivered ahead
+// of its successor carries the live query's current offset, so offsets
+// never move back.
 //
-// Resuming a live query from an offset starts its backtracking at that
-// offset: an event stamped before it whose transaction had not committed
-// when the earlier query passed it, and that the earlier query's
-// backtracking had not yet found, is not delivered (TimestampOrder only;
-// in CommitOrder no such event exists unless the clock stepped back).
+// In TimestampOrder, resuming a live query from an offset starts its
+// backtracking at that offset: an event stamped before it whose
+// transaction had not committed when the earlier query passed it, and that
+// the earlier query's backtracking had not yet found, is not delivered.
 type Queries struct{ s *Store }
 
 var (

@@ -49,6 +49,11 @@ CREATE TABLE {s}.journal_metadata (
 	entity_type    TEXT    NOT NULL,
 	seq_nr         BIGINT  NOT NULL -- the highest sequence number, kept when its event is deleted
 );
+CREATE TABLE {s}.journal_clock (
+	id           INTEGER     PRIMARY KEY CHECK (id = 1),
+	db_timestamp TIMESTAMPTZ NOT NULL -- CommitOrder: the latest db_timestamp assigned
+);
+INSERT INTO {s}.journal_clock VALUES (1, '-infinity');
 CREATE TABLE {s}.snapshot (
 	slice           INTEGER NOT NULL,
 	entity_type     TEXT    NOT NULL,

@@ -58,6 +58,7 @@ func TestOpenRefuses(t *testing.T) {
 		{"foreign tables", foreign, []postgres.Option{postgres.WithMigrate(true)}, postgres.ErrNotAnnals, "event_journal"},
 		{"schema not an identifier", pgtest.WithParam(base, "schema", `x"; DROP TABLE y; --`), nil, postgres.ErrInvalidConfig, "identifier"},
 		{"not a postgres URL", "mysql://localhost/x", nil, postgres.ErrInvalidConfig, "postgres://"},
+		{"TLS required, server without TLS", pgtest.WithParam(base, "sslmode", "require"), nil, postgres.ErrUnreachable, "TLS"},
 		{"bad ordering", pgtest.WithParam(base, "ordering", "random"), nil, postgres.ErrInvalidConfig, "ordering"},
 		{"bad duration", pgtest.WithParam(base, "behind_current_time", "soon"), nil, postgres.ErrInvalidConfig, "behind_current_time"},
 	}

@@ -23,6 +23,8 @@ import (
 	"github.com/annals-go/annals/serialization"
 	"github.com/annals-go/annals/snapshot"
 	"github.com/annals-go/annals/store/memory"
+	"github.com/annals-go/annals/store/postgres"
+	"github.com/annals-go/annals/store/postgres/pgtest"
 	"github.com/annals-go/annals/store/sqlite"
 )
 
@@ -55,10 +57,28 @@ func SQLite(t testing.TB) Store {
 	return Store{f, s.Snapshots()}
 }
 
-// Stores returns the store constructors by name ("memory", "sqlite"), for
-// tests that run on each.
+// Postgres returns a PostgreSQL store in a schema of the test's own (see
+// pgtest: the test is skipped when no server answers, unless required),
+// behind a journal front, closed and dropped when the test ends.
+func Postgres(t testing.TB) Store {
+	t.Helper()
+	dsn, _ := pgtest.Schema(t)
+	s, err := postgres.Open(context.Background(), dsn, postgres.WithMigrate(true))
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := engine.NewFront(s.Journal(), engine.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = f.Close(); _ = s.Close() })
+	return Store{f, s.Snapshots()}
+}
+
+// Stores returns the store constructors by name ("memory", "sqlite",
+// "postgres"), for tests that run on each.
 func Stores() map[string]func(testing.TB) Store {
-	return map[string]func(testing.TB) Store{"memory": Memory, "sqlite": SQLite}
+	return map[string]func(testing.TB) Store{"memory": Memory, "sqlite": SQLite, "postgres": Postgres}
 }
 
 // NewHost starts a host of b on st with reg, its log discarded, shut down

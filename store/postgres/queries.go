@@ -116,6 +116,9 @@ func (c *cursor) passes(r row) bool {
 	return true
 }
 
+// maxPageGrowth bounds how far a current query's pages grow.
+const maxPageGrowth = 8
+
 // dbNow reads the database clock.
 func (s *Store) dbNow(ctx context.Context) (time.Time, error) {
 	var now time.Time
@@ -141,8 +144,11 @@ func (q *Queries) current(ctx context.Context, after query.Offset, read pageRead
 			yield(query.Envelope{}, q.s.ctxErr(ctx, "query", err, journal.ErrClosed))
 			return
 		}
+		// Pages grow while they come back full (a catch-up), up to
+		// maxPageGrowth times the page size, for fewer round trips.
+		size := q.s.cfg.pageSize
 		for {
-			page, err := read(ctx, c.key, upper, q.s.cfg.pageSize)
+			page, err := read(ctx, c.key, upper, size)
 			if err != nil {
 				yield(query.Envelope{}, q.s.ctxErr(ctx, "query", err, journal.ErrClosed))
 				return
@@ -152,9 +158,10 @@ func (q *Queries) current(ctx context.Context, after query.Offset, read pageRead
 					return
 				}
 			}
-			if len(page) < q.s.cfg.pageSize {
+			if len(page) < size {
 				return
 			}
+			size = min(2*size, maxPageGrowth*q.s.cfg.pageSize)
 		}
 	}
 }

@@ -71,7 +71,11 @@ func (m *Migrator) Migrate(ctx context.Context) ([]admin.Migration, error) {
 func migrations2admin(steps []step) []admin.Migration {
 	var out []admin.Migration
 	for _, st := range steps {
-		out = append(out, admin.Migration{From: st.from, To: st.to, SQL: strings.Join(st.sql, ";\n") + ";"})
+		stmts := make([]string, len(st.sql))
+		for i, q := range st.sql {
+			stmts[i] = strings.TrimSuffix(strings.TrimSpace(q), ";") + ";"
+		}
+		out = append(out, admin.Migration{From: st.from, To: st.to, SQL: strings.Join(stmts, "\n")})
 	}
 	return out
 }

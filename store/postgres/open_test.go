@@ -52,7 +52,7 @@ func TestOpenRefuses(t *testing.T) {
 		says      string
 	}{
 		{"unreachable server", "postgres://postgres@" + closedPort + "/annals_test?connect_timeout=2", nil, postgres.ErrUnreachable, "scripts/services up postgres"},
-		{"missing schema", missing, nil, postgres.ErrSchemaMissing, "annals migrate"},
+		{"missing schema", missing, nil, postgres.ErrSchemaMissing, "annals init"},
 		{"newer schema", newer, nil, postgres.ErrNewerSchema, "version 2"},
 		{"newer schema, migrating", newer, []postgres.Option{postgres.WithMigrate(true)}, postgres.ErrNewerSchema, "version 2"},
 		{"foreign tables", foreign, []postgres.Option{postgres.WithMigrate(true)}, postgres.ErrNotAnnals, "event_journal"},

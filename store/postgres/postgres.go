@@ -69,7 +69,7 @@ var (
 	// ErrUnreachable reports a server Open could not connect to.
 	ErrUnreachable = errors.New("postgres: server unreachable")
 	// ErrSchemaMissing reports a schema without Annals tables; run Migrate
-	// (or open WithMigrate, or `annals migrate`).
+	// (or open WithMigrate, or `annals init`).
 	ErrSchemaMissing = errors.New("postgres: Annals schema missing")
 	// ErrNewerSchema reports a schema written by a newer version of Annals.
 	ErrNewerSchema = errors.New("postgres: schema is newer than this version of Annals supports")

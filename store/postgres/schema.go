@@ -125,7 +125,7 @@ func (s *Store) checkSchema(ctx context.Context) error {
 	case err != nil:
 		return err
 	case !found:
-		return fmt.Errorf("%w: schema %q has no Annals tables; create them with `annals migrate --store URL`, Store.Migrate, or the URL parameter migrate=true", ErrSchemaMissing, s.cfg.schema)
+		return fmt.Errorf("%w: schema %q has no Annals tables; create them with `annals init --store URL`, Store.Migrate, or the URL parameter migrate=true", ErrSchemaMissing, s.cfg.schema)
 	case v > SchemaVersion:
 		return fmt.Errorf("%w: schema %q is at version %d, this Annals writes version %d", ErrNewerSchema, s.cfg.schema, v, SchemaVersion)
 	case v < SchemaVersion:

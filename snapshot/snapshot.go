@@ -114,3 +114,37 @@ func CheckID(op, persistenceID string, seq int64) error {
 	}
 	return nil
 }
+
+// UnixNanos returns t as Unix nanoseconds, for stores that keep timestamps
+// as int64 nanoseconds; false when t lies outside the years 1678–2262 an
+// int64 holds.
+func UnixNanos(t time.Time) (int64, bool) {
+	if t.Before(time.Unix(0, math.MinInt64)) || t.After(time.Unix(0, math.MaxInt64)) {
+		return 0, false
+	}
+	return t.UnixNano(), true
+}
+
+// UnixNanoBounds returns c's timestamp bounds as Unix nanoseconds, for
+// stores that keep timestamps as int64 nanoseconds: a zero bound is the
+// int64 extreme, and a bound outside the int64 years is clamped to it
+// (no stored timestamp lies beyond it).
+func (c Criteria) UnixNanoBounds() (minTS, maxTS int64) {
+	clamp := func(t time.Time) int64 {
+		if n, ok := UnixNanos(t); ok {
+			return n
+		}
+		if t.Before(time.Unix(0, 0)) {
+			return math.MinInt64
+		}
+		return math.MaxInt64
+	}
+	minTS, maxTS = math.MinInt64, math.MaxInt64
+	if !c.MinTimestamp.IsZero() {
+		minTS = clamp(c.MinTimestamp)
+	}
+	if !c.MaxTimestamp.IsZero() {
+		maxTS = clamp(c.MaxTimestamp)
+	}
+	return minTS, maxTS
+}

@@ -49,12 +49,19 @@ func SQLite(t testing.TB) Store {
 	if err != nil {
 		t.Fatal(err)
 	}
-	f, err := engine.NewFront(s.Journal(), engine.Config{})
+	return behindFront(t, s.Journal(), s.Snapshots(), s.Close)
+}
+
+// behindFront puts a journal front before j; the front and the store (by
+// closeStore) are closed when t ends.
+func behindFront(t testing.TB, j journal.Journal, snaps snapshot.Store, closeStore func() error) Store {
+	t.Helper()
+	f, err := engine.NewFront(j, engine.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = f.Close(); _ = s.Close() })
-	return Store{f, s.Snapshots()}
+	t.Cleanup(func() { _ = f.Close(); _ = closeStore() })
+	return Store{f, snaps}
 }
 
 // Postgres returns a PostgreSQL store in a schema of the test's own (see
@@ -67,12 +74,7 @@ func Postgres(t testing.TB) Store {
 	if err != nil {
 		t.Fatal(err)
 	}
-	f, err := engine.NewFront(s.Journal(), engine.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = f.Close(); _ = s.Close() })
-	return Store{f, s.Snapshots()}
+	return behindFront(t, s.Journal(), s.Snapshots(), s.Close)
 }
 
 // Stores returns the store constructors by name ("memory", "sqlite",

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -25,32 +24,8 @@ func (s *Store) Snapshots() *Snapshots { return &Snapshots{s: s} }
 // Close closes the store.
 func (ss *Snapshots) Close() error { return ss.s.Close() }
 
-// unixNanos returns t as Unix nanoseconds, false when t is outside the
-// years 1678–2262 an int64 holds.
-func unixNanos(t time.Time) (int64, bool) {
-	if t.Before(time.Unix(0, math.MinInt64)) || t.After(time.Unix(0, math.MaxInt64)) {
-		return 0, false
-	}
-	return t.UnixNano(), true
-}
-
 func criteriaArgs(pid string, c snapshot.Criteria) []any {
-	clamp := func(t time.Time) int64 {
-		if n, ok := unixNanos(t); ok {
-			return n
-		}
-		if t.Before(time.Unix(0, 0)) {
-			return math.MinInt64
-		}
-		return math.MaxInt64
-	}
-	maxTS, minTS := int64(math.MaxInt64), int64(math.MinInt64)
-	if !c.MaxTimestamp.IsZero() {
-		maxTS = clamp(c.MaxTimestamp)
-	}
-	if !c.MinTimestamp.IsZero() {
-		minTS = clamp(c.MinTimestamp)
-	}
+	minTS, maxTS := c.UnixNanoBounds()
 	return []any{pid, c.MinSequenceNr, c.MaxSequenceNr, minTS, maxTS}
 }
 
@@ -91,7 +66,7 @@ func (ss *Snapshots) Save(ctx context.Context, snap snapshot.Snapshot) error {
 	if ts.IsZero() {
 		ts = time.Now()
 	}
-	nanos, ok := unixNanos(ts)
+	nanos, ok := snapshot.UnixNanos(ts)
 	if !ok {
 		return fmt.Errorf("%w: snapshot of %q at %d has timestamp %v, outside the years 1678–2262 this store can hold", snapshot.ErrInvalidArgument, m.PersistenceID, m.SequenceNr, ts)
 	}
@@ -116,7 +91,7 @@ func (ss *Snapshots) Delete(ctx context.Context, m snapshot.Metadata) error {
 	var ts int64
 	if !m.Timestamp.IsZero() {
 		var ok bool
-		if ts, ok = unixNanos(m.Timestamp); !ok {
+		if ts, ok = snapshot.UnixNanos(m.Timestamp); !ok {
 			return nil // no stored snapshot has such a timestamp
 		}
 	}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/annals-go/annals"
 	"github.com/annals-go/annals/journal"
+	"github.com/annals-go/annals/snapshot"
 )
 
 // statements are prepared once per Store; database/sql re-prepares them on
@@ -135,7 +136,7 @@ func (s *Store) writeTx(ctx context.Context, writes []journal.AtomicWrite, resul
 		for _, e := range w.Events {
 			ts := now
 			if !e.Timestamp.IsZero() {
-				ts, _ = unixNanos(e.Timestamp) // checked by checkWrite
+				ts, _ = snapshot.UnixNanos(e.Timestamp) // checked by checkWrite
 			}
 			var tags, meta any
 			if len(e.Tags) > 0 {
@@ -193,7 +194,7 @@ func (s *Store) checkWrite(w journal.AtomicWrite) error {
 		return err
 	}
 	for _, e := range w.Events {
-		if _, ok := unixNanos(e.Timestamp); !ok && !e.Timestamp.IsZero() {
+		if _, ok := snapshot.UnixNanos(e.Timestamp); !ok && !e.Timestamp.IsZero() {
 			return journal.Reject("event %d of %q has timestamp %v, outside the years 1678–2262 this store can hold", e.SequenceNr, e.PersistenceID, e.Timestamp)
 		}
 		if len(e.Payload) > s.cfg.maxPayload {

@@ -5,7 +5,6 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
-	"math"
 	"time"
 
 	"github.com/annals-go/annals/snapshot"
@@ -18,24 +17,7 @@ var _ snapshot.Store = (*Snapshots)(nil)
 
 // criteriaArgs turns c into the arguments of snapshotWhere.
 func criteriaArgs(pid string, c snapshot.Criteria) []any {
-	// Bounds beyond what int64 nanoseconds hold are clamped: every stored
-	// timestamp lies within.
-	clamp := func(t time.Time) int64 {
-		if n, ok := unixNanos(t); ok {
-			return n
-		}
-		if t.Before(time.Unix(0, 0)) {
-			return math.MinInt64
-		}
-		return math.MaxInt64
-	}
-	maxTS, minTS := int64(math.MaxInt64), int64(math.MinInt64)
-	if !c.MaxTimestamp.IsZero() {
-		maxTS = clamp(c.MaxTimestamp)
-	}
-	if !c.MinTimestamp.IsZero() {
-		minTS = clamp(c.MinTimestamp)
-	}
+	minTS, maxTS := c.UnixNanoBounds()
 	return []any{pid, c.MinSequenceNr, c.MaxSequenceNr, minTS, maxTS}
 }
 
@@ -80,7 +62,7 @@ func (ss *Snapshots) Save(ctx context.Context, snap snapshot.Snapshot) error {
 	if ts.IsZero() {
 		ts = time.Now()
 	}
-	nanos, ok := unixNanos(ts)
+	nanos, ok := snapshot.UnixNanos(ts)
 	if !ok {
 		return fmt.Errorf("%w: snapshot of %q at %d has timestamp %v, outside the years 1678–2262 this store can hold", snapshot.ErrInvalidArgument, m.PersistenceID, m.SequenceNr, ts)
 	}
@@ -102,7 +84,7 @@ func (ss *Snapshots) Delete(ctx context.Context, m snapshot.Metadata) error {
 	var ts int64
 	if !m.Timestamp.IsZero() {
 		var ok bool
-		if ts, ok = unixNanos(m.Timestamp); !ok {
+		if ts, ok = snapshot.UnixNanos(m.Timestamp); !ok {
 			return nil // no stored snapshot has such a timestamp
 		}
 	}

@@ -26,7 +26,6 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
-	"math"
 	"os"
 	"runtime"
 	"strings"
@@ -319,15 +318,6 @@ func (s *Store) writeTxn(ctx context.Context) (tx *sql.Tx, release func(), err e
 		return nil, nil, err
 	}
 	return tx, func() { _ = tx.Rollback(); _ = conn.Close() }, nil
-}
-
-// unixNanos converts t for storage; it reports false outside the years
-// 1678–2262, which int64 nanoseconds cannot hold.
-func unixNanos(t time.Time) (int64, bool) {
-	if t.Before(time.Unix(0, math.MinInt64)) || t.After(time.Unix(0, math.MaxInt64)) {
-		return 0, false
-	}
-	return t.UnixNano(), true
 }
 
 // ReadTx runs fn in a read transaction on a reader connection, for reading

@@ -62,3 +62,16 @@ func Results(errs []error) []error {
 	}
 	return nil
 }
+
+// CheckPayloads returns nil when no event of w has a payload larger than
+// maxPayload bytes, or a rejection (wrapping [ErrRejected] and
+// [ErrInvalidArgument]) naming the first that has. Stores with a payload
+// limit call it beside CheckAtomicWrite.
+func CheckPayloads(w AtomicWrite, maxPayload int) error {
+	for _, e := range w.Events {
+		if len(e.Payload) > maxPayload {
+			return Reject("%w", invalid("event %d of %q has a %d-byte payload, above the limit of %d bytes", e.SequenceNr, w.PersistenceID, len(e.Payload), maxPayload))
+		}
+	}
+	return nil
+}

@@ -115,6 +115,20 @@ func CheckID(op, persistenceID string, seq int64) error {
 	return nil
 }
 
+// CheckSave returns an error wrapping [ErrInvalidArgument] when snap cannot
+// be saved: an empty persistence id, a negative sequence number, or a
+// payload larger than maxPayload bytes.
+func CheckSave(snap Snapshot, maxPayload int) error {
+	m := snap.Metadata
+	if err := CheckID("save", m.PersistenceID, m.SequenceNr); err != nil {
+		return err
+	}
+	if len(snap.Payload) > maxPayload {
+		return fmt.Errorf("%w: snapshot of %q at %d has a %d-byte payload, above the limit of %d bytes", ErrInvalidArgument, m.PersistenceID, m.SequenceNr, len(snap.Payload), maxPayload)
+	}
+	return nil
+}
+
 // UnixNanos returns t as Unix nanoseconds, for stores that keep timestamps
 // as int64 nanoseconds; false when t lies outside the years 1678–2262 an
 // int64 holds.

@@ -11,7 +11,6 @@ import (
 	"bytes"
 	"cmp"
 	"context"
-	"fmt"
 	"iter"
 	"slices"
 	"sync"
@@ -126,12 +125,12 @@ func (j *Journal) Write(ctx context.Context, writes []journal.AtomicWrite) ([]er
 			results[i] = err
 			continue
 		}
+		if err := journal.CheckPayloads(w, s.cfg.maxPayload); err != nil {
+			results[i] = err
+			continue
+		}
 		evs := make([]journal.Repr, len(w.Events))
 		for k, e := range w.Events {
-			if len(e.Payload) > s.cfg.maxPayload {
-				results[i] = journal.Reject("event %d of %q has a %d-byte payload, above the limit of %d bytes", e.SequenceNr, e.PersistenceID, len(e.Payload), s.cfg.maxPayload)
-				break
-			}
 			evs[k] = cloneRepr(e)
 			if evs[k].Timestamp.IsZero() {
 				evs[k].Timestamp = now
@@ -141,9 +140,7 @@ func (j *Journal) Write(ctx context.Context, writes []journal.AtomicWrite) ([]er
 			evs[k].Slice = annals.Slice(e.PersistenceID)
 			evs[k].EntityType = annals.EntityType(e.PersistenceID)
 		}
-		if results[i] == nil {
-			prepared[i] = evs
-		}
+		prepared[i] = evs
 	}
 
 	stored := false
@@ -334,11 +331,8 @@ func (ss *Snapshots) Load(ctx context.Context, persistenceID string, c snapshot.
 // Save implements snapshot.Store.Save.
 func (ss *Snapshots) Save(ctx context.Context, snap snapshot.Snapshot) error {
 	m := snap.Metadata
-	if err := snapshot.CheckID("save", m.PersistenceID, m.SequenceNr); err != nil {
+	if err := snapshot.CheckSave(snap, ss.s.cfg.maxPayload); err != nil {
 		return err
-	}
-	if len(snap.Payload) > ss.s.cfg.maxPayload {
-		return fmt.Errorf("%w: snapshot of %q at %d has a %d-byte payload, above the limit of %d bytes", snapshot.ErrInvalidArgument, m.PersistenceID, m.SequenceNr, len(snap.Payload), ss.s.cfg.maxPayload)
 	}
 	if err := ctx.Err(); err != nil {
 		return err

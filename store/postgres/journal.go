@@ -298,12 +298,7 @@ func (j *Journal) check(w journal.AtomicWrite) error {
 	if err := journal.CheckAtomicWrite(w); err != nil {
 		return err
 	}
-	for _, e := range w.Events {
-		if len(e.Payload) > j.s.cfg.maxPayload {
-			return journal.Reject("%w: event %d of %q has a %d-byte payload, above the limit of %d bytes", journal.ErrInvalidArgument, e.SequenceNr, w.PersistenceID, len(e.Payload), j.s.cfg.maxPayload)
-		}
-	}
-	return nil
+	return journal.CheckPayloads(w, j.s.cfg.maxPayload)
 }
 
 type failedWrite struct {

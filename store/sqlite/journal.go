@@ -197,11 +197,8 @@ func (s *Store) checkWrite(w journal.AtomicWrite) error {
 		if _, ok := snapshot.UnixNanos(e.Timestamp); !ok && !e.Timestamp.IsZero() {
 			return journal.Reject("event %d of %q has timestamp %v, outside the years 1678–2262 this store can hold", e.SequenceNr, e.PersistenceID, e.Timestamp)
 		}
-		if len(e.Payload) > s.cfg.maxPayload {
-			return journal.Reject("event %d of %q has a %d-byte payload, above the limit of %d bytes", e.SequenceNr, e.PersistenceID, len(e.Payload), s.cfg.maxPayload)
-		}
 	}
-	return nil
+	return journal.CheckPayloads(w, s.cfg.maxPayload)
 }
 
 // uniqueTags drops repeated tags; the tag index holds one row per tag.

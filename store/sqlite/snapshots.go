@@ -52,11 +52,8 @@ func (ss *Snapshots) Load(ctx context.Context, persistenceID string, c snapshot.
 // Save implements snapshot.Store.Save.
 func (ss *Snapshots) Save(ctx context.Context, snap snapshot.Snapshot) error {
 	m := snap.Metadata
-	if err := snapshot.CheckID("save", m.PersistenceID, m.SequenceNr); err != nil {
+	if err := snapshot.CheckSave(snap, ss.s.cfg.maxPayload); err != nil {
 		return err
-	}
-	if len(snap.Payload) > ss.s.cfg.maxPayload {
-		return fmt.Errorf("%w: snapshot of %q at %d has a %d-byte payload, above the limit of %d bytes", snapshot.ErrInvalidArgument, m.PersistenceID, m.SequenceNr, len(snap.Payload), ss.s.cfg.maxPayload)
 	}
 	ts := m.Timestamp
 	if ts.IsZero() {

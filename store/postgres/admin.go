@@ -57,7 +57,7 @@ func (m *Migrator) PendingMigrations(ctx context.Context) ([]admin.Migration, er
 		return nil, err
 	}
 	if v > SchemaVersion {
-		return nil, fmt.Errorf("%w: schema %q is at version %d, this Annals writes version %d", ErrNewerSchema, m.s.cfg.schema, v, SchemaVersion)
+		return nil, m.s.newerSchema(v)
 	}
 	return migrations2admin(m.s.steps(v, found)), nil
 }

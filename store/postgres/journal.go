@@ -187,23 +187,28 @@ func insertArgs(o Ordering, writes []journal.AtomicWrite, pending []int, now tim
 	pids, seqs, wts, serIDs := make([]string, 0, n), make([]int64, 0, n), make([]time.Time, 0, n), make([]int32, 0, n)
 	manifests, payloads, writers := make([]string, 0, n), make([][]byte, 0, n), make([]string, 0, n)
 	tags, metas, slices, types, ords := make([]*string, 0, n), make([][]byte, 0, n), make([]int32, 0, n), make([]string, 0, n), make([]int32, 0, n)
-	ord := map[string]int32{}
-	var distinct []string
-	index := map[string]int32{}
-	pidx := make([]int32, 0, n)
+	ord := map[string]int32{} // events of each id so far
+	var maxOrd int32
+	var distinct []string      // TimestampOrder: the ids, in order of first appearance
+	var index map[string]int32 // TimestampOrder: 1-based position in distinct
+	var pidx []int32           // TimestampOrder: each row's id, 1-based into distinct
+	if o == TimestampOrder {
+		index, pidx = map[string]int32{}, make([]int32, 0, n)
+	}
 	tagged := false
 	for _, i := range pending {
 		w := writes[i]
 		slice, et := int32(annals.Slice(w.PersistenceID)), annals.EntityType(w.PersistenceID)
-		k, ok := index[w.PersistenceID]
-		if !ok {
+		if o == TimestampOrder && index[w.PersistenceID] == 0 {
 			distinct = append(distinct, w.PersistenceID)
-			k = int32(len(distinct))
-			index[w.PersistenceID] = k
+			index[w.PersistenceID] = int32(len(distinct))
 		}
 		for _, e := range w.Events {
-			pidx = append(pidx, k)
-			ord[w.PersistenceID]++
+			n := ord[w.PersistenceID] + 1
+			ord[w.PersistenceID], maxOrd = n, max(maxOrd, n)
+			if o == TimestampOrder {
+				pidx = append(pidx, index[w.PersistenceID])
+			}
 			ts := e.Timestamp
 			if ts.IsZero() {
 				ts = now
@@ -220,16 +225,12 @@ func insertArgs(o Ordering, writes []journal.AtomicWrite, pending []int, now tim
 			}
 			pids, seqs, wts, serIDs = append(pids, w.PersistenceID), append(seqs, e.SequenceNr), append(wts, ts), append(serIDs, e.SerializerID)
 			manifests, payloads, writers = append(manifests, e.Manifest), append(payloads, payload), append(writers, e.WriterID)
-			tags, metas, slices, types, ords = append(tags, tag), append(metas, e.Metadata), append(slices, slice), append(types, et), append(ords, ord[w.PersistenceID])
+			tags, metas, slices, types, ords = append(tags, tag), append(metas, e.Metadata), append(slices, slice), append(types, et), append(ords, n)
 		}
 	}
 	args := []any{pids, seqs, wts, serIDs, manifests, payloads, writers, tags, metas, slices, types, ords}
 	if o == TimestampOrder {
 		return append(args, distinct, pidx), tagged
-	}
-	maxOrd := int32(0)
-	for _, n := range ord {
-		maxOrd = max(maxOrd, n)
 	}
 	return append(args, maxOrd), tagged
 }
@@ -317,7 +318,6 @@ const unattributed = -2
 func (j *Journal) send(ctx context.Context, writes []journal.AtomicWrite, pending []int, now time.Time, each bool) (failedWrite, error) {
 	s := j.s
 	b := &pgx.Batch{}
-	const first = 0 // index in the batch of the first insert
 	inserts := 1
 	queue := func(pending []int) {
 		args, tagged := insertArgs(s.cfg.ordering, writes, pending, now)
@@ -344,18 +344,20 @@ func (j *Journal) send(ctx context.Context, writes []journal.AtomicWrite, pendin
 	br := s.pool.SendBatch(ctx, b)
 	failed := failedWrite{index: -1}
 	var sendErr error
-	for k := 0; k < b.Len(); k++ {
+	for k := 0; k < b.Len(); k++ { // the inserts come first
 		_, err := br.Exec()
 		if err == nil {
 			continue
 		}
-		if i := k - first; i >= 0 && i < inserts {
+		if k < inserts {
+			carried, offset := pending, 0
 			if each {
-				if ferr := writeFailure(writes[pending[i]], err); ferr != nil {
-					failed = failedWrite{index: i, err: ferr}
-					break
+				carried, offset = pending[k:k+1], k
+			}
+			if f, ok := classify(writes, carried, err); ok {
+				if f.index >= 0 {
+					f.index += offset
 				}
-			} else if f, ok := manyFailure(writes, pending, err); ok {
 				failed = f
 				break
 			}
@@ -377,45 +379,39 @@ func (j *Journal) send(ctx context.Context, writes []journal.AtomicWrite, pendin
 	return failed, nil
 }
 
-// manyFailure attributes an error of the one-statement insert: a conflict
-// whose key names an event of one of the writes, or unattributed for other
-// data the server refused. ok is false for errors that are not the data's.
-func manyFailure(writes []journal.AtomicWrite, pending []int, err error) (failedWrite, bool) {
+// classify attributes the error of an insert statement that carried the
+// atomic writes writes[carried...]: a conflict to the write its key names,
+// data the server refused to the write when it carried one, otherwise to
+// none of them (unattributed). ok is false for errors that are not the
+// data's: the outcome is unknown.
+func classify(writes []journal.AtomicWrite, carried []int, err error) (f failedWrite, ok bool) {
 	var pgErr *pgconn.PgError
 	if !errors.As(err, &pgErr) {
 		return failedWrite{}, false
 	}
-	if pgErr.Code == "23505" && strings.HasPrefix(pgErr.ConstraintName, "event_journal_pkey") {
+	switch {
+	case pgErr.Code == "23505" && strings.HasPrefix(pgErr.ConstraintName, "event_journal_pkey"):
 		if pid, seq, ok := conflictKey(pgErr.Detail); ok {
-			for k, i := range pending {
+			for k, i := range carried {
 				w := writes[i]
 				if w.PersistenceID == pid && w.Events[0].SequenceNr <= seq && seq <= w.Events[len(w.Events)-1].SequenceNr {
 					return failedWrite{index: k, err: &journal.ConflictError{PersistenceID: pid, SequenceNr: seq}}, true
 				}
 			}
 		}
+		if len(carried) == 1 {
+			w := writes[carried[0]]
+			return failedWrite{index: 0, err: &journal.ConflictError{PersistenceID: w.PersistenceID, SequenceNr: w.Events[0].SequenceNr}}, true
+		}
 		return failedWrite{index: unattributed}, true
-	}
-	if writeFailure(writes[pending[0]], err) != nil { // data the server refused: find whose
+	case strings.HasPrefix(pgErr.Code, "22"), pgErr.Code == "54000": // data exceptions, program limits (an id too long to index)
+		if len(carried) == 1 {
+			w := writes[carried[0]]
+			return failedWrite{index: 0, err: journal.Reject("%w: the server refused the events of %q: %s", journal.ErrInvalidArgument, w.PersistenceID, pgErr.Message)}, true
+		}
 		return failedWrite{index: unattributed}, true
 	}
 	return failedWrite{}, false
-}
-
-// writeFailure classifies a statement's error: a rejection of w when the
-// server refused w's own data, nil when the error is not w's.
-func writeFailure(w journal.AtomicWrite, err error) error {
-	var pgErr *pgconn.PgError
-	if !errors.As(err, &pgErr) {
-		return nil
-	}
-	switch {
-	case pgErr.Code == "23505" && strings.HasPrefix(pgErr.ConstraintName, "event_journal_pkey"):
-		return &journal.ConflictError{PersistenceID: w.PersistenceID, SequenceNr: w.Events[0].SequenceNr}
-	case strings.HasPrefix(pgErr.Code, "22"), pgErr.Code == "54000": // data exceptions, program limits (an id too long to index)
-		return journal.Reject("%w: the server refused the events of %q: %s", journal.ErrInvalidArgument, w.PersistenceID, pgErr.Message)
-	}
-	return nil
 }
 
 // Replay implements journal.Journal, reading a page of rows per round trip
@@ -430,7 +426,9 @@ func (j *Journal) Replay(ctx context.Context, persistenceID string, from, to, ma
 			yield(journal.Repr{}, journal.ErrClosed)
 			return
 		}
-		from = maxInt(from, 1)
+		if from < 1 {
+			from = 1
+		}
 		for from <= to && max > 0 {
 			limit := min(max, replayPages*int64(j.s.cfg.pageSize))
 			page, err := j.s.readRows(ctx, int(limit), j.s.sql.replay, persistenceID, from, to, limit)
@@ -454,13 +452,6 @@ func (j *Journal) Replay(ctx context.Context, persistenceID string, from, to, ma
 			from = page[len(page)-1].SequenceNr + 1
 		}
 	}
-}
-
-func maxInt(a, b int64) int64 {
-	if a > b {
-		return a
-	}
-	return b
 }
 
 // row is one event row with its db_timestamp.

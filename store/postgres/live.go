@@ -111,8 +111,8 @@ func (l *liveQuery) round(ctx context.Context, yield func(query.Envelope) bool) 
 			}
 			continue
 		}
-		if ok, err := l.deliver(ctx, r, earlier[r.PersistenceID], yield); err != nil || !ok {
-			return false, !ok, err
+		if !l.deliver(r, earlier[r.PersistenceID], yield) {
+			return false, true, nil
 		}
 	}
 	if len(page) == s.cfg.pageSize {
@@ -141,8 +141,8 @@ func (l *liveQuery) round(ctx context.Context, yield func(query.Envelope) bool) 
 		}
 		for _, r := range page {
 			l.back = l.back.of(r)
-			if ok, err := l.deliver(ctx, r, nil, yield); err != nil || !ok {
-				return false, !ok, err
+			if !l.deliver(r, nil, yield) { // in timestamp order: an id's predecessors came first
+				return false, true, nil
 			}
 		}
 		if len(page) < s.cfg.pageSize {
@@ -158,23 +158,36 @@ func (l *liveQuery) round(ctx context.Context, yield func(query.Envelope) bool) 
 }
 
 // earlier reads, in TimestampOrder, the events stamped since the
-// backtracking position that the main query may have passed before their
-// transactions committed: of the ids in page that this query has not
-// delivered since then and whose first event in page is not their first
-// (for a query by tag, of every id in page, since the sequence numbers of
-// an id's tagged events are not consecutive). In CommitOrder no such event
-// exists.
+// backtracking position of the ids in page whose rows skip sequence
+// numbers: after the last one this query delivered, or from 1 for an id it
+// has not delivered since that position. Those the main query passed
+// before their transactions committed; they are committed now, since an
+// id's writes commit in order, and stamped after the id's last delivered
+// event, so after the backtracking position. For a query by tag every id
+// in page is read, since an id's tagged events are not consecutive. In
+// CommitOrder the main query passes no event uncommitted.
 func (l *liveQuery) earlier(ctx context.Context, page []row, upper time.Time) (map[string][]row, error) {
 	if l.q.s.cfg.ordering != TimestampOrder {
 		return nil, nil
 	}
+	// next[id] is the sequence number the id's next row must have for
+	// nothing to be missing before it; 0 once the id is asked for.
 	var ids []string
-	asked := map[string]bool{}
+	next := map[string]int64{}
 	for _, r := range page {
-		if _, known := l.delivered[r.PersistenceID]; (l.tag != "" || !known && r.SequenceNr > 1) && !asked[r.PersistenceID] {
-			asked[r.PersistenceID] = true
-			ids = append(ids, r.PersistenceID)
+		want, seen := next[r.PersistenceID]
+		if !seen {
+			want = 1 // an id this query has not delivered since the backtracking position
+			if d, known := l.delivered[r.PersistenceID]; known {
+				want = d.seq + 1
+			}
 		}
+		if want != 0 && (l.tag != "" || r.SequenceNr > want) {
+			ids, want = append(ids, r.PersistenceID), 0
+		} else if want != 0 {
+			want = r.SequenceNr + 1
+		}
+		next[r.PersistenceID] = want
 	}
 	if len(ids) == 0 {
 		return nil, nil
@@ -197,37 +210,24 @@ func (l *liveQuery) earlier(ctx context.Context, page []row, upper time.Time) (m
 }
 
 // deliver yields r unless this query delivered it already, preceded by the
-// events of its id that this query skipped: those of earlier after the
-// last one it delivered, and, for a query by slices of an id it delivered
-// before, the events between. It reports false when the consumer stopped.
-func (l *liveQuery) deliver(ctx context.Context, r row, earlier []row, yield func(query.Envelope) bool) (bool, error) {
-	d, known := l.delivered[r.PersistenceID]
-	if known && r.SequenceNr <= d.seq {
-		return true, nil
+// events of earlier (its id's events the main query passed before they
+// committed, ascending) that come after the last one it delivered. It
+// reports false when the consumer stopped.
+func (l *liveQuery) deliver(r row, earlier []row, yield func(query.Envelope) bool) bool {
+	d := l.delivered[r.PersistenceID]
+	if r.SequenceNr <= d.seq {
+		return true
 	}
-	if known && l.tag == "" && r.SequenceNr > d.seq+1 {
-		// The main query passed these before their transactions committed;
-		// they are committed now (an id's writes commit in order).
-		for m, err := range l.q.s.Journal().Replay(ctx, r.PersistenceID, d.seq+1, r.SequenceNr-1, r.SequenceNr) {
-			if err != nil {
-				return false, err
-			}
-			if !yield(query.FromRepr(m, l.main.offset)) {
-				return false, nil
-			}
+	for _, m := range earlier {
+		if m.SequenceNr >= r.SequenceNr {
+			break
 		}
-	} else {
-		for _, m := range earlier {
-			if m.SequenceNr >= r.SequenceNr {
-				break
-			}
-			if m.SequenceNr > d.seq && !yield(query.FromRepr(m.Repr, l.main.offset)) {
-				return false, nil
-			}
+		if m.SequenceNr > d.seq && !yield(query.FromRepr(m.Repr, l.main.offset)) {
+			return false
 		}
 	}
 	l.delivered[r.PersistenceID] = deliveredAt{r.SequenceNr, r.dbTimestamp}
-	return yield(query.FromRepr(r.Repr, l.main.offset)), nil
+	return yield(query.FromRepr(r.Repr, l.main.offset))
 }
 
 // channelName returns the NOTIFY channel of a schema (at most 63 bytes).

@@ -226,18 +226,6 @@ func Open(ctx context.Context, dsn string, opts ...Option) (*Store, error) {
 	return s, nil
 }
 
-// PendingMigrationsFor connects to the server of dsn and returns the SQL
-// that Migrate would run on its schema (empty when it is current), changing
-// nothing: for dry runs on a schema Open would refuse as missing.
-func PendingMigrationsFor(ctx context.Context, dsn string, opts ...Option) ([]string, error) {
-	s, err := connect(ctx, dsn, opts)
-	if err != nil {
-		return nil, err
-	}
-	defer s.pool.Close()
-	return s.PendingMigrations(ctx)
-}
-
 // connect parses the configuration and connects, without looking at the
 // schema.
 func connect(ctx context.Context, dsn string, opts []Option) (*Store, error) {

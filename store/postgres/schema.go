@@ -119,6 +119,12 @@ func (s *Store) schemaVersion(ctx context.Context, q interface {
 	return version, true, nil
 }
 
+// newerSchema is the error for a schema at version v, newer than this
+// package writes.
+func (s *Store) newerSchema(v int) error {
+	return fmt.Errorf("%w: schema %q is at version %d, this Annals writes version %d", ErrNewerSchema, s.cfg.schema, v, SchemaVersion)
+}
+
 func (s *Store) checkSchema(ctx context.Context) error {
 	v, found, err := s.schemaVersion(ctx, s.pool)
 	switch {
@@ -127,24 +133,11 @@ func (s *Store) checkSchema(ctx context.Context) error {
 	case !found:
 		return fmt.Errorf("%w: schema %q has no Annals tables; create them with `annals init --store URL`, Store.Migrate, or the URL parameter migrate=true", ErrSchemaMissing, s.cfg.schema)
 	case v > SchemaVersion:
-		return fmt.Errorf("%w: schema %q is at version %d, this Annals writes version %d", ErrNewerSchema, s.cfg.schema, v, SchemaVersion)
+		return s.newerSchema(v)
 	case v < SchemaVersion:
 		return fmt.Errorf("%w: schema %q is at version %d, this Annals needs version %d; upgrade it with `annals migrate --store URL` or Store.Migrate", ErrSchemaMissing, s.cfg.schema, v, SchemaVersion)
 	}
 	return nil
-}
-
-// PendingMigrations returns the SQL that Migrate would run, in order, without
-// running it: empty when the schema is current.
-func (s *Store) PendingMigrations(ctx context.Context) ([]string, error) {
-	v, found, err := s.schemaVersion(ctx, s.pool)
-	if err != nil {
-		return nil, err
-	}
-	if v > SchemaVersion {
-		return nil, fmt.Errorf("%w: schema %q is at version %d, this Annals writes version %d", ErrNewerSchema, s.cfg.schema, v, SchemaVersion)
-	}
-	return s.migrationSQL(v, found), nil
 }
 
 // Migrate creates the schema and its tables, or upgrades them to
@@ -167,7 +160,7 @@ func (s *Store) migrate(ctx context.Context) ([]step, error) {
 			return err
 		}
 		if v > SchemaVersion {
-			return fmt.Errorf("%w: schema %q is at version %d, this Annals writes version %d", ErrNewerSchema, s.cfg.schema, v, SchemaVersion)
+			return s.newerSchema(v)
 		}
 		ran = s.steps(v, found)
 		for _, st := range ran {
@@ -207,15 +200,6 @@ func (s *Store) steps(v int, found bool) []step {
 		st.sql = append(st.sql, schemaSQL(s.cfg.schema, migrations[i]),
 			fmt.Sprintf(`INSERT INTO %s (id, version) VALUES (1, %d) ON CONFLICT (id) DO UPDATE SET version = excluded.version`, table(s.cfg.schema, "annals_schema"), i+1))
 		out = append(out, st)
-	}
-	return out
-}
-
-// migrationSQL returns the statements of steps(v, found), in order.
-func (s *Store) migrationSQL(v int, found bool) []string {
-	var out []string
-	for _, st := range s.steps(v, found) {
-		out = append(out, st.sql...)
 	}
 	return out
 }

@@ -25,6 +25,7 @@ import (
 
 	"github.com/annals-go/annals"
 	"github.com/annals-go/annals/engine"
+	"github.com/annals-go/annals/engine/enginetest"
 	"github.com/annals-go/annals/journal"
 	"github.com/annals-go/annals/query"
 	"github.com/annals-go/annals/store/postgres"
@@ -449,34 +450,7 @@ func BenchmarkCatchUp1M(b *testing.B) {
 	}
 }
 
-// newFront puts a journal front before s and reports, when the benchmark
-// ends, the mean number of atomic writes per store call ("writes/call") and
-// the share of the time a store call was in flight ("store-busy").
+// newFront is enginetest.MeteredFront over s's journal.
 func newFront(b *testing.B, s *postgres.Store) *engine.Front {
-	c := &countingJournal{Journal: s.Journal()}
-	f, err := engine.NewFront(c, engine.Config{})
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() {
-		_ = f.Close()
-		if calls := c.calls.Load(); calls > 0 {
-			b.ReportMetric(float64(c.writes.Load())/float64(calls), "writes/call")
-			b.ReportMetric(float64(c.nanos.Load())/float64(b.Elapsed()), "store-busy")
-		}
-	})
-	return f
-}
-
-type countingJournal struct {
-	journal.Journal
-	calls, writes, nanos atomic.Int64
-}
-
-func (c *countingJournal) Write(ctx context.Context, ws []journal.AtomicWrite) ([]error, error) {
-	c.calls.Add(1)
-	c.writes.Add(int64(len(ws)))
-	start := time.Now()
-	defer func() { c.nanos.Add(int64(time.Since(start))) }()
-	return c.Journal.Write(ctx, ws)
+	return enginetest.MeteredFront(b, s.Journal())
 }

@@ -20,6 +20,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/annals-go/annals/store/postgres"
 )
 
 // DefaultDSN is the server `scripts/services up postgres` starts.
@@ -71,23 +73,24 @@ func Schema(t testing.TB) (dsn, schema string) {
 	var b [6]byte
 	_, _ = rand.Read(b[:])
 	schema = "annals_test_" + hex.EncodeToString(b[:])
-	t.Cleanup(func() { Drop(t, base, schema) })
-	return WithParam(base, "schema", schema), schema
+	dsn = WithParam(base, "schema", schema)
+	t.Cleanup(func() { drop(t, dsn) })
+	return dsn, schema
 }
 
-// Drop removes a schema and everything in it.
-func Drop(t testing.TB, dsn, schema string) {
+// drop removes the schema of dsn and everything in it.
+func drop(t testing.TB, dsn string) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	conn, err := pgx.Connect(ctx, dsn)
+	m, err := postgres.NewMigrator(ctx, dsn)
 	if err != nil {
-		t.Errorf("drop schema %s: %v", schema, err)
+		t.Errorf("drop the test's schema: %v", err)
 		return
 	}
-	defer conn.Close(ctx)
-	if _, err := conn.Exec(ctx, "DROP SCHEMA IF EXISTS "+pgx.Identifier{schema}.Sanitize()+" CASCADE"); err != nil {
-		t.Errorf("drop schema %s: %v", schema, err)
+	defer m.Close()
+	if err := m.Drop(ctx); err != nil {
+		t.Error(err)
 	}
 }
 

@@ -44,6 +44,23 @@ func FromRepr(r journal.Repr, o Offset) Envelope {
 	return Envelope{Offset: o, PersistenceID: r.PersistenceID, SequenceNr: r.SequenceNr, Timestamp: r.Timestamp, EntityType: r.EntityType, Slice: r.Slice, Tags: r.Tags, Payload: r.Payload, SerializerID: r.SerializerID, Manifest: r.Manifest, WriterID: r.WriterID, Metadata: r.Metadata}
 }
 
+// FromReplay turns a journal replay into the envelopes of a current query
+// by persistence id, each at the offset offset gives its event; an error
+// ends the sequence as the replay's does.
+func FromReplay(replay iter.Seq2[journal.Repr, error], offset func(journal.Repr) Offset) iter.Seq2[Envelope, error] {
+	return func(yield func(Envelope, error) bool) {
+		for r, err := range replay {
+			if err != nil {
+				yield(Envelope{}, err)
+				return
+			}
+			if !yield(FromRepr(r, offset(r)), nil) {
+				return
+			}
+		}
+	}
+}
+
 // Repr returns the stored event of the envelope (Ordering is the sequence
 // offset's value, or 0).
 func (e Envelope) Repr() journal.Repr {

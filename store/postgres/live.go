@@ -12,6 +12,9 @@ import (
 	"github.com/annals-go/annals/query"
 )
 
+// endOfTime is an upper bound after every stored timestamp.
+var endOfTime = time.Date(9999, 12, 31, 0, 0, 0, 0, time.UTC)
+
 // liveQuery is the state of one live offset-ordered query.
 type liveQuery struct {
 	q    *Queries
@@ -83,12 +86,13 @@ func (q *Queries) live(ctx context.Context, after query.Offset, read pageReader,
 // reports that a page came back full; stop that the consumer stopped.
 func (l *liveQuery) round(ctx context.Context, yield func(query.Envelope) bool) (full, stop bool, err error) {
 	s := l.q.s
-	now, err := s.dbNow(ctx)
-	if err != nil {
-		return false, false, err
-	}
-	upper := now
+	// CommitOrder reads everything visible: no clock reading, no bound.
+	upper, now := endOfTime, time.Time{}
 	if s.cfg.ordering == TimestampOrder {
+		var err error
+		if now, err = s.dbNow(ctx); err != nil {
+			return false, false, err
+		}
 		upper = now.Add(-s.cfg.behind)
 	}
 	page, err := l.read(ctx, l.main.key, upper, s.cfg.pageSize)

@@ -140,13 +140,8 @@ func (q *Queries) EventsBySlices(ctx context.Context, entityType string, minSlic
 
 // CurrentEventsByPersistenceID implements query.EventsByPersistenceIDQuery.
 func (q *Queries) CurrentEventsByPersistenceID(ctx context.Context, persistenceID string, from, to int64) iter.Seq2[query.Envelope, error] {
-	return func(yield func(query.Envelope, error) bool) {
-		for r, err := range q.s.Journal().Replay(ctx, persistenceID, from, to, to) {
-			if !yield(query.FromRepr(r, query.SequenceOffset(r.Ordering)), err) || err != nil {
-				return
-			}
-		}
-	}
+	return query.FromReplay(q.s.Journal().Replay(ctx, persistenceID, from, to, to),
+		func(r journal.Repr) query.Offset { return query.SequenceOffset(r.Ordering) })
 }
 
 // EventsByPersistenceID implements query.EventsByPersistenceIDQuery; it ends

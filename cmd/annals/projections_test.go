@@ -1,11 +1,17 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
+	"reflect"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/annals-go/annals"
+	"github.com/annals-go/annals/cmd/annals/internal/stores"
+	"github.com/annals-go/annals/offsets"
+	"github.com/annals-go/annals/query"
 )
 
 type instanceOut struct {
@@ -25,101 +31,187 @@ type instancesOut struct {
 	Projections []instanceOut `json:"projections"`
 }
 
+// sameOffset reports whether raw is the JSON of want.
+func sameOffset(raw json.RawMessage, want query.Offset) bool {
+	var o query.Offset
+	if err := json.Unmarshal(raw, &o); err != nil {
+		return false
+	}
+	return o.Kind == want.Kind && o.Sequence == want.Sequence && o.Timestamp.Equal(want.Timestamp) && maps2equal(o.Seen, want.Seen)
+}
+
+func maps2equal(a, b map[string]int64) bool {
+	return len(a) == len(b) && (len(a) == 0 || reflect.DeepEqual(a, b))
+}
+
 func TestProjections(t *testing.T) {
 	t.Parallel()
-	path := fixture(t, t.TempDir())
-	env := []string{"ANNALS_STORE=sqlite:" + path}
+	forEachFixture(t, func(t *testing.T, st testStore) {
+		env := st.env()
+		lowID, highID := offsets.ID{Name: "balances", Key: "0-511"}, offsets.ID{Name: "balances", Key: "512-1023"}
+		load := func(id offsets.ID) (state offsets.State, err error) {
+			withStore(t, st.url, func(s *stores.Store) { state, err = s.Offsets.Load(context.Background(), id) })
+			return state, err
+		}
 
-	cli(t, env, "projections", "list").want(t, 0, []string{"balances  0-511", `{"seq":6}`, "512-1023", "yes"}, nil)
-	var list instancesOut
-	decode(t, cli(t, env, "projections", "list", "--json"), &list)
-	if len(list.Projections) != 2 || !jsonEqual(list.Projections[0].Offset, `{"seq":6}`) || list.Projections[0].Paused ||
-		!jsonEqual(list.Projections[1].Offset, "{}") || !list.Projections[1].Paused || list.Projections[0].Updated == nil || list.Projections[0].PendingEvents != nil {
-		t.Errorf("list %+v", list)
-	}
-
-	// Status: the events after each offset within the key's slice range.
-	// Stored events by ordering: Account|a-1 1-5, Account|a-2 6-8,
-	// Order|o-1 9-10, Cart|c-2 17-19 (the rest deleted).
-	stored := map[string][]int64{"Account|a-1": {1, 2, 3, 4, 5}, "Account|a-2": {6, 7, 8}, "Order|o-1": {9, 10}, "Cart|c-2": {17, 18, 19}}
-	pending := func(r annals.SliceRange, after int64, typ string) (n int64) {
-		for pid, ords := range stored {
-			if !r.Contains(annals.Slice(pid)) || (typ != "" && annals.EntityType(pid) != typ) {
-				continue
+		// The fixture's offset of 0-511 (after the 6th Account event), one
+		// further on, and the pending events after them as the store's own
+		// queries count them.
+		low, high := annals.SliceRange{Min: 0, Max: 511}, annals.SliceRange{Min: 512, Max: 1023}
+		type rangeType struct {
+			r   annals.SliceRange
+			typ string
+		}
+		pending := map[rangeType]int64{}
+		var envs []query.Envelope
+		withStore(t, st.url, func(s *stores.Store) {
+			envs = accountEvents(t, s)
+			for _, typ := range []string{"", "Account"} {
+				types := []string{"Account", "Cart", "Order"}
+				if typ != "" {
+					types = []string{typ}
+				}
+				for r, after := range map[annals.SliceRange]query.Offset{low: envs[5].Offset, high: query.NoOffset()} {
+					for _, ty := range types {
+						for _, err := range s.Queries.(query.EventsBySlicesQuery).CurrentEventsBySlices(context.Background(), ty, r.Min, r.Max, after) {
+							if err != nil {
+								t.Fatal(err)
+							}
+							pending[rangeType{r, typ}]++
+						}
+					}
+				}
 			}
-			for _, o := range ords {
-				if o > after {
-					n++
+		})
+		saved, later := envs[5].Offset, envs[7].Offset
+		savedJSON, laterJSON := mustJSON(t, saved), mustJSON(t, later)
+		if st.sqlite() {
+			// The offsets are orderings. Stored events by ordering:
+			// Account|a-1 1-5, Account|a-2 6-8, Order|o-1 9-10, Cart|c-2
+			// 17-19 (the rest deleted).
+			if string(savedJSON) != `{"seq":6}` || string(laterJSON) != `{"seq":8}` {
+				t.Fatalf("offsets %s and %s, want {\"seq\":6} and {\"seq\":8}", savedJSON, laterJSON)
+			}
+			stored := map[string][]int64{"Account|a-1": {1, 2, 3, 4, 5}, "Account|a-2": {6, 7, 8}, "Order|o-1": {9, 10}, "Cart|c-2": {17, 18, 19}}
+			for rt, n := range pending {
+				after := map[annals.SliceRange]int64{low: 6, high: 0}[rt.r]
+				want := int64(0)
+				for pid, ords := range stored {
+					if !rt.r.Contains(annals.Slice(pid)) || (rt.typ != "" && annals.EntityType(pid) != rt.typ) {
+						continue
+					}
+					for _, o := range ords {
+						if o > after {
+							want++
+						}
+					}
+				}
+				if n != want {
+					t.Errorf("type %q, slices %v: the queries count %d events after %d, want %d", rt.typ, rt.r, n, after, want)
+				}
+			}
+		} else if saved.Kind != query.KindTimestamp {
+			t.Fatalf("offset of a postgres query: %v", saved)
+		}
+
+		cli(t, env, "projections", "list").want(t, 0, []string{"balances  0-511", string(savedJSON), "512-1023", "yes"}, nil)
+		var list instancesOut
+		decode(t, cli(t, env, "projections", "list", "--json"), &list)
+		if len(list.Projections) != 2 || list.Projections[0].Key != "0-511" || !sameOffset(list.Projections[0].Offset, saved) || !jsonEqual(list.Projections[0].Offset, string(savedJSON)) ||
+			list.Projections[0].Paused || list.Projections[0].Updated == nil || list.Projections[0].PendingEvents != nil ||
+			list.Projections[1].Key != "512-1023" || !jsonEqual(list.Projections[1].Offset, "{}") || !list.Projections[1].Paused {
+			t.Errorf("list %+v", list)
+		}
+
+		// Status: the events after each offset within the key's slice
+		// range. (admin.BacklogReader may count the events at exactly a
+		// timestamp offset's timestamp that the offset lists as seen.)
+		for _, typ := range []string{"", "Account"} {
+			var out instancesOut
+			decode(t, cli(t, env, "projections", "status", "balances", "--json", "--type", typ), &out)
+			if len(out.Projections) != 2 || out.Projections[0].PendingEvents == nil || out.Projections[1].PendingEvents == nil {
+				t.Fatalf("status %+v", out)
+			}
+			lo, hi := out.Projections[0], out.Projections[1]
+			wantLo, wantHi := pending[rangeType{low, typ}], pending[rangeType{high, typ}]
+			if lo.Slices != "0-511" || *lo.PendingEvents < wantLo || *lo.PendingEvents > wantLo+int64(len(saved.Seen)) || hi.Slices != "512-1023" || *hi.PendingEvents != wantHi {
+				t.Errorf("type %q: pending %d in 0-511 (want %d, or up to %d more seen at the offset's timestamp), %d in 512-1023 (want %d)", typ, *lo.PendingEvents, wantLo, len(saved.Seen), *hi.PendingEvents, wantHi)
+			}
+			for _, in := range out.Projections {
+				if (*in.PendingEvents > 0) != (in.OldestPending != nil && in.LagSeconds != nil && *in.LagSeconds > 0) {
+					t.Errorf("%s: pending %d, oldest %v, lag %v", in.Key, *in.PendingEvents, in.OldestPending, in.LagSeconds)
 				}
 			}
 		}
-		return n
-	}
-	low, high := annals.SliceRange{Min: 0, Max: 511}, annals.SliceRange{Min: 512, Max: 1023}
-	for _, typ := range []string{"", "Account"} {
-		var st instancesOut
-		decode(t, cli(t, env, "projections", "status", "balances", "--json", "--type", typ), &st)
-		if len(st.Projections) != 2 {
-			t.Fatalf("status %+v", st)
+		cli(t, env, "projections", "status").want(t, 0, []string{"PENDING", "LAG", "0-511", "512-1023"}, nil)
+
+		// Pause every instance of a name, resume one.
+		var changed instancesOut
+		decode(t, cli(t, env, "projections", "pause", "balances", "--json"), &changed)
+		if len(changed.Projections) != 2 || !changed.Projections[0].Paused || !changed.Projections[1].Paused {
+			t.Errorf("pause: %+v", changed)
 		}
-		lo, hi := st.Projections[0], st.Projections[1]
-		if lo.Slices != "0-511" || *lo.PendingEvents != pending(low, 6, typ) || hi.Slices != "512-1023" || *hi.PendingEvents != pending(high, 0, typ) {
-			t.Errorf("type %q: pending %d in 0-511 (want %d), %d in 512-1023 (want %d)", typ, *lo.PendingEvents, pending(low, 6, typ), *hi.PendingEvents, pending(high, 0, typ))
+		cli(t, env, "projections", "resume", "balances", "0-511").want(t, 0, []string{"resumed balances/0-511"}, nil)
+		decode(t, cli(t, env, "projections", "list", "--json"), &list)
+		if list.Projections[0].Paused || !list.Projections[1].Paused {
+			t.Errorf("after resuming 0-511: %+v", list)
 		}
-		for _, in := range st.Projections {
-			if (*in.PendingEvents > 0) != (in.OldestPending != nil && *in.LagSeconds > 0) {
-				t.Errorf("%s: pending %d, oldest %v, lag %v", in.Key, *in.PendingEvents, in.OldestPending, *in.LagSeconds)
+		for id, want := range map[offsets.ID]bool{lowID: false, highID: true} {
+			state, err := load(id)
+			if err != nil || state.Paused != want {
+				t.Errorf("%v after pause and resume: %+v, %v; want paused %v", id, state, err, want)
 			}
 		}
-	}
-	cli(t, env, "projections", "status").want(t, 0, []string{"PENDING", "LAG", "0-511"}, nil)
-
-	// Pause every instance of a name, resume one.
-	var changed instancesOut
-	decode(t, cli(t, env, "projections", "pause", "balances", "--json"), &changed)
-	if len(changed.Projections) != 2 || !changed.Projections[0].Paused || !changed.Projections[1].Paused {
-		t.Errorf("pause: %+v", changed)
-	}
-	cli(t, env, "projections", "resume", "balances", "0-511").want(t, 0, []string{"resumed balances/0-511"}, nil)
-	decode(t, cli(t, env, "projections", "list", "--json"), &list)
-	if list.Projections[0].Paused || !list.Projections[1].Paused {
-		t.Errorf("after resuming 0-511: %+v", list)
-	}
-
-	// Reset: a dry run and a refusal change nothing; --offset sets one.
-	sum := fileSum(t, path)
-	cli(t, env, "projections", "reset-offset", "balances", "0-511", "--dry-run").want(t, 0, []string{`would remove the offset of balances/0-511 (now {"seq":6})`}, nil)
-	cli(t, env, "projections", "reset-offset", "balances", "0-511").want(t, 2, nil, []string{"pass --yes"})
-	if fileSum(t, path) != sum {
-		t.Fatal("a dry run or refused reset changed the file")
-	}
-	cli(t, env, "projections", "reset-offset", "balances", "0-511", "--offset", `{"seq":8}`, "--yes").want(t, 0, []string{`set the offset of balances/0-511 to {"seq":8} (was {"seq":6})`}, []string{"is not paused"})
-	var reset struct {
-		Name     string          `json:"name"`
-		Key      string          `json:"key"`
-		Previous json.RawMessage `json:"previous_offset"`
-		Offset   json.RawMessage `json:"offset"`
-		DryRun   bool            `json:"dry_run"`
-		Changed  bool            `json:"changed"`
-	}
-	decode(t, cli(t, env, "projections", "reset-offset", "balances", "0-511", "--yes", "--json"), &reset)
-	if !jsonEqual(reset.Previous, `{"seq":8}`) || !jsonEqual(reset.Offset, "{}") || !reset.Changed {
-		t.Errorf("reset %+v", reset)
-	}
-	decode(t, cli(t, env, "projections", "list", "balances", "--json"), &list)
-	if !jsonEqual(list.Projections[0].Offset, "{}") {
-		t.Errorf("after reset: %+v", list.Projections[0])
-	}
-
-	for _, args := range [][]string{
-		{"projections", "frob"},
-		{"projections", "pause"},
-		{"projections", "reset-offset", "balances"},
-		{"projections", "reset-offset", "balances", "0-511", "--offset", "nonsense", "--yes"},
-		{"projections", "status", "--type", "A", "--tag", "b"},
-	} {
-		if r := cli(t, env, args...); r.code != 2 {
-			t.Errorf("%q: %s", args, r)
+		if state, _ := load(lowID); !sameOffset(mustJSON(t, state.Offset), saved) {
+			t.Errorf("pause and resume changed the offset: %v", state.Offset)
 		}
-	}
+
+		// Reset: a dry run and a refusal change nothing; --offset sets one
+		// (as list prints it); without, it is removed.
+		unchanged := st.watch(t)
+		cli(t, env, "projections", "reset-offset", "balances", "0-511", "--dry-run").want(t, 0, []string{"would remove the offset of balances/0-511 (now " + string(savedJSON) + ")"}, nil)
+		cli(t, env, "projections", "reset-offset", "balances", "0-511").want(t, 2, nil, []string{"pass --yes"})
+		cliIn(t, env, strings.NewReader("y\n"), "projections", "reset-offset", "balances", "0-511").want(t, 2, nil, []string{"pass --yes"})
+		unchanged("a dry run or refused reset")
+		if state, _ := load(lowID); !sameOffset(mustJSON(t, state.Offset), saved) {
+			t.Errorf("a dry run or refused reset changed the offset: %v", state.Offset)
+		}
+		cli(t, env, "projections", "reset-offset", "balances", "0-511", "--offset", string(laterJSON), "--yes").want(t, 0,
+			[]string{"set the offset of balances/0-511 to " + string(laterJSON) + " (was " + string(savedJSON) + ")"}, []string{"is not paused"})
+		if state, err := load(lowID); err != nil || !sameOffset(mustJSON(t, state.Offset), later) || state.Paused {
+			t.Errorf("after reset-offset --offset: %+v, %v", state, err)
+		}
+		var reset struct {
+			Name     string          `json:"name"`
+			Key      string          `json:"key"`
+			Previous json.RawMessage `json:"previous_offset"`
+			Offset   json.RawMessage `json:"offset"`
+			DryRun   bool            `json:"dry_run"`
+			Changed  bool            `json:"changed"`
+		}
+		decode(t, cli(t, env, "projections", "reset-offset", "balances", "0-511", "--yes", "--json"), &reset)
+		if reset.Name != "balances" || reset.Key != "0-511" || !sameOffset(reset.Previous, later) || !jsonEqual(reset.Previous, string(laterJSON)) ||
+			!jsonEqual(reset.Offset, "{}") || !reset.Changed || reset.DryRun {
+			t.Errorf("reset %+v", reset)
+		}
+		if state, err := load(lowID); err != nil || state.Offset.Kind != query.KindNone {
+			t.Errorf("after reset-offset: %+v, %v", state, err)
+		}
+		decode(t, cli(t, env, "projections", "list", "balances", "--json"), &list)
+		if len(list.Projections) == 0 || !jsonEqual(list.Projections[0].Offset, "{}") {
+			t.Errorf("after reset: %+v", list.Projections)
+		}
+
+		for _, args := range [][]string{
+			{"projections", "frob"},
+			{"projections", "pause"},
+			{"projections", "reset-offset", "balances"},
+			{"projections", "reset-offset", "balances", "0-511", "--offset", "nonsense", "--yes"},
+			{"projections", "status", "--type", "A", "--tag", "b"},
+		} {
+			if r := cli(t, env, args...); r.code != 2 {
+				t.Errorf("%q: %s", args, r)
+			}
+		}
+	})
 }

@@ -1,13 +1,21 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
+	"fmt"
+	"math"
 	"os"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/annals-go/annals"
+	"github.com/annals-go/annals/cmd/annals/internal/stores"
+	"github.com/annals-go/annals/query"
 )
 
 func TestUsageAndExitCodes(t *testing.T) {
@@ -48,44 +56,89 @@ func TestUsageAndExitCodes(t *testing.T) {
 	}
 }
 
+// schemaPlan is the --json shape of init and migrate.
+type schemaPlan struct {
+	Store  string `json:"store"`
+	From   int    `json:"from_version"`
+	To     int    `json:"to_version"`
+	DryRun bool   `json:"dry_run"`
+	Steps  []struct {
+		From int    `json:"from"`
+		To   int    `json:"to"`
+		SQL  string `json:"sql"`
+	} `json:"steps"`
+}
+
 func TestInitAndMigrate(t *testing.T) {
 	t.Parallel()
-	dir := t.TempDir()
-	path := filepath.Join(dir, "new.db")
-	url := "sqlite:" + path
+	forEachStore(t, func(t *testing.T, k storeKind) {
+		st := k.newStore(t)
 
-	// A dry run on a missing file prints the whole schema and creates nothing.
-	r := cli(t, nil, "init", "--store", url, "--dry-run")
-	r.want(t, 0, []string{"schema version 0 → 3", "CREATE TABLE event_journal", "CREATE TABLE projection_offset", "UPDATE annals_schema SET version = 3"}, nil)
-	if _, err := os.Stat(path); !os.IsNotExist(err) {
-		t.Fatalf("init --dry-run created the file (%v)", err)
-	}
-	cli(t, nil, "init", "--store", url).want(t, 0, []string{"created schema version 3"}, nil)
-	sum := fileSum(t, path)
-	cli(t, nil, "init", "--store", url).want(t, 0, []string{"schema version 3 is current; nothing to do"}, nil)
-	cli(t, nil, "migrate", "--store", url, "--dry-run").want(t, 0, []string{"nothing to do"}, nil)
-	if fileSum(t, path) != sum {
-		t.Error("init on a current schema changed the file")
-	}
+		// A dry run prints the SQL and creates nothing, not even the
+		// schema.
+		var p schemaPlan
+		decode(t, cli(t, nil, "init", "--store", st.url, "--dry-run", "--json"), &p)
+		if p.Store != st.url || p.From != 0 || p.To != st.version || !p.DryRun || len(p.Steps) == 0 || p.Steps[0].From != 0 || p.Steps[len(p.Steps)-1].To != p.To ||
+			!strings.Contains(p.Steps[0].SQL, "CREATE TABLE "+st.table("event_journal")) {
+			t.Errorf("dry-run plan %+v", p)
+		}
+		dryRun := []string{fmt.Sprintf("schema version 0 → %d; would run (nothing changed)", st.version), "CREATE TABLE " + st.table("event_journal"), "journal_metadata", "snapshot", "projection_management"}
+		if st.sqlite() {
+			dryRun = append(dryRun, "CREATE TABLE projection_offset", "UPDATE annals_schema SET version = 3")
+		} else {
+			dryRun = append(dryRun, "CREATE SCHEMA IF NOT EXISTS", "projection_offset_store")
+		}
+		cli(t, nil, "init", "--store", st.url, "--dry-run").want(t, 0, dryRun, nil)
+		if st.exists(t) {
+			t.Fatal("init --dry-run created the store")
+		}
 
-	// An older schema: reading refuses and names migrate; a dry run prints
-	// the step and changes nothing; migrate upgrades.
-	old := filepath.Join(dir, "old.db")
+		// Reading (and deleting) commands on the missing store: exit 1,
+		// naming the command that creates it; they create nothing.
+		for _, args := range [][]string{
+			{"stats"}, {"ids"}, {"events", "Account|a-1"}, {"snapshots", "Account|a-1"},
+			{"tail", "--type", "Account", "--current"}, {"projections", "list"}, {"projections", "status"},
+			{"delete-to", "Account|a-1", "3", "--yes"}, {"delete-snapshots", "Account|a-1", "--yes"}, {"check", "--short"},
+		} {
+			cli(t, st.env(), args...).want(t, 1, nil, st.missing())
+		}
+		cli(t, nil, "copy", "--from", st.url, "--to", "memory:").want(t, 1, nil, append([]string{"source:"}, st.missing()...))
+		// migrate upgrades; it does not create (init does).
+		cli(t, nil, "migrate", "--store", st.url).want(t, 1, nil, []string{"has no Annals schema to upgrade", "annals init --store " + st.url})
+		if st.exists(t) {
+			t.Fatal("a reading command or migrate created the store")
+		}
+
+		cli(t, nil, "init", "--store", st.url).want(t, 0, []string{fmt.Sprintf("created schema version %d", st.version)}, nil)
+		if !st.exists(t) {
+			t.Fatal("init did not create the store")
+		}
+		unchanged := st.watch(t)
+		current := fmt.Sprintf("schema version %d is current; nothing to do", st.version)
+		cli(t, nil, "migrate", "--store", st.url).want(t, 0, []string{current}, nil)
+		cli(t, nil, "init", "--store", st.url).want(t, 0, []string{current}, nil)
+		cli(t, nil, "migrate", "--store", st.url, "--dry-run").want(t, 0, []string{current}, nil)
+		p = schemaPlan{}
+		decode(t, cli(t, nil, "migrate", "--store", st.url, "--json"), &p)
+		if p.From != p.To || p.DryRun || p.Steps == nil || len(p.Steps) != 0 {
+			t.Errorf("migrate of a current schema: %+v", p)
+		}
+		unchanged("init and migrate of a current schema")
+		cli(t, nil, "stats", "--store", st.url).want(t, 0, []string{"(total)", st.where()}, nil)
+		cli(t, nil, "ids", "--store", st.url).want(t, 0, nil, []string{"no persistence ids"})
+	})
+}
+
+// An older SQLite schema: reading refuses and names migrate; a dry run
+// prints the step and changes nothing; migrate upgrades.
+func TestMigrateAnOlderSQLiteSchema(t *testing.T) {
+	t.Parallel()
+	old := filepath.Join(t.TempDir(), "old.db")
 	olderSchema(t, old)
 	oldURL := "sqlite:" + old
-	sum = fileSum(t, old)
+	sum := fileSum(t, old)
 	cli(t, nil, "stats", "--store", oldURL).want(t, 1, nil, []string{"schema version 2 and this annals needs 3", "annals migrate --store " + oldURL})
-	var plan struct {
-		Store  string `json:"store"`
-		From   int    `json:"from_version"`
-		To     int    `json:"to_version"`
-		DryRun bool   `json:"dry_run"`
-		Steps  []struct {
-			From int    `json:"from"`
-			To   int    `json:"to"`
-			SQL  string `json:"sql"`
-		} `json:"steps"`
-	}
+	var plan schemaPlan
 	decode(t, cli(t, nil, "migrate", "--store", oldURL, "--dry-run", "--json"), &plan)
 	if plan.From != 2 || plan.To != 3 || !plan.DryRun || len(plan.Steps) != 1 || !strings.Contains(plan.Steps[0].SQL, "CREATE TABLE projection_offset") {
 		t.Errorf("dry-run plan %+v", plan)
@@ -99,240 +152,360 @@ func TestInitAndMigrate(t *testing.T) {
 		t.Errorf("migrate result %+v", plan)
 	}
 	cli(t, nil, "stats", "--store", oldURL).want(t, 0, []string{"(total)"}, nil)
+}
 
-	// Not an Annals file: refused, untouched.
-	other := filepath.Join(dir, "other.txt")
+// A file that is not an Annals database: refused, untouched.
+func TestInitRefusesAFileNotADatabase(t *testing.T) {
+	t.Parallel()
+	other := filepath.Join(t.TempDir(), "other.txt")
 	if err := os.WriteFile(other, []byte("hello, this is not a database, not at all......................................................"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	sum = fileSum(t, other)
+	sum := fileSum(t, other)
 	cli(t, nil, "init", "--store", "sqlite:"+other).want(t, 1, nil, []string{"not an SQLite database"})
 	if fileSum(t, other) != sum {
 		t.Error("init changed a file that is not a database")
 	}
 }
 
+// idsOut is the --json shape of ids (a page of them).
+type idsOut struct {
+	IDs []struct {
+		PersistenceID string `json:"persistence_id"`
+		Highest       int64  `json:"highest_sequence_nr"`
+	} `json:"ids"`
+	NextAfter string `json:"next_after"`
+}
+
 func TestIDs(t *testing.T) {
 	t.Parallel()
-	env := []string{"ANNALS_STORE=sqlite:" + fixture(t, t.TempDir())}
-	r := cli(t, env, "ids")
-	r.want(t, 0, []string{"PERSISTENCE ID", "Account|a-1", "Cart|c-1", "Order|o-1"}, nil)
-	type page struct {
-		IDs []struct {
-			PersistenceID string `json:"persistence_id"`
-			Highest       int64  `json:"highest_sequence_nr"`
-		} `json:"ids"`
-		NextAfter string `json:"next_after"`
-	}
-	var all []string
-	highest := map[string]int64{}
-	after := ""
-	for range 10 {
-		var p page
-		decode(t, cli(t, env, "ids", "--limit", "2", "--after", after, "--json"), &p)
-		for _, id := range p.IDs {
-			all = append(all, id.PersistenceID)
-			highest[id.PersistenceID] = id.Highest
+	forEachFixture(t, func(t *testing.T, st testStore) {
+		env := st.env()
+		cli(t, env, "ids").want(t, 0, []string{"PERSISTENCE ID", "HIGHEST SEQ", "Account|a-1", "Cart|c-1", "Order|o-1"}, nil)
+		cli(t, env, "ids", "--limit", "2").want(t, 0, []string{"Account|a-2"}, []string{"more ids: add --after 'Account|a-2'"})
+		var all []string
+		highest := map[string]int64{}
+		after := ""
+		for range 10 {
+			var p idsOut
+			decode(t, cli(t, env, "ids", "--limit", "2", "--after", after, "--json"), &p)
+			for _, id := range p.IDs {
+				all = append(all, id.PersistenceID)
+				highest[id.PersistenceID] = id.Highest
+			}
+			if p.NextAfter == "" {
+				break
+			}
+			after = p.NextAfter
 		}
-		if p.NextAfter == "" {
-			break
+		if want := []string{"Account|a-1", "Account|a-2", "Cart|c-1", "Cart|c-2", "Order|o-1"}; !slices.Equal(all, want) {
+			t.Errorf("paged ids %v, want %v", all, want)
 		}
-		after = p.NextAfter
-	}
-	want := []string{"Account|a-1", "Account|a-2", "Cart|c-1", "Cart|c-2", "Order|o-1"}
-	if !slices.Equal(all, want) {
-		t.Errorf("paged ids %v, want %v", all, want)
-	}
-	if highest["Cart|c-1"] != 4 || highest["Account|a-1"] != 5 {
-		t.Errorf("highest numbers %v", highest)
-	}
-	var p page
-	decode(t, cli(t, env, "ids", "--type", "Cart", "--json"), &p)
-	if len(p.IDs) != 2 || p.NextAfter != "" {
-		t.Errorf("ids of Cart: %+v", p)
-	}
-	cli(t, env, "ids", "--limit", "2").want(t, 0, []string{"Account|a-2"}, []string{"more ids: add --after 'Account|a-2'"})
+		if want := map[string]int64{"Account|a-1": 5, "Account|a-2": 3, "Cart|c-1": 4, "Cart|c-2": 5, "Order|o-1": 2}; !reflect.DeepEqual(highest, want) {
+			t.Errorf("highest numbers %v, want %v", highest, want)
+		}
+		var p idsOut
+		decode(t, cli(t, env, "ids", "--type", "Cart", "--json"), &p)
+		if len(p.IDs) != 2 || p.IDs[0].PersistenceID != "Cart|c-1" || p.IDs[0].Highest != 4 || p.NextAfter != "" {
+			t.Errorf("ids of Cart: %+v", p)
+		}
+	})
 }
 
 func TestEvents(t *testing.T) {
 	t.Parallel()
-	env := []string{"ANNALS_STORE=sqlite:" + fixture(t, t.TempDir())}
-	r := cli(t, env, "events", "Account|a-1", "--from", "2", "--to", "4")
-	r.want(t, 0, []string{"SEQ", "2026-01-02T03:04:07.123456Z", "json", "Deposited", "bank,odd", `{"amount":3}`}, nil)
-	if n := strings.Count(r.stdout, "\n"); n != 4 {
-		t.Errorf("%d lines for events 2..4 and a header:\n%s", n, r.stdout)
-	}
-	// Raw payloads: text quoted, binary in hex.
-	cli(t, env, "events", "Account|a-2").want(t, 0, []string{`"text 1"`, "0x000102ff", "bytes"}, nil)
+	forEachFixture(t, func(t *testing.T, st testStore) {
+		env := st.env()
+		r := cli(t, env, "events", "Account|a-1", "--from", "2", "--to", "4")
+		r.want(t, 0, []string{"SEQ", "2026-01-02T03:04:07.123456Z", "json", "Deposited", "bank,odd", `{"amount":3}`}, nil)
+		if n := strings.Count(r.stdout, "\n"); n != 4 {
+			t.Errorf("%d lines for events 2..4 and a header:\n%s", n, r.stdout)
+		}
+		// Raw payloads: text quoted, binary in hex.
+		cli(t, env, "events", "Account|a-2").want(t, 0, []string{`"text 1"`, "0x000102ff", "bytes", `"text 3"`}, nil)
 
-	type ev struct {
-		PersistenceID string          `json:"persistence_id"`
-		SequenceNr    int64           `json:"sequence_nr"`
-		Offset        json.RawMessage `json:"offset"`
-		Timestamp     time.Time       `json:"timestamp"`
-		EntityType    string          `json:"entity_type"`
-		Slice         int             `json:"slice"`
-		SerializerID  int32           `json:"serializer_id"`
-		Manifest      string          `json:"manifest"`
-		WriterID      string          `json:"writer_id"`
-		Tags          []string        `json:"tags"`
-		PayloadSize   int             `json:"payload_size"`
-		Payload       json.RawMessage `json:"payload"`
-		PayloadBase64 []byte          `json:"payload_base64"`
-		Metadata      []byte          `json:"metadata_base64"`
-	}
-	evs := jsonLines[ev](t, cli(t, env, "events", "--json", "Account|a-1", "--limit", "2"))
-	if len(evs) != 2 {
-		t.Fatalf("%d events, want 2", len(evs))
-	}
-	e := evs[1]
-	if e.PersistenceID != "Account|a-1" || e.SequenceNr != 2 || string(e.Offset) != `{"seq":2}` || !e.Timestamp.Equal(base.Add(2*time.Second)) ||
-		e.EntityType != "Account" || e.SerializerID != 33 || e.Manifest != "Deposited" || e.WriterID != "writer-1" ||
-		!slices.Equal(e.Tags, []string{"bank"}) || !jsonEqual(e.Payload, `{"amount": 2}`) || e.PayloadBase64 != nil || e.PayloadSize != 13 {
-		t.Errorf("event %+v", e)
-	}
-	evs = jsonLines[ev](t, cli(t, env, "events", "Account|a-2", "--json"))
-	if len(evs) != 3 || string(evs[1].PayloadBase64) != "\x00\x01\x02\xff" || evs[1].Payload != nil || string(evs[1].Metadata) != "meta" || len(evs[0].Tags) != 0 || evs[0].Tags == nil {
-		t.Errorf("raw events %+v", evs)
-	}
-	// Deleted events are not shown; an id with none says so.
-	evs = jsonLines[ev](t, cli(t, env, "events", "Cart|c-2", "--json"))
-	if len(evs) != 3 || evs[0].SequenceNr != 3 {
-		t.Errorf("events of Cart|c-2 after deleting 1..2: %+v", evs)
-	}
-	cli(t, env, "events", "Cart|c-1").want(t, 0, nil, []string{"highest sequence number 4"})
-	cli(t, env, "events", "Nobody|x").want(t, 0, nil, []string{`no events stored for "Nobody|x"`})
+		type ev struct {
+			PersistenceID string          `json:"persistence_id"`
+			SequenceNr    int64           `json:"sequence_nr"`
+			Offset        json.RawMessage `json:"offset"`
+			Timestamp     time.Time       `json:"timestamp"`
+			EntityType    string          `json:"entity_type"`
+			Slice         int             `json:"slice"`
+			SerializerID  int32           `json:"serializer_id"`
+			Manifest      string          `json:"manifest"`
+			WriterID      string          `json:"writer_id"`
+			Tags          []string        `json:"tags"`
+			PayloadSize   int             `json:"payload_size"`
+			Payload       json.RawMessage `json:"payload"`
+			PayloadBase64 []byte          `json:"payload_base64"`
+			Metadata      []byte          `json:"metadata_base64"`
+		}
+		evs := jsonLines[ev](t, cli(t, env, "events", "--json", "Account|a-1"))
+		if len(evs) != 5 {
+			t.Fatalf("%d events, want 5", len(evs))
+		}
+		for i, e := range evs {
+			seq := int64(i + 1)
+			tags := []string{"bank"}
+			if seq%2 == 1 {
+				tags = append(tags, "odd")
+			}
+			if e.PersistenceID != "Account|a-1" || e.SequenceNr != seq || !e.Timestamp.Equal(base.Add(time.Duration(seq)*time.Second)) ||
+				e.EntityType != "Account" || e.Slice != annals.Slice("Account|a-1") || e.SerializerID != 33 || e.Manifest != "Deposited" ||
+				e.WriterID != "writer-1" || !slices.Equal(e.Tags, tags) || !jsonEqual(e.Payload, fmt.Sprintf(`{"amount": %d}`, seq)) ||
+				e.PayloadBase64 != nil || e.PayloadSize != 13 || e.Metadata != nil {
+				t.Errorf("event %+v", e)
+			}
+			// The offset, if any, is one tail --from-offset takes; on
+			// SQLite, the ordering (Account|a-1 was written first).
+			if e.Offset != nil {
+				var o query.Offset
+				if err := json.Unmarshal(e.Offset, &o); err != nil {
+					t.Errorf("offset %s: %v", e.Offset, err)
+				}
+			}
+			if want := fmt.Sprintf(`{"seq":%d}`, seq); st.sqlite() && string(e.Offset) != want {
+				t.Errorf("offset of event %d: %s, want %s", seq, e.Offset, want)
+			}
+		}
+		if lim := jsonLines[ev](t, cli(t, env, "events", "--json", "Account|a-1", "--limit", "2")); len(lim) != 2 || !reflect.DeepEqual(lim, evs[:2]) {
+			t.Errorf("--limit 2: %+v", lim)
+		}
+		evs = jsonLines[ev](t, cli(t, env, "events", "Account|a-2", "--json"))
+		if len(evs) != 3 || string(evs[0].PayloadBase64) != "text 1" || evs[0].Payload != nil || evs[0].Tags == nil || len(evs[0].Tags) != 0 ||
+			string(evs[1].PayloadBase64) != "\x00\x01\x02\xff" || evs[1].Payload != nil || string(evs[1].Metadata) != "meta" ||
+			evs[2].SerializerID != 33 || evs[2].Payload != nil || string(evs[2].PayloadBase64) != "text 3" {
+			t.Errorf("raw events (serializer 33 with invalid JSON included) %+v", evs)
+		}
+		// Deleted events are not shown; an id with none says so.
+		evs = jsonLines[ev](t, cli(t, env, "events", "Cart|c-2", "--json"))
+		if len(evs) != 3 || evs[0].SequenceNr != 3 {
+			t.Errorf("events of Cart|c-2 after deleting 1..2: %+v", evs)
+		}
+		cli(t, env, "events", "Cart|c-1").want(t, 0, nil, []string{"highest sequence number 4"})
+		cli(t, env, "events", "Nobody|x").want(t, 0, nil, []string{`no events stored for "Nobody|x"`})
+	})
 }
 
 func TestSnapshots(t *testing.T) {
 	t.Parallel()
-	env := []string{"ANNALS_STORE=sqlite:" + fixture(t, t.TempDir())}
-	cli(t, env, "snapshots", "Account|a-1").want(t, 0, []string{"SEQ", "Account", `{"balance":50}`, `{"balance":30}`}, nil)
-	var out struct {
-		PersistenceID string `json:"persistence_id"`
-		Snapshots     []struct {
-			SequenceNr    int64           `json:"sequence_nr"`
-			Timestamp     time.Time       `json:"timestamp"`
-			SerializerID  int32           `json:"serializer_id"`
-			Manifest      string          `json:"manifest"`
-			PayloadSize   int             `json:"payload_size"`
-			Payload       json.RawMessage `json:"payload"`
-			PayloadBase64 []byte          `json:"payload_base64"`
-		} `json:"snapshots"`
-	}
-	decode(t, cli(t, env, "snapshots", "Account|a-1", "--json"), &out)
-	if len(out.Snapshots) != 2 || out.Snapshots[0].SequenceNr != 5 || out.Snapshots[1].SequenceNr != 3 || !jsonEqual(out.Snapshots[0].Payload, `{"balance": 50}`) || !out.Snapshots[1].Timestamp.Equal(base.Add(3*time.Second)) {
-		t.Errorf("snapshots %+v", out)
-	}
-	decode(t, cli(t, env, "snapshots", "Order|o-1", "--json"), &out)
-	if out.Snapshots == nil || len(out.Snapshots) != 0 {
-		t.Errorf("snapshots of an id without any: %+v", out)
-	}
+	forEachFixture(t, func(t *testing.T, st testStore) {
+		env := st.env()
+		cli(t, env, "snapshots", "Account|a-1").want(t, 0, []string{"SEQ", "Account", `{"balance":50}`, `{"balance":30}`}, nil)
+		var out struct {
+			PersistenceID string `json:"persistence_id"`
+			Snapshots     []struct {
+				SequenceNr    int64           `json:"sequence_nr"`
+				Timestamp     time.Time       `json:"timestamp"`
+				SerializerID  int32           `json:"serializer_id"`
+				Manifest      string          `json:"manifest"`
+				PayloadSize   int             `json:"payload_size"`
+				Payload       json.RawMessage `json:"payload"`
+				PayloadBase64 []byte          `json:"payload_base64"`
+			} `json:"snapshots"`
+		}
+		decode(t, cli(t, env, "snapshots", "Account|a-1", "--json"), &out)
+		if out.PersistenceID != "Account|a-1" || len(out.Snapshots) != 2 {
+			t.Fatalf("snapshots %+v", out)
+		}
+		s0, s1 := out.Snapshots[0], out.Snapshots[1]
+		if s0.SequenceNr != 5 || s1.SequenceNr != 3 || !jsonEqual(s0.Payload, `{"balance": 50}`) || s0.PayloadBase64 != nil || s0.SerializerID != 33 ||
+			s0.Manifest != "Account" || s0.PayloadSize != 15 || !s1.Timestamp.Equal(base.Add(3*time.Second)) {
+			t.Errorf("snapshots %+v", out)
+		}
+		decode(t, cli(t, env, "snapshots", "Order|o-1", "--json"), &out)
+		if out.Snapshots == nil || len(out.Snapshots) != 0 {
+			t.Errorf("snapshots of an id without any: %+v", out)
+		}
+	})
+}
+
+// statsOut is the --json shape of stats.
+type statsOut struct {
+	Types        []statsFigures `json:"entity_types"`
+	Total        statsFigures   `json:"total"`
+	StorageBytes int64          `json:"storage_bytes"`
+}
+
+type statsFigures struct {
+	EntityType     string     `json:"entity_type"`
+	PersistenceIDs int64      `json:"persistence_ids"`
+	Events         int64      `json:"events"`
+	PayloadBytes   int64      `json:"payload_bytes"`
+	Highest        int64      `json:"highest_sequence_nr"`
+	Oldest         *time.Time `json:"oldest_event"`
+	Newest         *time.Time `json:"newest_event"`
+	Snapshots      int64      `json:"snapshots"`
+	SnapshotBytes  int64      `json:"snapshot_bytes"`
 }
 
 func TestStats(t *testing.T) {
 	t.Parallel()
-	env := []string{"ANNALS_STORE=sqlite:" + fixture(t, t.TempDir())}
-	cli(t, env, "stats").want(t, 0, []string{"ENTITY TYPE", "Account", "Cart", "Order", "(total)", "storage:"}, nil)
-	type figures struct {
-		EntityType     string     `json:"entity_type"`
-		PersistenceIDs int64      `json:"persistence_ids"`
-		Events         int64      `json:"events"`
-		PayloadBytes   int64      `json:"payload_bytes"`
-		Highest        int64      `json:"highest_sequence_nr"`
-		Oldest         *time.Time `json:"oldest_event"`
-		Newest         *time.Time `json:"newest_event"`
-		Snapshots      int64      `json:"snapshots"`
-		SnapshotBytes  int64      `json:"snapshot_bytes"`
-	}
-	var st struct {
-		Types        []figures `json:"entity_types"`
-		Total        figures   `json:"total"`
-		StorageBytes int64     `json:"storage_bytes"`
-	}
-	decode(t, cli(t, env, "stats", "--json"), &st)
-	byType := map[string]figures{}
-	for _, f := range st.Types {
-		byType[f.EntityType] = f
-	}
-	acc, cart := byType["Account"], byType["Cart"]
-	if len(st.Types) != 3 || acc.PersistenceIDs != 2 || acc.Events != 8 || acc.Highest != 5 || acc.Snapshots != 2 ||
-		acc.PayloadBytes != 5*13+6+4+6 || !acc.Oldest.Equal(base.Add(time.Second)) || !acc.Newest.Equal(base.Add(5*time.Second)) {
-		t.Errorf("Account: %+v", acc)
-	}
-	if cart.PersistenceIDs != 2 || cart.Events != 3 || cart.Highest != 5 || cart.Snapshots != 0 {
-		t.Errorf("Cart (one id all deleted, one deleted to 2): %+v", cart)
-	}
-	if st.Total.Events != 13 || st.Total.PersistenceIDs != 5 || st.Total.Snapshots != 2 || st.Total.EntityType != "" || st.StorageBytes <= 0 {
-		t.Errorf("total %+v, storage %d", st.Total, st.StorageBytes)
-	}
+	forEachFixture(t, func(t *testing.T, st testStore) {
+		env := st.env()
+		cli(t, env, "stats").want(t, 0, []string{"ENTITY TYPE", "Account", "Cart", "Order", "(total)", "storage:", st.where()}, nil)
+		var out statsOut
+		decode(t, cli(t, env, "stats", "--json"), &out)
+		byType := map[string]statsFigures{}
+		for _, f := range out.Types {
+			byType[f.EntityType] = f
+		}
+		acc, cart, ord := byType["Account"], byType["Cart"], byType["Order"]
+		if len(out.Types) != 3 || acc.PersistenceIDs != 2 || acc.Events != 8 || acc.Highest != 5 || acc.Snapshots != 2 || acc.SnapshotBytes != 30 ||
+			acc.PayloadBytes != 5*13+6+4+6 || acc.Oldest == nil || !acc.Oldest.Equal(base.Add(time.Second)) || acc.Newest == nil || !acc.Newest.Equal(base.Add(5*time.Second)) {
+			t.Errorf("Account: %+v", acc)
+		}
+		if cart.PersistenceIDs != 2 || cart.Events != 3 || cart.Highest != 5 || cart.Snapshots != 0 || cart.PayloadBytes != 3*13 {
+			t.Errorf("Cart (one id all deleted, one deleted to 2): %+v", cart)
+		}
+		if ord.PersistenceIDs != 1 || ord.Events != 2 || ord.Highest != 2 {
+			t.Errorf("Order: %+v", ord)
+		}
+		if out.Total.Events != 13 || out.Total.PersistenceIDs != 5 || out.Total.Snapshots != 2 || out.Total.EntityType != "" || out.Total.Highest != 5 || out.StorageBytes <= 0 {
+			t.Errorf("total %+v, storage %d", out.Total, out.StorageBytes)
+		}
+	})
+}
+
+// deletePlan is the --json shape of delete-to.
+type deletePlan struct {
+	PersistenceID string `json:"persistence_id"`
+	To            int64  `json:"to"`
+	Events        int64  `json:"events"`
+	First         int64  `json:"first"`
+	Last          int64  `json:"last"`
+	Highest       int64  `json:"highest_sequence_nr"`
+	Kept          int64  `json:"kept"`
+	DryRun        bool   `json:"dry_run"`
+	Deleted       bool   `json:"deleted"`
+}
+
+// snapshotsPlan is the --json shape of delete-snapshots.
+type snapshotsPlan struct {
+	PersistenceID string  `json:"persistence_id"`
+	From          int64   `json:"from"`
+	To            int64   `json:"to"`
+	Snapshots     []int64 `json:"snapshots"`
+	DryRun        bool    `json:"dry_run"`
+	Deleted       bool    `json:"deleted"`
 }
 
 func TestDeleteTo(t *testing.T) {
 	t.Parallel()
-	path := fixture(t, t.TempDir())
-	env := []string{"ANNALS_STORE=sqlite:" + path}
-	sum := fileSum(t, path)
-	cli(t, env, "delete-to", "Account|a-1", "3", "--dry-run").want(t, 0, []string{`would delete 3 events of "Account|a-1" (sequence numbers 1–3); 2 kept; the highest sequence number stays 5`}, nil)
-	type plan struct {
-		PersistenceID string `json:"persistence_id"`
-		To            int64  `json:"to"`
-		Events        int64  `json:"events"`
-		First         int64  `json:"first"`
-		Last          int64  `json:"last"`
-		Highest       int64  `json:"highest_sequence_nr"`
-		Kept          int64  `json:"kept"`
-		DryRun        bool   `json:"dry_run"`
-		Deleted       bool   `json:"deleted"`
-	}
-	var p plan
-	decode(t, cli(t, env, "delete-to", "--dry-run", "--json", "Account|a-1", "3"), &p)
-	if p != (plan{"Account|a-1", 3, 3, 1, 3, 5, 2, true, false}) {
-		t.Errorf("dry run %+v", p)
-	}
-	// Without a terminal and without --yes: refused.
-	cliIn(t, env, strings.NewReader("y\n"), "delete-to", "Account|a-1", "3").want(t, 2, nil, []string{"standard input is not a terminal; pass --yes"})
-	if fileSum(t, path) != sum {
-		t.Fatal("a dry run or a refused deletion changed the file")
-	}
-	decode(t, cli(t, env, "delete-to", "Account|a-1", "3", "--yes", "--json"), &p)
-	if p != (plan{"Account|a-1", 3, 3, 1, 3, 5, 2, false, true}) {
-		t.Errorf("deletion %+v", p)
-	}
-	evs := jsonLines[map[string]any](t, cli(t, env, "events", "--json", "Account|a-1"))
-	if len(evs) != 2 || evs[0]["sequence_nr"] != 4.0 {
-		t.Errorf("after delete-to 3: %v", evs)
-	}
-	cli(t, env, "delete-to", "Account|a-1", "3", "--yes").want(t, 0, []string{"nothing to delete"}, nil)
-	cli(t, env, "delete-to", "Account|a-1", "x").want(t, 2, nil, []string{`SEQ "x"`})
+	forEachFixture(t, func(t *testing.T, st testStore) {
+		env := st.env()
+		unchanged := st.watch(t)
+
+		// Dry runs and refusals (stdin not a terminal, even answering y).
+		for _, tc := range []struct {
+			args   []string
+			code   int
+			stdout string
+			stderr string
+		}{
+			{[]string{"delete-to", "Account|a-1", "3", "--dry-run"}, 0, `would delete 3 events of "Account|a-1" (sequence numbers 1–3); 2 kept; the highest sequence number stays 5`, ""},
+			{[]string{"delete-to", "Account|a-1", "5", "--dry-run"}, 0, `would delete 5 events of "Account|a-1" (sequence numbers 1–5); 0 kept; the highest sequence number stays 5`, ""},
+			{[]string{"delete-to", "Account|a-1", "3"}, 2, "", "standard input is not a terminal; pass --yes"},
+			{[]string{"delete-to", "Cart|c-1", "4", "--yes"}, 0, "nothing to delete", ""},
+			{[]string{"delete-snapshots", "Account|a-1", "--dry-run"}, 0, `would delete 2 snapshots of "Account|a-1" at sequence numbers [5 3]`, ""},
+			{[]string{"delete-snapshots", "Account|a-1", "--to", "4", "--dry-run"}, 0, `would delete 1 snapshots of "Account|a-1" at sequence numbers [3]`, ""},
+			{[]string{"delete-snapshots", "Account|a-1"}, 2, "", "pass --yes"},
+			{[]string{"delete-snapshots", "Account|a-1", "--to", "4"}, 2, "", "pass --yes"},
+			{[]string{"delete-snapshots", "Order|o-1", "--yes"}, 0, "nothing to delete", ""},
+		} {
+			cliIn(t, env, strings.NewReader("y\n"), tc.args...).want(t, tc.code, []string{tc.stdout}, []string{tc.stderr})
+		}
+		var p deletePlan
+		decode(t, cli(t, env, "delete-to", "--dry-run", "--json", "Account|a-1", "3"), &p)
+		if p != (deletePlan{"Account|a-1", 3, 3, 1, 3, 5, 2, true, false}) {
+			t.Errorf("dry run %+v", p)
+		}
+		decode(t, cli(t, env, "delete-to", "--dry-run", "--json", "Account|a-1", "5"), &p)
+		if p != (deletePlan{"Account|a-1", 5, 5, 1, 5, 5, 0, true, false}) {
+			t.Errorf("dry run %+v", p)
+		}
+		var sp snapshotsPlan
+		decode(t, cli(t, env, "delete-snapshots", "Account|a-1", "--from", "4", "--dry-run", "--json"), &sp)
+		if sp.PersistenceID != "Account|a-1" || !slices.Equal(sp.Snapshots, []int64{5}) || !sp.DryRun || sp.Deleted || sp.From != 4 || sp.To != math.MaxInt64 {
+			t.Errorf("snapshot dry run %+v", sp)
+		}
+		unchanged("a dry run or a refused deletion")
+
+		decode(t, cli(t, env, "delete-to", "Account|a-1", "3", "--yes", "--json"), &p)
+		if p != (deletePlan{"Account|a-1", 3, 3, 1, 3, 5, 2, false, true}) {
+			t.Errorf("deletion %+v", p)
+		}
+		evs := jsonLines[map[string]any](t, cli(t, env, "events", "--json", "Account|a-1"))
+		if len(evs) != 2 || evs[0]["sequence_nr"] != 4.0 {
+			t.Errorf("after delete-to 3: %v", evs)
+		}
+		cli(t, env, "delete-to", "Account|a-1", "3", "--yes").want(t, 0, []string{"nothing to delete"}, nil)
+		cli(t, env, "delete-to", "Account|a-1", "x").want(t, 2, nil, []string{`SEQ "x"`})
+	})
+}
+
+// Every event of an id: the highest number stays.
+func TestDeleteEveryEvent(t *testing.T) {
+	t.Parallel()
+	forEachFixture(t, func(t *testing.T, st testStore) {
+		env := st.env()
+		var p deletePlan
+		decode(t, cli(t, env, "delete-to", "Account|a-1", "5", "--yes", "--json"), &p)
+		if p != (deletePlan{"Account|a-1", 5, 5, 1, 5, 5, 0, false, true}) {
+			t.Errorf("deletion %+v", p)
+		}
+		cli(t, env, "delete-to", "Order|o-1", "1", "--yes").want(t, 0, []string{`deleted 1 events of "Order|o-1" (sequence numbers 1–1); 1 kept; the highest sequence number stays 2`}, nil)
+		withStore(t, st.url, func(s *stores.Store) {
+			for pid, want := range map[string]int64{"Account|a-1": 5, "Order|o-1": 2} {
+				if h, err := s.Journal.HighestSequenceNr(context.Background(), pid, 0); err != nil || h != want {
+					t.Errorf("highest of %s after delete-to: %d, %v; want %d", pid, h, err, want)
+				}
+			}
+		})
+		var page idsOut
+		decode(t, cli(t, env, "ids", "--type", "Account", "--json"), &page)
+		if len(page.IDs) != 2 || page.IDs[0].PersistenceID != "Account|a-1" || page.IDs[0].Highest != 5 {
+			t.Errorf("ids after deleting every event of Account|a-1: %+v", page)
+		}
+		cli(t, env, "events", "Account|a-1").want(t, 0, nil, []string{"highest sequence number 5"})
+		if evs := jsonLines[map[string]any](t, cli(t, env, "events", "--json", "Order|o-1")); len(evs) != 1 || evs[0]["sequence_nr"] != 2.0 {
+			t.Errorf("Order|o-1 after delete-to 1: %v", evs)
+		}
+	})
 }
 
 func TestDeleteSnapshots(t *testing.T) {
 	t.Parallel()
-	path := fixture(t, t.TempDir())
-	env := []string{"ANNALS_STORE=sqlite:" + path}
-	sum := fileSum(t, path)
-	cli(t, env, "delete-snapshots", "Account|a-1", "--to", "4", "--dry-run").want(t, 0, []string{`would delete 1 snapshots of "Account|a-1" at sequence numbers [3]`}, nil)
-	cli(t, env, "delete-snapshots", "Account|a-1").want(t, 2, nil, []string{"pass --yes"})
-	if fileSum(t, path) != sum {
-		t.Fatal("a dry run or a refused deletion changed the file")
-	}
-	var out struct {
-		PersistenceID string  `json:"persistence_id"`
-		From          int64   `json:"from"`
-		To            int64   `json:"to"`
-		Snapshots     []int64 `json:"snapshots"`
-		DryRun        bool    `json:"dry_run"`
-		Deleted       bool    `json:"deleted"`
-	}
-	decode(t, cli(t, env, "delete-snapshots", "Account|a-1", "--from", "4", "--yes", "--json"), &out)
-	if !slices.Equal(out.Snapshots, []int64{5}) || !out.Deleted || out.From != 4 {
-		t.Errorf("deletion %+v", out)
-	}
-	cli(t, env, "snapshots", "Account|a-1").want(t, 0, []string{`{"balance":30}`}, nil)
-	if r := cli(t, env, "snapshots", "Account|a-1"); strings.Contains(r.stdout, `{"balance":50}`) {
-		t.Errorf("the deleted snapshot is still listed:\n%s", r.stdout)
-	}
+	forEachFixture(t, func(t *testing.T, st testStore) {
+		env := st.env()
+		var sp snapshotsPlan
+		decode(t, cli(t, env, "delete-snapshots", "Account|a-1", "--from", "4", "--yes", "--json"), &sp)
+		if !slices.Equal(sp.Snapshots, []int64{5}) || !sp.Deleted || sp.DryRun || sp.From != 4 {
+			t.Errorf("deletion %+v", sp)
+		}
+		cli(t, env, "snapshots", "Account|a-1").want(t, 0, []string{`{"balance":30}`}, nil)
+		if r := cli(t, env, "snapshots", "Account|a-1"); strings.Contains(r.stdout, `{"balance":50}`) {
+			t.Errorf("the deleted snapshot is still listed:\n%s", r.stdout)
+		}
+		withStore(t, st.url, func(s *stores.Store) {
+			snaps, err := listSnapshots(context.Background(), s.Snapshots, "Account|a-1", 0, math.MaxInt64)
+			if err != nil || len(snaps) != 1 || snaps[0].Metadata.SequenceNr != 3 {
+				t.Errorf("snapshots left: %+v, %v", snaps, err)
+			}
+		})
+		cli(t, env, "delete-snapshots", "Account|a-1", "--yes").want(t, 0, []string{`deleted 1 snapshots of "Account|a-1" at sequence numbers [3]`}, nil)
+		var out statsOut
+		decode(t, cli(t, env, "stats", "--json"), &out)
+		if out.Total.Snapshots != 0 || out.Total.SnapshotBytes != 0 {
+			t.Errorf("snapshots left: %+v", out.Total)
+		}
+		if !st.sqlite() {
+			if n := pgRows(t, st.schema)["snapshot"]; n != 0 {
+				t.Errorf("%d snapshot rows left", n)
+			}
+		}
+		cli(t, env, "delete-to", "Account|a-1", "x").want(t, 2, nil, []string{`SEQ "x"`})
+	})
 }
 
 func TestConfirm(t *testing.T) {

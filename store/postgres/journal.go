@@ -107,41 +107,44 @@ func newStatements(schema string, ordering Ordering) statements {
 }
 
 // insertSQL is the statement that inserts the events of atomic writes,
-// given as parallel arrays ($1–$12: id, seq, write time, serializer,
-// manifest, payload, writer, tags as JSON, metadata, slice, entity type,
-// ord: the event's position among its id's events in the statement); when
-// tagged, it inserts their tags too.
+// given as parallel arrays ($1–$11: id, seq, write time, serializer,
+// manifest, payload, writer, tags as JSON, metadata, slice, entity type);
+// when tagged, it inserts their tags too.
 //
-// The events' db_timestamps start from base, computed once before any row
-// is inserted:
+// Every row gets a db_timestamp of its own, 1µs after the row before it in
+// the statement, so that the rows of a call do not share one key prefix in
+// the timestamp indexes (equal timestamps make every index insertion
+// compare persistence ids, which costs more than the insertion itself):
 //   - CommitOrder: from the schema's clock row, which the statement moves
-//     past the last timestamp it assigns ($13: the largest ord). The row's
-//     lock, held to the commit, orders the writers: timestamps grow with
-//     commits across all ids, also when the server's clock steps back.
-//   - TimestampOrder: per id ($13: the distinct ids; $14: each row's index
-//     among them), from the id's latest event, so that they grow per id.
-//     (Probing per row would step over the rows the statement inserted.)
+//     past the last timestamp it assigns. The row's lock, held to the
+//     commit, orders the writers: timestamps grow with commits across all
+//     ids, also when the server's clock steps back.
+//   - TimestampOrder: from the statement's time, and for each id at least
+//     1µs past its latest stored event (ord, $12: the event's position
+//     among its id's events in the statement; $13: the distinct ids, whose
+//     latest events are read once, before any row is inserted; $14: each
+//     row's id as an index into $13), so that they grow per id.
 func insertSQL(o Ordering, tagged bool) string {
-	base, ts, arrays := `WITH base AS (
-	UPDATE {clock} SET db_timestamp = GREATEST(statement_timestamp(), db_timestamp + interval '1 microsecond') + ($13::int - 1) * interval '1 microsecond'
+	base, ts, arrays, names := `WITH base AS (
+	UPDATE {clock} SET db_timestamp = GREATEST(statement_timestamp(), db_timestamp + interval '1 microsecond') + (cardinality($1::text[]) - 1) * interval '1 microsecond'
 	WHERE id = 1
-	RETURNING db_timestamp - ($13::int - 1) * interval '1 microsecond' AS ts
-)`, `(SELECT ts FROM base)`, ``
+	RETURNING db_timestamp - (cardinality($1::text[]) - 1) * interval '1 microsecond' AS ts
+)`, `(SELECT ts FROM base) + (i.n - 1) * interval '1 microsecond'`, ``, ``
 	if o == TimestampOrder {
 		base = `WITH base AS MATERIALIZED (
-	SELECT array_agg(GREATEST(statement_timestamp(),
-		COALESCE((SELECT e.db_timestamp + interval '1 microsecond' FROM {journal} e WHERE e.persistence_id = p.pid ORDER BY e.seq_nr DESC LIMIT 1), '-infinity'))
-		ORDER BY p.idx) AS ts
+	SELECT array_agg(COALESCE((SELECT e.db_timestamp FROM {journal} e WHERE e.persistence_id = p.pid ORDER BY e.seq_nr DESC LIMIT 1), '-infinity')
+		ORDER BY p.idx) AS latest
 	FROM unnest($13::text[]) WITH ORDINALITY AS p(pid, idx)
 )`
-		ts, arrays = `(SELECT ts FROM base)[i.pidx]`, `, $14::int[]`
+		ts = `GREATEST(statement_timestamp() + (i.n - 1) * interval '1 microsecond', (SELECT latest FROM base)[i.pidx] + i.ord * interval '1 microsecond')`
+		arrays, names = `, $12::int[], $14::int[]`, `, ord, pidx`
 	}
 	insert := `INSERT INTO {journal} (slice, entity_type, persistence_id, seq_nr, db_timestamp, write_timestamp, event_ser_id, event_ser_manifest, event_payload, writer, tags, meta_payload)
-	SELECT i.slice, i.entity_type, i.pid, i.seq_nr, ` + ts + ` + (i.ord - 1) * interval '1 microsecond',
+	SELECT i.slice, i.entity_type, i.pid, i.seq_nr, ` + ts + `,
 		i.wts, i.ser_id, i.manifest, i.payload, i.writer,
 		CASE WHEN i.tags IS NULL THEN NULL ELSE ARRAY(SELECT jsonb_array_elements_text(i.tags::jsonb)) END, i.meta
-	FROM unnest($1::text[], $2::bigint[], $3::timestamptz[], $4::int[], $5::text[], $6::bytea[], $7::text[], $8::text[], $9::bytea[], $10::int[], $11::text[], $12::int[]` + arrays + `)
-		AS i(pid, seq_nr, wts, ser_id, manifest, payload, writer, tags, meta, slice, entity_type, ord` + map[bool]string{true: ", pidx", false: ""}[arrays != ""] + `)`
+	FROM unnest($1::text[], $2::bigint[], $3::timestamptz[], $4::int[], $5::text[], $6::bytea[], $7::text[], $8::text[], $9::bytea[], $10::int[], $11::text[]` + arrays + `)
+		WITH ORDINALITY AS i(pid, seq_nr, wts, ser_id, manifest, payload, writer, tags, meta, slice, entity_type` + names + `, n)`
 	if !tagged {
 		return base + "\n" + insert
 	}
@@ -186,28 +189,33 @@ func insertArgs(o Ordering, writes []journal.AtomicWrite, pending []int, now tim
 	}
 	pids, seqs, wts, serIDs := make([]string, 0, n), make([]int64, 0, n), make([]time.Time, 0, n), make([]int32, 0, n)
 	manifests, payloads, writers := make([]string, 0, n), make([][]byte, 0, n), make([]string, 0, n)
-	tags, metas, slices, types, ords := make([]*string, 0, n), make([][]byte, 0, n), make([]int32, 0, n), make([]string, 0, n), make([]int32, 0, n)
-	ord := map[string]int32{} // events of each id so far
-	var maxOrd int32
-	var distinct []string      // TimestampOrder: the ids, in order of first appearance
-	var index map[string]int32 // TimestampOrder: 1-based position in distinct
-	var pidx []int32           // TimestampOrder: each row's id, 1-based into distinct
-	if o == TimestampOrder {
-		index, pidx = map[string]int32{}, make([]int32, 0, n)
+	tags, metas, slices, types := make([]*string, 0, n), make([][]byte, 0, n), make([]int32, 0, n), make([]string, 0, n)
+	// TimestampOrder: the distinct ids in order of first appearance, each
+	// id's 1-based position among them, and per row, the event's position
+	// among its id's events and its id's position.
+	timestamps := o == TimestampOrder
+	var distinct []string
+	var index map[string]int32
+	var counts, ords, pidx []int32
+	if timestamps {
+		index, ords, pidx = map[string]int32{}, make([]int32, 0, n), make([]int32, 0, n)
 	}
 	tagged := false
 	for _, i := range pending {
 		w := writes[i]
 		slice, et := int32(annals.Slice(w.PersistenceID)), annals.EntityType(w.PersistenceID)
-		if o == TimestampOrder && index[w.PersistenceID] == 0 {
-			distinct = append(distinct, w.PersistenceID)
-			index[w.PersistenceID] = int32(len(distinct))
+		var at int32
+		if timestamps {
+			if at = index[w.PersistenceID]; at == 0 {
+				distinct, counts = append(distinct, w.PersistenceID), append(counts, 0)
+				at = int32(len(distinct))
+				index[w.PersistenceID] = at
+			}
 		}
 		for _, e := range w.Events {
-			n := ord[w.PersistenceID] + 1
-			ord[w.PersistenceID], maxOrd = n, max(maxOrd, n)
-			if o == TimestampOrder {
-				pidx = append(pidx, index[w.PersistenceID])
+			if timestamps {
+				counts[at-1]++
+				ords, pidx = append(ords, counts[at-1]), append(pidx, at)
 			}
 			ts := e.Timestamp
 			if ts.IsZero() {
@@ -225,14 +233,14 @@ func insertArgs(o Ordering, writes []journal.AtomicWrite, pending []int, now tim
 			}
 			pids, seqs, wts, serIDs = append(pids, w.PersistenceID), append(seqs, e.SequenceNr), append(wts, ts), append(serIDs, e.SerializerID)
 			manifests, payloads, writers = append(manifests, e.Manifest), append(payloads, payload), append(writers, e.WriterID)
-			tags, metas, slices, types, ords = append(tags, tag), append(metas, e.Metadata), append(slices, slice), append(types, et), append(ords, n)
+			tags, metas, slices, types = append(tags, tag), append(metas, e.Metadata), append(slices, slice), append(types, et)
 		}
 	}
-	args := []any{pids, seqs, wts, serIDs, manifests, payloads, writers, tags, metas, slices, types, ords}
-	if o == TimestampOrder {
-		return append(args, distinct, pidx), tagged
+	args := []any{pids, seqs, wts, serIDs, manifests, payloads, writers, tags, metas, slices, types}
+	if timestamps {
+		return append(args, ords, distinct, pidx), tagged
 	}
-	return append(args, maxOrd), tagged
+	return args, tagged
 }
 
 // conflictKey reads the (persistence id, sequence number) of a unique

@@ -24,6 +24,7 @@ const (
 	DefaultResetTimeout = 30 * time.Second
 	DefaultMaxBatchSize = 1000
 	DefaultMaxLinger    = 5 * time.Millisecond
+	DefaultMaxCalls     = 2
 )
 
 var (
@@ -51,6 +52,14 @@ type Config struct {
 	// and a lone writer, whose next write is all there is to wait for, never
 	// waits.
 	MaxLinger time.Duration
+	// MaxCalls is how many Write calls to the store may be in flight at
+	// once (default DefaultMaxCalls = 2). With more than one, the next batch
+	// goes to the store while the previous one is still being written, so
+	// the store is not left idle while the writers it just answered come
+	// back; a batch never holds a write of a persistence id that has a
+	// write in flight, so each id's writes are still stored in order. With
+	// 1, batches reach the store one at a time, in arrival order.
+	MaxCalls int
 	// CallTimeout bounds each Write, HighestSequenceNr and DeleteTo call to
 	// the store (default DefaultCallTimeout = 10 s). Replay is not bounded,
 	// as in Akka: it can take long and is bounded by the caller's context.
@@ -69,6 +78,8 @@ func (c Config) Validate() error {
 	switch {
 	case c.MaxBatchSize < 0:
 		return fmt.Errorf("engine: MaxBatchSize %d is negative", c.MaxBatchSize)
+	case c.MaxCalls < 0:
+		return fmt.Errorf("engine: MaxCalls %d is negative", c.MaxCalls)
 	case c.MaxLinger < 0:
 		return fmt.Errorf("engine: MaxLinger %v is negative", c.MaxLinger)
 	case c.CallTimeout < 0:
@@ -86,6 +97,9 @@ func (c Config) withDefaults() Config {
 	if c.MaxLinger == 0 {
 		c.MaxLinger = DefaultMaxLinger
 	}
+	if c.MaxCalls == 0 {
+		c.MaxCalls = DefaultMaxCalls
+	}
 	if c.CallTimeout == 0 {
 		c.CallTimeout = DefaultCallTimeout
 	}
@@ -101,12 +115,15 @@ func (c Config) withDefaults() Config {
 // Front is the journal front: it stands before a journal.Journal and itself
 // implements journal.Journal, adding these rules:
 //
-//   - Group commit: while one Write call to the store is in flight, the
-//     atomic writes of all callers that arrive queue up, and go to the store
-//     together in the next call (at most MaxBatchSize; see MaxLinger for how
-//     long a batch may wait to fill). One store call is in flight at a time,
-//     so writes reach the store in arrival order, and the writes of one
-//     persistence id are never reordered.
+//   - Group commit: the atomic writes of all callers that arrive while the
+//     store is busy queue up and go to the store together in one Write
+//     call (at most MaxBatchSize; see MaxLinger for how long a batch may
+//     wait to fill). At most MaxCalls store calls are in flight at once.
+//   - Order: the writes of one persistence id reach the store in the order
+//     they arrived, and a batch never holds a write of an id that has a
+//     write in flight, so a write is sent only after every earlier write of
+//     its id has been answered. With MaxCalls 1, all writes reach the store
+//     in arrival order.
 //   - HighestSequenceNr and DeleteTo for an id first wait until the writes
 //     for that id that were accepted before the call have been answered.
 //   - Every Write, HighestSequenceNr and DeleteTo store call is bounded by
@@ -116,11 +133,11 @@ func (c Config) withDefaults() Config {
 //     gets the context's error, and those writes are not sent. Once sent,
 //     the outcome of an abandoned write is unknown.
 //
-// Leaders and followers: a caller that finds no store call in flight makes
-// the call itself, on its own goroutine, for everything queued (a lone
-// writer pays no goroutine hand-off). Callers that arrive meanwhile queue
-// and wait; when the call ends, a new goroutine takes over as leader for the
-// queued writes and stays leader while writes keep coming. The leading
+// Leaders: store calls are made by leaders, at most MaxCalls of them, each
+// taking batches from the one queue while writes keep coming. A caller that
+// finds no leader leads its own call on its own goroutine (a lone writer
+// pays no goroutine hand-off); a caller that queues while fewer than
+// MaxCalls leaders run starts another on a new goroutine. The leading
 // caller returns once its own call is answered (within CallTimeout), even
 // if its context ended earlier.
 //
@@ -131,22 +148,31 @@ type Front struct {
 	breaker *gobreaker.CircuitBreaker[any]
 
 	mu      sync.Mutex
-	idle    sync.Cond // signalled when leading turns false
+	idle    sync.Cond // signalled when leaders drops to 0
 	queue   []*request
-	queued  int  // atomic writes in queue
-	leading bool // a leader is taking batches
+	queued  int // atomic writes in queue
+	leaders int // running leaders, at most cfg.MaxCalls
 	closed  bool
 	pending map[string]int             // unanswered writes per id, queued or in flight
 	waiters map[string][]chan struct{} // closed when pending[id] drops to 0
-	// Lingering (see run): the leader waits for want queued writes, or for
-	// more to close, before taking a batch.
-	want int
-	more chan struct{}
+	flying  map[string]int             // atomic writes per id in calls in flight
+	// Lingering (see run): leaders waiting for the queue to hold want
+	// writes, or for a call to end.
+	lingering []*linger
+	sizes     []int         // atomic writes of the last MaxCalls calls, a ring
+	nextSize  int           // index into sizes of the oldest
+	arrived   int           // writes queued at the end of the last call
+	lastCall  time.Duration // duration of the last call
+
+	requests sync.Pool // of *request
 }
 
+// request is one caller's writes in the queue. Requests are recycled
+// through Front.requests once their caller has its result.
 type request struct {
 	ctx    context.Context
 	writes []journal.AtomicWrite
+	one    [1]journal.AtomicWrite // Persist's write, without an allocation
 	done   chan result
 	taken  bool // guarded by Front.mu: in a batch, no longer cancellable
 }
@@ -154,6 +180,12 @@ type request struct {
 type result struct {
 	errs []error
 	err  error
+}
+
+// linger is a leader waiting for the queue to hold want writes.
+type linger struct {
+	want int
+	wake chan struct{}
 }
 
 var _ journal.Journal = (*Front)(nil)
@@ -172,8 +204,11 @@ func NewFront(j journal.Journal, cfg Config) (*Front, error) {
 		cfg:     cfg,
 		pending: map[string]int{},
 		waiters: map[string][]chan struct{}{},
+		flying:  map[string]int{},
+		sizes:   make([]int, cfg.MaxCalls),
 	}
 	f.idle.L = &f.mu
+	f.requests.New = func() any { return &request{done: make(chan result, 1)} }
 	f.breaker = gobreaker.NewCircuitBreaker[any](gobreaker.Settings{
 		Name:        "journal",
 		MaxRequests: 1,
@@ -199,13 +234,41 @@ func (f *Front) Write(ctx context.Context, writes []journal.AtomicWrite) ([]erro
 	if len(writes) == 0 {
 		return nil, nil
 	}
+	req := f.requests.Get().(*request)
+	req.writes = writes
+	return f.write(ctx, req)
+}
+
+// Persist writes one atomic write and returns nil when it is stored; an
+// error wrapping journal.ErrRejected when it is definitely not stored; any
+// other error when the outcome is unknown or the write was not sent.
+func (f *Front) Persist(ctx context.Context, w journal.AtomicWrite) error {
+	req := f.requests.Get().(*request)
+	req.one[0] = w
+	req.writes = req.one[:]
+	errs, err := f.write(ctx, req)
+	if err != nil {
+		return err
+	}
+	if errs != nil {
+		return errs[0]
+	}
+	return nil
+}
+
+// write queues req (from f.requests, with its writes set), waits for its
+// result and recycles it unless its call may still answer it.
+func (f *Front) write(ctx context.Context, req *request) ([]error, error) {
 	if err := ctx.Err(); err != nil {
+		f.recycle(req)
 		return nil, err
 	}
-	req := &request{ctx: ctx, writes: writes, done: make(chan result, 1)}
+	req.ctx = ctx
+	writes := req.writes
 	f.mu.Lock()
 	if f.closed {
 		f.mu.Unlock()
+		f.recycle(req)
 		return nil, ErrClosed
 	}
 	f.queue = append(f.queue, req)
@@ -213,33 +276,37 @@ func (f *Front) Write(ctx context.Context, writes []journal.AtomicWrite) ([]erro
 	for _, w := range writes {
 		f.pending[w.PersistenceID]++
 	}
-	if f.more != nil && f.queued >= f.want {
-		close(f.more)
-		f.more = nil
-	}
-	lead := !f.leading
-	if lead {
-		f.leading = true
+	f.wakeLingering(false)
+	switch {
+	case f.leaders == 0:
+		f.leaders++
 		batch := f.take()
 		f.mu.Unlock()
 		f.send(batch)
 		f.handOff()
 		r := <-req.done
+		f.recycle(req)
 		return r.errs, r.err
+	case f.leaders < f.cfg.MaxCalls:
+		f.leaders++
+		go f.run()
 	}
 	f.mu.Unlock()
 	select {
 	case r := <-req.done:
+		f.recycle(req)
 		return r.errs, r.err
 	case <-ctx.Done():
 		f.mu.Lock()
-		defer f.mu.Unlock()
 		select {
 		case r := <-req.done: // answered meanwhile: the outcome is known
+			f.mu.Unlock()
+			f.recycle(req)
 			return r.errs, r.err
 		default:
 		}
-		if req.taken {
+		if req.taken { // its call will still answer it: not recycled
+			f.mu.Unlock()
 			return nil, fmt.Errorf("engine: write abandoned, outcome unknown: %w", ctx.Err())
 		}
 		for i, r := range f.queue {
@@ -250,37 +317,82 @@ func (f *Front) Write(ctx context.Context, writes []journal.AtomicWrite) ([]erro
 			}
 		}
 		f.answered(writes)
+		f.mu.Unlock()
+		f.recycle(req)
 		return nil, ctx.Err()
 	}
 }
 
-// Persist writes one atomic write and returns nil when it is stored; an
-// error wrapping journal.ErrRejected when it is definitely not stored; any
-// other error when the outcome is unknown or the write was not sent.
-func (f *Front) Persist(ctx context.Context, w journal.AtomicWrite) error {
-	errs, err := f.Write(ctx, []journal.AtomicWrite{w})
-	if err != nil {
-		return err
-	}
-	if errs != nil {
-		return errs[0]
-	}
-	return nil
+// recycle returns a request whose result has been taken (or that was never
+// queued) to the pool.
+func (f *Front) recycle(req *request) {
+	req.ctx, req.writes, req.one[0], req.taken = nil, nil, journal.AtomicWrite{}, false
+	f.requests.Put(req)
 }
 
-// take removes the next batch from the queue (at most MaxBatchSize atomic
-// writes, never splitting one caller's writes). f.mu is held.
-func (f *Front) take() []*request {
-	n, size := 0, 0
-	for n < len(f.queue) && (n == 0 || size+len(f.queue[n].writes) <= f.cfg.MaxBatchSize) {
-		size += len(f.queue[n].writes)
-		f.queue[n].taken = true
-		n++
+// wakeLingering wakes the lingering leaders whose batch is full, or all of
+// them when all. f.mu is held.
+func (f *Front) wakeLingering(all bool) {
+	kept := f.lingering[:0]
+	for _, l := range f.lingering {
+		if all || f.queued >= l.want {
+			close(l.wake)
+			continue
+		}
+		kept = append(kept, l)
 	}
-	batch := f.queue[:n:n]
-	f.queue = f.queue[n:]
+	clear(f.lingering[len(kept):])
+	f.lingering = kept
+}
+
+// take removes the next batch from the queue: in queue order, the requests
+// none of whose ids has a write in flight or in a request passed over, at
+// most MaxBatchSize atomic writes, never splitting one caller's writes. It
+// marks their ids in flight. f.mu is held.
+func (f *Front) take() []*request {
+	var batch []*request
+	var passed map[string]bool // ids of requests passed over
+	kept, size := f.queue[:0], 0
+	for i, r := range f.queue {
+		if len(batch) > 0 && size+len(r.writes) > f.cfg.MaxBatchSize {
+			kept = append(kept, f.queue[i:]...)
+			break
+		}
+		if f.blocked(r, passed) {
+			if passed == nil {
+				passed = map[string]bool{}
+			}
+			for _, w := range r.writes {
+				passed[w.PersistenceID] = true
+			}
+			kept = append(kept, r)
+			continue
+		}
+		r.taken = true
+		batch = append(batch, r)
+		size += len(r.writes)
+		for _, w := range r.writes {
+			f.flying[w.PersistenceID]++
+		}
+	}
+	clear(f.queue[len(kept):])
+	f.queue = kept
 	f.queued -= size
 	return batch
+}
+
+// blocked reports whether one of r's ids has a write in flight or was
+// passed over. f.mu is held.
+func (f *Front) blocked(r *request, passed map[string]bool) bool {
+	if len(f.flying) == 0 && passed == nil {
+		return false
+	}
+	for _, w := range r.writes {
+		if f.flying[w.PersistenceID] > 0 || passed[w.PersistenceID] {
+			return true
+		}
+	}
+	return false
 }
 
 // answered ends the in-flight count of writes and releases the waiters of
@@ -298,8 +410,8 @@ func (f *Front) answered(writes []journal.AtomicWrite) {
 	}
 }
 
-// handOff ends a leader's turn: with writes queued, a new goroutine leads
-// them; otherwise the front goes idle.
+// handOff ends the call of a caller that led it: with writes queued, a new
+// goroutine leads on; otherwise the leader stops.
 func (f *Front) handOff() {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -307,60 +419,93 @@ func (f *Front) handOff() {
 		go f.run()
 		return
 	}
-	f.leading = false
-	f.idle.Broadcast()
+	f.stop()
+}
+
+// stop ends a leader. f.mu is held.
+func (f *Front) stop() {
+	if f.leaders--; f.leaders == 0 {
+		f.idle.Broadcast()
+	}
 }
 
 // run leads batches while writes keep coming.
 //
-// Lingering: the callers answered by one call tend to write again at once.
-// So after a call, the leader aims for a batch as large as that call plus
-// the writes already queued (at most MaxBatchSize), and takes it once the
-// queue holds that many, or after a linger of half the last call's duration
-// (at most MaxLinger). Without this, a steady load of n writers splits into
-// two alternating batches of n/2 (one in flight, one queueing), paying twice
-// the commits; and a fast store is never kept waiting long.
+// Lingering: the callers answered by a call tend to write again at once. So
+// a leader aims for a batch of its share of the writes expected: those of
+// the last MaxCalls calls plus the ones that arrived during the last call,
+// divided by MaxCalls (at most MaxBatchSize). It takes the batch once the
+// queue holds that many, or after a linger of half the last call's
+// duration (at most MaxLinger). Without this, a steady load of n writers
+// would split into ever smaller batches, each paying a commit; and a fast
+// store is never kept waiting long. A leader whose queued writes all wait
+// for writes of their ids in flight waits for a call to end.
 func (f *Front) run() {
-	var target int
-	var lingerFor time.Duration
+	f.mu.Lock()
 	for {
-		f.mu.Lock()
-		if target > 0 && f.queued < min(target, f.cfg.MaxBatchSize) && !f.closed && lingerFor > 0 {
-			f.want, f.more = min(target, f.cfg.MaxBatchSize), make(chan struct{})
-			more := f.more
-			f.mu.Unlock()
-			timer := time.NewTimer(lingerFor)
-			select {
-			case <-more:
-			case <-timer.C:
-			}
-			timer.Stop()
-			f.mu.Lock()
-			f.more = nil
-		}
-		if len(f.queue) == 0 {
-			f.leading = false
-			f.idle.Broadcast()
-			f.mu.Unlock()
-			return
+		target := f.target()
+		if f.queued < target && !f.closed && f.lastCall > 0 {
+			f.wait(target, min(f.cfg.MaxLinger, f.lastCall/2))
 		}
 		batch := f.take()
+		if len(batch) == 0 {
+			if len(f.queue) == 0 {
+				f.stop()
+				f.mu.Unlock()
+				return
+			}
+			f.wait(f.queued+1, 0) // every queued write waits for one in flight
+			continue
+		}
 		f.mu.Unlock()
-		start := time.Now()
-		size := f.send(batch)
-		lingerFor = min(f.cfg.MaxLinger, time.Since(start)/2)
+		f.send(batch)
 		f.mu.Lock()
-		target = size + f.queued
-		f.mu.Unlock()
+	}
+}
+
+// target is the batch a leader aims for. f.mu is held.
+func (f *Front) target() int {
+	expected := f.arrived
+	for _, n := range f.sizes {
+		expected += n
+	}
+	return min(f.cfg.MaxBatchSize, (expected+f.cfg.MaxCalls-1)/f.cfg.MaxCalls)
+}
+
+// wait releases f.mu until the queue holds want writes, a call ends, or
+// (when d > 0) d has passed. f.mu is held.
+func (f *Front) wait(want int, d time.Duration) {
+	l := &linger{want: want, wake: make(chan struct{})}
+	f.lingering = append(f.lingering, l)
+	f.mu.Unlock()
+	if d > 0 {
+		timer := time.NewTimer(d)
+		select {
+		case <-l.wake:
+		case <-timer.C:
+		}
+		timer.Stop()
+	} else {
+		<-l.wake
+	}
+	f.mu.Lock()
+	for i, x := range f.lingering {
+		if x == l {
+			f.lingering = append(f.lingering[:i], f.lingering[i+1:]...)
+			break
+		}
 	}
 }
 
 // send makes one store call for the live requests of batch, ends their
-// in-flight counts and answers each. It returns the number of atomic writes
-// sent.
-func (f *Front) send(batch []*request) int {
+// in-flight counts, answers each and wakes the lingering leaders.
+func (f *Front) send(batch []*request) {
 	live := batch[:0:0]
-	var writes []journal.AtomicWrite
+	n := 0
+	for _, r := range batch {
+		n += len(r.writes)
+	}
+	writes := make([]journal.AtomicWrite, 0, n)
 	for _, r := range batch {
 		if err := r.ctx.Err(); err != nil {
 			f.finish(r, result{err: err})
@@ -370,8 +515,9 @@ func (f *Front) send(batch []*request) int {
 		writes = append(writes, r.writes...)
 	}
 	if len(live) == 0 {
-		return 0
+		return
 	}
+	start := time.Now()
 	ctx, cancel := context.WithTimeout(context.Background(), f.cfg.CallTimeout)
 	defer cancel()
 	out, err := f.breaker.Execute(func() (any, error) {
@@ -384,7 +530,16 @@ func (f *Front) send(batch []*request) int {
 	errs, _ := out.([]error)
 	err = breakerError(err)
 	f.mu.Lock()
+	f.lastCall = time.Since(start)
+	f.sizes[f.nextSize], f.nextSize = len(writes), (f.nextSize+1)%len(f.sizes)
+	f.arrived = f.queued
+	for _, w := range writes {
+		if f.flying[w.PersistenceID]--; f.flying[w.PersistenceID] == 0 {
+			delete(f.flying, w.PersistenceID)
+		}
+	}
 	f.answered(writes)
+	f.wakeLingering(true)
 	f.mu.Unlock()
 	at := 0
 	for _, r := range live {
@@ -395,12 +550,16 @@ func (f *Front) send(batch []*request) int {
 		at += len(r.writes)
 		r.done <- res
 	}
-	return len(writes)
 }
 
 // finish ends one request's in-flight count and answers it.
 func (f *Front) finish(r *request, res result) {
 	f.mu.Lock()
+	for _, w := range r.writes {
+		if f.flying[w.PersistenceID]--; f.flying[w.PersistenceID] == 0 {
+			delete(f.flying, w.PersistenceID)
+		}
+	}
 	f.answered(r.writes)
 	f.mu.Unlock()
 	r.done <- res
@@ -523,11 +682,8 @@ func (f *Front) Close() error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.closed = true
-	if f.more != nil { // a lingering leader takes its batch now
-		close(f.more)
-		f.more = nil
-	}
-	for f.leading {
+	f.wakeLingering(true) // lingering leaders take their batches now
+	for f.leaders > 0 {
 		f.idle.Wait()
 	}
 	return nil

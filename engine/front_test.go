@@ -19,18 +19,22 @@ import (
 // TestFrontKeepsJournalContract runs the compliance kit through the front:
 // batching must not change any rule of the journal contract.
 func TestFrontKeepsJournalContract(t *testing.T) {
-	storetest.RunJournal(t, storetest.JournalHarness{
-		New: func(t *testing.T) journal.Journal {
-			s := memory.New()
-			f, err := engine.NewFront(s.Journal(), engine.Config{})
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { _ = f.Close(); _ = s.Close() })
-			return f
-		},
-		Capabilities: storetest.Capabilities{GlobalOrdering: true},
-	})
+	for _, calls := range []int{1, 2, 8} {
+		t.Run(fmt.Sprintf("calls=%d", calls), func(t *testing.T) {
+			storetest.RunJournal(t, storetest.JournalHarness{
+				New: func(t *testing.T) journal.Journal {
+					s := memory.New()
+					f, err := engine.NewFront(s.Journal(), engine.Config{MaxCalls: calls})
+					if err != nil {
+						t.Fatal(err)
+					}
+					t.Cleanup(func() { _ = f.Close(); _ = s.Close() })
+					return f
+				},
+				Capabilities: storetest.Capabilities{GlobalOrdering: true},
+			})
+		})
+	}
 }
 
 // gated wraps a journal: Write and HighestSequenceNr call hooks first and
@@ -90,7 +94,7 @@ func TestGroupCommitBatchesWhileACallIsInFlight(t *testing.T) {
 			}
 			return nil
 		}}
-		f := newFront(t, g, engine.Config{MaxBatchSize: 30})
+		f := newFront(t, g, engine.Config{MaxBatchSize: 30, MaxCalls: 1})
 		ctx := t.Context()
 		var wg sync.WaitGroup
 		wg.Go(func() {
@@ -117,6 +121,70 @@ func TestGroupCommitBatchesWhileACallIsInFlight(t *testing.T) {
 			t.Errorf("store calls carried %v atomic writes, want [1 30 20]: queued writes go together, at most MaxBatchSize per call", sizes)
 		}
 	})
+}
+
+// TestSecondCallKeepsEachIDInOrder: with MaxCalls 2, a second store call
+// goes while the first is in flight, carrying the queued writes of other
+// ids; a write of an id with a write in flight waits for it, and so do the
+// later writes of that id, even behind writes of other ids.
+func TestSecondCallKeepsEachIDInOrder(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		release := make(chan struct{})
+		g := &gated{Journal: memory.New().Journal(), writeErr: func(_ context.Context, n int) error {
+			if n == 1 {
+				<-release
+			}
+			return nil
+		}}
+		f := newFront(t, g, engine.Config{MaxCalls: 2})
+		ctx := t.Context()
+		var first sync.WaitGroup
+		first.Go(func() {
+			if err := f.Persist(ctx, one("a", 1)); err != nil {
+				t.Errorf("a/1: %v", err)
+			}
+		})
+		synctest.Wait() // a/1 is in flight, blocked in the store
+		var wg sync.WaitGroup
+		for _, w := range []journal.AtomicWrite{one("a", 2), one("b", 1)} {
+			wg.Go(func() {
+				if err := f.Persist(ctx, w); err != nil {
+					t.Errorf("%s/%d: %v", w.PersistenceID, w.Events[0].SequenceNr, err)
+				}
+			})
+			synctest.Wait() // queued in this order
+		}
+		b := make(chan error)
+		go func() { b <- f.Persist(ctx, one("b", 2)) }()
+		if err := <-b; err != nil { // b/1 and b/2 were stored while a/1 is in flight
+			t.Fatalf("b/2: %v", err)
+		}
+		if got := callIDs(g.calls()); fmt.Sprint(got) != "[[a/1] [b/1] [b/2]]" {
+			t.Errorf("calls while a/1 is in flight = %v, want [[a/1] [b/1] [b/2]]: a/2 waits for a/1", got)
+		}
+		close(release)
+		wg.Wait()
+		first.Wait()
+		if got := callIDs(g.calls()); fmt.Sprint(got) != "[[a/1] [b/1] [b/2] [a/2]]" {
+			t.Errorf("calls = %v, want a/2 last, after a/1 was answered", got)
+		}
+		if n, err := f.HighestSequenceNr(ctx, "a", 0); err != nil || n != 2 {
+			t.Errorf("highest of a = %d, %v, want 2", n, err)
+		}
+	})
+}
+
+// callIDs names each call's atomic writes id/first sequence number.
+func callIDs(calls [][]journal.AtomicWrite) [][]string {
+	var out [][]string
+	for _, c := range calls {
+		var names []string
+		for _, w := range c {
+			names = append(names, fmt.Sprintf("%s/%d", w.PersistenceID, w.Events[0].SequenceNr))
+		}
+		out = append(out, names)
+	}
+	return out
 }
 
 func TestHighestWaitsForWritesInFlight(t *testing.T) {
@@ -249,15 +317,15 @@ func TestCancelledQueuedWriteIsNotSent(t *testing.T) {
 		synctest.Wait()
 		ctx, cancel := context.WithCancel(t.Context())
 		errc := make(chan error)
-		go func() { errc <- f.Persist(ctx, one("b", 1)) }()
+		go func() { errc <- f.Persist(ctx, one("a", 2)) }() // waits for a's write in flight
 		synctest.Wait()
 		cancel()
 		if err := <-errc; !errors.Is(err, context.Canceled) {
 			t.Errorf("cancelled caller got %v, want context.Canceled", err)
 		}
 		close(release)
-		if n, err := f.HighestSequenceNr(t.Context(), "b", 0); err != nil || n != 0 {
-			t.Errorf("highest of b = %d, %v; the cancelled write must not be stored", n, err)
+		if n, err := f.HighestSequenceNr(t.Context(), "a", 0); err != nil || n != 1 {
+			t.Errorf("highest of a = %d, %v, want 1: the cancelled write must not be stored", n, err)
 		}
 		if calls := g.calls(); len(calls) != 1 {
 			t.Errorf("store received %d write calls, want 1: a write cancelled while queued is not sent", len(calls))
@@ -300,13 +368,13 @@ func TestCloseDrainsQueue(t *testing.T) {
 }
 
 func TestConfigValidate(t *testing.T) {
-	for _, c := range []engine.Config{{MaxBatchSize: -1}, {CallTimeout: -time.Second}, {ResetTimeout: -1}} {
+	for _, c := range []engine.Config{{MaxBatchSize: -1}, {MaxLinger: -1}, {MaxCalls: -1}, {CallTimeout: -time.Second}, {ResetTimeout: -1}} {
 		if _, err := engine.NewFront(memory.New().Journal(), c); err == nil {
 			t.Errorf("NewFront(%+v) accepted a negative setting", c)
 		}
 	}
 	f := newFront(t, memory.New().Journal(), engine.Config{})
-	want := engine.Config{MaxBatchSize: 1000, MaxLinger: 5 * time.Millisecond, CallTimeout: 10 * time.Second, MaxFailures: 10, ResetTimeout: 30 * time.Second}
+	want := engine.Config{MaxBatchSize: 1000, MaxLinger: 5 * time.Millisecond, MaxCalls: 2, CallTimeout: 10 * time.Second, MaxFailures: 10, ResetTimeout: 30 * time.Second}
 	if got := f.Config(); got != want {
 		t.Errorf("defaults = %+v, want Akka's %+v", got, want)
 	}

@@ -12,14 +12,16 @@ import (
 	"github.com/annals-go/annals/journal"
 )
 
-// MeteredFront puts a journal front with the default configuration before
-// j, closes it when the benchmark ends, and then reports the mean number of
-// atomic writes per store call ("writes/call") and the share of the time a
-// store call was in flight ("store-busy").
-func MeteredFront(b *testing.B, j journal.Journal) *engine.Front {
+// MeteredFront puts a journal front with configuration cfg before j,
+// closes it when the benchmark ends, and then reports the mean number of
+// atomic writes per store call ("writes/call") and the time a store call
+// was in flight as a share of the time the front was measured
+// ("store-busy"; it exceeds 1 while calls overlap). measured returns that
+// time; when nil, it is the benchmark's b.Elapsed().
+func MeteredFront(b *testing.B, j journal.Journal, cfg engine.Config, measured func() time.Duration) *engine.Front {
 	b.Helper()
 	c := &countingJournal{Journal: j}
-	f, err := engine.NewFront(c, engine.Config{})
+	f, err := engine.NewFront(c, cfg)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -27,7 +29,11 @@ func MeteredFront(b *testing.B, j journal.Journal) *engine.Front {
 		_ = f.Close()
 		if calls := c.calls.Load(); calls > 0 {
 			b.ReportMetric(float64(c.writes.Load())/float64(calls), "writes/call")
-			b.ReportMetric(float64(c.nanos.Load())/float64(b.Elapsed()), "store-busy")
+			d := b.Elapsed()
+			if measured != nil {
+				d = measured()
+			}
+			b.ReportMetric(float64(c.nanos.Load())/float64(d), "store-busy")
 		}
 	})
 	return f

@@ -253,5 +253,5 @@ func BenchmarkReplay10000(b *testing.B) {
 
 // newFront is enginetest.MeteredFront over s's journal.
 func newFront(b *testing.B, s *sqlite.Store) *engine.Front {
-	return enginetest.MeteredFront(b, s.Journal())
+	return enginetest.MeteredFront(b, s.Journal(), engine.Config{}, nil)
 }

@@ -383,7 +383,8 @@ func (p *Projection) runOnce(ctx context.Context) (ended, progressed bool, err e
 		select {
 		case env, ok := <-envs:
 			// Take what is buffered with plain receives (cheaper than a
-			// select per envelope), checking for a stop between envelopes.
+			// select per envelope), checking for a stop before each
+			// envelope: the select may pick envs when changed is ready too.
 			for n := len(envs); ; n-- {
 				if !ok {
 					if ctx.Err() != nil {
@@ -393,6 +394,9 @@ func (p *Projection) runOnce(ctx context.Context) (ended, progressed bool, err e
 						return false, progressed, fmt.Errorf("projection %s: source: %w", p.id, err)
 					}
 					return true, progressed, finish()
+				}
+				if stopNow() {
+					return false, progressed, finish()
 				}
 				was := s.pending()
 				if err := p.accept(runCtx, s, last, &streamOffset, env); err != nil {
@@ -404,9 +408,6 @@ func (p *Projection) runOnce(ctx context.Context) (ended, progressed bool, err e
 				}
 				if n <= 0 {
 					break
-				}
-				if stopNow() {
-					return false, progressed, finish()
 				}
 				env, ok = <-envs
 			}

@@ -476,6 +476,61 @@ func TestPauseStopsBeforeTheNextEnvelope(t *testing.T) {
 	})
 }
 
+// TestPauseStopsBeforeABufferedEnvelope pauses while the handler holds an
+// envelope that was received alone, with the next ones buffered by the time
+// it returns: the run loop's select then has both the buffered envelopes and
+// the pause ready, and must not take another envelope. The select picks at
+// random, so the scenario is repeated.
+func TestPauseStopsBeforeABufferedEnvelope(t *testing.T) {
+	for range 20 {
+		synctest.Test(t, func(t *testing.T) {
+			s := memory.New()
+			held, release := make(chan struct{}), make(chan struct{})
+			envs := make([]query.Envelope, 3)
+			for i := range envs {
+				envs[i] = query.Envelope{PersistenceID: "B|p", SequenceNr: int64(i + 1), Offset: query.SequenceOffset(int64(i + 1))}
+			}
+			src := projection.Source{Events: func(ctx context.Context, after query.Offset) *query.Stream[query.Envelope] {
+				return query.NewStream(func(yield func(query.Envelope) bool) error {
+					for i, e := range envs {
+						if e.Offset.Sequence <= after.Sequence {
+							continue
+						}
+						if i == 1 {
+							<-held // the rest only once the handler holds event 1
+						}
+						if !yield(e) {
+							return nil
+						}
+					}
+					<-ctx.Done()
+					return ctx.Err()
+				})
+			}}
+			var handled atomic.Int32
+			p, _ := projection.AtLeastOnce(projection.ID{Name: "b"}, src, s.Projections(), func(_ context.Context, env query.Envelope) error {
+				if env.SequenceNr == 1 {
+					close(held)
+					<-release
+				}
+				handled.Add(1)
+				return nil
+			}, quiet)
+			stop := run(t, p)
+			synctest.Wait() // the handler holds event 1; events 2 and 3 are buffered
+			if err := p.Pause(t.Context()); err != nil {
+				t.Fatal(err)
+			}
+			close(release)
+			synctest.Wait()
+			if n := handled.Load(); n != 1 {
+				t.Errorf("%d envelopes handled after Pause, want 1 (the one in the handler)", n)
+			}
+			stop()
+		})
+	}
+}
+
 func TestShutdownDropsAPendingGroup(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		s := memory.New()

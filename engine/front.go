@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"iter"
+	"math"
 	"sync"
 	"time"
 
@@ -147,21 +148,21 @@ type Front struct {
 	cfg     Config
 	breaker *gobreaker.CircuitBreaker[any]
 
-	mu      sync.Mutex
-	idle    sync.Cond // signalled when leaders drops to 0
-	queue   []*request
-	queued  int // atomic writes in queue
-	leaders int // running leaders, at most cfg.MaxCalls
-	closed  bool
-	pending map[string]int             // unanswered writes per id, queued or in flight
-	waiters map[string][]chan struct{} // closed when pending[id] drops to 0
-	flying  map[string]int             // atomic writes per id in calls in flight
+	mu       sync.Mutex
+	idle     sync.Cond // signalled when leaders drops to 0
+	queue    []*request
+	queued   int // atomic writes in queue
+	leaders  int // running leaders, at most cfg.MaxCalls
+	closed   bool
+	pending  map[string]int             // unanswered writes per id, queued or in flight
+	waiters  map[string][]chan struct{} // closed when pending[id] drops to 0
+	inFlight map[string]int             // atomic writes per id in calls in flight
 	// Lingering (see run): leaders waiting for the queue to hold want
 	// writes, or for a call to end.
 	lingering []*linger
-	sizes     []int         // atomic writes of the last MaxCalls calls, a ring
-	nextSize  int           // index into sizes of the oldest
-	arrived   int           // writes queued at the end of the last call
+	calls     int           // store calls in flight
+	flying    int           // atomic writes in calls in flight
+	expected  int           // writes expected back after the last call (see run)
 	lastCall  time.Duration // duration of the last call
 
 	requests sync.Pool // of *request
@@ -200,12 +201,11 @@ func NewFront(j journal.Journal, cfg Config) (*Front, error) {
 	}
 	cfg = cfg.withDefaults()
 	f := &Front{
-		j:       j,
-		cfg:     cfg,
-		pending: map[string]int{},
-		waiters: map[string][]chan struct{}{},
-		flying:  map[string]int{},
-		sizes:   make([]int, cfg.MaxCalls),
+		j:        j,
+		cfg:      cfg,
+		pending:  map[string]int{},
+		waiters:  map[string][]chan struct{}{},
+		inFlight: map[string]int{},
 	}
 	f.idle.L = &f.mu
 	f.requests.New = func() any { return &request{done: make(chan result, 1)} }
@@ -372,23 +372,27 @@ func (f *Front) take() []*request {
 		batch = append(batch, r)
 		size += len(r.writes)
 		for _, w := range r.writes {
-			f.flying[w.PersistenceID]++
+			f.inFlight[w.PersistenceID]++
 		}
 	}
 	clear(f.queue[len(kept):])
 	f.queue = kept
 	f.queued -= size
+	if len(batch) > 0 {
+		f.calls++
+		f.flying += size
+	}
 	return batch
 }
 
 // blocked reports whether one of r's ids has a write in flight or was
 // passed over. f.mu is held.
 func (f *Front) blocked(r *request, passed map[string]bool) bool {
-	if len(f.flying) == 0 && passed == nil {
+	if len(f.inFlight) == 0 && passed == nil {
 		return false
 	}
 	for _, w := range r.writes {
-		if f.flying[w.PersistenceID] > 0 || passed[w.PersistenceID] {
+		if f.inFlight[w.PersistenceID] > 0 || passed[w.PersistenceID] {
 			return true
 		}
 	}
@@ -429,23 +433,36 @@ func (f *Front) stop() {
 	}
 }
 
+// splitAt is the fewest writes a call must expect for the writes to be
+// split across more than one call in flight: below it, the commit that
+// each call pays costs more than the wait for the writers, that a second
+// call in flight hides.
+const splitAt = 200
+
 // run leads batches while writes keep coming.
 //
 // Lingering: the callers answered by a call tend to write again at once. So
-// a leader aims for a batch of its share of the writes expected: those of
-// the last MaxCalls calls plus the ones that arrived during the last call,
-// divided by MaxCalls (at most MaxBatchSize). It takes the batch once the
-// queue holds that many, or after a linger of half the last call's
-// duration (at most MaxLinger). Without this, a steady load of n writers
-// would split into ever smaller batches, each paying a commit; and a fast
-// store is never kept waiting long. A leader whose queued writes all wait
-// for writes of their ids in flight waits for a call to end.
+// a leader aims for a batch of its share of the writes expected back (the
+// writes of the call that ended last, of the calls still in flight then,
+// and of the queue then), shared among as many calls in flight as allowed
+// (at most MaxCalls, and one per splitAt expected writes); and at most
+// MaxBatchSize. It takes the batch once the queue holds that many, or after
+// a linger of half the last call's duration (at most MaxLinger). Without
+// this, a steady load of n writers would split into ever smaller batches,
+// each paying a commit; and a fast store is never kept waiting long. A
+// leader waits for a call to end while as many calls as allowed are in
+// flight, or while every queued write waits for a write of its id in
+// flight.
 func (f *Front) run() {
 	f.mu.Lock()
 	for {
 		target := f.target()
 		if f.queued < target && !f.closed && f.lastCall > 0 {
 			f.wait(target, min(f.cfg.MaxLinger, f.lastCall/2))
+		}
+		if f.calls >= f.allowed() && len(f.queue) > 0 {
+			f.wait(math.MaxInt, 0) // until a call ends
+			continue
 		}
 		batch := f.take()
 		if len(batch) == 0 {
@@ -463,13 +480,16 @@ func (f *Front) run() {
 	}
 }
 
+// allowed is how many calls may be in flight now: one per splitAt writes
+// expected, at least one, at most MaxCalls. f.mu is held.
+func (f *Front) allowed() int {
+	return min(f.cfg.MaxCalls, max(1, f.expected/splitAt))
+}
+
 // target is the batch a leader aims for. f.mu is held.
 func (f *Front) target() int {
-	expected := f.arrived
-	for _, n := range f.sizes {
-		expected += n
-	}
-	return min(f.cfg.MaxBatchSize, (expected+f.cfg.MaxCalls-1)/f.cfg.MaxCalls)
+	n := f.allowed()
+	return min(f.cfg.MaxBatchSize, (f.expected+n-1)/n)
 }
 
 // wait releases f.mu until the queue holds want writes, a call ends, or
@@ -515,6 +535,11 @@ func (f *Front) send(batch []*request) {
 		writes = append(writes, r.writes...)
 	}
 	if len(live) == 0 {
+		f.mu.Lock()
+		f.calls--
+		f.flying -= n
+		f.wakeLingering(true)
+		f.mu.Unlock()
 		return
 	}
 	start := time.Now()
@@ -531,11 +556,12 @@ func (f *Front) send(batch []*request) {
 	err = breakerError(err)
 	f.mu.Lock()
 	f.lastCall = time.Since(start)
-	f.sizes[f.nextSize], f.nextSize = len(writes), (f.nextSize+1)%len(f.sizes)
-	f.arrived = f.queued
+	f.calls--
+	f.flying -= n
+	f.expected = n + f.flying + f.queued
 	for _, w := range writes {
-		if f.flying[w.PersistenceID]--; f.flying[w.PersistenceID] == 0 {
-			delete(f.flying, w.PersistenceID)
+		if f.inFlight[w.PersistenceID]--; f.inFlight[w.PersistenceID] == 0 {
+			delete(f.inFlight, w.PersistenceID)
 		}
 	}
 	f.answered(writes)
@@ -552,12 +578,13 @@ func (f *Front) send(batch []*request) {
 	}
 }
 
-// finish ends one request's in-flight count and answers it.
+// finish ends the in-flight count of a request that is not sent, and
+// answers it.
 func (f *Front) finish(r *request, res result) {
 	f.mu.Lock()
 	for _, w := range r.writes {
-		if f.flying[w.PersistenceID]--; f.flying[w.PersistenceID] == 0 {
-			delete(f.flying, w.PersistenceID)
+		if f.inFlight[w.PersistenceID]--; f.inFlight[w.PersistenceID] == 0 {
+			delete(f.inFlight, w.PersistenceID)
 		}
 	}
 	f.answered(r.writes)

@@ -85,7 +85,16 @@ func newFront(t *testing.T, j journal.Journal, cfg engine.Config) *engine.Front 
 	return f
 }
 
+// TestGroupCommitBatchesWhileACallIsInFlight: writes queued while a call is
+// in flight go together, at most MaxBatchSize per call; a load this small
+// is not split across calls in flight, whatever MaxCalls allows.
 func TestGroupCommitBatchesWhileACallIsInFlight(t *testing.T) {
+	for _, calls := range []int{1, 2} {
+		t.Run(fmt.Sprintf("calls=%d", calls), func(t *testing.T) { testGroupCommit(t, calls) })
+	}
+}
+
+func testGroupCommit(t *testing.T, calls int) {
 	synctest.Test(t, func(t *testing.T) {
 		release := make(chan struct{})
 		g := &gated{Journal: memory.New().Journal(), writeErr: func(_ context.Context, n int) error {
@@ -94,7 +103,7 @@ func TestGroupCommitBatchesWhileACallIsInFlight(t *testing.T) {
 			}
 			return nil
 		}}
-		f := newFront(t, g, engine.Config{MaxBatchSize: 30, MaxCalls: 1})
+		f := newFront(t, g, engine.Config{MaxBatchSize: 30, MaxCalls: calls})
 		ctx := t.Context()
 		var wg sync.WaitGroup
 		wg.Go(func() {
@@ -123,49 +132,50 @@ func TestGroupCommitBatchesWhileACallIsInFlight(t *testing.T) {
 	})
 }
 
-// TestSecondCallKeepsEachIDInOrder: with MaxCalls 2, a second store call
-// goes while the first is in flight, carrying the queued writes of other
-// ids; a write of an id with a write in flight waits for it, and so do the
-// later writes of that id, even behind writes of other ids.
+// TestSecondCallKeepsEachIDInOrder: with MaxCalls 2 and a load large
+// enough to split (a first call of 400 writes), a second store call goes
+// while the first is in flight, carrying the queued writes of other ids; a
+// write of an id with a write in flight waits for it.
 func TestSecondCallKeepsEachIDInOrder(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		release := make(chan struct{})
 		g := &gated{Journal: memory.New().Journal(), writeErr: func(_ context.Context, n int) error {
-			if n == 1 {
+			if n == 2 {
 				<-release
 			}
 			return nil
 		}}
 		f := newFront(t, g, engine.Config{MaxCalls: 2})
 		ctx := t.Context()
-		var first sync.WaitGroup
-		first.Go(func() {
+		var load []journal.AtomicWrite
+		for i := range 400 {
+			load = append(load, one(fmt.Sprintf("load-%d", i), 1))
+		}
+		if errs, err := f.Write(ctx, load); err != nil || errs != nil {
+			t.Fatalf("load: %v %v", errs, err)
+		}
+		var wg sync.WaitGroup
+		wg.Go(func() {
 			if err := f.Persist(ctx, one("a", 1)); err != nil {
 				t.Errorf("a/1: %v", err)
 			}
 		})
 		synctest.Wait() // a/1 is in flight, blocked in the store
-		var wg sync.WaitGroup
-		for _, w := range []journal.AtomicWrite{one("a", 2), one("b", 1)} {
-			wg.Go(func() {
-				if err := f.Persist(ctx, w); err != nil {
-					t.Errorf("%s/%d: %v", w.PersistenceID, w.Events[0].SequenceNr, err)
-				}
-			})
-			synctest.Wait() // queued in this order
+		wg.Go(func() {
+			if err := f.Persist(ctx, one("a", 2)); err != nil {
+				t.Errorf("a/2: %v", err)
+			}
+		})
+		synctest.Wait() // a/2 is queued
+		if err := f.Persist(ctx, one("b", 1)); err != nil { // stored while a/1 is in flight
+			t.Fatalf("b/1: %v", err)
 		}
-		b := make(chan error)
-		go func() { b <- f.Persist(ctx, one("b", 2)) }()
-		if err := <-b; err != nil { // b/1 and b/2 were stored while a/1 is in flight
-			t.Fatalf("b/2: %v", err)
-		}
-		if got := callIDs(g.calls()); fmt.Sprint(got) != "[[a/1] [b/1] [b/2]]" {
-			t.Errorf("calls while a/1 is in flight = %v, want [[a/1] [b/1] [b/2]]: a/2 waits for a/1", got)
+		if got := callIDs(g.calls()[1:]); fmt.Sprint(got) != "[[a/1] [b/1]]" {
+			t.Errorf("calls while a/1 is in flight = %v, want [[a/1] [b/1]]: a/2 waits for a/1", got)
 		}
 		close(release)
 		wg.Wait()
-		first.Wait()
-		if got := callIDs(g.calls()); fmt.Sprint(got) != "[[a/1] [b/1] [b/2] [a/2]]" {
+		if got := callIDs(g.calls()[1:]); fmt.Sprint(got) != "[[a/1] [b/1] [a/2]]" {
 			t.Errorf("calls = %v, want a/2 last, after a/1 was answered", got)
 		}
 		if n, err := f.HighestSequenceNr(ctx, "a", 0); err != nil || n != 2 {

@@ -166,7 +166,7 @@ func TestSecondCallKeepsEachIDInOrder(t *testing.T) {
 				t.Errorf("a/2: %v", err)
 			}
 		})
-		synctest.Wait() // a/2 is queued
+		synctest.Wait()                                     // a/2 is queued
 		if err := f.Persist(ctx, one("b", 1)); err != nil { // stored while a/1 is in flight
 			t.Fatalf("b/1: %v", err)
 		}

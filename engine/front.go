@@ -58,8 +58,11 @@ type Config struct {
 	// goes to the store while the previous one is still being written, so
 	// the store is not left idle while the writers it just answered come
 	// back; a batch never holds a write of a persistence id that has a
-	// write in flight, so each id's writes are still stored in order. With
-	// 1, batches reach the store one at a time, in arrival order.
+	// write in flight, so each id's writes are still stored in order. The
+	// writes are split across calls only when each call would carry at
+	// least 200 (below that, the commit a second call pays costs more than
+	// the wait it hides). With 1, batches reach the store one at a time, in
+	// arrival order.
 	MaxCalls int
 	// CallTimeout bounds each Write, HighestSequenceNr and DeleteTo call to
 	// the store (default DefaultCallTimeout = 10 s). Replay is not bounded,
@@ -119,7 +122,8 @@ func (c Config) withDefaults() Config {
 //   - Group commit: the atomic writes of all callers that arrive while the
 //     store is busy queue up and go to the store together in one Write
 //     call (at most MaxBatchSize; see MaxLinger for how long a batch may
-//     wait to fill). At most MaxCalls store calls are in flight at once.
+//     wait to fill). At most MaxCalls store calls are in flight at once,
+//     more than one only under loads of at least 200 writes per call.
 //   - Order: the writes of one persistence id reach the store in the order
 //     they arrived, and a batch never holds a write of an id that has a
 //     write in flight, so a write is sent only after every earlier write of

@@ -423,3 +423,49 @@ func TestCallsAfterCloseFail(t *testing.T) {
 		}
 	}
 }
+
+// TestSteadyLoadDoesNotWaitOutTheLinger: writers that write again as soon
+// as they are answered fill the next batch, and the leader takes it when
+// full, without waiting out its linger. The store call takes 10ms of the
+// bubble's fake time, so every linger that ran to its timeout (5ms) would
+// show in the elapsed time.
+func TestSteadyLoadDoesNotWaitOutTheLinger(t *testing.T) {
+	for _, calls := range []int{1, 2} {
+		t.Run(fmt.Sprintf("calls=%d", calls), func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				g := &gated{Journal: memory.New().Journal(), writeErr: func(context.Context, int) error {
+					time.Sleep(10 * time.Millisecond)
+					return nil
+				}}
+				f := newFront(t, g, engine.Config{MaxCalls: calls})
+				start := time.Now()
+				var wg sync.WaitGroup
+				for i := range 10 {
+					wg.Go(func() {
+						pid := fmt.Sprintf("w-%d", i)
+						for seq := int64(1); seq <= 5; seq++ {
+							if err := f.Persist(t.Context(), one(pid, seq)); err != nil {
+								t.Errorf("%s/%d: %v", pid, seq, err)
+								return
+							}
+						}
+					})
+				}
+				wg.Wait()
+				var sizes []int
+				for _, c := range g.calls() {
+					sizes = append(sizes, len(c))
+				}
+				if fmt.Sprint(sizes) != "[1 10 10 10 10 9]" {
+					t.Errorf("calls carried %v writes, want [1 10 10 10 10 9]: the first writer alone, then every writer in each call", sizes)
+				}
+				// Six calls of 10ms, and one linger of 5ms before the last:
+				// the first writer, done after the fifth call, never comes
+				// back.
+				if elapsed := time.Since(start); elapsed != 65*time.Millisecond {
+					t.Errorf("50 writes took %v of fake time, want 65ms: six calls of 10ms and only the last batch lingering", elapsed)
+				}
+			})
+		})
+	}
+}

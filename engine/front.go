@@ -418,6 +418,17 @@ func (f *Front) answered(writes []journal.AtomicWrite) {
 	}
 }
 
+// landed ends the flight of writes taken into a call, and their in-flight
+// counts. f.mu is held.
+func (f *Front) landed(writes []journal.AtomicWrite) {
+	for _, w := range writes {
+		if f.inFlight[w.PersistenceID]--; f.inFlight[w.PersistenceID] == 0 {
+			delete(f.inFlight, w.PersistenceID)
+		}
+	}
+	f.answered(writes)
+}
+
 // handOff ends the call of a caller that led it: with writes queued, a new
 // goroutine leads on; otherwise the leader stops.
 func (f *Front) handOff() {
@@ -563,12 +574,7 @@ func (f *Front) send(batch []*request) {
 	f.calls--
 	f.flying -= n
 	f.expected = n + f.flying + f.queued
-	for _, w := range writes {
-		if f.inFlight[w.PersistenceID]--; f.inFlight[w.PersistenceID] == 0 {
-			delete(f.inFlight, w.PersistenceID)
-		}
-	}
-	f.answered(writes)
+	f.landed(writes)
 	f.wakeLingering(true)
 	f.mu.Unlock()
 	at := 0
@@ -586,12 +592,7 @@ func (f *Front) send(batch []*request) {
 // answers it.
 func (f *Front) finish(r *request, res result) {
 	f.mu.Lock()
-	for _, w := range r.writes {
-		if f.inFlight[w.PersistenceID]--; f.inFlight[w.PersistenceID] == 0 {
-			delete(f.inFlight, w.PersistenceID)
-		}
-	}
-	f.answered(r.writes)
+	f.landed(r.writes)
 	f.mu.Unlock()
 	r.done <- res
 }

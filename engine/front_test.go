@@ -65,6 +65,18 @@ func (g *gated) HighestSequenceNr(ctx context.Context, pid string, from int64) (
 	return g.Journal.HighestSequenceNr(ctx, pid, from)
 }
 
+// holdCall returns a gated memory journal whose n-th Write call (1-based)
+// blocks until release is closed.
+func holdCall(n int) (g *gated, release chan struct{}) {
+	release = make(chan struct{})
+	return &gated{Journal: memory.New().Journal(), writeErr: func(_ context.Context, call int) error {
+		if call == n {
+			<-release
+		}
+		return nil
+	}}, release
+}
+
 func (g *gated) calls() [][]journal.AtomicWrite {
 	g.mu.Lock()
 	defer g.mu.Unlock()
@@ -96,13 +108,7 @@ func TestGroupCommitBatchesWhileACallIsInFlight(t *testing.T) {
 
 func testGroupCommit(t *testing.T, calls int) {
 	synctest.Test(t, func(t *testing.T) {
-		release := make(chan struct{})
-		g := &gated{Journal: memory.New().Journal(), writeErr: func(_ context.Context, n int) error {
-			if n == 1 {
-				<-release
-			}
-			return nil
-		}}
+		g, release := holdCall(1)
 		f := newFront(t, g, engine.Config{MaxBatchSize: 30, MaxCalls: calls})
 		ctx := t.Context()
 		var wg sync.WaitGroup
@@ -138,13 +144,7 @@ func testGroupCommit(t *testing.T, calls int) {
 // write of an id with a write in flight waits for it.
 func TestSecondCallKeepsEachIDInOrder(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		release := make(chan struct{})
-		g := &gated{Journal: memory.New().Journal(), writeErr: func(_ context.Context, n int) error {
-			if n == 2 {
-				<-release
-			}
-			return nil
-		}}
+		g, release := holdCall(2)
 		f := newFront(t, g, engine.Config{MaxCalls: 2})
 		ctx := t.Context()
 		var load []journal.AtomicWrite
@@ -315,13 +315,7 @@ func TestRejectionsDoNotOpenTheBreaker(t *testing.T) {
 
 func TestCancelledQueuedWriteIsNotSent(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		release := make(chan struct{})
-		g := &gated{Journal: memory.New().Journal(), writeErr: func(_ context.Context, n int) error {
-			if n == 1 {
-				<-release
-			}
-			return nil
-		}}
+		g, release := holdCall(1)
 		f := newFront(t, g, engine.Config{})
 		go func() { _ = f.Persist(t.Context(), one("a", 1)) }()
 		synctest.Wait()
@@ -345,13 +339,7 @@ func TestCancelledQueuedWriteIsNotSent(t *testing.T) {
 
 func TestCloseDrainsQueue(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		release := make(chan struct{})
-		g := &gated{Journal: memory.New().Journal(), writeErr: func(_ context.Context, n int) error {
-			if n == 1 {
-				<-release
-			}
-			return nil
-		}}
+		g, release := holdCall(1)
 		f, err := engine.NewFront(g, engine.Config{})
 		if err != nil {
 			t.Fatal(err)

@@ -462,18 +462,26 @@ func TestPauseStopsBeforeTheNextEnvelope(t *testing.T) {
 			handled.Add(1)
 			return nil
 		}, quiet)
-		stop := run(t, p)
-		synctest.Wait() // the handler holds event 1; the rest is buffered
-		if err := p.Pause(t.Context()); err != nil {
-			t.Fatal(err)
-		}
-		close(release)
-		synctest.Wait()
-		if n := handled.Load(); n != 1 {
-			t.Errorf("%d envelopes handled after Pause, want 1 (the one in the handler)", n)
-		}
-		stop()
+		pauseWhileHandling(t, p, release, &handled)
 	})
+}
+
+// pauseWhileHandling runs p in a synctest bubble until its handler holds
+// event 1 (and waits on release), pauses it, releases the handler, and
+// checks that no other envelope was handled.
+func pauseWhileHandling(t *testing.T, p *projection.Projection, release chan struct{}, handled *atomic.Int32) {
+	t.Helper()
+	stop := run(t, p)
+	defer stop()
+	synctest.Wait() // the handler holds event 1; the others are buffered
+	if err := p.Pause(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	close(release)
+	synctest.Wait()
+	if n := handled.Load(); n != 1 {
+		t.Errorf("%d envelopes handled after Pause, want 1 (the one in the handler)", n)
+	}
 }
 
 // TestPauseStopsBeforeABufferedEnvelope pauses while the handler holds an
@@ -516,17 +524,7 @@ func TestPauseStopsBeforeABufferedEnvelope(t *testing.T) {
 				handled.Add(1)
 				return nil
 			}, quiet)
-			stop := run(t, p)
-			synctest.Wait() // the handler holds event 1; events 2 and 3 are buffered
-			if err := p.Pause(t.Context()); err != nil {
-				t.Fatal(err)
-			}
-			close(release)
-			synctest.Wait()
-			if n := handled.Load(); n != 1 {
-				t.Errorf("%d envelopes handled after Pause, want 1 (the one in the handler)", n)
-			}
-			stop()
+			pauseWhileHandling(t, p, release, &handled)
 		})
 	}
 }

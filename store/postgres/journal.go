@@ -20,11 +20,12 @@ import (
 // statements are the store's SQL, with the schema spliced in once at Open
 // (as a quoted identifier that passed ValidIdentifier).
 type statements struct {
-	insert, insertTagged                                            string
-	highest, deleteMeta, deleteTags, deleteEvents, replay           string
-	loadSnap, saveSnap, deleteSnap, deleteSnaps                     string
-	bySlices, byTag, byType, earlier, earlierTagged, persistenceIDs string
-	loadOffset, saveOffset, setPaused, resetOffset                  string
+	insert, insertTagged                                       string
+	highest, deleteMeta, deleteTags, deleteEvents, replay      string
+	loadSnap, saveSnap, deleteSnap, deleteSnaps                string
+	bySlices, byTag, byType, byAnyType, earlier, earlierTagged string
+	persistenceIDs                                             string
+	loadOffset, saveOffset, setPaused, resetOffset             string
 }
 
 const eventColumns = `e.persistence_id, e.seq_nr, e.db_timestamp, e.write_timestamp, e.event_ser_id, e.event_ser_manifest, e.event_payload, e.writer, e.tags, e.meta_payload, e.slice, e.entity_type`
@@ -81,9 +82,23 @@ func newStatements(schema string, ordering Ordering) statements {
 	AND (t.db_timestamp, t.seq_nr, t.persistence_id) > ($2, $3, $4) AND t.db_timestamp <= $5
 	ORDER BY t.db_timestamp, t.seq_nr, t.persistence_id LIMIT $6`),
 		byType: r.Replace(`SELECT {columns} FROM {journal} e
-	WHERE ($1 = '' OR e.entity_type = $1)
+	WHERE e.entity_type = $1
 	AND (e.db_timestamp, e.seq_nr, e.persistence_id) > ($2, $3, $4) AND e.db_timestamp <= $5
 	ORDER BY e.db_timestamp, e.seq_nr, e.persistence_id LIMIT $6`),
+		// Every type: the stored types found one index probe each (a
+		// recursive loose scan of the entity type index), a page per type
+		// read in index order, and the pages merged: a page costs the
+		// number of types times the page size, however long the journal.
+		byAnyType: r.Replace(`WITH RECURSIVE types(t) AS (
+	SELECT min(entity_type) FROM {journal}
+	UNION ALL
+	SELECT (SELECT min(entity_type) FROM {journal} WHERE entity_type > types.t) FROM types WHERE types.t IS NOT NULL
+)
+SELECT {columns} FROM types, LATERAL (
+	SELECT * FROM {journal} j WHERE j.entity_type = types.t
+	AND (j.db_timestamp, j.seq_nr, j.persistence_id) > ($1, $2, $3) AND j.db_timestamp <= $4
+	ORDER BY j.db_timestamp, j.seq_nr, j.persistence_id LIMIT $5) e
+	ORDER BY e.db_timestamp, e.seq_nr, e.persistence_id LIMIT $5`),
 		earlier: r.Replace(`SELECT {columns} FROM {journal} e
 	WHERE e.persistence_id = ANY($1) AND e.db_timestamp >= $2 AND e.db_timestamp <= $3
 	ORDER BY e.persistence_id, e.seq_nr`),
@@ -472,6 +487,44 @@ type row struct {
 // replay reads one id's events, ascending, and rarely stops early.
 const replayPages = 2
 
+// orderedPlan is sent before every offset-ordered page query, in the same
+// implicit transaction (one pgx batch, one Sync): it turns off sorts and
+// bitmap scans for that transaction only, so that PostgreSQL can only plan
+// the page as an ordered scan of the index whose order the query asks for
+// ((entity_type, db_timestamp, seq_nr, persistence_id) for slices and
+// types, the tag table's key for tags) and stop after the page's rows.
+//
+// Without it the plan depends on statistics and on the plan cache: with no
+// statistics (rows written and read at once) or with a generic plan (pgx
+// prepares statements; PostgreSQL switches to a generic plan after five
+// executions) the planner estimates a handful of matching rows and picks a
+// bitmap scan of the slice index followed by a sort of every remaining row
+// of the entity type, so each page cost more than the one before it.
+const orderedPlan = `SELECT set_config('enable_sort', 'off', true), set_config('enable_bitmapscan', 'off', true)`
+
+// readOrdered runs an offset-ordered page query under orderedPlan and
+// collects its rows; size is the number of rows expected at most.
+func (s *Store) readOrdered(ctx context.Context, size int, sql string, args ...any) ([]row, error) {
+	b := &pgx.Batch{}
+	b.Queue(orderedPlan)
+	b.Queue(sql, args...)
+	br := s.pool.SendBatch(ctx, b)
+	if _, err := br.Exec(); err != nil {
+		br.Close()
+		return nil, err
+	}
+	rows, err := br.Query()
+	if err != nil {
+		br.Close()
+		return nil, err
+	}
+	out, err := scanRows(rows, size)
+	if cerr := br.Close(); err == nil && cerr != nil {
+		return nil, cerr
+	}
+	return out, err
+}
+
 // readRows runs a query returning event rows and collects them; size is
 // the number of rows expected at most.
 func (s *Store) readRows(ctx context.Context, size int, sql string, args ...any) ([]row, error) {
@@ -479,6 +532,11 @@ func (s *Store) readRows(ctx context.Context, size int, sql string, args ...any)
 	if err != nil {
 		return nil, err
 	}
+	return scanRows(rows, size)
+}
+
+// scanRows collects event rows and closes rows.
+func scanRows(rows pgx.Rows, size int) ([]row, error) {
 	out := make([]row, 0, size)
 	for rows.Next() {
 		var r row

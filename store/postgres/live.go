@@ -199,9 +199,9 @@ func (l *liveQuery) earlier(ctx context.Context, page []row, upper time.Time) (m
 	var rows []row
 	var err error
 	if l.tag != "" {
-		rows, err = l.q.s.readRows(ctx, 0, l.q.s.sql.earlierTagged, ids, l.back.ts, upper, l.tag)
+		rows, err = l.q.s.readOrdered(ctx, 0, l.q.s.sql.earlierTagged, ids, l.back.ts, upper, l.tag)
 	} else {
-		rows, err = l.q.s.readRows(ctx, 0, l.q.s.sql.earlier, ids, l.back.ts, upper)
+		rows, err = l.q.s.readOrdered(ctx, 0, l.q.s.sql.earlier, ids, l.back.ts, upper)
 	}
 	if err != nil {
 		return nil, err

@@ -59,19 +59,26 @@ type pageReader func(ctx context.Context, k key, upper time.Time, limit int) ([]
 
 func (q *Queries) bySlices(entityType string, minSlice, maxSlice int) pageReader {
 	return func(ctx context.Context, k key, upper time.Time, limit int) ([]row, error) {
-		return q.s.readRows(ctx, limit, q.s.sql.bySlices, entityType, minSlice, maxSlice, k.ts, k.seq, k.pid, upper, limit)
+		return q.s.readOrdered(ctx, limit, q.s.sql.bySlices, entityType, minSlice, maxSlice, k.ts, k.seq, k.pid, upper, limit)
 	}
 }
 
 func (q *Queries) byTag(tag string) pageReader {
 	return func(ctx context.Context, k key, upper time.Time, limit int) ([]row, error) {
-		return q.s.readRows(ctx, limit, q.s.sql.byTag, tag, k.ts, k.seq, k.pid, upper, limit)
+		return q.s.readOrdered(ctx, limit, q.s.sql.byTag, tag, k.ts, k.seq, k.pid, upper, limit)
 	}
 }
 
+// byType reads the events of one entity type, or of every type when
+// entityType is empty.
 func (q *Queries) byType(entityType string) pageReader {
+	if entityType == "" {
+		return func(ctx context.Context, k key, upper time.Time, limit int) ([]row, error) {
+			return q.s.readOrdered(ctx, limit, q.s.sql.byAnyType, k.ts, k.seq, k.pid, upper, limit)
+		}
+	}
 	return func(ctx context.Context, k key, upper time.Time, limit int) ([]row, error) {
-		return q.s.readRows(ctx, limit, q.s.sql.byType, entityType, k.ts, k.seq, k.pid, upper, limit)
+		return q.s.readOrdered(ctx, limit, q.s.sql.byType, entityType, k.ts, k.seq, k.pid, upper, limit)
 	}
 }
 

@@ -36,7 +36,9 @@ type HostConfig struct {
 	// MailboxCapacity bounds the commands waiting for one entity, including
 	// those arriving during recovery, persist or snapshot (default
 	// DefaultMailboxCapacity = 4,096). Beyond it Tell and Ask fail with
-	// ErrMailboxFull.
+	// ErrMailboxFull. It is a bound, not an allocation: a mailbox grows
+	// with the commands waiting in it and gives the room back when they
+	// have been handled.
 	MailboxCapacity int
 	// StashCapacity bounds the commands one entity stashes explicitly
 	// (default DefaultStashCapacity = 4,096).
@@ -192,7 +194,7 @@ func (h *Host[C, E, S]) Shutdown(ctx context.Context) error {
 	h.mu.Lock()
 	h.closed = true
 	for _, inst := range h.live {
-		inst.signal(signalShutdown)
+		inst.mailbox.signal(signalShutdown)
 	}
 	h.mu.Unlock()
 	done := make(chan struct{})
@@ -220,10 +222,8 @@ func (h *Host[C, E, S]) deliver(id string, env envelope[C]) error {
 	if inst == nil {
 		inst = h.spawn(id)
 	}
-	select {
-	case inst.mailbox <- env:
-	default:
-		return fmt.Errorf("%w: %d commands wait for %s", ErrMailboxFull, cap(inst.mailbox), inst.pid)
+	if !inst.mailbox.put(env, h.cfg.MailboxCapacity) {
+		return fmt.Errorf("%w: %d commands wait for %s", ErrMailboxFull, h.cfg.MailboxCapacity, inst.pid)
 	}
 	if h.cfg.MaxLive > 0 {
 		h.lru.MoveToFront(inst.elem)
@@ -237,8 +237,7 @@ func (h *Host[C, E, S]) spawn(id string) *instance[C, E, S] {
 		h:       h,
 		id:      id,
 		pid:     annals.PersistenceID(h.b.EntityType, id),
-		mailbox: make(chan envelope[C], h.cfg.MailboxCapacity),
-		signals: make(chan signal, 1),
+		mailbox: newMailbox[C](),
 	}
 	inst.elem = h.lru.PushFront(inst)
 	h.live[id] = inst
@@ -246,7 +245,7 @@ func (h *Host[C, E, S]) spawn(id string) *instance[C, E, S] {
 		for e := h.lru.Back(); e != nil; e = e.Prev() {
 			if old := e.Value.(*instance[C, E, S]); old != inst && !old.passivating {
 				old.passivating = true
-				old.signal(signalPassivate)
+				old.mailbox.signal(signalPassivate)
 				break
 			}
 		}
@@ -262,7 +261,7 @@ func (h *Host[C, E, S]) spawn(id string) *instance[C, E, S] {
 func (h *Host[C, E, S]) remove(inst *instance[C, E, S], force bool) bool {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if !force && len(inst.mailbox) > 0 {
+	if !force && inst.mailbox.len() > 0 {
 		return false
 	}
 	if h.live[inst.id] == inst {

@@ -25,19 +25,11 @@ func (e envelope[C]) finish(err error) {
 	}
 }
 
-type signal int
-
-const (
-	signalPassivate signal = iota + 1
-	signalShutdown
-)
-
 // instance is one live entity: its goroutine, mailbox, state and stash.
 type instance[C, E, S any] struct {
 	h       *Host[C, E, S]
 	id, pid string
-	mailbox chan envelope[C]
-	signals chan signal
+	mailbox mailbox[C]
 
 	// guarded by h.mu
 	elem        *list.Element
@@ -56,24 +48,6 @@ type instance[C, E, S any] struct {
 	handled   int          // commands handled since the last recovery
 }
 
-// signal sends s without blocking; a pending shutdown outranks passivation.
-func (inst *instance[C, E, S]) signal(s signal) {
-	select {
-	case inst.signals <- s:
-	default:
-		if s == signalShutdown {
-			select {
-			case <-inst.signals:
-			default:
-			}
-			select {
-			case inst.signals <- s:
-			default:
-			}
-		}
-	}
-}
-
 // failure stops serving: cause is the error.
 type failure struct{ cause error }
 
@@ -87,8 +61,8 @@ func (inst *instance[C, E, S]) run() {
 	defer h.wg.Done()
 	for attempt := 0; ; attempt++ {
 		if attempt > 0 {
-			if !inst.backoff(h.cfg.Restart.delay(attempt)) {
-				inst.stopWith(ErrHostClosed)
+			if err := inst.backoff(h.cfg.Restart.delay(attempt)); err != nil {
+				inst.stopWith(err)
 				return
 			}
 		}
@@ -125,41 +99,34 @@ func (inst *instance[C, E, S]) answerFailed(err error) {
 	}
 }
 
-// backoff waits d, or returns false if the host shuts down meanwhile.
-func (inst *instance[C, E, S]) backoff(d time.Duration) bool {
+// backoff waits d, noting signals. It returns nil when d has passed, or
+// ErrHostClosed when the host shuts down meanwhile.
+func (inst *instance[C, E, S]) backoff(d time.Duration) error {
 	t := time.NewTimer(d)
 	defer t.Stop()
 	for {
+		if !inst.pollSignals() {
+			return ErrHostClosed
+		}
 		select {
 		case <-t.C:
-			return true
-		case s := <-inst.signals:
-			if !inst.note(s) {
-				return false
-			}
+			return nil
+		case <-inst.mailbox.wake:
 		}
 	}
 }
 
-// note records a signal; it returns false for a shutdown.
-func (inst *instance[C, E, S]) note(s signal) bool {
-	if s == signalShutdown {
-		inst.shutdown = true
-		return false
-	}
-	inst.passivate = true
-	return true
-}
-
-// pollSignals notes a pending signal without waiting; it returns false
+// pollSignals notes the raised signals without waiting; it returns false
 // once the host is shutting down.
 func (inst *instance[C, E, S]) pollSignals() bool {
-	select {
-	case s := <-inst.signals:
-		return inst.note(s)
-	default:
-		return !inst.shutdown
+	s := inst.mailbox.takeSignals()
+	if s&signalPassivate != 0 {
+		inst.passivate = true
 	}
+	if s&signalShutdown != 0 {
+		inst.shutdown = true
+	}
+	return !inst.shutdown
 }
 
 // stopWith removes the instance and fails every command it holds.
@@ -177,12 +144,11 @@ func (inst *instance[C, E, S]) stopWith(cause error) {
 	}
 	inst.unstashed, inst.stash = nil, nil
 	for {
-		select {
-		case env := <-inst.mailbox:
-			env.finish(err)
-		default:
+		env, ok := inst.mailbox.take()
+		if !ok {
 			return
 		}
+		env.finish(err)
 	}
 }
 
@@ -193,8 +159,8 @@ func (inst *instance[C, E, S]) recoverState() (err error) {
 		select {
 		case h.recoveries <- struct{}{}:
 			acquired = true
-		case s := <-inst.signals:
-			if !inst.note(s) { // a passivation waits for the recovery
+		case <-inst.mailbox.wake: // a passivation waits for the recovery
+			if !inst.pollSignals() {
 				return ErrHostClosed
 			}
 		}
@@ -318,7 +284,11 @@ func (inst *instance[C, E, S]) serve() error {
 		}
 		if len(inst.unstashed) > 0 {
 			env := inst.unstashed[0]
+			inst.unstashed[0] = envelope[C]{}
 			inst.unstashed = inst.unstashed[1:]
+			if len(inst.unstashed) == 0 {
+				inst.unstashed = nil // not the array of a handled stash
+			}
 			if err := inst.handle(env); err != nil {
 				return err
 			}
@@ -328,8 +298,7 @@ func (inst *instance[C, E, S]) serve() error {
 			inst.stopWith(ErrStopped) // fails stashed commands, if any
 			return nil
 		}
-		select {
-		case env := <-inst.mailbox:
+		if env, ok := inst.mailbox.take(); ok {
 			if err := inst.handle(env); err != nil {
 				return err
 			}
@@ -337,10 +306,12 @@ func (inst *instance[C, E, S]) serve() error {
 			if timer != nil {
 				timer.Reset(h.cfg.IdleTimeout)
 			}
+			continue
+		}
+		select {
+		case <-inst.mailbox.wake:
 		case <-idle:
 			inst.passivate = true
-		case s := <-inst.signals:
-			inst.note(s)
 		}
 	}
 }

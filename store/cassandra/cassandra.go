@@ -1,0 +1,392 @@
+// Package cassandra is the Apache Cassandra store: a journal and a snapshot
+// store in one keyspace, through the Apache project's Go driver
+// (github.com/apache/cassandra-gocql-driver/v2).
+//
+// The tables are akka-persistence-cassandra's (as Pekko Persistence
+// Cassandra 1.1 creates them), with the same names, columns and keys, so
+// that a Pekko service and an Annals service can share a keyspace:
+// messages partitioned by (persistence_id, partition_nr), metadata
+// (deleted_to), all_persistence_ids, snapshots, and the tables of events
+// by tag (tag_views, tag_write_progress, tag_scanning). Schema creates
+// them; what Annals adds is listed in the package's README section.
+//
+// # Partitions and atomic writes
+//
+// An id's events are spread over partitions of PartitionSize sequence
+// numbers (akka's target-partition-size, 500,000 by default): partition
+// (seq-1)/PartitionSize. An atomic write is stored in ONE partition, the
+// partition of its first event, in one batch, so that a replay never sees
+// half of it; a write that crosses a boundary makes that partition a
+// little larger than the target (akka does the same, putting such a write
+// in the partition of its last event; replay reads both layouts). An
+// atomic write may not hold more events than PartitionSize.
+//
+// # Conflicts
+//
+// A second writer of a stored (persistence id, sequence number) gets a
+// *journal.ConflictError, never a silent overwrite: the first event of
+// every atomic write is inserted IF NOT EXISTS (a lightweight
+// transaction), and the rest of the write is in the same conditional batch
+// of the same partition, so either the whole write is stored or, when the
+// first number is taken, none of it. Writers number an id's events
+// consecutively, so a writer that reuses any stored number reuses the
+// first number of its write too (two writers that start from the same
+// highest number choose the same first number and the same partition).
+// Numbers removed by DeleteTo are not guarded: a writer that recovered
+// before a deletion and writes below the deleted-to mark afterwards is not
+// detected. Pekko's writers do not use lightweight transactions; a Pekko
+// writer overwrites silently, as it always has.
+//
+// # Tags
+//
+// The messages table keeps an event's tags in a set<text> (akka's column):
+// they are returned sorted, not in the order written.
+package cassandra
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/url"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	gocql "github.com/apache/cassandra-gocql-driver/v2"
+)
+
+var (
+	// ErrUnreachable reports a cluster Open could not connect to.
+	ErrUnreachable = errors.New("cassandra: cluster unreachable")
+	// ErrSchemaMissing reports a keyspace without the store's tables; run
+	// Migrate (or open WithMigrate, or `annals init`).
+	ErrSchemaMissing = errors.New("cassandra: Annals tables missing")
+	// ErrInvalidConfig reports a bad URL, URL parameter or option.
+	ErrInvalidConfig = errors.New("cassandra: invalid configuration")
+)
+
+// Defaults of the options.
+const (
+	DefaultKeyspace       = "pekko"
+	DefaultPort           = 9042
+	DefaultPartitionSize  = 500_000
+	DefaultMaxPayloadSize = 4 << 20
+	DefaultPageSize       = 1000
+	DefaultTimeout        = 10 * time.Second
+	DefaultConcurrency    = 64
+	DefaultReplication    = "{'class': 'SimpleStrategy', 'replication_factor': 1}"
+	DefaultConsistency    = gocql.LocalQuorum
+)
+
+// Option changes a setting of Open.
+type Option func(*config)
+
+type config struct {
+	hosts         []string
+	keyspace      string
+	replication   string
+	readCL        gocql.Consistency
+	writeCL       gocql.Consistency
+	partitionSize int64
+	maxPayload    int
+	pageSize      int
+	timeout       time.Duration
+	concurrency   int
+	migrate       bool
+}
+
+// WithMigrate creates the keyspace and tables on Open when they are
+// missing (default false: Open refuses a keyspace without them).
+func WithMigrate(on bool) Option { return func(c *config) { c.migrate = on } }
+
+// WithPartitionSize sets the number of sequence numbers per messages
+// partition (akka's target-partition-size, default 500,000). It must be the
+// same for every writer of a keyspace and never change once events are
+// written.
+func WithPartitionSize(n int64) Option { return func(c *config) { c.partitionSize = n } }
+
+// WithMaxPayloadSize sets the largest payload (and metadata) an event may
+// have, in bytes (default 4 MiB); a larger event's write is rejected.
+func WithMaxPayloadSize(n int) Option { return func(c *config) { c.maxPayload = n } }
+
+// WithPageSize sets how many rows a read fetches per round trip (default
+// 1,000).
+func WithPageSize(n int) Option { return func(c *config) { c.pageSize = n } }
+
+// WithTimeout sets the driver's per-request timeout (default 10 s).
+func WithTimeout(d time.Duration) Option { return func(c *config) { c.timeout = d } }
+
+// WithConsistency sets the consistency of reads and of writes (default
+// LOCAL_QUORUM for both, as akka-persistence-cassandra).
+func WithConsistency(read, write gocql.Consistency) Option {
+	return func(c *config) { c.readCL, c.writeCL = read, write }
+}
+
+// WithReplication sets the replication map used when Migrate creates the
+// keyspace (CQL, default SimpleStrategy with replication factor 1).
+func WithReplication(cql string) Option { return func(c *config) { c.replication = cql } }
+
+var keyspaceName = regexp.MustCompile(`^[A-Za-z][A-Za-z0-9_]{0,47}$`)
+
+// ValidKeyspace reports whether name is a keyspace name the store accepts:
+// a letter, then up to 47 letters, digits or underscores (Cassandra's rule
+// for unquoted names).
+func ValidKeyspace(name string) bool { return keyspaceName.MatchString(name) }
+
+// Store is an open Cassandra store. Its methods are safe for concurrent
+// use.
+type Store struct {
+	cfg     config
+	session *gocql.Session
+	closed  atomic.Bool
+	sql     statements
+}
+
+// Open connects to the cluster the URL names and checks the keyspace:
+//
+//	cassandra://host[:port][,host[:port]...]/keyspace?param=value...
+//
+// Parameters: consistency (read and write), read_consistency,
+// write_consistency (any, one, two, three, quorum, all, local_quorum,
+// each_quorum, local_one), partition_size, page_size, timeout (a Go
+// duration), replication (the keyspace's replication map for Migrate, e.g.
+// "{'class':'NetworkTopologyStrategy','dc1':3}"), or the shorthand
+// replication_factor=N for SimpleStrategy. Options given to Open override
+// the URL. The port defaults to 9042, the keyspace to "pekko".
+//
+// Open fails with ErrUnreachable when no host answers, ErrSchemaMissing
+// when the keyspace lacks the store's tables (unless WithMigrate), and
+// ErrInvalidConfig for a bad URL or option.
+func Open(ctx context.Context, rawURL string, opts ...Option) (*Store, error) {
+	cfg := config{
+		keyspace: DefaultKeyspace, replication: DefaultReplication,
+		readCL: DefaultConsistency, writeCL: DefaultConsistency,
+		partitionSize: DefaultPartitionSize, maxPayload: DefaultMaxPayloadSize,
+		pageSize: DefaultPageSize, timeout: DefaultTimeout, concurrency: DefaultConcurrency,
+	}
+	if err := parseURL(rawURL, &cfg); err != nil {
+		return nil, err
+	}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	s := &Store{cfg: cfg, sql: newStatements(cfg.keyspace)}
+	session, err := s.connect(ctx, "")
+	if err != nil {
+		return nil, err
+	}
+	s.session = session
+	if cfg.migrate {
+		if err := s.migrate(ctx); err != nil {
+			session.Close()
+			return nil, err
+		}
+	}
+	if err := s.checkSchema(ctx); err != nil {
+		session.Close()
+		return nil, err
+	}
+	return s, nil
+}
+
+// connect opens a session; keyspace "" connects without one.
+func (s *Store) connect(ctx context.Context, keyspace string) (*gocql.Session, error) {
+	cluster := gocql.NewCluster(s.cfg.hosts...)
+	cluster.Keyspace = keyspace
+	cluster.Consistency = s.cfg.writeCL
+	cluster.Timeout = s.cfg.timeout
+	cluster.ConnectTimeout = s.cfg.timeout
+	cluster.PageSize = s.cfg.pageSize
+	cluster.SerialConsistency = gocql.LocalSerial
+	cluster.ProtoVersion = 4
+	cluster.DisableInitialHostLookup = len(s.cfg.hosts) == 1 && isLoopback(s.cfg.hosts[0])
+	type result struct {
+		session *gocql.Session
+		err     error
+	}
+	done := make(chan result, 1)
+	go func() {
+		session, err := cluster.CreateSession()
+		done <- result{session, err}
+	}()
+	select {
+	case r := <-done:
+		if r.err != nil {
+			return nil, fmt.Errorf("%w: %s: %w", ErrUnreachable, strings.Join(s.cfg.hosts, ","), r.err)
+		}
+		return r.session, nil
+	case <-ctx.Done():
+		go func() {
+			if r := <-done; r.session != nil {
+				r.session.Close()
+			}
+		}()
+		return nil, fmt.Errorf("%w: %s: %w", ErrUnreachable, strings.Join(s.cfg.hosts, ","), ctx.Err())
+	}
+}
+
+func isLoopback(hostport string) bool {
+	host, _, err := net.SplitHostPort(hostport)
+	if err != nil {
+		host = hostport
+	}
+	ip := net.ParseIP(host)
+	return host == "localhost" || (ip != nil && ip.IsLoopback())
+}
+
+// Keyspace returns the store's keyspace.
+func (s *Store) Keyspace() string { return s.cfg.keyspace }
+
+// Session returns the driver session, for tests and tools that read the
+// tables directly.
+func (s *Store) Session() *gocql.Session { return s.session }
+
+// PartitionSize returns the number of sequence numbers per messages
+// partition.
+func (s *Store) PartitionSize() int64 { return s.cfg.partitionSize }
+
+// Close closes the session; calls after Close fail with journal.ErrClosed
+// or snapshot.ErrClosed. Closing twice is not an error.
+func (s *Store) Close() error {
+	if s.closed.Swap(true) {
+		return nil
+	}
+	s.session.Close()
+	return nil
+}
+
+func (s *Store) isClosed() bool { return s.closed.Load() }
+
+// wrap returns ctx's error when it ended, closed when the store is closed,
+// and err wrapped with the operation otherwise.
+func (s *Store) wrap(ctx context.Context, op string, err error, closed error) error {
+	if ctx.Err() != nil {
+		return ctx.Err()
+	}
+	if s.isClosed() {
+		return closed
+	}
+	return fmt.Errorf("cassandra: %s: %w", op, err)
+}
+
+func (c *config) validate() error {
+	switch {
+	case len(c.hosts) == 0:
+		return fmt.Errorf("%w: no host", ErrInvalidConfig)
+	case !ValidKeyspace(c.keyspace):
+		return fmt.Errorf("%w: keyspace %q (want a letter, then up to 47 letters, digits or underscores)", ErrInvalidConfig, c.keyspace)
+	case c.partitionSize <= 0:
+		return fmt.Errorf("%w: partition size %d", ErrInvalidConfig, c.partitionSize)
+	case c.maxPayload <= 0:
+		return fmt.Errorf("%w: max payload size %d", ErrInvalidConfig, c.maxPayload)
+	case c.pageSize <= 0:
+		return fmt.Errorf("%w: page size %d", ErrInvalidConfig, c.pageSize)
+	case c.timeout <= 0:
+		return fmt.Errorf("%w: timeout %v", ErrInvalidConfig, c.timeout)
+	case c.concurrency <= 0:
+		return fmt.Errorf("%w: concurrency %d", ErrInvalidConfig, c.concurrency)
+	case strings.TrimSpace(c.replication) == "":
+		return fmt.Errorf("%w: empty replication", ErrInvalidConfig)
+	}
+	return nil
+}
+
+func parseURL(raw string, cfg *config) error {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return fmt.Errorf("%w: %w", ErrInvalidConfig, err)
+	}
+	if u.Scheme != "cassandra" {
+		return fmt.Errorf("%w: scheme %q (want cassandra://host:port/keyspace)", ErrInvalidConfig, u.Scheme)
+	}
+	for h := range strings.SplitSeq(u.Host, ",") {
+		if h == "" {
+			continue
+		}
+		if _, _, err := net.SplitHostPort(h); err != nil {
+			h = net.JoinHostPort(strings.Trim(h, "[]"), strconv.Itoa(DefaultPort))
+		}
+		cfg.hosts = append(cfg.hosts, h)
+	}
+	if ks := strings.Trim(u.Path, "/"); ks != "" {
+		cfg.keyspace = ks
+	}
+	for name, values := range u.Query() {
+		v := values[len(values)-1]
+		bad := func(err error) error {
+			return fmt.Errorf("%w: URL parameter %s=%q: %w", ErrInvalidConfig, name, v, err)
+		}
+		switch name {
+		case "consistency", "read_consistency", "write_consistency":
+			cl, err := parseConsistency(v)
+			if err != nil {
+				return bad(err)
+			}
+			if name != "write_consistency" {
+				cfg.readCL = cl
+			}
+			if name != "read_consistency" {
+				cfg.writeCL = cl
+			}
+		case "partition_size":
+			n, err := strconv.ParseInt(v, 10, 64)
+			if err != nil {
+				return bad(err)
+			}
+			cfg.partitionSize = n
+		case "page_size":
+			n, err := strconv.Atoi(v)
+			if err != nil {
+				return bad(err)
+			}
+			cfg.pageSize = n
+		case "timeout":
+			d, err := time.ParseDuration(v)
+			if err != nil {
+				return bad(err)
+			}
+			cfg.timeout = d
+		case "replication":
+			cfg.replication = v
+		case "replication_factor":
+			n, err := strconv.Atoi(v)
+			if err != nil || n < 1 {
+				return bad(errors.New("want a positive integer"))
+			}
+			cfg.replication = fmt.Sprintf("{'class': 'SimpleStrategy', 'replication_factor': %d}", n)
+		default:
+			return fmt.Errorf("%w: unknown URL parameter %q", ErrInvalidConfig, name)
+		}
+	}
+	return nil
+}
+
+func parseConsistency(v string) (gocql.Consistency, error) {
+	switch strings.ToLower(v) {
+	case "any":
+		return gocql.Any, nil
+	case "one":
+		return gocql.One, nil
+	case "two":
+		return gocql.Two, nil
+	case "three":
+		return gocql.Three, nil
+	case "quorum":
+		return gocql.Quorum, nil
+	case "all":
+		return gocql.All, nil
+	case "local_quorum":
+		return gocql.LocalQuorum, nil
+	case "each_quorum":
+		return gocql.EachQuorum, nil
+	case "local_one":
+		return gocql.LocalOne, nil
+	}
+	return 0, fmt.Errorf("unknown consistency %q", v)
+}

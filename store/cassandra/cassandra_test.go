@@ -1,0 +1,27 @@
+package cassandra_test
+
+import (
+	"testing"
+
+	"github.com/annals-go/annals/journal"
+	"github.com/annals-go/annals/snapshot"
+	"github.com/annals-go/annals/store/cassandra"
+	"github.com/annals-go/annals/store/cassandra/cassandratest"
+	"github.com/annals-go/annals/storetest"
+)
+
+// TestKits runs the journal and snapshot compliance kits on one keyspace
+// (partitions of 2,500 numbers, so that the kit's writes of 1,000 events cross partition boundaries).
+func TestKits(t *testing.T) {
+	s := cassandratest.Open(t, cassandra.WithPartitionSize(2500))
+	t.Run("journal", func(t *testing.T) {
+		storetest.RunJournal(t, storetest.JournalHarness{
+			New: func(t *testing.T) journal.Journal { return s.Journal() },
+		})
+	})
+	t.Run("snapshots", func(t *testing.T) {
+		storetest.RunSnapshots(t, storetest.SnapshotHarness{
+			New: func(t *testing.T) snapshot.Store { return s.Snapshots() },
+		})
+	})
+}

@@ -1,0 +1,375 @@
+package cassandra
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"iter"
+	"slices"
+	"strconv"
+	"sync"
+	"time"
+
+	gocql "github.com/apache/cassandra-gocql-driver/v2"
+
+	"github.com/annals-go/annals"
+	"github.com/annals-go/annals/journal"
+)
+
+// statements are the store's CQL with the keyspace spliced in (a name that
+// passed ValidKeyspace).
+type statements struct {
+	guard, guardNew, insert, insertID, replay, highest, deletedTo, setDeletedTo, deleteRange string
+	loadSnaps, saveSnap, deleteSnap, deleteSnaps                                        string
+}
+
+func newStatements(ks string) statements {
+	q := func(s string) string { return fmt.Sprintf(s, ks) }
+	return statements{
+		// The conflict guard: a static column of the partition holding the
+		// highest number Annals wrote there, moved by every write in the
+		// same conditional batch as its events.
+		guard:    q(`UPDATE %s.messages SET annals_highest = ? WHERE persistence_id = ? AND partition_nr = ? IF annals_highest < ?`),
+		guardNew: q(`UPDATE %s.messages SET annals_highest = ? WHERE persistence_id = ? AND partition_nr = ? IF annals_highest = null`),
+		insert: q(`INSERT INTO %s.messages (persistence_id, partition_nr, sequence_nr, timestamp, timebucket, writer_uuid,
+	ser_id, ser_manifest, event_manifest, event, meta_ser_id, meta_ser_manifest, meta, tags) VALUES (?, ?, ?, ?, ?, ?, ?, ?, '', ?, ?, ?, ?, ?)`),
+		insertID: q(`INSERT INTO %s.all_persistence_ids (persistence_id) VALUES (?)`),
+		replay: q(`SELECT sequence_nr, timestamp, writer_uuid, ser_id, ser_manifest, event, meta, tags FROM %s.messages
+	WHERE persistence_id = ? AND partition_nr = ? AND sequence_nr >= ? AND sequence_nr <= ?`),
+		highest:      q(`SELECT sequence_nr FROM %s.messages WHERE persistence_id = ? AND partition_nr = ? ORDER BY sequence_nr DESC LIMIT 1`),
+		deletedTo:    q(`SELECT deleted_to FROM %s.metadata WHERE persistence_id = ?`),
+		setDeletedTo: q(`INSERT INTO %s.metadata (persistence_id, deleted_to) VALUES (?, ?)`),
+		deleteRange:  q(`DELETE FROM %s.messages WHERE persistence_id = ? AND partition_nr = ? AND sequence_nr >= 0 AND sequence_nr <= ?`),
+
+		loadSnaps: q(`SELECT sequence_nr, timestamp, ` + snapshotNanos + `, ser_id, ser_manifest, snapshot_data FROM %s.snapshots
+	WHERE persistence_id = ? AND sequence_nr >= ? AND sequence_nr <= ?`),
+		saveSnap: q(`INSERT INTO %s.snapshots (persistence_id, sequence_nr, timestamp, ` + snapshotNanos + `, ser_id, ser_manifest, snapshot_data)
+	VALUES (?, ?, ?, ?, ?, ?, ?)`),
+		deleteSnap:  q(`DELETE FROM %s.snapshots WHERE persistence_id = ? AND sequence_nr = ?`),
+		deleteSnaps: q(`DELETE FROM %s.snapshots WHERE persistence_id = ? AND sequence_nr >= ? AND sequence_nr <= ?`),
+	}
+}
+
+// metaSerializerID is the serializer id stored with an event's metadata:
+// Pekko's ByteArraySerializer (Annals' metadata is opaque bytes).
+const metaSerializerID = 4
+
+// Journal is the store's event journal; see the package documentation for
+// how events are laid out and how conflicts are found.
+type Journal struct{ s *Store }
+
+var _ journal.Journal = (*Journal)(nil)
+
+// Journal returns the store's journal.
+func (s *Store) Journal() *Journal { return &Journal{s: s} }
+
+// Close closes the store.
+func (j *Journal) Close() error { return j.s.Close() }
+
+// partition returns the messages partition of sequence number seq.
+func (s *Store) partition(seq int64) int64 { return (max(seq, 1) - 1) / s.cfg.partitionSize }
+
+// Write implements journal.Journal. Each atomic write is one conditional
+// batch in one partition; writes of different ids run concurrently (up to
+// the store's concurrency), writes of one id one after another, in order.
+func (j *Journal) Write(ctx context.Context, writes []journal.AtomicWrite) ([]error, error) {
+	if j.s.isClosed() {
+		return nil, journal.ErrClosed
+	}
+	results := make([]error, len(writes))
+	byID := map[string][]int{}
+	var order []string
+	for i, w := range writes {
+		if err := j.check(w); err != nil {
+			results[i] = err
+			continue
+		}
+		if _, ok := byID[w.PersistenceID]; !ok {
+			order = append(order, w.PersistenceID)
+		}
+		byID[w.PersistenceID] = append(byID[w.PersistenceID], i)
+	}
+	var (
+		mu      sync.Mutex
+		unknown error
+		wg      sync.WaitGroup
+		sem     = make(chan struct{}, j.s.cfg.concurrency)
+	)
+	now := time.Now()
+	for _, pid := range order {
+		sem <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			for _, i := range byID[pid] {
+				rejected, err := j.writeOne(ctx, writes[i], now)
+				if err != nil {
+					mu.Lock()
+					unknown = cmpErr(unknown, err)
+					mu.Unlock()
+					return
+				}
+				results[i] = rejected
+			}
+		})
+	}
+	wg.Wait()
+	if unknown != nil {
+		return nil, j.s.wrap(ctx, "write", unknown, journal.ErrClosed)
+	}
+	return journal.Results(results), nil
+}
+
+func cmpErr(have, err error) error {
+	if have != nil {
+		return have
+	}
+	return err
+}
+
+// check rejects an atomic write the store cannot take.
+func (j *Journal) check(w journal.AtomicWrite) error {
+	if err := journal.CheckAtomicWrite(w); err != nil {
+		return journal.Reject("%w", err)
+	}
+	if err := journal.CheckPayloads(w, j.s.cfg.maxPayload); err != nil {
+		return journal.Reject("%w", err)
+	}
+	if n := int64(len(w.Events)); n > j.s.cfg.partitionSize {
+		return journal.Reject("%d events of %q in one atomic write, more than the partition size %d", n, w.PersistenceID, j.s.cfg.partitionSize)
+	}
+	return nil
+}
+
+// writeOne stores one atomic write: the rejection when it was refused, or
+// an error when the outcome is unknown.
+func (j *Journal) writeOne(ctx context.Context, w journal.AtomicWrite, now time.Time) (rejected, unknown error) {
+	s := j.s
+	first, last := w.Events[0].SequenceNr, w.Events[len(w.Events)-1].SequenceNr
+	pnr := s.partition(first)
+	if first == 1 {
+		if err := s.session.Query(s.sql.insertID, w.PersistenceID).WithContext(ctx).Consistency(s.cfg.writeCL).Exec(); err != nil {
+			return nil, err
+		}
+	}
+	for _, guard := range []string{s.sql.guard, s.sql.guardNew} {
+		b := s.session.Batch(gocql.LoggedBatch).WithContext(ctx)
+		b.SetConsistency(s.cfg.writeCL)
+		b.SerialConsistency(gocql.LocalSerial)
+		if guard == s.sql.guard {
+			b.Query(guard, last, w.PersistenceID, pnr, first)
+		} else {
+			b.Query(guard, last, w.PersistenceID, pnr)
+		}
+		for _, e := range w.Events {
+			ts := e.Timestamp
+			if ts.IsZero() {
+				ts = now
+			}
+			var metaID *int32
+			var metaManifest *string
+			if e.Metadata != nil {
+				id, m := int32(metaSerializerID), ""
+				metaID, metaManifest = &id, &m
+			}
+			payload := e.Payload
+			if payload == nil {
+				payload = []byte{}
+			}
+			b.Query(s.sql.insert, w.PersistenceID, pnr, e.SequenceNr, gocql.UUIDFromTime(ts), hourBucket(ts),
+				e.WriterID, e.SerializerID, e.Manifest, payload, metaID, metaManifest, e.Metadata, e.Tags)
+		}
+		prev := map[string]any{}
+		applied, iter, err := b.MapExecCAS(prev)
+		if iter != nil {
+			_ = iter.Close()
+		}
+		if err != nil {
+			var re gocql.RequestError
+			if errors.As(err, &re) && re.Code() == gocql.ErrCodeInvalid {
+				return journal.Reject("%s %d–%d: %s", w.PersistenceID, first, last, re.Message()), nil
+			}
+			return nil, err
+		}
+		if applied {
+			return nil, nil
+		}
+		if h, ok := prev["annals_highest"].(*int64); ok && h != nil {
+			return &journal.ConflictError{PersistenceID: w.PersistenceID, SequenceNr: first}, nil
+		}
+		if h, ok := prev["annals_highest"].(int64); ok && guard == s.sql.guard && h >= first {
+			return &journal.ConflictError{PersistenceID: w.PersistenceID, SequenceNr: first}, nil
+		}
+		// The partition has no guard yet (its first Annals write, or rows
+		// Pekko wrote): try again with the condition that it has none.
+	}
+	return &journal.ConflictError{PersistenceID: w.PersistenceID, SequenceNr: first}, nil
+}
+
+// hourBucket is the messages table's timebucket of t: the start of its
+// hour in Unix milliseconds, as text (akka's TimeBucket key).
+func hourBucket(t time.Time) string {
+	return strconv.FormatInt(t.Truncate(time.Hour).UnixMilli(), 10)
+}
+
+// deletedTo reads the id's deleted-to mark, 0 when none.
+func (s *Store) deletedTo(ctx context.Context, pid string) (int64, error) {
+	var to int64
+	err := s.session.Query(s.sql.deletedTo, pid).WithContext(ctx).Consistency(s.cfg.readCL).Scan(&to)
+	if errors.Is(err, gocql.ErrNotFound) {
+		return 0, nil
+	}
+	return to, err
+}
+
+// Replay implements journal.Journal. It reads partition by partition,
+// from one before the partition of the first number wanted (a write that
+// crossed a boundary lives in the partition of its first event), and
+// stops at the first empty partition after that one.
+func (j *Journal) Replay(ctx context.Context, persistenceID string, from, to, max int64) iter.Seq2[journal.Repr, error] {
+	return func(yield func(journal.Repr, error) bool) {
+		if err := journal.CheckReplay(persistenceID, from, to, max); err != nil {
+			yield(journal.Repr{}, err)
+			return
+		}
+		if j.s.isClosed() {
+			yield(journal.Repr{}, journal.ErrClosed)
+			return
+		}
+		if from > to || max == 0 {
+			return
+		}
+		s := j.s
+		deleted, err := s.deletedTo(ctx, persistenceID)
+		if err != nil {
+			yield(journal.Repr{}, s.wrap(ctx, "replay", err, journal.ErrClosed))
+			return
+		}
+		from = atLeast(from, deleted+1, 1)
+		if from > to {
+			return
+		}
+		slice, entityType := annals.Slice(persistenceID), annals.EntityType(persistenceID)
+		home := s.partition(from)
+		for pnr := atLeast(home-1, 0, 0); ; pnr++ {
+			n := int64(0)
+			iter := s.session.Query(s.sql.replay, persistenceID, pnr, from, to).WithContext(ctx).Consistency(s.cfg.readCL).Iter()
+			// The driver may scan into the slices it was given: every
+			// yielded slice is a copy of its own.
+			var (
+				r             journal.Repr
+				uuid          gocql.UUID
+				payload, meta []byte
+				tags          []string
+			)
+			for iter.Scan(&r.SequenceNr, &uuid, &r.WriterID, &r.SerializerID, &r.Manifest, &payload, &meta, &tags) {
+				if err := ctx.Err(); err != nil {
+					_ = iter.Close()
+					yield(journal.Repr{}, err)
+					return
+				}
+				r.PersistenceID, r.Slice, r.EntityType = persistenceID, slice, entityType
+				r.Timestamp = uuid.Time().UTC()
+				r.Metadata, r.Tags = nil, nil
+				if meta != nil {
+					r.Metadata = slices.Clone(meta)
+				}
+				if len(tags) > 0 {
+					r.Tags = slices.Clone(tags)
+				}
+				r.Payload = append([]byte{}, payload...)
+				n++
+				from = r.SequenceNr + 1
+				if !yield(r, nil) {
+					_ = iter.Close()
+					return
+				}
+				if max--; max == 0 || from > to {
+					_ = iter.Close()
+					return
+				}
+			}
+			if err := iter.Close(); err != nil {
+				yield(journal.Repr{}, s.wrap(ctx, "replay", err, journal.ErrClosed))
+				return
+			}
+			if n == 0 && pnr > home {
+				return
+			}
+		}
+	}
+}
+
+// atLeast is the largest of its arguments (Replay's parameter max hides
+// the builtin).
+func atLeast(a, b, c int64) int64 { return max(a, b, c) }
+
+// HighestSequenceNr implements journal.Journal: the deleted-to mark or the
+// highest number in the partitions from the one before the mark's (or the
+// hint's) to the first empty one after it.
+func (j *Journal) HighestSequenceNr(ctx context.Context, persistenceID string, from int64) (int64, error) {
+	if err := journal.CheckID("highest sequence number", persistenceID, from); err != nil {
+		return 0, err
+	}
+	if j.s.isClosed() {
+		return 0, journal.ErrClosed
+	}
+	s := j.s
+	deleted, err := s.deletedTo(ctx, persistenceID)
+	if err != nil {
+		return 0, s.wrap(ctx, "highest sequence number", err, journal.ErrClosed)
+	}
+	highest := deleted
+	home := s.partition(max(from, deleted+1))
+	for pnr := max(home-1, 0); ; pnr++ {
+		var seq int64
+		err := s.session.Query(s.sql.highest, persistenceID, pnr).WithContext(ctx).Consistency(s.cfg.readCL).Scan(&seq)
+		if errors.Is(err, gocql.ErrNotFound) {
+			if pnr > home {
+				return highest, nil
+			}
+			continue
+		}
+		if err != nil {
+			return 0, s.wrap(ctx, "highest sequence number", err, journal.ErrClosed)
+		}
+		highest = max(highest, seq)
+	}
+}
+
+// DeleteTo implements journal.Journal: it records the deleted-to mark
+// (never beyond the highest number, never lower than before), then removes
+// the events partition by partition with range deletions. Replay and
+// HighestSequenceNr honour the mark, so an interrupted deletion already
+// hides every event it covers; running it again finishes it.
+func (j *Journal) DeleteTo(ctx context.Context, persistenceID string, to int64) error {
+	if err := journal.CheckID("delete", persistenceID, to); err != nil {
+		return err
+	}
+	if j.s.isClosed() {
+		return journal.ErrClosed
+	}
+	s := j.s
+	highest, err := j.HighestSequenceNr(ctx, persistenceID, 0)
+	if err != nil {
+		return err
+	}
+	deleted, err := s.deletedTo(ctx, persistenceID)
+	if err != nil {
+		return s.wrap(ctx, "delete", err, journal.ErrClosed)
+	}
+	to = min(to, highest)
+	if to <= deleted {
+		return nil
+	}
+	if err := s.session.Query(s.sql.setDeletedTo, persistenceID, to).WithContext(ctx).Consistency(s.cfg.writeCL).Exec(); err != nil {
+		return s.wrap(ctx, "delete", err, journal.ErrClosed)
+	}
+	// Events ≤ to live in partitions up to to's, or the next one (akka puts
+	// a write that crosses a boundary in its last event's partition).
+	for pnr := max(s.partition(deleted+1)-1, 0); pnr <= s.partition(to)+1; pnr++ {
+		if err := s.session.Query(s.sql.deleteRange, persistenceID, pnr, to).WithContext(ctx).Consistency(s.cfg.writeCL).Exec(); err != nil {
+			return s.wrap(ctx, "delete", err, journal.ErrClosed)
+		}
+	}
+	return nil
+}

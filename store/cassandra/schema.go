@@ -1,0 +1,278 @@
+package cassandra
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+
+	gocql "github.com/apache/cassandra-gocql-driver/v2"
+
+	"github.com/annals-go/annals/admin"
+)
+
+// SchemaVersion is the schema version this package writes: akka-persistence-
+// cassandra's tables plus the column Annals adds to snapshots.
+const SchemaVersion = 1
+
+// tables are the tables of a version-1 keyspace, as Pekko Persistence
+// Cassandra 1.1 creates them ({ks} stands for the keyspace). Snapshots
+// live in the journal's keyspace (Pekko's snapshot.keyspace set to the
+// journal's).
+var tables = []struct{ name, cql string }{
+	{"messages", `CREATE TABLE IF NOT EXISTS {ks}.messages (
+  persistence_id text,
+  partition_nr bigint,
+  sequence_nr bigint,
+  timestamp timeuuid,
+  timebucket text,
+  writer_uuid text,
+  ser_id int,
+  ser_manifest text,
+  event_manifest text,
+  event blob,
+  meta_ser_id int,
+  meta_ser_manifest text,
+  meta blob,
+  tags set<text>,
+  annals_highest bigint static,
+  PRIMARY KEY ((persistence_id, partition_nr), sequence_nr, timestamp))
+  WITH gc_grace_seconds = 864000
+  AND compaction = {'class': 'SizeTieredCompactionStrategy'}`},
+	{"tag_views", `CREATE TABLE IF NOT EXISTS {ks}.tag_views (
+  tag_name text,
+  persistence_id text,
+  sequence_nr bigint,
+  timebucket bigint,
+  timestamp timeuuid,
+  tag_pid_sequence_nr bigint,
+  writer_uuid text,
+  ser_id int,
+  ser_manifest text,
+  event_manifest text,
+  event blob,
+  meta_ser_id int,
+  meta_ser_manifest text,
+  meta blob,
+  PRIMARY KEY ((tag_name, timebucket), timestamp, persistence_id, tag_pid_sequence_nr))
+  WITH gc_grace_seconds = 864000
+  AND compaction = {'class': 'SizeTieredCompactionStrategy'}`},
+	{"tag_write_progress", `CREATE TABLE IF NOT EXISTS {ks}.tag_write_progress (
+  persistence_id text,
+  tag text,
+  sequence_nr bigint,
+  tag_pid_sequence_nr bigint,
+  offset timeuuid,
+  PRIMARY KEY (persistence_id, tag))`},
+	{"tag_scanning", `CREATE TABLE IF NOT EXISTS {ks}.tag_scanning (
+  persistence_id text,
+  sequence_nr bigint,
+  PRIMARY KEY (persistence_id))`},
+	{"metadata", `CREATE TABLE IF NOT EXISTS {ks}.metadata (
+  persistence_id text PRIMARY KEY,
+  deleted_to bigint,
+  properties map<text,text>)`},
+	{"all_persistence_ids", `CREATE TABLE IF NOT EXISTS {ks}.all_persistence_ids (
+  persistence_id text PRIMARY KEY)`},
+	{"snapshots", `CREATE TABLE IF NOT EXISTS {ks}.snapshots (
+  persistence_id text,
+  sequence_nr bigint,
+  timestamp bigint,
+  ser_id int,
+  ser_manifest text,
+  snapshot_data blob,
+  snapshot blob,
+  meta_ser_id int,
+  meta_ser_manifest text,
+  meta blob,
+  annals_timestamp_nanos bigint,
+  PRIMARY KEY (persistence_id, sequence_nr))
+  WITH CLUSTERING ORDER BY (sequence_nr DESC) AND gc_grace_seconds = 864000
+  AND compaction = {'class': 'SizeTieredCompactionStrategy'}`},
+}
+
+// snapshotNanos is the column Annals adds to Pekko's snapshots table: the
+// snapshot's time in Unix nanoseconds (Pekko's timestamp column holds
+// milliseconds, which the snapshot contract's microseconds do not fit).
+const snapshotNanos = "annals_timestamp_nanos"
+
+// messagesGuard is the static column Annals adds to Pekko's messages table:
+// the highest sequence number Annals wrote in the partition, the condition
+// of every write's lightweight transaction (see the package documentation).
+const messagesGuard = "annals_highest"
+
+// pending returns the statements that bring the keyspace to
+// SchemaVersion, given the tables and snapshot columns it has; none when
+// it is current.
+func (s *Store) pending(ctx context.Context) ([]string, error) {
+	have, cols, ksExists, err := s.inspect(ctx)
+	snapCols, msgCols := cols["snapshots"], cols["messages"]
+	if err != nil {
+		return nil, err
+	}
+	var out []string
+	if !ksExists {
+		out = append(out, fmt.Sprintf("CREATE KEYSPACE IF NOT EXISTS %s WITH replication = %s", s.cfg.keyspace, s.cfg.replication))
+	}
+	for _, t := range tables {
+		if !have[t.name] {
+			out = append(out, strings.ReplaceAll(t.cql, "{ks}", s.cfg.keyspace))
+		}
+	}
+	if have["messages"] && !msgCols[messagesGuard] {
+		out = append(out, fmt.Sprintf("ALTER TABLE %s.messages ADD %s bigint static", s.cfg.keyspace, messagesGuard))
+	}
+	if have["snapshots"] && !snapCols[snapshotNanos] {
+		out = append(out, fmt.Sprintf("ALTER TABLE %s.snapshots ADD %s bigint", s.cfg.keyspace, snapshotNanos))
+	}
+	return out, nil
+}
+
+// inspect reads whether the keyspace exists, its tables, and their
+// columns by table.
+func (s *Store) inspect(ctx context.Context) (tables map[string]bool, columns map[string]map[string]bool, keyspace bool, err error) {
+	tables, columns = map[string]bool{}, map[string]map[string]bool{}
+	var n int
+	if err := s.session.Query(`SELECT count(*) FROM system_schema.keyspaces WHERE keyspace_name = ?`, s.cfg.keyspace).
+		WithContext(ctx).Consistency(gocql.One).Scan(&n); err != nil {
+		return nil, nil, false, s.wrap(ctx, "read schema", err, errClosed)
+	}
+	iter := s.session.Query(`SELECT table_name FROM system_schema.tables WHERE keyspace_name = ?`, s.cfg.keyspace).
+		WithContext(ctx).Consistency(gocql.One).Iter()
+	var name string
+	for iter.Scan(&name) {
+		tables[name] = true
+	}
+	if err := iter.Close(); err != nil {
+		return nil, nil, false, s.wrap(ctx, "read schema", err, errClosed)
+	}
+	iter = s.session.Query(`SELECT table_name, column_name FROM system_schema.columns WHERE keyspace_name = ?`, s.cfg.keyspace).
+		WithContext(ctx).Consistency(gocql.One).Iter()
+	var table string
+	for iter.Scan(&table, &name) {
+		if columns[table] == nil {
+			columns[table] = map[string]bool{}
+		}
+		columns[table][name] = true
+	}
+	if err := iter.Close(); err != nil {
+		return nil, nil, false, s.wrap(ctx, "read schema", err, errClosed)
+	}
+	return tables, columns, n > 0, nil
+}
+
+var errClosed = errors.New("cassandra: closed")
+
+// migrate runs the pending statements and waits for the cluster to agree
+// on the schema.
+func (s *Store) migrate(ctx context.Context) error {
+	stmts, err := s.pending(ctx)
+	if err != nil {
+		return err
+	}
+	for _, st := range stmts {
+		if err := s.session.Query(st).WithContext(ctx).Consistency(gocql.All).Exec(); err != nil {
+			return s.wrap(ctx, "migrate", fmt.Errorf("%s: %w", firstLine(st), err), errClosed)
+		}
+	}
+	if len(stmts) > 0 {
+		if err := s.session.AwaitSchemaAgreement(ctx); err != nil {
+			return s.wrap(ctx, "migrate: schema agreement", err, errClosed)
+		}
+	}
+	return nil
+}
+
+// checkSchema fails with ErrSchemaMissing when the keyspace lacks a table
+// or column of SchemaVersion.
+func (s *Store) checkSchema(ctx context.Context) error {
+	stmts, err := s.pending(ctx)
+	if err != nil {
+		return err
+	}
+	if len(stmts) > 0 {
+		return fmt.Errorf("%w: keyspace %s needs %d statement(s), starting with %q; run `annals init` or open with WithMigrate",
+			ErrSchemaMissing, s.cfg.keyspace, len(stmts), firstLine(stmts[0]))
+	}
+	return nil
+}
+
+func firstLine(s string) string {
+	if i := strings.IndexByte(s, '\n'); i >= 0 {
+		return s[:i]
+	}
+	return s
+}
+
+// Migrator creates the keyspace and its tables (annals init and migrate)
+// without opening the store.
+type Migrator struct{ s *Store }
+
+var _ admin.Migrator = (*Migrator)(nil)
+
+// NewMigrator connects to the cluster the URL names (see Open) without
+// checking the keyspace. Close it after use.
+func NewMigrator(ctx context.Context, rawURL string, opts ...Option) (*Migrator, error) {
+	cfg := config{
+		keyspace: DefaultKeyspace, replication: DefaultReplication,
+		readCL: DefaultConsistency, writeCL: DefaultConsistency,
+		partitionSize: DefaultPartitionSize, maxPayload: DefaultMaxPayloadSize,
+		pageSize: DefaultPageSize, timeout: DefaultTimeout, concurrency: DefaultConcurrency,
+	}
+	if err := parseURL(rawURL, &cfg); err != nil {
+		return nil, err
+	}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	s := &Store{cfg: cfg}
+	session, err := s.connect(ctx, "")
+	if err != nil {
+		return nil, err
+	}
+	s.session = session
+	return &Migrator{s: s}, nil
+}
+
+// Close closes the migrator's session.
+func (m *Migrator) Close() error { return m.s.Close() }
+
+// SchemaVersion implements admin.Migrator: 1 when every table and column
+// is there, else 0.
+func (m *Migrator) SchemaVersion(ctx context.Context) (current, latest int, err error) {
+	stmts, err := m.s.pending(ctx)
+	if err != nil {
+		return 0, SchemaVersion, err
+	}
+	if len(stmts) == 0 {
+		return SchemaVersion, SchemaVersion, nil
+	}
+	return 0, SchemaVersion, nil
+}
+
+// PendingMigrations implements admin.Migrator: the CQL statements Migrate
+// would run, changing nothing.
+func (m *Migrator) PendingMigrations(ctx context.Context) ([]admin.Migration, error) {
+	stmts, err := m.s.pending(ctx)
+	if err != nil || len(stmts) == 0 {
+		return nil, err
+	}
+	return []admin.Migration{{From: 0, To: SchemaVersion, SQL: strings.Join(stmts, ";\n\n") + ";"}}, nil
+}
+
+// Migrate implements admin.Migrator: creates what is missing (the keyspace
+// with the configured replication, tables, the snapshot column) and waits
+// for schema agreement.
+func (m *Migrator) Migrate(ctx context.Context) ([]admin.Migration, error) {
+	done, err := m.PendingMigrations(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if err := m.s.migrate(ctx); err != nil {
+		return nil, err
+	}
+	return done, nil
+}

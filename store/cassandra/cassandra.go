@@ -19,7 +19,10 @@
 // half of it; a write that crosses a boundary makes that partition a
 // little larger than the target (akka does the same, putting such a write
 // in the partition of its last event; replay reads both layouts). An
-// atomic write may not hold more events than PartitionSize.
+// atomic write may not hold more events than PartitionSize, and must fit
+// the cluster's limits on a batch and a mutation (batch_size_fail_threshold,
+// max_mutation_size): a write the server refuses as invalid is rejected,
+// with the server's message, and nothing of it is stored.
 //
 // # Conflicts
 //

@@ -20,7 +20,7 @@ import (
 // passed ValidKeyspace).
 type statements struct {
 	guard, guardNew, insert, insertID, replay, highest, deletedTo, setDeletedTo, deleteRange string
-	loadSnaps, saveSnap, deleteSnap, deleteSnaps                                        string
+	loadSnaps, saveSnap, deleteSnap, deleteSnaps                                             string
 }
 
 func newStatements(ks string) statements {
@@ -129,15 +129,23 @@ func cmpErr(have, err error) error {
 // check rejects an atomic write the store cannot take.
 func (j *Journal) check(w journal.AtomicWrite) error {
 	if err := journal.CheckAtomicWrite(w); err != nil {
-		return journal.Reject("%w", err)
+		return rejection(err)
 	}
 	if err := journal.CheckPayloads(w, j.s.cfg.maxPayload); err != nil {
-		return journal.Reject("%w", err)
+		return rejection(err)
 	}
 	if n := int64(len(w.Events)); n > j.s.cfg.partitionSize {
 		return journal.Reject("%d events of %q in one atomic write, more than the partition size %d", n, w.PersistenceID, j.s.cfg.partitionSize)
 	}
 	return nil
+}
+
+// rejection returns err as a rejection of the write.
+func rejection(err error) error {
+	if errors.Is(err, journal.ErrRejected) {
+		return err
+	}
+	return journal.Reject("%w", err)
 }
 
 // writeOne stores one atomic write: the rejection when it was refused, or

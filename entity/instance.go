@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"runtime"
 	"time"
 
 	"github.com/annals-go/annals/journal"
@@ -25,7 +26,9 @@ func (e envelope[C]) finish(err error) {
 	}
 }
 
-// instance is one live entity: its goroutine, mailbox, state and stash.
+// instance is one live entity: its mailbox, state and stash. A goroutine
+// works for it while it has commands or signals (see mailbox); an idle
+// entity has none.
 type instance[C, E, S any] struct {
 	h       *Host[C, E, S]
 	id, pid string
@@ -35,7 +38,8 @@ type instance[C, E, S any] struct {
 	elem        *list.Element
 	passivating bool
 
-	// owned by the instance goroutine
+	// owned by the goroutine working for the instance
+	recovered bool // the state is recovered and the entity serves commands
 	writer    string
 	state     S
 	seq       int64
@@ -46,6 +50,27 @@ type instance[C, E, S any] struct {
 	passivate bool         // passivation requested (idle or least recently used)
 	shutdown  bool         // the host is shutting down
 	handled   int          // commands handled since the last recovery
+	failures  int          // consecutive failures, for the restart backoff
+	idle      *time.Timer  // raises signalIdle IdleTimeout after lastUsed
+	lastUsed  time.Time    // when the last command was handled or recovery ended
+}
+
+// put delivers env to the mailbox, starting a goroutine for the entity if
+// none works for it; it reports whether env was added (false: the mailbox
+// is full).
+func (inst *instance[C, E, S]) put(env envelope[C]) bool {
+	added, start := inst.mailbox.put(env, inst.h.cfg.MailboxCapacity)
+	if start {
+		go inst.run()
+	}
+	return added
+}
+
+// raise raises s, starting a goroutine for the entity if none works for it.
+func (inst *instance[C, E, S]) raise(s signal) {
+	if inst.mailbox.signal(s) {
+		go inst.run()
+	}
 }
 
 // failure stops serving: cause is the error.
@@ -54,27 +79,20 @@ type failure struct{ cause error }
 func (f failure) Error() string { return f.cause.Error() }
 func (f failure) Unwrap() error { return f.cause }
 
-// run is the instance goroutine: recover, serve, and on failure stop or
-// restart with backoff.
+// run works for the instance until it is idle or has left the host: it
+// recovers the entity if needed, handles waiting commands and signals, and
+// on a failure stops the entity or, with Restart, recovers it again after
+// a backoff. The wait group counted run before it started.
 func (inst *instance[C, E, S]) run() {
 	h := inst.h
 	defer h.wg.Done()
-	for attempt := 0; ; attempt++ {
-		if attempt > 0 {
-			if err := inst.backoff(h.cfg.Restart.delay(attempt)); err != nil {
-				inst.stopWith(err)
-				return
-			}
-		}
-		inst.handled = 0
-		err := inst.recoverState()
-		if err == nil {
-			err = inst.serve()
-		}
+	for {
+		err := inst.work()
 		if err == nil {
 			return
 		}
-		restart := h.cfg.Restart != nil && !isConflict(err) && !errors.Is(err, ErrHostClosed)
+		// An entity that asked to stop has left the host: it stops.
+		restart := h.cfg.Restart != nil && !isConflict(err) && !errors.Is(err, ErrHostClosed) && !inst.stop
 		h.cfg.Logger.Warn("entity stopped", "persistence_id", inst.pid, "err", err, "restart", restart)
 		if !restart {
 			// Leave the host before answering the failed command, so a
@@ -85,10 +103,47 @@ func (inst *instance[C, E, S]) run() {
 			return
 		}
 		inst.answerFailed(err)
+		inst.recovered = false
 		if inst.handled > 0 {
-			attempt = 0 // the delay doubles per consecutive failure
+			inst.failures = 0 // the delay doubles per consecutive failure
+		}
+		inst.failures++
+		if err := inst.backoff(h.cfg.Restart.delay(inst.failures)); err != nil {
+			inst.stopWith(err)
+			return
 		}
 	}
+}
+
+// work recovers the entity if needed, then serves it.
+func (inst *instance[C, E, S]) work() error {
+	if !inst.recovered {
+		inst.handled = 0
+		if err := inst.recoverState(); err != nil {
+			return err
+		}
+		inst.recovered = true
+		inst.touch()
+	}
+	return inst.serve()
+}
+
+// touch restarts the idle timeout, if there is one.
+func (inst *instance[C, E, S]) touch() {
+	d := inst.h.cfg.IdleTimeout
+	if d == 0 {
+		return
+	}
+	inst.lastUsed = time.Now() // before the timer starts: it fires at lastUsed+d or later
+	if inst.idle == nil {
+		inst.idle = time.AfterFunc(d, func() {
+			if inst.mailbox.signal(signalIdle) {
+				inst.run() // on the timer's goroutine
+			}
+		})
+		return
+	}
+	inst.idle.Reset(d)
 }
 
 // answerFailed answers the command whose handling failed, with the cause.
@@ -104,6 +159,7 @@ func (inst *instance[C, E, S]) answerFailed(err error) {
 func (inst *instance[C, E, S]) backoff(d time.Duration) error {
 	t := time.NewTimer(d)
 	defer t.Stop()
+	wake := inst.mailbox.waiter()
 	for {
 		if !inst.pollSignals() {
 			return ErrHostClosed
@@ -111,16 +167,21 @@ func (inst *instance[C, E, S]) backoff(d time.Duration) error {
 		select {
 		case <-t.C:
 			return nil
-		case <-inst.mailbox.wake:
+		case <-wake:
 		}
 	}
 }
 
 // pollSignals notes the raised signals without waiting; it returns false
-// once the host is shutting down.
+// once the host is shutting down. An idle signal passivates only if no
+// command came since the timer was set: a timer that fired as a command
+// arrived has been set again.
 func (inst *instance[C, E, S]) pollSignals() bool {
 	s := inst.mailbox.takeSignals()
 	if s&signalPassivate != 0 {
+		inst.passivate = true
+	}
+	if s&signalIdle != 0 && time.Since(inst.lastUsed) >= inst.h.cfg.IdleTimeout {
 		inst.passivate = true
 	}
 	if s&signalShutdown != 0 {
@@ -129,9 +190,13 @@ func (inst *instance[C, E, S]) pollSignals() bool {
 	return !inst.shutdown
 }
 
-// stopWith removes the instance and fails every command it holds.
+// stopWith removes the instance and fails every command it holds. The
+// instance stays active: no goroutine works for it again.
 func (inst *instance[C, E, S]) stopWith(cause error) {
 	inst.h.remove(inst, true)
+	if inst.idle != nil {
+		inst.idle.Stop()
+	}
 	err := cause
 	if !errors.Is(cause, ErrHostClosed) && !errors.Is(cause, ErrStopped) {
 		err = fmt.Errorf("%w: %w", ErrStopped, cause)
@@ -155,13 +220,18 @@ func (inst *instance[C, E, S]) stopWith(cause error) {
 // recoverState restores the state: highest sequence number, snapshot, events.
 func (inst *instance[C, E, S]) recoverState() (err error) {
 	h, b := inst.h, &inst.h.b
-	for acquired := false; !acquired; {
-		select {
-		case h.recoveries <- struct{}{}:
-			acquired = true
-		case <-inst.mailbox.wake: // a passivation waits for the recovery
-			if !inst.pollSignals() {
+	select {
+	case h.recoveries <- struct{}{}:
+	default:
+		wake := inst.mailbox.waiter()
+		for acquired := false; !acquired; {
+			if !inst.pollSignals() { // a passivation waits for the recovery
 				return ErrHostClosed
+			}
+			select {
+			case h.recoveries <- struct{}{}:
+				acquired = true
+			case <-wake:
 			}
 		}
 	}
@@ -260,19 +330,14 @@ func (inst *instance[C, E, S]) decode(r journal.Repr) ([]E, error) {
 	return inst.h.b.DecodeEvent(inst.h.cfg.Registry, r)
 }
 
-// serve handles commands until the instance passivates, stops or fails. It
-// returns nil when it has left the host, a failure otherwise. Signals come
-// first: after a shutdown no waiting command is handled, and after a Stop
-// effect no unstashed one.
+// serve handles commands until the entity is idle, passivates, stops or
+// fails. It returns nil when the entity is idle (the goroutine must then
+// leave it) or has left the host, a failure otherwise. Signals come first:
+// after a shutdown no waiting command is handled, and after a Stop effect
+// no unstashed one.
 func (inst *instance[C, E, S]) serve() error {
 	h := inst.h
-	var idle <-chan time.Time
-	var timer *time.Timer
-	if h.cfg.IdleTimeout > 0 {
-		timer = time.NewTimer(h.cfg.IdleTimeout)
-		defer timer.Stop()
-		idle = timer.C
-	}
+	yielded := false
 	for {
 		if !inst.pollSignals() {
 			inst.stopWith(ErrHostClosed)
@@ -298,21 +363,29 @@ func (inst *instance[C, E, S]) serve() error {
 			inst.stopWith(ErrStopped) // fails stashed commands, if any
 			return nil
 		}
-		if env, ok := inst.mailbox.take(); ok {
-			if err := inst.handle(env); err != nil {
-				return err
-			}
-			inst.handled++
-			if timer != nil {
-				timer.Reset(h.cfg.IdleTimeout)
-			}
+		env, ok := inst.mailbox.take()
+		if !ok && !yielded {
+			// Yield once before giving the goroutine up: a client that
+			// answers a reply with its next command (a closed loop) then
+			// finds the entity still working, instead of paying for a new
+			// goroutine and the growth of its stack (which doubled the
+			// cost of a command on the memory store).
+			yielded = true
+			runtime.Gosched()
 			continue
 		}
-		select {
-		case <-inst.mailbox.wake:
-		case <-idle:
-			inst.passivate = true
+		if !ok {
+			if inst.mailbox.release() {
+				return nil // idle: the next command or signal starts a goroutine
+			}
+			continue // a signal was raised
 		}
+		yielded = false
+		if err := inst.handle(env); err != nil {
+			return err
+		}
+		inst.handled++
+		inst.touch()
 	}
 }
 
@@ -356,6 +429,13 @@ func (inst *instance[C, E, S]) handle(env envelope[C]) (err error) {
 			return failure{err}
 		}
 	}
+	if eff.stop {
+		// Leave the host before the side effects and the reply, so that a
+		// command sent after the reply reaches a new instance; commands
+		// already waiting fail with ErrStopped.
+		inst.stop = true
+		inst.h.remove(inst, true)
+	}
 	for _, fn := range eff.after {
 		fn(inst.state)
 	}
@@ -367,9 +447,6 @@ func (inst *instance[C, E, S]) handle(env envelope[C]) (err error) {
 	if eff.unstash {
 		inst.unstashed = append(inst.stash, inst.unstashed...)
 		inst.stash = nil
-	}
-	if eff.stop {
-		inst.stop = true
 	}
 	return nil
 }

@@ -7,58 +7,59 @@ import "sync"
 // released when the mailbox empties.
 const mailboxMin = 4
 
-// signal is a bit set of the host's requests to an instance.
+// signal is a bit set of requests to an instance.
 type signal uint8
 
 const (
-	signalPassivate signal = 1 << iota // passivate when the mailbox is empty
+	signalPassivate signal = 1 << iota // passivate when no command waits
+	signalIdle                         // the idle timeout may have passed
 	signalShutdown                     // fail waiting commands and stop
 )
 
-// mailbox holds the commands waiting for one entity, in arrival order, and
-// the host's requests to it. It is safe for one sender (the host, under its
-// mutex) and one receiver (the instance goroutine).
+// mailbox holds the commands waiting for one entity, in arrival order, the
+// signals raised for it, and whether a goroutine works for it. It is safe
+// for one sender (the host, under its mutex), signals from anywhere, and
+// the instance's goroutine.
 //
 // Rules:
 //   - put never holds more than the capacity it is given; the buffer grows
 //     on demand, doubling up to it, so an entity pays for the commands that
 //     wait for it, not for the capacity.
-//   - wake holds a token whenever a command was put into an empty mailbox
-//     or a signal was raised since the receiver last took one. A receiver
-//     that found no command and no signal waits on wake; after a token it
-//     looks again (a token may be stale: then it finds nothing, and waits
-//     again).
+//   - An entity has a goroutine only while it has work: active is set while
+//     one runs for it (or is about to, or the entity has left the host for
+//     good). A put or signal that finds it clear sets it and tells the
+//     caller to start one; release clears it only when no command waits
+//     and no signal is raised. So at most one goroutine works for an
+//     entity, and none misses a command or signal.
+//   - A goroutine that waits for something else (a backoff, a recovery
+//     slot) and must also hear of signals waits on waiter(): it gets a
+//     token after each put or signal. A token may be stale: the goroutine
+//     looks, finds nothing, and waits again.
 type mailbox[C any] struct {
 	mu      sync.Mutex
 	buf     []envelope[C] // a ring: n commands from head
 	head, n int
 	signals signal // raised and not yet taken
-	wake    chan struct{}
-}
-
-func newMailbox[C any]() mailbox[C] {
-	return mailbox[C]{wake: make(chan struct{}, 1)}
+	active  bool
+	wake    chan struct{} // made by the first waiter; 1-buffered
+	wg      *sync.WaitGroup
 }
 
 // put appends env unless capacity commands already wait; it reports
-// whether env was added.
-func (m *mailbox[C]) put(env envelope[C], capacity int) bool {
+// whether env was added, and whether the caller must start a goroutine for
+// the entity (the wait group counts it already).
+func (m *mailbox[C]) put(env envelope[C], capacity int) (added, start bool) {
 	m.mu.Lock()
+	defer m.mu.Unlock()
 	if m.n >= capacity {
-		m.mu.Unlock()
-		return false
+		return false, false
 	}
 	if m.n == len(m.buf) {
 		m.grow(capacity)
 	}
 	m.buf[(m.head+m.n)%len(m.buf)] = env
 	m.n++
-	first := m.n == 1
-	m.mu.Unlock()
-	if first {
-		m.poke()
-	}
-	return true
+	return true, m.wakeLocked()
 }
 
 // grow doubles the buffer (at least mailboxMin slots, at most capacity),
@@ -97,12 +98,14 @@ func (m *mailbox[C]) len() int {
 	return m.n
 }
 
-// signal raises s; a raised signal stays until the receiver takes it.
-func (m *mailbox[C]) signal(s signal) {
+// signal raises s; a raised signal stays until taken. It reports whether
+// the caller must start a goroutine for the entity (the wait group counts
+// it already).
+func (m *mailbox[C]) signal(s signal) (start bool) {
 	m.mu.Lock()
+	defer m.mu.Unlock()
 	m.signals |= s
-	m.mu.Unlock()
-	m.poke()
+	return m.wakeLocked()
 }
 
 // takeSignals returns the raised signals and lowers them.
@@ -114,10 +117,46 @@ func (m *mailbox[C]) takeSignals() signal {
 	return s
 }
 
-// poke leaves a token on wake, unless one is there.
-func (m *mailbox[C]) poke() {
-	select {
-	case m.wake <- struct{}{}:
-	default:
+// release ends the current goroutine's work for the entity if no command
+// waits and no signal is raised; it reports whether it did. After true,
+// the goroutine must not touch the entity: the next put or signal starts
+// another.
+func (m *mailbox[C]) release() bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.n > 0 || m.signals != 0 {
+		return false
 	}
+	m.active = false
+	return true
+}
+
+// waiter returns the channel that gets a token after each put or signal.
+func (m *mailbox[C]) waiter() <-chan struct{} {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.wake == nil {
+		m.wake = make(chan struct{}, 1)
+	}
+	return m.wake
+}
+
+// wakeLocked reports whether a goroutine must be started for the entity,
+// marking it active and counting it in the wait group, or else leaves a
+// token for a waiting goroutine. m.mu is held. The count is taken under
+// m.mu so that it precedes any later signal, such as a shutdown's, and
+// the host's wait for its goroutines.
+func (m *mailbox[C]) wakeLocked() bool {
+	if !m.active {
+		m.active = true
+		m.wg.Add(1)
+		return true
+	}
+	if m.wake != nil {
+		select {
+		case m.wake <- struct{}{}:
+		default:
+		}
+	}
+	return false
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"runtime"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -871,4 +872,47 @@ func TestStopAndUnstashAllWithoutEvents(t *testing.T) {
 	if n := len(replayPayloadManifests(t, st.Journal, "Account|u")); n != 1 {
 		t.Errorf("journal holds %d events, want only Held: the stashed deposit waits again", n)
 	}
+}
+
+func TestIdleEntitiesHoldNoGoroutine(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h := newHost(t, memoryStores(t), accountBehavior())
+		ctx := t.Context()
+		before := runtime.NumGoroutine()
+		for i := range 200 {
+			if _, err := balance(ctx, h, fmt.Sprint("i-", i)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		synctest.Wait()
+		if n := runtime.NumGoroutine() - before; n >= 10 {
+			t.Errorf("%d more goroutines with 200 idle entities, want none per entity", n)
+		}
+		if n := h.Live(); n != 200 {
+			t.Errorf("live = %d, want 200: idle entities stay live", n)
+		}
+		mustBalance(t, h, "i-7", 0) // an idle entity takes commands again
+	})
+}
+
+func TestShutdownFailsCommandsStashedByIdleEntities(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h := newHost(t, memoryStores(t), accountBehavior())
+		ctx := t.Context()
+		if err := h.Send(ctx, "held", Hold{}); err != nil {
+			t.Fatal(err)
+		}
+		stashed := make(chan error, 1)
+		go func() { stashed <- h.Send(context.Background(), "held", Forget{}) }()
+		synctest.Wait() // stashed, and the entity is idle
+		if err := h.Shutdown(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if err := <-stashed; !errors.Is(err, entity.ErrHostClosed) {
+			t.Errorf("command stashed by an idle entity at shutdown: %v, want ErrHostClosed", err)
+		}
+		if n := h.Live(); n != 0 {
+			t.Errorf("live = %d after Shutdown, want 0", n)
+		}
+	})
 }

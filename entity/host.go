@@ -48,8 +48,16 @@ type HostConfig struct {
 	// Every id that receives a command becomes live, also an unknown one:
 	// set IdleTimeout or MaxLive when ids come from outside.
 	IdleTimeout time.Duration
-	// MaxLive bounds the live entities: beyond it, the least recently used
-	// passivates as soon as its mailbox is empty (0: unbounded).
+	// MaxLive bounds the live entities (0: unbounded): never more than
+	// MaxLive are live at once. A command for an entity that is not live
+	// while MaxLive are waits in that entity's mailbox (bounded by
+	// MailboxCapacity; Tell does not block, Ask and Send wait) while the
+	// least recently used live entity passivates, as soon as no command
+	// waits for it; the waiting entity then starts in its place. Entities
+	// wait for a place in the order of their first commands, and a
+	// passivation is under way for each. An entity whose mailbox never
+	// empties does not passivate: keep MaxLive above the number of
+	// entities busy at once.
 	MaxLive int
 	// MaxConcurrentRecoveries bounds the entities recovering at once
 	// (default DefaultMaxConcurrentRecoveries = 50).
@@ -84,8 +92,13 @@ type Host[C, E, S any] struct {
 
 	mu     sync.Mutex
 	closed bool
-	live   map[string]*instance[C, E, S]
-	lru    *list.List // of *instance, most recently used first (with MaxLive)
+	// live holds every instance that commands for its id reach: the live
+	// ones (started) and, with MaxLive, those waiting for a place.
+	live     map[string]*instance[C, E, S]
+	started  int        // live entities: started and not yet removed (≤ MaxLive)
+	lru      *list.List // of started *instance, most recently used first (with MaxLive)
+	waiting  *list.List // of *instance waiting for a place, oldest first (with MaxLive)
+	evicting int        // started instances asked to passivate to make room, not yet removed
 }
 
 // NewHost returns a host for b. It checks b and cfg and fills defaults.
@@ -124,6 +137,7 @@ func NewHost[C, E, S any](b Behavior[C, E, S], cfg HostConfig) (*Host[C, E, S], 
 		recoveries: make(chan struct{}, cfg.MaxConcurrentRecoveries),
 		live:       map[string]*instance[C, E, S]{},
 		lru:        list.New(),
+		waiting:    list.New(),
 	}, nil
 }
 
@@ -180,27 +194,36 @@ func Ask[R, C, E, S any](ctx context.Context, h *Host[C, E, S], id string, mk fu
 	}
 }
 
-// Live returns the number of live entities.
+// Live returns the number of live entities: started (recovering, serving
+// or idle) and not yet passivated or stopped. It is never more than
+// MaxLive; entities waiting for a place are not counted.
 func (h *Host[C, E, S]) Live() int {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	return len(h.live)
+	return h.started
 }
 
 // Shutdown stops the host: new commands fail with ErrHostClosed; each
 // entity finishes the command it is handling (an in-flight persist
 // completes and its reply is sent), its waiting commands fail with
-// ErrHostClosed, and it stops. Shutdown returns when every entity has
-// stopped, or with ctx's error.
+// ErrHostClosed, and it stops; so do the commands of entities waiting for
+// a place under MaxLive. Shutdown returns when every entity has stopped,
+// or with ctx's error.
 func (h *Host[C, E, S]) Shutdown(ctx context.Context) error {
 	h.mu.Lock()
 	h.closed = true
 	var idle []*instance[C, E, S]
-	for _, inst := range h.live {
+	for id, inst := range h.live {
+		if !inst.started {
+			delete(h.live, id)
+			inst.failWaiting(ErrHostClosed)
+			continue
+		}
 		if inst.mailbox.signal(signalShutdown) {
 			idle = append(idle, inst)
 		}
 	}
+	h.waiting.Init()
 	h.mu.Unlock()
 	// Idle entities stop on one goroutine, not one each: stopping runs no
 	// user code and no I/O.
@@ -237,51 +260,90 @@ func (h *Host[C, E, S]) deliver(id string, env envelope[C]) error {
 	if !inst.put(env) {
 		return fmt.Errorf("%w: %d commands wait for %s", ErrMailboxFull, h.cfg.MailboxCapacity, inst.pid)
 	}
-	if h.cfg.MaxLive > 0 {
+	if h.cfg.MaxLive > 0 && inst.started {
 		h.lru.MoveToFront(inst.elem)
 	}
 	return nil
 }
 
-// spawn starts an instance for id. h.mu is held.
+// spawn makes the instance of id and starts it, or, when MaxLive entities
+// are live, queues it for a place and has one passivate. h.mu is held.
 func (h *Host[C, E, S]) spawn(id string) *instance[C, E, S] {
 	inst := &instance[C, E, S]{
 		h:       h,
 		id:      id,
 		pid:     annals.PersistenceID(h.b.EntityType, id),
-		mailbox: mailbox[C]{active: true, wg: &h.wg}, // active until run starts below
+		mailbox: mailbox[C]{active: true, wg: &h.wg}, // active: no goroutine starts before start's
 	}
 	h.live[id] = inst
-	if h.cfg.MaxLive > 0 {
-		inst.elem = h.lru.PushFront(inst)
+	if h.cfg.MaxLive > 0 && h.started >= h.cfg.MaxLive {
+		inst.elem = h.waiting.PushBack(inst)
+		h.evict()
+		return inst
 	}
-	if h.cfg.MaxLive > 0 && len(h.live) > h.cfg.MaxLive {
-		for e := h.lru.Back(); e != nil; e = e.Prev() {
-			if old := e.Value.(*instance[C, E, S]); old != inst && !old.passivating {
-				old.passivating = true
-				old.raise(signalPassivate)
-				break
-			}
-		}
-	}
-	h.wg.Add(1)
-	go inst.run()
+	h.start(inst)
 	return inst
 }
 
-// remove takes inst out of the host if its mailbox is empty, or always when
-// force is set. It returns whether inst was removed; once removed, no
-// command can reach its mailbox.
+// start makes inst live and starts its goroutine. h.mu is held.
+func (h *Host[C, E, S]) start(inst *instance[C, E, S]) {
+	inst.started = true
+	h.started++
+	if h.cfg.MaxLive > 0 {
+		inst.elem = h.lru.PushFront(inst)
+	}
+	h.wg.Add(1)
+	go inst.run()
+}
+
+// evict asks the least recently used live entities to passivate until a
+// passivation is under way for every waiting instance (or every live
+// entity is passivating). h.mu is held.
+func (h *Host[C, E, S]) evict() {
+	for h.evicting < h.waiting.Len() {
+		var victim *instance[C, E, S]
+		for e := h.lru.Back(); e != nil && victim == nil; e = e.Prev() {
+			if inst := e.Value.(*instance[C, E, S]); !inst.passivating {
+				victim = inst
+			}
+		}
+		if victim == nil {
+			return
+		}
+		victim.passivating = true
+		h.evicting++
+		victim.raise(signalPassivate)
+	}
+}
+
+// remove takes a started inst out of the host if its mailbox is empty, or
+// always when force is set, and starts the oldest waiting instance in its
+// place. It returns whether inst is out (also when it was already); once
+// out, no command can reach its mailbox.
 func (h *Host[C, E, S]) remove(inst *instance[C, E, S], force bool) bool {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if !force && inst.mailbox.len() > 0 {
 		return false
 	}
-	if h.live[inst.id] == inst {
-		delete(h.live, inst.id)
-		if inst.elem != nil {
-			h.lru.Remove(inst.elem)
+	if h.live[inst.id] != inst {
+		return true
+	}
+	delete(h.live, inst.id)
+	h.started--
+	if h.cfg.MaxLive > 0 {
+		h.lru.Remove(inst.elem)
+		if inst.passivating {
+			h.evicting--
+		}
+		for !h.closed && h.waiting.Len() > 0 && h.started < h.cfg.MaxLive {
+			h.start(h.waiting.Remove(h.waiting.Front()).(*instance[C, E, S]))
+		}
+		// More may wait than were asked to make room when they came: the
+		// entity that just started (after its waiting commands) or another
+		// must make room in turn.
+		if !h.closed {
+			h.evict()
 		}
 	}
 	return true

@@ -35,8 +35,9 @@ type instance[C, E, S any] struct {
 	mailbox mailbox[C]
 
 	// guarded by h.mu
-	elem        *list.Element
-	passivating bool
+	elem        *list.Element // in h.lru once started, in h.waiting before
+	started     bool          // live: counted in h.started
+	passivating bool          // asked to passivate to make room (counted in h.evicting)
 
 	// owned by the goroutine working for the instance
 	recovered bool // the state is recovered and the entity serves commands
@@ -155,7 +156,9 @@ func (inst *instance[C, E, S]) answerFailed(err error) {
 }
 
 // backoff waits d, noting signals. It returns nil when d has passed, or
-// ErrHostClosed when the host shuts down meanwhile.
+// the reason to stop instead: ErrHostClosed when the host shuts down,
+// ErrStopped when the entity passivates (asked to, with no command
+// waiting), so that a restart does not hold a live place for nothing.
 func (inst *instance[C, E, S]) backoff(d time.Duration) error {
 	t := time.NewTimer(d)
 	defer t.Stop()
@@ -163,6 +166,9 @@ func (inst *instance[C, E, S]) backoff(d time.Duration) error {
 	for {
 		if !inst.pollSignals() {
 			return ErrHostClosed
+		}
+		if inst.passivate && inst.h.remove(inst, false) {
+			return ErrStopped
 		}
 		select {
 		case <-t.C:
@@ -208,6 +214,18 @@ func (inst *instance[C, E, S]) stopWith(cause error) {
 		env.finish(err)
 	}
 	inst.unstashed, inst.stash = nil, nil
+	for {
+		env, ok := inst.mailbox.take()
+		if !ok {
+			return
+		}
+		env.finish(err)
+	}
+}
+
+// failWaiting fails the commands in the mailbox of an instance that never
+// started (it waited for a place under MaxLive). h.mu is held.
+func (inst *instance[C, E, S]) failWaiting(err error) {
 	for {
 		env, ok := inst.mailbox.take()
 		if !ok {

@@ -916,3 +916,50 @@ func TestShutdownFailsCommandsStashedByIdleEntities(t *testing.T) {
 		}
 	})
 }
+
+// TestMaxLiveHoldsWithConcurrentClients has many clients send commands to
+// distinct ids at once, and checks, in every recovery and every command
+// handler, that no more than MaxLive entities are live; and that no
+// command is lost on the way.
+func TestMaxLiveHoldsWithConcurrentClients(t *testing.T) {
+	const maxLive, clients, deposits = 16, 256, 3
+	st := memoryStores(t)
+	var h *entity.Host[Command, Event, State]
+	var most atomic.Int64
+	sample := func() {
+		n := int64(h.Live())
+		for m := most.Load(); n > m && !most.CompareAndSwap(m, n); m = most.Load() {
+		}
+	}
+	b := accountBehavior()
+	inner := b.Command
+	b.Command = func(s State, c Command) entity.ReplyEffect[Event, State] {
+		sample()
+		return inner(s, c)
+	}
+	b.OnRecovered = func(string, State, int64) { sample() }
+	h = newHost(t, st, b, func(c *entity.HostConfig) { c.MaxLive = maxLive })
+	ctx := t.Context()
+	var wg sync.WaitGroup
+	for i := range clients {
+		wg.Go(func() {
+			id := fmt.Sprint("c-", i)
+			for k := range deposits {
+				if _, err := deposit(ctx, h, id, 1); err != nil {
+					t.Errorf("deposit %d to %s: %v", k, id, err)
+					return
+				}
+			}
+			if got, err := balance(ctx, h, id); err != nil || got != deposits {
+				t.Errorf("balance of %s = %d, %v; want %d", id, got, err, deposits)
+			}
+		})
+	}
+	wg.Wait()
+	if m := most.Load(); m > maxLive {
+		t.Errorf("%d entities were live at once, want at most MaxLive = %d", m, maxLive)
+	}
+	if n := h.Live(); n > maxLive {
+		t.Errorf("live = %d at the end, want at most %d", n, maxLive)
+	}
+}

@@ -22,6 +22,7 @@ import (
 type statements struct {
 	insert, insertTagged                                       string
 	highest, deleteMeta, deleteTags, deleteEvents, replay      string
+	recoverEvents                                              string
 	loadSnap, saveSnap, deleteSnap, deleteSnaps                string
 	bySlices, byTag, byType, byAnyType, earlier, earlierTagged string
 	persistenceIDs                                             string
@@ -59,6 +60,13 @@ func newStatements(schema string, ordering Ordering) statements {
 		deleteTags:   r.Replace(`DELETE FROM {tag} WHERE persistence_id = $1 AND seq_nr <= $2`),
 		deleteEvents: r.Replace(`DELETE FROM {journal} WHERE persistence_id = $1 AND seq_nr <= $2`),
 		replay:       r.Replace(`SELECT {columns} FROM {journal} e WHERE e.persistence_id = $1 AND e.seq_nr >= $2 AND e.seq_nr <= $3 ORDER BY e.seq_nr LIMIT $4`),
+
+		// A recovery's events: those after the youngest snapshot the
+		// criteria ($2–$5, as loadSnap's) select, up to $6, at most $7.
+		recoverEvents: r.Replace(`SELECT {columns} FROM {journal} e WHERE e.persistence_id = $1
+	AND e.seq_nr > COALESCE((SELECT max(seq_nr) FROM {snapshot}
+		WHERE persistence_id = $1 AND seq_nr >= $2 AND seq_nr <= $3 AND write_timestamp >= $4 AND write_timestamp <= $5), 0)
+	AND e.seq_nr <= $6 ORDER BY e.seq_nr LIMIT $7`),
 
 		loadSnap: r.Replace(`SELECT seq_nr, write_timestamp, ser_id, ser_manifest, snapshot FROM {snapshot}
 	WHERE persistence_id = $1 AND seq_nr >= $2 AND seq_nr <= $3 AND write_timestamp >= $4 AND write_timestamp <= $5
@@ -105,10 +113,22 @@ SELECT {columns} FROM types, LATERAL (
 		earlierTagged: r.Replace(`SELECT {columns} FROM {tag} t JOIN {journal} e ON e.persistence_id = t.persistence_id AND e.seq_nr = t.seq_nr
 	WHERE t.tag = $4 AND t.persistence_id = ANY($1) AND t.db_timestamp >= $2 AND t.db_timestamp <= $3
 	ORDER BY t.persistence_id, t.seq_nr`),
-		persistenceIDs: r.Replace(`SELECT persistence_id FROM (
-	SELECT DISTINCT persistence_id FROM {journal} WHERE ($1 = '' OR entity_type = $1) AND persistence_id > $2
-	UNION SELECT persistence_id FROM {meta} WHERE ($1 = '' OR entity_type = $1) AND persistence_id > $2
-) ids ORDER BY persistence_id LIMIT $3`),
+		// Ids after $2, in order: a recursive loose scan of the primary
+		// key (one index probe per id, wherever the page is; a DISTINCT
+		// read every event row of every later id), with the ids whose
+		// events were all deleted from the metadata table.
+		persistenceIDs: r.Replace(`WITH RECURSIVE ids(pid) AS (
+	(SELECT persistence_id FROM {journal} WHERE persistence_id > $2 AND ($1 = '' OR entity_type = $1) ORDER BY persistence_id LIMIT 1)
+	UNION ALL
+	SELECT (SELECT j.persistence_id FROM {journal} j WHERE j.persistence_id > ids.pid AND ($1 = '' OR j.entity_type = $1)
+		ORDER BY j.persistence_id LIMIT 1)
+	FROM ids WHERE ids.pid IS NOT NULL
+)
+SELECT pid FROM (
+	(SELECT pid FROM ids WHERE pid IS NOT NULL LIMIT $3)
+	UNION
+	(SELECT persistence_id FROM {meta} WHERE persistence_id > $2 AND ($1 = '' OR entity_type = $1) ORDER BY persistence_id LIMIT $3)
+) u ORDER BY pid LIMIT $3`),
 
 		loadOffset: r.Replace(`SELECT (SELECT current_offset FROM {offset} WHERE projection_name = $1 AND projection_key = $2),
 	(SELECT paused FROM {management} WHERE projection_name = $1 AND projection_key = $2)`),

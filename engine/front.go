@@ -15,6 +15,8 @@ import (
 	"time"
 
 	"github.com/annals-go/annals/journal"
+	"github.com/annals-go/annals/recovery"
+	"github.com/annals-go/annals/snapshot"
 	"github.com/sony/gobreaker/v2"
 )
 
@@ -705,6 +707,37 @@ func (f *Front) Replay(ctx context.Context, persistenceID string, from, to, max 
 		return func(yield func(journal.Repr, error) bool) { yield(journal.Repr{}, ErrClosed) }
 	}
 	return f.j.Replay(ctx, persistenceID, from, to, max)
+}
+
+// ReadsSnapshotsOf implements recovery.Reader: it reports whether the
+// store behind the front reads recoveries, with snaps' snapshots.
+func (f *Front) ReadsSnapshotsOf(snaps snapshot.Store) bool {
+	r, ok := f.j.(recovery.Reader)
+	return ok && r.ReadsSnapshotsOf(snaps)
+}
+
+// ReadRecovery implements recovery.Reader. Like HighestSequenceNr, it first
+// waits for the writes of the id accepted before the call, and the read
+// runs under the call timeout and the circuit breaker. It fails with an
+// error wrapping errors.ErrUnsupported when the store behind the front has
+// no recovery reader (ReadsSnapshotsOf is then false for every store).
+func (f *Front) ReadRecovery(ctx context.Context, req recovery.Request) (recovery.Result, error) {
+	r, ok := f.j.(recovery.Reader)
+	if !ok {
+		return recovery.Result{}, fmt.Errorf("engine: the journal behind the front (%T) reads no recovery: %w", f.j, errors.ErrUnsupported)
+	}
+	req, err := recovery.Check(req)
+	if err != nil {
+		return recovery.Result{}, err
+	}
+	if err := f.awaitWrites(ctx, req.PersistenceID); err != nil {
+		return recovery.Result{}, err
+	}
+	out, err := f.guarded(ctx, func(ctx context.Context) (any, error) {
+		return r.ReadRecovery(ctx, req)
+	})
+	res, _ := out.(recovery.Result)
+	return res, err
 }
 
 // Close stops accepting writes (later ones fail with ErrClosed), waits until

@@ -11,6 +11,7 @@ import (
 
 	"github.com/annals-go/annals"
 	"github.com/annals-go/annals/journal"
+	"github.com/annals-go/annals/recovery"
 	"github.com/annals-go/annals/serialization"
 	"github.com/annals-go/annals/snapshot"
 )
@@ -26,6 +27,10 @@ const (
 type HostConfig struct {
 	// Journal stores the events. Use an *engine.Front before the store, for
 	// group commit, per-id ordering, timeouts and the circuit breaker.
+	// When it implements recovery.Reader for Snapshots (a front before the
+	// SQLite or PostgreSQL store, with that store's snapshots or none), an
+	// entity recovers in one read: its highest number, snapshot and first
+	// events together.
 	Journal journal.Journal
 	// Snapshots stores snapshots; nil disables them (recovery replays all
 	// events, snapshot policies are ignored).
@@ -83,7 +88,10 @@ type Host[C, E, S any] struct {
 	cfg HostConfig
 
 	recoveries chan struct{} // semaphore of concurrent recoveries
-	wg         sync.WaitGroup
+	// reader reads a recovery in one call when the journal offers it for
+	// the configured snapshot store (nil: three calls).
+	reader recovery.Reader
+	wg     sync.WaitGroup
 	// ctx bounds recoveries and snapshots; Shutdown cancels it once the
 	// entities have stopped taking commands. Writes do not use it: a write
 	// in flight completes (bounded by the journal front's CallTimeout).
@@ -128,8 +136,13 @@ func NewHost[C, E, S any](b Behavior[C, E, S], cfg HostConfig) (*Host[C, E, S], 
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
+	var reader recovery.Reader
+	if r, ok := cfg.Journal.(recovery.Reader); ok && r.ReadsSnapshotsOf(cfg.Snapshots) {
+		reader = r
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	return &Host[C, E, S]{
+		reader:     reader,
 		ctx:        ctx,
 		cancel:     cancel,
 		b:          b,

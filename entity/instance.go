@@ -7,11 +7,13 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"iter"
 	"math"
 	"runtime"
 	"time"
 
 	"github.com/annals-go/annals/journal"
+	"github.com/annals-go/annals/recovery"
 	"github.com/annals-go/annals/snapshot"
 )
 
@@ -263,14 +265,13 @@ func (inst *instance[C, E, S]) recoverState() (err error) {
 	inst.writer = newWriterID()
 	inst.state, inst.seq = b.empty(), 0
 	inst.stop = false
-	highest, err := h.cfg.Journal.HighestSequenceNr(ctx, inst.pid, 0)
-	if err != nil {
-		return fmt.Errorf("%w of %s: highest sequence number: %w", ErrRecovery, inst.pid, err)
-	}
-	if !b.Recovery.Disabled {
-		if err := inst.replay(ctx, highest); err != nil {
-			return err
+	var highest int64
+	if b.Recovery.Disabled {
+		if highest, err = h.cfg.Journal.HighestSequenceNr(ctx, inst.pid, 0); err != nil {
+			return fmt.Errorf("%w of %s: highest sequence number: %w", ErrRecovery, inst.pid, err)
 		}
+	} else if highest, err = inst.restore(ctx); err != nil {
+		return err
 	}
 	if b.Recovery.Disabled || b.Recovery.ToSequenceNr <= 0 {
 		inst.seq = max(inst.seq, highest) // deleted events still count
@@ -281,43 +282,111 @@ func (inst *instance[C, E, S]) recoverState() (err error) {
 	return nil
 }
 
-func (inst *instance[C, E, S]) replay(ctx context.Context, highest int64) error {
+// restore rebuilds the state from the snapshot the behavior selects and
+// the events after it, and returns the highest sequence number: in one
+// read with the host's recovery reader, else with three calls (highest
+// number, snapshot, replay).
+func (inst *instance[C, E, S]) restore(ctx context.Context) (int64, error) {
 	h, b := inst.h, &inst.h.b
 	crit := snapshot.Latest()
 	if b.Recovery.Snapshot != nil {
 		crit = *b.Recovery.Snapshot
 	}
-	to := highest
+	to := int64(math.MaxInt64)
 	if b.Recovery.ToSequenceNr > 0 {
-		to = min(to, b.Recovery.ToSequenceNr)
-		crit.MaxSequenceNr = min(crit.MaxSequenceNr, to)
+		to = b.Recovery.ToSequenceNr
 	}
-	if h.cfg.Snapshots != nil && crit.MaxSequenceNr > 0 {
-		if err := inst.loadSnapshot(ctx, crit); err != nil {
-			if !b.Snapshots.Optional {
-				return fmt.Errorf("%w of %s: %w", ErrRecovery, inst.pid, err)
+	crit.MaxSequenceNr = min(crit.MaxSequenceNr, to)
+	withSnapshot := h.cfg.Snapshots != nil && crit.MaxSequenceNr > 0
+	if h.reader == nil {
+		highest, err := h.cfg.Journal.HighestSequenceNr(ctx, inst.pid, 0)
+		if err != nil {
+			return 0, fmt.Errorf("%w of %s: highest sequence number: %w", ErrRecovery, inst.pid, err)
+		}
+		to = min(to, highest)
+		crit.MaxSequenceNr = min(crit.MaxSequenceNr, to)
+		if withSnapshot && crit.MaxSequenceNr > 0 {
+			snap, ok, err := h.cfg.Snapshots.Load(ctx, inst.pid, crit)
+			if err == nil && ok {
+				err = inst.useSnapshot(snap)
 			}
-			h.cfg.Logger.Warn("snapshot ignored, replaying all events", "persistence_id", inst.pid, "err", err)
-			inst.state, inst.seq = b.empty(), 0
+			if err != nil {
+				if err := inst.snapshotFailed(err); err != nil {
+					return 0, err
+				}
+			}
+		}
+		return highest, inst.apply(h.cfg.Journal.Replay(ctx, inst.pid, inst.seq+1, to, math.MaxInt64))
+	}
+
+	req := recovery.Request{PersistenceID: inst.pid, ToSequenceNr: b.Recovery.ToSequenceNr}
+	if withSnapshot {
+		req.Snapshot = &crit
+	}
+	res, err := h.reader.ReadRecovery(ctx, req)
+	if err != nil {
+		return 0, fmt.Errorf("%w of %s: %w", ErrRecovery, inst.pid, err)
+	}
+	to = min(to, res.Highest)
+	events, more := res.Events, res.More
+	if res.HasSnapshot {
+		if err := inst.useSnapshot(res.Snapshot); err != nil {
+			if err := inst.snapshotFailed(err); err != nil {
+				return 0, err
+			}
+			events, more = nil, true // read from the first event
 		}
 	}
+	if err := inst.apply(func(yield func(journal.Repr, error) bool) {
+		for _, r := range events {
+			if !yield(r, nil) {
+				return
+			}
+		}
+	}); err != nil {
+		return 0, err
+	}
+	if more {
+		if err := inst.apply(h.cfg.Journal.Replay(ctx, inst.pid, inst.seq+1, to, math.MaxInt64)); err != nil {
+			return 0, err
+		}
+	}
+	return res.Highest, nil
+}
+
+// snapshotFailed decides what a snapshot that could not be loaded or
+// decoded does: it fails the recovery, or with Snapshots.Optional it is
+// logged and the state starts empty (every event is replayed).
+func (inst *instance[C, E, S]) snapshotFailed(err error) error {
+	h, b := inst.h, &inst.h.b
+	if !b.Snapshots.Optional {
+		return fmt.Errorf("%w of %s: %w", ErrRecovery, inst.pid, err)
+	}
+	h.cfg.Logger.Warn("snapshot ignored, replaying all events", "persistence_id", inst.pid, "err", err)
+	inst.state, inst.seq = b.empty(), 0
+	return nil
+}
+
+// apply applies the events read to the state. The first must follow the
+// state's sequence number: events between the snapshot (or the start)
+// and it were deleted, and without the snapshot that covers them the
+// state cannot be rebuilt.
+func (inst *instance[C, E, S]) apply(events iter.Seq2[journal.Repr, error]) error {
+	b := &inst.h.b
 	first := true
-	for r, err := range h.cfg.Journal.Replay(ctx, inst.pid, inst.seq+1, to, math.MaxInt64) {
+	for r, err := range events {
 		if err != nil {
 			return fmt.Errorf("%w of %s: replay: %w", ErrRecovery, inst.pid, err)
 		}
 		if first && r.SequenceNr != inst.seq+1 {
-			// Events between the snapshot (or the start) and this one were
-			// deleted: without the snapshot that covers them, the state
-			// cannot be rebuilt.
 			return fmt.Errorf("%w of %s: events %d to %d were deleted and no snapshot covers them", ErrRecovery, inst.pid, inst.seq+1, r.SequenceNr-1)
 		}
 		first = false
-		events, err := inst.decode(r)
+		decoded, err := inst.decode(r)
 		if err != nil {
 			return fmt.Errorf("%w of %s: %w", ErrRecovery, inst.pid, err)
 		}
-		for _, e := range events {
+		for _, e := range decoded {
 			inst.state = b.Event(inst.state, e)
 		}
 		inst.seq = r.SequenceNr
@@ -325,11 +394,8 @@ func (inst *instance[C, E, S]) replay(ctx context.Context, highest int64) error 
 	return nil
 }
 
-func (inst *instance[C, E, S]) loadSnapshot(ctx context.Context, crit snapshot.Criteria) error {
-	snap, ok, err := inst.h.cfg.Snapshots.Load(ctx, inst.pid, crit)
-	if err != nil || !ok {
-		return err
-	}
+// useSnapshot decodes snap into the state.
+func (inst *instance[C, E, S]) useSnapshot(snap snapshot.Snapshot) error {
 	v, err := inst.h.cfg.Registry.DeserializeSnapshot(snap)
 	if err != nil {
 		return err

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"iter"
 	"math"
 	"runtime"
 	"slices"
@@ -14,7 +15,9 @@ import (
 	"time"
 
 	"github.com/annals-go/annals/entity"
+	"github.com/annals-go/annals/entity/entitytest"
 	"github.com/annals-go/annals/journal"
+	"github.com/annals-go/annals/recovery"
 	"github.com/annals-go/annals/snapshot"
 )
 
@@ -360,9 +363,18 @@ func TestSnapshotFailureDoesNotStopEntity(t *testing.T) {
 }
 
 func TestOptionalSnapshot(t *testing.T) {
-	for _, optional := range []bool{true, false} {
-		t.Run(fmt.Sprint("optional=", optional), func(t *testing.T) {
-			st := memoryStores(t)
+	for name, mk := range entitytest.Stores() {
+		for _, optional := range []bool{true, false} {
+			t.Run(fmt.Sprint(name, "/optional=", optional), func(t *testing.T) {
+				testOptionalSnapshot(t, mk(t), optional)
+			})
+		}
+	}
+}
+
+func testOptionalSnapshot(t *testing.T, st stores, optional bool) {
+	{
+		{
 			b := accountBehavior()
 			b.Snapshots.Optional = optional
 			ctx := t.Context()
@@ -384,12 +396,17 @@ func TestOptionalSnapshot(t *testing.T) {
 			if !optional && !errors.Is(err, entity.ErrRecovery) {
 				t.Errorf("required snapshot that cannot be decoded: %v, want ErrRecovery", err)
 			}
-		})
+		}
 	}
 }
 
 func TestRecoveryOptions(t *testing.T) {
-	st := memoryStores(t)
+	for name, mk := range entitytest.Stores() {
+		t.Run(name, func(t *testing.T) { testRecoveryOptions(t, mk(t)) })
+	}
+}
+
+func testRecoveryOptions(t *testing.T, st stores) {
 	ctx := t.Context()
 	h := newHost(t, st, accountBehavior())
 	for _, a := range []int64{1, 2, 4} {
@@ -815,7 +832,12 @@ func TestMaxLiveHoldsAfterRestart(t *testing.T) {
 }
 
 func TestOptionalSnapshotDoesNotHideDeletedEvents(t *testing.T) {
-	st := memoryStores(t)
+	for name, mk := range entitytest.Stores() {
+		t.Run(name, func(t *testing.T) { testOptionalSnapshotDoesNotHideDeletedEvents(t, mk(t)) })
+	}
+}
+
+func testOptionalSnapshotDoesNotHideDeletedEvents(t *testing.T, st stores) {
 	b := accountBehavior()
 	b.Snapshots = entity.SnapshotPolicy[Event, State]{Every: 2, KeepLast: 1, DeleteEvents: true, Optional: true}
 	h := newHost(t, st, b)
@@ -961,5 +983,90 @@ func TestMaxLiveHoldsWithConcurrentClients(t *testing.T) {
 	}
 	if n := h.Live(); n > maxLive {
 		t.Errorf("live = %d at the end, want at most %d", n, maxLive)
+	}
+}
+
+// countingReader counts the recovery calls a host makes to the journal
+// behind it, which reads recoveries in one call.
+type countingReader struct {
+	journal.Journal
+	reader                   recovery.Reader
+	reads, highests, replays atomic.Int64
+}
+
+func (c *countingReader) ReadsSnapshotsOf(s snapshot.Store) bool { return c.reader.ReadsSnapshotsOf(s) }
+func (c *countingReader) ReadRecovery(ctx context.Context, req recovery.Request) (recovery.Result, error) {
+	c.reads.Add(1)
+	return c.reader.ReadRecovery(ctx, req)
+}
+func (c *countingReader) HighestSequenceNr(ctx context.Context, pid string, from int64) (int64, error) {
+	c.highests.Add(1)
+	return c.Journal.HighestSequenceNr(ctx, pid, from)
+}
+func (c *countingReader) Replay(ctx context.Context, pid string, from, to, max int64) iter.Seq2[journal.Repr, error] {
+	c.replays.Add(1)
+	return c.Journal.Replay(ctx, pid, from, to, max)
+}
+
+// TestRecoveryInOneRead: on a journal that reads recoveries (SQLite and
+// PostgreSQL behind a front), an entity recovers with one read when its
+// events after the snapshot fit in one (and a replay of the rest when they
+// do not); with a snapshot store the journal does not read, the host falls
+// back to its three calls.
+func TestRecoveryInOneRead(t *testing.T) {
+	for _, name := range []string{"sqlite", "postgres"} {
+		t.Run(name, func(t *testing.T) {
+			st := entitytest.Stores()[name](t)
+			ctx := t.Context()
+			b := accountBehavior()
+			b.Snapshots = entity.SnapshotPolicy[Event, State]{Every: 5}
+			h := newHost(t, st, b)
+			const many = recovery.DefaultMaxEvents + 7
+			for _, c := range []struct {
+				id     string
+				events int
+			}{{"small", 12}, {"large", many}} {
+				var ws []journal.AtomicWrite
+				if c.id == "large" { // written raw: no snapshots
+					payload, ser, manifest, _ := registry(t).Serialize(Deposited{Amount: 1})
+					w := journal.AtomicWrite{PersistenceID: "Account|large"}
+					for s := range c.events {
+						w.Events = append(w.Events, journal.Repr{PersistenceID: w.PersistenceID, SequenceNr: int64(s + 1), Payload: payload, SerializerID: ser, Manifest: manifest})
+					}
+					ws = append(ws, w)
+					if res, err := st.Journal.Write(ctx, ws); err != nil || res != nil {
+						t.Fatal(res, err)
+					}
+					continue
+				}
+				for range c.events {
+					if _, err := deposit(ctx, h, c.id, 1); err != nil {
+						t.Fatal(err)
+					}
+				}
+			}
+			_ = h.Shutdown(ctx)
+			for _, c := range []struct {
+				name                     string
+				snaps                    snapshot.Store
+				id                       string
+				balance                  int64
+				reads, highests, replays int64
+			}{
+				{"small entity", st.Snapshots, "small", 12, 1, 0, 0},
+				{"more events than one read", st.Snapshots, "large", many, 1, 0, 1},
+				{"no snapshot store", nil, "small", 12, 1, 0, 0},
+				{"foreign snapshot store", entitytest.Memory(t).Snapshots, "small", 12, 0, 1, 1},
+			} {
+				t.Run(c.name, func(t *testing.T) {
+					cr := &countingReader{Journal: st.Journal, reader: st.Journal.(recovery.Reader)}
+					h := newHost(t, stores{Journal: cr, Snapshots: c.snaps}, b)
+					mustBalance(t, h, c.id, c.balance)
+					if r, hi, rp := cr.reads.Load(), cr.highests.Load(), cr.replays.Load(); r != c.reads || hi != c.highests || rp != c.replays {
+						t.Errorf("recovery made %d reads, %d highest-number calls, %d replays; want %d, %d, %d", r, hi, rp, c.reads, c.highests, c.replays)
+					}
+				})
+			}
+		})
 	}
 }

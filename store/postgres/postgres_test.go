@@ -4,7 +4,9 @@ import (
 	"context"
 	"testing"
 
+	"github.com/annals-go/annals/engine"
 	"github.com/annals-go/annals/journal"
+	"github.com/annals-go/annals/recovery"
 	"github.com/annals-go/annals/snapshot"
 	"github.com/annals-go/annals/store/postgres"
 	"github.com/annals-go/annals/store/postgres/pgtest"
@@ -57,6 +59,33 @@ func TestQueryKit(t *testing.T) {
 			t.Parallel()
 			s := open(t, o.opts...)
 			storetest.RunQueries(t, storetest.QueryHarness{New: func(t *testing.T) (journal.Journal, any) { return s.Journal(), s.Queries() }})
+		})
+	}
+}
+
+// TestRecoveryKit runs the recovery kit on the journal and on a journal
+// front before it (which waits for the id's writes, then reads through the
+// store's reader).
+func TestRecoveryKit(t *testing.T) {
+	t.Parallel()
+	s, other := open(t), open(t)
+	for _, front := range []bool{false, true} {
+		t.Run(map[bool]string{false: "store", true: "front"}[front], func(t *testing.T) {
+			t.Parallel()
+			storetest.RunRecovery(t, storetest.RecoveryHarness{
+				New: func(t *testing.T) (recovery.Reader, journal.Journal, snapshot.Store) {
+					if !front {
+						return s.Journal(), s.Journal(), s.Snapshots()
+					}
+					f, err := engine.NewFront(s.Journal(), engine.Config{})
+					if err != nil {
+						t.Fatal(err)
+					}
+					t.Cleanup(func() { _ = f.Close() })
+					return f, f, s.Snapshots()
+				},
+				Foreign: func(*testing.T) snapshot.Store { return other.Snapshots() },
+			})
 		})
 	}
 }

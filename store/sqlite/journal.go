@@ -233,21 +233,7 @@ func (j *Journal) Replay(ctx context.Context, persistenceID string, from, to, li
 		}
 		from = max(from, 1)
 		for from <= to && limit > 0 {
-			page, err := readPage(ctx, j.s, j.s.stmts.replay, func(rows *sql.Rows) (journal.Repr, error) {
-				e := journal.Repr{PersistenceID: persistenceID}
-				var ts int64
-				var tags sql.NullString
-				if err := rows.Scan(&e.Ordering, &e.SequenceNr, &ts, &e.Payload, &e.SerializerID, &e.Manifest, &e.WriterID, &tags, &e.Metadata, &e.Slice, &e.EntityType); err != nil {
-					return e, fmt.Errorf("sqlite: replay %q: read row: %w", persistenceID, err)
-				}
-				e.Timestamp = time.Unix(0, ts).UTC()
-				if tags.Valid {
-					if err := json.Unmarshal([]byte(tags.String), &e.Tags); err != nil {
-						return e, fmt.Errorf("sqlite: replay %q: corrupt tags of event %d: %w", persistenceID, e.SequenceNr, err)
-					}
-				}
-				return e, nil
-			}, persistenceID, from, to, min(limit, replayPage))
+			page, err := readPage(ctx, j.s, j.s.stmts.replay, replayScanner(persistenceID), persistenceID, from, to, min(limit, replayPage))
 			if err != nil {
 				yield(journal.Repr{}, j.s.ctxErr(ctx, "replay", err))
 				return
@@ -267,6 +253,26 @@ func (j *Journal) Replay(ctx context.Context, persistenceID string, from, to, li
 			limit -= int64(len(page))
 			from = page[len(page)-1].SequenceNr + 1
 		}
+	}
+}
+
+// replayScanner returns the scanner of the replay statement's rows, the
+// events of persistenceID.
+func replayScanner(persistenceID string) func(rows *sql.Rows) (journal.Repr, error) {
+	return func(rows *sql.Rows) (journal.Repr, error) {
+		e := journal.Repr{PersistenceID: persistenceID}
+		var ts int64
+		var tags sql.NullString
+		if err := rows.Scan(&e.Ordering, &e.SequenceNr, &ts, &e.Payload, &e.SerializerID, &e.Manifest, &e.WriterID, &tags, &e.Metadata, &e.Slice, &e.EntityType); err != nil {
+			return e, fmt.Errorf("sqlite: replay %q: read row: %w", persistenceID, err)
+		}
+		e.Timestamp = time.Unix(0, ts).UTC()
+		if tags.Valid {
+			if err := json.Unmarshal([]byte(tags.String), &e.Tags); err != nil {
+				return e, fmt.Errorf("sqlite: replay %q: corrupt tags of event %d: %w", persistenceID, e.SequenceNr, err)
+			}
+		}
+		return e, nil
 	}
 }
 

@@ -4,7 +4,9 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/annals-go/annals/engine"
 	"github.com/annals-go/annals/journal"
+	"github.com/annals-go/annals/recovery"
 	"github.com/annals-go/annals/snapshot"
 	"github.com/annals-go/annals/store/sqlite"
 	"github.com/annals-go/annals/storetest"
@@ -52,4 +54,29 @@ func TestQueryCompliance(t *testing.T) {
 			return s.Journal(), s.Queries()
 		},
 	})
+}
+
+// TestRecoveryCompliance runs the recovery kit on the journal and on a
+// journal front before it (which waits for the id's writes, then reads
+// through the store's reader).
+func TestRecoveryCompliance(t *testing.T) {
+	for _, front := range []bool{false, true} {
+		t.Run(map[bool]string{false: "store", true: "front"}[front], func(t *testing.T) {
+			storetest.RunRecovery(t, storetest.RecoveryHarness{
+				New: func(t *testing.T) (recovery.Reader, journal.Journal, snapshot.Store) {
+					s := openTemp(t)
+					if !front {
+						return s.Journal(), s.Journal(), s.Snapshots()
+					}
+					f, err := engine.NewFront(s.Journal(), engine.Config{})
+					if err != nil {
+						t.Fatal(err)
+					}
+					t.Cleanup(func() { _ = f.Close() })
+					return f, f, s.Snapshots()
+				},
+				Foreign: func(t *testing.T) snapshot.Store { return openTemp(t).Snapshots() },
+			})
+		})
+	}
 }

@@ -1,0 +1,226 @@
+package storetest
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/annals-go/annals/journal"
+	"github.com/annals-go/annals/recovery"
+	"github.com/annals-go/annals/snapshot"
+)
+
+// RecoveryHarness gives the recovery suite its store, for stores whose
+// journal implements recovery.Reader.
+type RecoveryHarness struct {
+	// New returns the reader a subtest reads with, the journal it writes
+	// events through and the snapshot store it saves snapshots to (the one
+	// the reader reads its snapshots from). The reader may be the journal
+	// itself or stand before it (an engine.Front). New registers any
+	// cleanup with t.Cleanup; it may be called from parallel subtests.
+	New func(t *testing.T) (recovery.Reader, journal.Journal, snapshot.Store)
+	// Foreign, when set, returns a snapshot store of another database,
+	// which the reader must not claim to read (ReadsSnapshotsOf false).
+	Foreign func(t *testing.T) snapshot.Store
+}
+
+// recoveryCase is one recovery read and its expected result.
+type recoveryCase struct {
+	name string
+	rule string
+	// setup writes the id's history: events, snapshots, deletions.
+	setup func(t *testing.T, j journal.Journal, s snapshot.Store, pid string)
+	req   recovery.Request // PersistenceID is filled in
+	// want: the highest number, the snapshot's number (0: none), the
+	// events' numbers and More.
+	highest, snapshot int64
+	events            []int64
+	more              bool
+}
+
+// RunRecovery runs every rule of the recovery.Reader contract, one named,
+// parallel subtest per rule. Each case also checks that the reader's
+// answer equals the three-call read (recovery.Read) of the same history.
+func RunRecovery(t *testing.T, h RecoveryHarness) {
+	t.Helper()
+	if h.New == nil {
+		t.Fatal("storetest: RecoveryHarness.New is nil")
+	}
+	latest, upTo := snapshot.Latest(), func(n int64) *snapshot.Criteria { return &snapshot.Criteria{MaxSequenceNr: n} }
+	tenWithSnapshots := func(t *testing.T, j journal.Journal, s snapshot.Store, pid string) {
+		mustWrite(t, j, atomicRange(pid, 1, 4), atomicRange(pid, 5, 10))
+		saveSnapshot(t, s, pid, 3)
+		saveSnapshot(t, s, pid, 6)
+	}
+	ten := func(t *testing.T, j journal.Journal, _ snapshot.Store, pid string) {
+		mustWrite(t, j, atomicRange(pid, 1, 10))
+	}
+	cases := []recoveryCase{
+		{name: "UnknownID", rule: "an unknown id reads highest 0, no snapshot, no events",
+			setup: func(*testing.T, journal.Journal, snapshot.Store, string) {}, req: recovery.Request{Snapshot: &latest}},
+		{name: "EventsOnly", rule: "without snapshot criteria no snapshot is read and the events start at 1",
+			setup: tenWithSnapshots, req: recovery.Request{}, highest: 10, events: seqs(1, 10)},
+		{name: "LatestSnapshot", rule: "the youngest matching snapshot, then the events after it",
+			setup: tenWithSnapshots, req: recovery.Request{Snapshot: &latest}, highest: 10, snapshot: 6, events: seqs(7, 10)},
+		{name: "CriteriaSelectOlderSnapshot", rule: "criteria bound the snapshot; the events follow the one selected",
+			setup: tenWithSnapshots, req: recovery.Request{Snapshot: upTo(5)}, highest: 10, snapshot: 3, events: seqs(4, 10)},
+		{name: "NoSnapshotMatches", rule: "criteria no snapshot matches read the events from 1",
+			setup: tenWithSnapshots, req: recovery.Request{Snapshot: upTo(2)}, highest: 10, events: seqs(1, 10)},
+		{name: "ToSequenceNr", rule: "events stop at ToSequenceNr; the highest number does not",
+			setup: tenWithSnapshots, req: recovery.Request{Snapshot: &latest, ToSequenceNr: 8}, highest: 10, snapshot: 6, events: seqs(7, 8)},
+		{name: "SnapshotAtTheEnd", rule: "a snapshot of the last event leaves no events to read",
+			setup: func(t *testing.T, j journal.Journal, s snapshot.Store, pid string) {
+				ten(t, j, s, pid)
+				saveSnapshot(t, s, pid, 10)
+			}, req: recovery.Request{Snapshot: &latest}, highest: 10, snapshot: 10},
+		{name: "MaxEventsSetsMore", rule: "at most MaxEvents events, and More when later ones may exist",
+			setup: ten, req: recovery.Request{MaxEvents: 4}, highest: 10, events: seqs(1, 4), more: true},
+		{name: "MaxEventsReachingTheEnd", rule: "no More when the last event read is the last one",
+			setup: ten, req: recovery.Request{MaxEvents: 10}, highest: 10, events: seqs(1, 10)},
+		{name: "MaxEventsReachingTheBound", rule: "no More when the last event read is ToSequenceNr",
+			setup: ten, req: recovery.Request{MaxEvents: 3, ToSequenceNr: 3}, highest: 10, events: seqs(1, 3)},
+		{name: "DeletedPrefix", rule: "deleted events are not read; the highest number counts them",
+			setup: func(t *testing.T, j journal.Journal, s snapshot.Store, pid string) {
+				ten(t, j, s, pid)
+				saveSnapshot(t, s, pid, 4)
+				deleteTo(t, j, pid, 4)
+			}, req: recovery.Request{Snapshot: &latest}, highest: 10, snapshot: 4, events: seqs(5, 10)},
+		{name: "AllDeleted", rule: "an id whose events were all deleted keeps its highest number",
+			setup: func(t *testing.T, j journal.Journal, s snapshot.Store, pid string) {
+				ten(t, j, s, pid)
+				deleteTo(t, j, pid, 10)
+			}, req: recovery.Request{Snapshot: &latest}, highest: 10},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			r, j, s := h.New(t)
+			defer func() {
+				if t.Failed() {
+					t.Logf("rule: %s", c.rule)
+				}
+			}()
+			pid := uniqueID(t, "KitRecovery")
+			c.setup(t, j, s, pid)
+			req := c.req
+			req.PersistenceID = pid
+			got, err := r.ReadRecovery(testContext(t), req)
+			if err != nil {
+				t.Fatalf("ReadRecovery: %v", err)
+			}
+			checkRecovery(t, got, c, pid)
+			ref, err := recovery.Read(testContext(t), j, s, req)
+			if err != nil {
+				t.Fatalf("recovery.Read: %v", err)
+			}
+			if !sameRecovery(got, ref) {
+				t.Errorf("ReadRecovery differs from the three-call read:\n got %s\nwant %s", describeRecovery(got), describeRecovery(ref))
+			}
+		})
+	}
+	t.Run("InvalidArguments", func(t *testing.T) {
+		t.Parallel()
+		r, _, _ := h.New(t)
+		for _, req := range []recovery.Request{{}, {PersistenceID: "Kit|x", ToSequenceNr: -1}, {PersistenceID: "Kit|x", MaxEvents: -1}} {
+			if _, err := r.ReadRecovery(testContext(t), req); !errors.Is(err, journal.ErrInvalidArgument) {
+				t.Errorf("ReadRecovery(%+v) = %v, want journal.ErrInvalidArgument; rule: a bad request is refused", req, err)
+			}
+		}
+	})
+	t.Run("ReadsOwnSnapshots", func(t *testing.T) {
+		t.Parallel()
+		r, _, s := h.New(t)
+		if !r.ReadsSnapshotsOf(s) || !r.ReadsSnapshotsOf(nil) {
+			t.Errorf("ReadsSnapshotsOf(own) = %v, ReadsSnapshotsOf(nil) = %v; rule: a reader reads its own snapshots, or none", r.ReadsSnapshotsOf(s), r.ReadsSnapshotsOf(nil))
+		}
+		if h.Foreign != nil {
+			if r.ReadsSnapshotsOf(h.Foreign(t)) {
+				t.Error("ReadsSnapshotsOf(another database's store) = true; rule: a reader claims only its own snapshots")
+			}
+		}
+	})
+}
+
+// saveSnapshot saves a snapshot of pid at seq whose payload names both.
+func saveSnapshot(t *testing.T, s snapshot.Store, pid string, seq int64) {
+	t.Helper()
+	snap := snapshot.Snapshot{
+		Metadata:     snapshot.Metadata{PersistenceID: pid, SequenceNr: seq, Timestamp: time.Now()},
+		Payload:      snapshotPayload(pid, seq),
+		SerializerID: 4,
+		Manifest:     "state",
+	}
+	if err := s.Save(testContext(t), snap); err != nil {
+		t.Fatalf("Save snapshot %d: %v", seq, err)
+	}
+}
+
+func snapshotPayload(pid string, seq int64) []byte { return fmt.Appendf(nil, "%s@%d", pid, seq) }
+
+// checkRecovery compares a reader's answer with the case's expectation,
+// field by field for the snapshot and the events.
+func checkRecovery(t *testing.T, got recovery.Result, c recoveryCase, pid string) {
+	t.Helper()
+	if got.Highest != c.highest {
+		t.Errorf("Highest = %d, want %d", got.Highest, c.highest)
+	}
+	switch {
+	case c.snapshot == 0 && got.HasSnapshot:
+		t.Errorf("a snapshot (%d) was read, want none", got.Snapshot.Metadata.SequenceNr)
+	case c.snapshot != 0 && !got.HasSnapshot:
+		t.Errorf("no snapshot was read, want snapshot %d", c.snapshot)
+	case c.snapshot != 0:
+		m := got.Snapshot.Metadata
+		if m.PersistenceID != pid || m.SequenceNr != c.snapshot || m.Timestamp.IsZero() ||
+			!bytes.Equal(got.Snapshot.Payload, snapshotPayload(pid, c.snapshot)) || got.Snapshot.SerializerID != 4 || got.Snapshot.Manifest != "state" {
+			t.Errorf("snapshot = %+v (payload %q), want snapshot %d of %s as saved", m, got.Snapshot.Payload, c.snapshot, pid)
+		}
+	}
+	var nrs []int64
+	for _, e := range got.Events {
+		nrs = append(nrs, e.SequenceNr)
+		want := ev(pid, e.SequenceNr)
+		if e.PersistenceID != pid || !bytes.Equal(e.Payload, want.Payload) || e.SerializerID != want.SerializerID || e.Manifest != want.Manifest || e.WriterID != want.WriterID {
+			t.Errorf("event %d = %+v, want it as written", e.SequenceNr, e)
+		}
+	}
+	if !slices.Equal(nrs, c.events) {
+		t.Errorf("events %v, want %v", nrs, c.events)
+	}
+	if got.More != c.more {
+		t.Errorf("More = %v, want %v", got.More, c.more)
+	}
+}
+
+func sameRecovery(a, b recovery.Result) bool {
+	if a.Highest != b.Highest || a.HasSnapshot != b.HasSnapshot || a.More != b.More || len(a.Events) != len(b.Events) {
+		return false
+	}
+	if a.HasSnapshot && (a.Snapshot.Metadata.SequenceNr != b.Snapshot.Metadata.SequenceNr ||
+		!a.Snapshot.Metadata.Timestamp.Equal(b.Snapshot.Metadata.Timestamp) || !bytes.Equal(a.Snapshot.Payload, b.Snapshot.Payload)) {
+		return false
+	}
+	for i := range a.Events {
+		x, y := a.Events[i], b.Events[i]
+		if x.SequenceNr != y.SequenceNr || !bytes.Equal(x.Payload, y.Payload) || !x.Timestamp.Equal(y.Timestamp) || x.Ordering != y.Ordering ||
+			x.Slice != y.Slice || x.EntityType != y.EntityType || !slices.Equal(x.Tags, y.Tags) || !bytes.Equal(x.Metadata, y.Metadata) {
+			return false
+		}
+	}
+	return true
+}
+
+func describeRecovery(r recovery.Result) string {
+	var nrs []int64
+	for _, e := range r.Events {
+		nrs = append(nrs, e.SequenceNr)
+	}
+	snap := int64(0)
+	if r.HasSnapshot {
+		snap = r.Snapshot.Metadata.SequenceNr
+	}
+	return fmt.Sprintf("highest %d, snapshot %d, events %v, more %v", r.Highest, snap, nrs, r.More)
+}

@@ -103,3 +103,28 @@ func contains(lines []string, s string) bool {
 func (q *Queries) CurrentEventsByType(ctx context.Context, entityType string, after query.Offset) iter.Seq2[query.Envelope, error] {
 	return q.scan(ctx, after, q.s.stmts.newIDs, entityType)
 }
+
+// TestPersistenceIDsPlanProbesTheKey: a page of persistence ids is a
+// recursive walk of the journal's primary key, one index search per id,
+// with no scan of the journal and no OR (whose plan sorted every row of
+// the journal for each id).
+func TestPersistenceIDsPlanProbesTheKey(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	s, err := Open(ctx, filepath.Join(t.TempDir(), "ids.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	for _, args := range [][]any{
+		{"", "\U0010FFFF", 1000, "", ""},           // every type
+		{"Plan|", "Plan}", 1000, "Plan", "Plan|x"}, // one type, after an id
+	} {
+		plan := explainQueryPlan(t, ctx, s, persistenceIDsSQL, args)
+		all := strings.Join(plan, "\n")
+		if !contains(plan, "SEARCH j USING COVERING INDEX sqlite_autoindex_event_journal_1 (persistence_id>? AND persistence_id<?)") ||
+			strings.Contains(all, "MULTI-INDEX OR") || strings.Contains(all, "SCAN event_journal") || strings.Contains(all, "SCAN j") {
+			t.Errorf("ids page %v: plan\n\t%s\nwant one primary-key search per id, no scan and no OR", args, strings.Join(plan, "\n\t"))
+		}
+	}
+}

@@ -186,11 +186,30 @@ func (q *Queries) CurrentPersistenceIDs(ctx context.Context, entityType, afterID
 	return ids, nil
 }
 
+// persistenceIDsSQL: ids after ?5 in the range [?1, ?2) or equal to ?4,
+// at most ?3 (-1: all). The journal's ids in the range are found by a
+// recursive loose scan of its primary key, one index probe per id, so a
+// page costs the same wherever it is (a GROUP BY read every event row of
+// every later id); the id equal to ?4 by one probe of its own (an OR in the
+// scan's probe would make each a sort of every row); ids whose events were
+// all deleted come from journal_metadata.
 const persistenceIDsSQL = `
-	SELECT persistence_id FROM event_journal
-		WHERE ((persistence_id >= ?1 AND persistence_id < ?2) OR persistence_id = ?4) AND persistence_id > ?5 GROUP BY persistence_id
-	UNION SELECT persistence_id FROM journal_metadata
+	WITH RECURSIVE ids(pid) AS (
+		SELECT (SELECT persistence_id FROM event_journal
+			WHERE persistence_id > ?5 AND persistence_id >= ?1 AND persistence_id < ?2
+			ORDER BY persistence_id LIMIT 1)
+		UNION ALL
+		SELECT (SELECT j.persistence_id FROM event_journal j
+			WHERE j.persistence_id > ids.pid AND j.persistence_id < ?2
+			ORDER BY j.persistence_id LIMIT 1)
+		FROM ids WHERE ids.pid IS NOT NULL
+		LIMIT ?3
+	)
+	SELECT pid FROM ids WHERE pid IS NOT NULL
+	UNION SELECT * FROM (SELECT persistence_id FROM event_journal WHERE persistence_id = ?4 AND persistence_id > ?5 LIMIT 1)
+	UNION SELECT * FROM (SELECT persistence_id FROM journal_metadata
 		WHERE ((persistence_id >= ?1 AND persistence_id < ?2) OR persistence_id = ?4) AND persistence_id > ?5
+		ORDER BY persistence_id LIMIT ?3)
 	ORDER BY 1 LIMIT ?3`
 
 const newIDsSQL = `SELECT ` + envelopeColumns + ` FROM event_journal e

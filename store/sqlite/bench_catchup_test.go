@@ -52,8 +52,8 @@ func benchEvents(b *testing.B) int {
 	n := 1_000_000
 	if v := os.Getenv("ANNALS_BENCH_EVENTS"); v != "" {
 		var err error
-		if n, err = strconv.Atoi(v); err != nil || n%writtenPerWrite != 0 || n < 4*pageWindow {
-			b.Fatalf("ANNALS_BENCH_EVENTS=%q: want a multiple of %d, at least %d", v, writtenPerWrite, 4*pageWindow)
+		if n, err = strconv.Atoi(v); err != nil || n%writtenPerWrite != 0 || n <= 4*pageWindow {
+			b.Fatalf("ANNALS_BENCH_EVENTS=%q: want a multiple of %d, more than %d", v, writtenPerWrite, 4*pageWindow)
 		}
 	}
 	return n

@@ -2,6 +2,7 @@ package query
 
 import (
 	"bytes"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"maps"
@@ -21,6 +22,10 @@ const (
 	// sequence number) pairs already seen at exactly that timestamp, for
 	// stores whose commit order differs from their timestamps (PostgreSQL).
 	KindTimestamp
+	// KindTimeUUID is a version-1 time-based UUID, the offset of events by
+	// tag on Cassandra (Akka's TimeBasedUUID): the position after the event
+	// written with that UUID.
+	KindTimeUUID
 )
 
 // Offset is a resumable, exclusive position in a query's results. The zero
@@ -30,6 +35,8 @@ type Offset struct {
 	Sequence  int64
 	Timestamp time.Time
 	Seen      map[string]int64
+	// TimeUUID is the UUID of a KindTimeUUID offset, in its 16 bytes.
+	TimeUUID [16]byte
 }
 
 // NoOffset is the start of the results.
@@ -45,6 +52,10 @@ func TimestampOffset(t time.Time, seen map[string]int64) Offset {
 	return Offset{Kind: KindTimestamp, Timestamp: t.UTC(), Seen: maps.Clone(seen)}
 }
 
+// TimeUUIDOffset is the position after the event written with the
+// version-1 time-based UUID u.
+func TimeUUIDOffset(u [16]byte) Offset { return Offset{Kind: KindTimeUUID, TimeUUID: u} }
+
 // AfterSequence reports whether an event with the given global ordering
 // lies after the offset (any event lies after NoOffset).
 func (o Offset) AfterSequence(ordering int64) bool {
@@ -58,6 +69,8 @@ func (o Offset) String() string {
 		return fmt.Sprintf("seq:%d", o.Sequence)
 	case KindTimestamp:
 		return fmt.Sprintf("ts:%s(%d seen)", o.Timestamp.Format(time.RFC3339Nano), len(o.Seen))
+	case KindTimeUUID:
+		return "uuid:" + formatUUID(o.TimeUUID)
 	}
 	return "none"
 }
@@ -66,10 +79,11 @@ type offsetJSON struct {
 	Seq  *int64           `json:"seq,omitempty"`
 	TS   *time.Time       `json:"ts,omitempty"`
 	Seen map[string]int64 `json:"seen,omitempty"`
+	UUID *string          `json:"uuid,omitempty"`
 }
 
-// MarshalJSON encodes the offset: {} for none, {"seq":n}, or
-// {"ts":"…","seen":{…}}.
+// MarshalJSON encodes the offset: {} for none, {"seq":n},
+// {"ts":"…","seen":{…}}, or {"uuid":"xxxxxxxx-xxxx-1xxx-xxxx-xxxxxxxxxxxx"}.
 func (o Offset) MarshalJSON() ([]byte, error) {
 	var j offsetJSON
 	switch o.Kind {
@@ -78,6 +92,9 @@ func (o Offset) MarshalJSON() ([]byte, error) {
 	case KindTimestamp:
 		ts := o.Timestamp.UTC()
 		j.TS, j.Seen = &ts, o.Seen
+	case KindTimeUUID:
+		u := formatUUID(o.TimeUUID)
+		j.UUID = &u
 	}
 	return json.Marshal(j)
 }
@@ -103,6 +120,14 @@ func (o *Offset) UnmarshalJSON(b []byte) error {
 		}
 	}
 	switch {
+	case j.UUID != nil && (j.Seq != nil || j.TS != nil || j.Seen != nil):
+		return fmt.Errorf("query: decode offset %s: a UUID offset with other fields", b)
+	case j.UUID != nil:
+		u, err := parseTimeUUID(*j.UUID)
+		if err != nil {
+			return fmt.Errorf("query: decode offset %s: %w", b, err)
+		}
+		*o = TimeUUIDOffset(u)
 	case j.Seq != nil && (j.TS != nil || j.Seen != nil):
 		return fmt.Errorf("query: decode offset %s: a sequence offset with timestamp fields", b)
 	case j.TS == nil && j.Seen != nil:
@@ -115,4 +140,27 @@ func (o *Offset) UnmarshalJSON(b []byte) error {
 		*o = NoOffset()
 	}
 	return nil
+}
+
+// formatUUID writes u in the canonical 8-4-4-4-12 hexadecimal form.
+func formatUUID(u [16]byte) string {
+	h := hex.EncodeToString(u[:])
+	return h[0:8] + "-" + h[8:12] + "-" + h[12:16] + "-" + h[16:20] + "-" + h[20:32]
+}
+
+// parseTimeUUID reads the canonical form of a version-1 UUID.
+func parseTimeUUID(s string) ([16]byte, error) {
+	var u [16]byte
+	if len(s) != 36 || s[8] != '-' || s[13] != '-' || s[18] != '-' || s[23] != '-' {
+		return u, fmt.Errorf("UUID %q is not in the form xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx", s)
+	}
+	b, err := hex.DecodeString(s[0:8] + s[9:13] + s[14:18] + s[19:23] + s[24:36])
+	if err != nil {
+		return u, fmt.Errorf("UUID %q: %w", s, err)
+	}
+	copy(u[:], b)
+	if u[6]>>4 != 1 {
+		return u, fmt.Errorf("UUID %q is version %d, not a time-based (version 1) UUID", s, u[6]>>4)
+	}
+	return u, nil
 }

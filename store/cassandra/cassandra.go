@@ -59,6 +59,8 @@ import (
 	"time"
 
 	gocql "github.com/apache/cassandra-gocql-driver/v2"
+
+	"github.com/annals-go/annals/query"
 )
 
 var (
@@ -82,7 +84,23 @@ const (
 	DefaultConcurrency    = 64
 	DefaultReplication    = "{'class': 'SimpleStrategy', 'replication_factor': 1}"
 	DefaultConsistency    = gocql.LocalQuorum
+	// DefaultBucketSize is the span of a tag_views partition when neither
+	// the keyspace nor the options name one (Pekko's default).
+	DefaultBucketSize = Hour
+	// DefaultEventualConsistencyDelay is how old a tag_views row must be
+	// before events by tag returns it (Pekko's eventual-consistency-delay).
+	DefaultEventualConsistencyDelay = 5 * time.Second
+	// DefaultGapTimeout is how long events by tag searches for a missing
+	// tag sequence number before it fails (Pekko's gap-timeout).
+	DefaultGapTimeout = 10 * time.Second
+	// DefaultPollInterval is how often a live tag or persistence-ids
+	// query reads the tables again when nothing in this process woke it.
+	DefaultPollInterval = 500 * time.Millisecond
 )
+
+// DefaultFirstTimeBucket is where events by tag from no offset starts
+// (Pekko's first-time-bucket, 20151120T00:00).
+var DefaultFirstTimeBucket = time.Date(2015, 11, 20, 0, 0, 0, 0, time.UTC)
 
 // Option changes a setting of Open.
 type Option func(*config)
@@ -99,7 +117,61 @@ type config struct {
 	timeout       time.Duration
 	concurrency   int
 	migrate       bool
+	bucketSize    BucketSize // 0: the keyspace's, or DefaultBucketSize
+	firstBucket   time.Time
+	ecDelay       time.Duration
+	gapTimeout    time.Duration
+	pollInterval  time.Duration
+	now           func() time.Time
 }
+
+func defaultConfig() config {
+	return config{
+		keyspace: DefaultKeyspace, replication: DefaultReplication,
+		readCL: DefaultConsistency, writeCL: DefaultConsistency,
+		partitionSize: DefaultPartitionSize, maxPayload: DefaultMaxPayloadSize,
+		pageSize: DefaultPageSize, timeout: DefaultTimeout, concurrency: DefaultConcurrency,
+		firstBucket: DefaultFirstTimeBucket, ecDelay: DefaultEventualConsistencyDelay,
+		gapTimeout: DefaultGapTimeout, pollInterval: DefaultPollInterval, now: time.Now,
+	}
+}
+
+// WithBucketSize sets the span of a tag_views partition (Pekko's
+// events-by-tag.bucket-size). The first Open of a keyspace records it; a
+// later Open with a different size fails with ErrInvalidConfig, since rows
+// already written would no longer be found. Without this option, Open uses
+// the size the keyspace records, or DefaultBucketSize for a new one.
+func WithBucketSize(b BucketSize) Option { return func(c *config) { c.bucketSize = b } }
+
+// WithFirstTimeBucket sets where events by tag from no offset starts
+// reading (Pekko's first-time-bucket): no event tagged before it is
+// returned from no offset. Buckets without rows are skipped a hundred at a
+// time, but set it close to the first tagged event when buckets are
+// minutes.
+func WithFirstTimeBucket(t time.Time) Option { return func(c *config) { c.firstBucket = t.UTC() } }
+
+// WithEventualConsistencyDelay sets how old a tag_views row must be before
+// events by tag returns it (default 5 s): rows of concurrent writers become
+// visible in any order, and a query that has passed a time does not look
+// back. It is the floor of a live tag query's lag; 0 is for tests.
+func WithEventualConsistencyDelay(d time.Duration) Option {
+	return func(c *config) { c.ecDelay = d }
+}
+
+// WithGapTimeout sets how long events by tag searches for a missing tag
+// sequence number of a persistence id before it fails with a
+// *MissingEventsError (default 10 s).
+func WithGapTimeout(d time.Duration) Option { return func(c *config) { c.gapTimeout = d } }
+
+// WithPollInterval sets how often live tag, persistence-id and
+// persistence-ids queries read again when no write in this process woke
+// them (default 500 ms).
+func WithPollInterval(d time.Duration) Option { return func(c *config) { c.pollInterval = d } }
+
+// WithClock replaces time.Now for the store: the time of events written
+// without one, the current time bucket, the eventual-consistency bound and
+// the gap timeout. For tests.
+func WithClock(now func() time.Time) Option { return func(c *config) { c.now = now } }
 
 // WithMigrate creates the keyspace and tables on Open when they are
 // missing (default false: Open refuses a keyspace without them).
@@ -146,13 +218,20 @@ type Store struct {
 	session *gocql.Session
 	closed  atomic.Bool
 	sql     statements
+	bucket  BucketSize
+	tags    *tagWriters
+	signal  query.Signal // notified after tag rows are written
+	written query.Signal // notified after events are written
 }
 
 // Open connects to the cluster the URL names and checks the keyspace:
 //
 //	cassandra://host[:port][,host[:port]...]/keyspace?param=value...
 //
-// Parameters: consistency (read and write), read_consistency,
+// Parameters: bucket_size (Day, Hour or Minute), first_time_bucket
+// (Pekko's form, 20151120T00:00, in UTC), eventual_consistency_delay,
+// gap_timeout, poll_interval (Go durations), consistency (read and write),
+// read_consistency,
 // write_consistency (any, one, two, three, quorum, all, local_quorum,
 // each_quorum, local_one), partition_size, page_size, timeout (a Go
 // duration), replication (the keyspace's replication map for Migrate, e.g.
@@ -164,12 +243,7 @@ type Store struct {
 // when the keyspace lacks the store's tables (unless WithMigrate), and
 // ErrInvalidConfig for a bad URL or option.
 func Open(ctx context.Context, rawURL string, opts ...Option) (*Store, error) {
-	cfg := config{
-		keyspace: DefaultKeyspace, replication: DefaultReplication,
-		readCL: DefaultConsistency, writeCL: DefaultConsistency,
-		partitionSize: DefaultPartitionSize, maxPayload: DefaultMaxPayloadSize,
-		pageSize: DefaultPageSize, timeout: DefaultTimeout, concurrency: DefaultConcurrency,
-	}
+	cfg := defaultConfig()
 	if err := parseURL(rawURL, &cfg); err != nil {
 		return nil, err
 	}
@@ -195,6 +269,11 @@ func Open(ctx context.Context, rawURL string, opts ...Option) (*Store, error) {
 		session.Close()
 		return nil, err
 	}
+	if err := s.fixBucketSize(ctx); err != nil {
+		session.Close()
+		return nil, err
+	}
+	s.tags = newTagWriters(s)
 	return s, nil
 }
 
@@ -294,6 +373,16 @@ func (c *config) validate() error {
 		return fmt.Errorf("%w: timeout %v", ErrInvalidConfig, c.timeout)
 	case c.concurrency <= 0:
 		return fmt.Errorf("%w: concurrency %d", ErrInvalidConfig, c.concurrency)
+	case c.bucketSize != 0 && c.bucketSize.Duration() == 0:
+		return fmt.Errorf("%w: bucket size %d (want Day, Hour or Minute)", ErrInvalidConfig, c.bucketSize)
+	case c.ecDelay < 0:
+		return fmt.Errorf("%w: eventual consistency delay %v", ErrInvalidConfig, c.ecDelay)
+	case c.gapTimeout < 0:
+		return fmt.Errorf("%w: gap timeout %v", ErrInvalidConfig, c.gapTimeout)
+	case c.pollInterval <= 0:
+		return fmt.Errorf("%w: poll interval %v", ErrInvalidConfig, c.pollInterval)
+	case c.now == nil:
+		return fmt.Errorf("%w: no clock", ErrInvalidConfig)
 	case strings.TrimSpace(c.replication) == "":
 		return fmt.Errorf("%w: empty replication", ErrInvalidConfig)
 	}
@@ -357,6 +446,31 @@ func parseURL(raw string, cfg *config) error {
 			cfg.timeout = d
 		case "replication":
 			cfg.replication = v
+		case "bucket_size":
+			b, err := ParseBucketSize(v)
+			if err != nil {
+				return bad(err)
+			}
+			cfg.bucketSize = b
+		case "first_time_bucket":
+			t, err := time.Parse("20060102T15:04", v)
+			if err != nil {
+				return bad(errors.New("want the form 20151120T00:00"))
+			}
+			cfg.firstBucket = t
+		case "eventual_consistency_delay", "gap_timeout", "poll_interval":
+			d, err := time.ParseDuration(v)
+			if err != nil {
+				return bad(err)
+			}
+			switch name {
+			case "eventual_consistency_delay":
+				cfg.ecDelay = d
+			case "gap_timeout":
+				cfg.gapTimeout = d
+			default:
+				cfg.pollInterval = d
+			}
 		case "replication_factor":
 			n, err := strconv.Atoi(v)
 			if err != nil || n < 1 {

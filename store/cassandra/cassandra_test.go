@@ -2,6 +2,7 @@ package cassandra_test
 
 import (
 	"testing"
+	"time"
 
 	"github.com/annals-go/annals/journal"
 	"github.com/annals-go/annals/snapshot"
@@ -10,13 +11,20 @@ import (
 	"github.com/annals-go/annals/storetest"
 )
 
-// TestKits runs the journal and snapshot compliance kits on one keyspace
+// TestKits runs the journal, query and snapshot compliance kits on one keyspace
 // (partitions of 2,500 numbers, so that the kit's writes of 1,000 events cross partition boundaries).
 func TestKits(t *testing.T) {
-	s := cassandratest.Open(t, cassandra.WithPartitionSize(2500))
+	s := cassandratest.Open(t, cassandra.WithPartitionSize(2500),
+		cassandra.WithEventualConsistencyDelay(0), cassandra.WithFirstTimeBucket(time.Now().Add(-time.Hour)))
 	t.Run("journal", func(t *testing.T) {
 		storetest.RunJournal(t, storetest.JournalHarness{
 			New: func(t *testing.T) journal.Journal { return s.Journal() },
+		})
+	})
+	t.Run("queries", func(t *testing.T) {
+		storetest.RunQueries(t, storetest.QueryHarness{
+			New:             func(t *testing.T) (journal.Journal, any) { return s.Journal(), s.ReadJournal() },
+			IDsInStoreOrder: true,
 		})
 	})
 	t.Run("snapshots", func(t *testing.T) {

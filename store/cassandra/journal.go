@@ -6,9 +6,7 @@ import (
 	"fmt"
 	"iter"
 	"slices"
-	"strconv"
 	"sync"
-	"time"
 
 	gocql "github.com/apache/cassandra-gocql-driver/v2"
 
@@ -21,6 +19,8 @@ import (
 type statements struct {
 	guard, guardNew, insert, insertID, replay, highest, deletedTo, setDeletedTo, deleteRange string
 	loadSnaps, saveSnap, deleteSnap, deleteSnaps                                             string
+	insertSetting, insertTag, saveProgress, loadProgress, loadScanning, saveScanning         string
+	tagRows, tagRowsFrom, tagProbe, tagRange, allIDs, allIDsAfter                            string
 }
 
 func newStatements(ks string) statements {
@@ -47,6 +47,27 @@ func newStatements(ks string) statements {
 	VALUES (?, ?, ?, ?, ?, ?, ?)`),
 		deleteSnap:  q(`DELETE FROM %s.snapshots WHERE persistence_id = ? AND sequence_nr = ?`),
 		deleteSnaps: q(`DELETE FROM %s.snapshots WHERE persistence_id = ? AND sequence_nr >= ? AND sequence_nr <= ?`),
+
+		insertSetting: q(`INSERT INTO %s.annals_settings (name, value) VALUES (?, ?) IF NOT EXISTS`),
+		insertTag: q(`INSERT INTO %s.tag_views (tag_name, timebucket, timestamp, persistence_id, tag_pid_sequence_nr, sequence_nr, writer_uuid,
+	ser_id, ser_manifest, event_manifest, event, meta_ser_id, meta_ser_manifest, meta, ` + tagViewsTags + `, ` + tagViewsTime + `) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, '', ?, ?, ?, ?, ?, ?)`),
+		saveProgress: q(`INSERT INTO %s.tag_write_progress (persistence_id, tag, sequence_nr, tag_pid_sequence_nr, offset) VALUES (?, ?, ?, ?, ?)`),
+		loadProgress: q(`SELECT tag, sequence_nr, tag_pid_sequence_nr FROM %s.tag_write_progress WHERE persistence_id = ?`),
+		loadScanning: q(`SELECT sequence_nr FROM %s.tag_scanning WHERE persistence_id = ?`),
+		saveScanning: q(`INSERT INTO %s.tag_scanning (persistence_id, sequence_nr) VALUES (?, ?)`),
+		// A bucket's rows after an offset (exclusive) or from its start
+		// (inclusive), before a bound (exclusive), in the table's order.
+		tagRows: q(`SELECT timestamp, persistence_id, tag_pid_sequence_nr, sequence_nr, writer_uuid, ser_id, ser_manifest, event_manifest, event, meta, ` + tagViewsTags + `, ` + tagViewsTime + `
+	FROM %s.tag_views WHERE tag_name = ? AND timebucket = ? AND timestamp > ? AND timestamp < ?`),
+		tagRowsFrom: q(`SELECT timestamp, persistence_id, tag_pid_sequence_nr, sequence_nr, writer_uuid, ser_id, ser_manifest, event_manifest, event, meta, ` + tagViewsTags + `, ` + tagViewsTime + `
+	FROM %s.tag_views WHERE tag_name = ? AND timebucket = ? AND timestamp >= ? AND timestamp < ?`),
+		// Which of a list of buckets hold rows.
+		tagProbe: q(`SELECT timebucket FROM %s.tag_views WHERE tag_name = ? AND timebucket IN ? PER PARTITION LIMIT 1`),
+		// A bucket's rows in a time range (inclusive).
+		tagRange: q(`SELECT timestamp, persistence_id, tag_pid_sequence_nr, sequence_nr, writer_uuid, ser_id, ser_manifest, event_manifest, event, meta, ` + tagViewsTags + `, ` + tagViewsTime + `
+	FROM %s.tag_views WHERE tag_name = ? AND timebucket = ? AND timestamp >= ? AND timestamp <= ?`),
+		allIDs:      q(`SELECT persistence_id FROM %s.all_persistence_ids`),
+		allIDsAfter: q(`SELECT persistence_id FROM %s.all_persistence_ids WHERE token(persistence_id) > token(?)`),
 	}
 }
 
@@ -95,13 +116,12 @@ func (j *Journal) Write(ctx context.Context, writes []journal.AtomicWrite) ([]er
 		wg      sync.WaitGroup
 		sem     = make(chan struct{}, j.s.cfg.concurrency)
 	)
-	now := time.Now()
 	for _, pid := range order {
 		sem <- struct{}{}
 		wg.Go(func() {
 			defer func() { <-sem }()
 			for _, i := range byID[pid] {
-				rejected, err := j.writeOne(ctx, writes[i], now)
+				rejected, err := j.writeOne(ctx, writes[i])
 				if err != nil {
 					mu.Lock()
 					unknown = cmpErr(unknown, err)
@@ -113,6 +133,7 @@ func (j *Journal) Write(ctx context.Context, writes []journal.AtomicWrite) ([]er
 		})
 	}
 	wg.Wait()
+	j.s.written.Notify()
 	if unknown != nil {
 		return nil, j.s.wrap(ctx, "write", unknown, journal.ErrClosed)
 	}
@@ -150,10 +171,13 @@ func rejection(err error) error {
 
 // writeOne stores one atomic write: the rejection when it was refused, or
 // an error when the outcome is unknown.
-func (j *Journal) writeOne(ctx context.Context, w journal.AtomicWrite, now time.Time) (rejected, unknown error) {
+func (j *Journal) writeOne(ctx context.Context, w journal.AtomicWrite) (rejected, unknown error) {
 	s := j.s
 	first, last := w.Events[0].SequenceNr, w.Events[len(w.Events)-1].SequenceNr
 	pnr := s.partition(first)
+	st := s.tags.state(w.PersistenceID)
+	defer st.mu.Unlock()
+	uuids := s.eventUUIDs(w, st)
 	if first == 1 {
 		if err := s.session.Query(s.sql.insertID, w.PersistenceID).WithContext(ctx).Consistency(s.cfg.writeCL).Exec(); err != nil {
 			return nil, err
@@ -168,11 +192,7 @@ func (j *Journal) writeOne(ctx context.Context, w journal.AtomicWrite, now time.
 		} else {
 			b.Query(guard, last, w.PersistenceID, pnr)
 		}
-		for _, e := range w.Events {
-			ts := e.Timestamp
-			if ts.IsZero() {
-				ts = now
-			}
+		for i, e := range w.Events {
 			var metaID *int32
 			var metaManifest *string
 			if e.Metadata != nil {
@@ -183,7 +203,7 @@ func (j *Journal) writeOne(ctx context.Context, w journal.AtomicWrite, now time.
 			if payload == nil {
 				payload = []byte{}
 			}
-			b.Query(s.sql.insert, w.PersistenceID, pnr, e.SequenceNr, gocql.UUIDFromTime(ts), hourBucket(ts),
+			b.Query(s.sql.insert, w.PersistenceID, pnr, e.SequenceNr, uuids[i], s.bucketText(uuids[i].Time()),
 				e.WriterID, e.SerializerID, e.Manifest, payload, metaID, metaManifest, e.Metadata, e.Tags)
 		}
 		prev := map[string]any{}
@@ -199,6 +219,9 @@ func (j *Journal) writeOne(ctx context.Context, w journal.AtomicWrite, now time.
 			return nil, err
 		}
 		if applied {
+			if err := s.tags.written(ctx, w, uuids, st); err != nil {
+				return nil, err
+			}
 			return nil, nil
 		}
 		if h, ok := prev["annals_highest"].(*int64); ok && h != nil {
@@ -211,12 +234,6 @@ func (j *Journal) writeOne(ctx context.Context, w journal.AtomicWrite, now time.
 		// Pekko wrote): try again with the condition that it has none.
 	}
 	return &journal.ConflictError{PersistenceID: w.PersistenceID, SequenceNr: first}, nil
-}
-
-// hourBucket is the messages table's timebucket of t: the start of its
-// hour in Unix milliseconds, as text (akka's TimeBucket key).
-func hourBucket(t time.Time) string {
-	return strconv.FormatInt(t.Truncate(time.Hour).UnixMilli(), 10)
 }
 
 // deletedTo reads the id's deleted-to mark, 0 when none.
@@ -239,17 +256,34 @@ func (j *Journal) Replay(ctx context.Context, persistenceID string, from, to, ma
 			yield(journal.Repr{}, err)
 			return
 		}
-		if j.s.isClosed() {
-			yield(journal.Repr{}, journal.ErrClosed)
+		for ev, err := range j.s.events(ctx, persistenceID, from, to, max) {
+			if !yield(ev.repr, err) {
+				return
+			}
+		}
+	}
+}
+
+// storedEvent is an event as messages holds it, with its timeuuid.
+type storedEvent struct {
+	repr journal.Repr
+	uuid gocql.UUID
+}
+
+// events reads pid's events from..to (at most max of them, after the
+// deleted-to mark); see Replay.
+func (s *Store) events(ctx context.Context, persistenceID string, from, to, max int64) iter.Seq2[storedEvent, error] {
+	return func(yield func(storedEvent, error) bool) {
+		if s.isClosed() {
+			yield(storedEvent{}, journal.ErrClosed)
 			return
 		}
 		if from > to || max == 0 {
 			return
 		}
-		s := j.s
 		deleted, err := s.deletedTo(ctx, persistenceID)
 		if err != nil {
-			yield(journal.Repr{}, s.wrap(ctx, "replay", err, journal.ErrClosed))
+			yield(storedEvent{}, s.wrap(ctx, "replay", err, journal.ErrClosed))
 			return
 		}
 		from = atLeast(from, deleted+1, 1)
@@ -264,19 +298,19 @@ func (j *Journal) Replay(ctx context.Context, persistenceID string, from, to, ma
 			// The driver may scan into the slices it was given: every
 			// yielded slice is a copy of its own.
 			var (
-				r             journal.Repr
-				uuid          gocql.UUID
+				ev            storedEvent
 				payload, meta []byte
 				tags          []string
 			)
-			for iter.Scan(&r.SequenceNr, &uuid, &r.WriterID, &r.SerializerID, &r.Manifest, &payload, &meta, &tags) {
+			r := &ev.repr
+			for iter.Scan(&r.SequenceNr, &ev.uuid, &r.WriterID, &r.SerializerID, &r.Manifest, &payload, &meta, &tags) {
 				if err := ctx.Err(); err != nil {
 					_ = iter.Close()
-					yield(journal.Repr{}, err)
+					yield(storedEvent{}, err)
 					return
 				}
 				r.PersistenceID, r.Slice, r.EntityType = persistenceID, slice, entityType
-				r.Timestamp = uuid.Time().UTC()
+				r.Timestamp = ev.uuid.Time().UTC()
 				r.Metadata, r.Tags = nil, nil
 				if meta != nil {
 					r.Metadata = slices.Clone(meta)
@@ -287,7 +321,7 @@ func (j *Journal) Replay(ctx context.Context, persistenceID string, from, to, ma
 				r.Payload = append([]byte{}, payload...)
 				n++
 				from = r.SequenceNr + 1
-				if !yield(r, nil) {
+				if !yield(ev, nil) {
 					_ = iter.Close()
 					return
 				}
@@ -297,7 +331,7 @@ func (j *Journal) Replay(ctx context.Context, persistenceID string, from, to, ma
 				}
 			}
 			if err := iter.Close(); err != nil {
-				yield(journal.Repr{}, s.wrap(ctx, "replay", err, journal.ErrClosed))
+				yield(storedEvent{}, s.wrap(ctx, "replay", err, journal.ErrClosed))
 				return
 			}
 			if n == 0 && pnr > home {
@@ -313,7 +347,8 @@ func atLeast(a, b, c int64) int64 { return max(a, b, c) }
 
 // HighestSequenceNr implements journal.Journal: the deleted-to mark or the
 // highest number in the partitions from the one before the mark's (or the
-// hint's) to the first empty one after it.
+// hint's) to the first empty one after it. Every recovery calls it, so it
+// also repairs the id's events by tag (see the package documentation).
 func (j *Journal) HighestSequenceNr(ctx context.Context, persistenceID string, from int64) (int64, error) {
 	if err := journal.CheckID("highest sequence number", persistenceID, from); err != nil {
 		return 0, err
@@ -321,7 +356,18 @@ func (j *Journal) HighestSequenceNr(ctx context.Context, persistenceID string, f
 	if j.s.isClosed() {
 		return 0, journal.ErrClosed
 	}
-	s := j.s
+	highest, err := j.s.highest(ctx, persistenceID, from)
+	if err != nil {
+		return 0, err
+	}
+	if err := j.s.tags.recovered(ctx, persistenceID, highest); err != nil {
+		return 0, err
+	}
+	return highest, nil
+}
+
+// highest reads pid's highest sequence number; see HighestSequenceNr.
+func (s *Store) highest(ctx context.Context, persistenceID string, from int64) (int64, error) {
 	deleted, err := s.deletedTo(ctx, persistenceID)
 	if err != nil {
 		return 0, s.wrap(ctx, "highest sequence number", err, journal.ErrClosed)
@@ -357,7 +403,7 @@ func (j *Journal) DeleteTo(ctx context.Context, persistenceID string, to int64) 
 		return journal.ErrClosed
 	}
 	s := j.s
-	highest, err := j.HighestSequenceNr(ctx, persistenceID, 0)
+	highest, err := s.highest(ctx, persistenceID, 0)
 	if err != nil {
 		return err
 	}

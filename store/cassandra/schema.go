@@ -54,6 +54,8 @@ var tables = []struct{ name, cql string }{
   meta_ser_id int,
   meta_ser_manifest text,
   meta blob,
+  annals_tags list<text>,
+  annals_timestamp timeuuid,
   PRIMARY KEY ((tag_name, timebucket), timestamp, persistence_id, tag_pid_sequence_nr))
   WITH gc_grace_seconds = 864000
   AND compaction = {'class': 'SizeTieredCompactionStrategy'}`},
@@ -74,6 +76,9 @@ var tables = []struct{ name, cql string }{
   properties map<text,text>)`},
 	{"all_persistence_ids", `CREATE TABLE IF NOT EXISTS {ks}.all_persistence_ids (
   persistence_id text PRIMARY KEY)`},
+	{"annals_settings", `CREATE TABLE IF NOT EXISTS {ks}.annals_settings (
+  name text PRIMARY KEY,
+  value text)`},
 	{"snapshots", `CREATE TABLE IF NOT EXISTS {ks}.snapshots (
   persistence_id text,
   sequence_nr bigint,
@@ -101,12 +106,22 @@ const snapshotNanos = "annals_timestamp_nanos"
 // of every write's lightweight transaction (see the package documentation).
 const messagesGuard = "annals_highest"
 
+// tagViewsTags is the column Annals adds to Pekko's tag_views table: all
+// the tags of the event in the order written (Pekko's rows hold only the
+// row's own tag).
+const tagViewsTags = "annals_tags"
+
+// tagViewsTime is the column Annals adds to Pekko's tag_views table: the
+// event's own timeuuid in messages (the row's timestamp is when the row was
+// written; Pekko's rows have none, their timestamp is the event's).
+const tagViewsTime = "annals_timestamp"
+
 // pending returns the statements that bring the keyspace to
 // SchemaVersion, given the tables and snapshot columns it has; none when
 // it is current.
 func (s *Store) pending(ctx context.Context) ([]string, error) {
 	have, cols, ksExists, err := s.inspect(ctx)
-	snapCols, msgCols := cols["snapshots"], cols["messages"]
+	snapCols, msgCols, tagCols := cols["snapshots"], cols["messages"], cols["tag_views"]
 	if err != nil {
 		return nil, err
 	}
@@ -121,6 +136,12 @@ func (s *Store) pending(ctx context.Context) ([]string, error) {
 	}
 	if have["messages"] && !msgCols[messagesGuard] {
 		out = append(out, fmt.Sprintf("ALTER TABLE %s.messages ADD %s bigint static", s.cfg.keyspace, messagesGuard))
+	}
+	if have["tag_views"] && !tagCols[tagViewsTags] {
+		out = append(out, fmt.Sprintf("ALTER TABLE %s.tag_views ADD %s list<text>", s.cfg.keyspace, tagViewsTags))
+	}
+	if have["tag_views"] && !tagCols[tagViewsTime] {
+		out = append(out, fmt.Sprintf("ALTER TABLE %s.tag_views ADD %s timeuuid", s.cfg.keyspace, tagViewsTime))
 	}
 	if have["snapshots"] && !snapCols[snapshotNanos] {
 		out = append(out, fmt.Sprintf("ALTER TABLE %s.snapshots ADD %s bigint", s.cfg.keyspace, snapshotNanos))
@@ -213,12 +234,7 @@ var _ admin.Migrator = (*Migrator)(nil)
 // NewMigrator connects to the cluster the URL names (see Open) without
 // checking the keyspace. Close it after use.
 func NewMigrator(ctx context.Context, rawURL string, opts ...Option) (*Migrator, error) {
-	cfg := config{
-		keyspace: DefaultKeyspace, replication: DefaultReplication,
-		readCL: DefaultConsistency, writeCL: DefaultConsistency,
-		partitionSize: DefaultPartitionSize, maxPayload: DefaultMaxPayloadSize,
-		pageSize: DefaultPageSize, timeout: DefaultTimeout, concurrency: DefaultConcurrency,
-	}
+	cfg := defaultConfig()
 	if err := parseURL(rawURL, &cfg); err != nil {
 		return nil, err
 	}

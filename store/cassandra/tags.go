@@ -1,0 +1,461 @@
+package cassandra
+
+import (
+	"context"
+	"errors"
+	"maps"
+	"slices"
+	"strconv"
+	"sync"
+	"time"
+
+	gocql "github.com/apache/cassandra-gocql-driver/v2"
+
+	"github.com/annals-go/annals/journal"
+)
+
+// Events by tag are written as seed 004 and akka-persistence-cassandra
+// describe: after an atomic write's events are in messages, each of their
+// tags gets a row in tag_views, in the (tag, time bucket) partition of the
+// event's time, numbered by the persistence id's own sequence of that tag
+// (tag_pid_sequence_nr, from 1, without gaps). One writer per tag batches
+// the rows of concurrent writes by partition, giving each row a timeuuid
+// of the time it is written (Pekko reuses the event's; see tagWriter for
+// why Annals does not, and annals_timestamp for the event's); tag_write_progress then
+// records, per (persistence id, tag), the last event written. Unlike
+// Pekko, an Annals write returns only when its tag rows and progress are
+// stored, so that an acknowledged event is never missing from tag_views
+// after a crash of this process.
+//
+// What a crash between the messages and tag_views writes loses, the next
+// recovery of the id repairs: HighestSequenceNr (which every recovery
+// calls) reads the id's progress and tag_scanning rows, replays the events
+// after the scanned mark, writes the tag rows that the progress does not
+// cover (upserts with the event's own timeuuid, so a repeat is harmless),
+// and moves tag_scanning to the highest number. The first write of an id
+// in this process does the same up to the number before it. A repaired row
+// has a timeuuid of the time it is repaired, so that live queries which
+// have passed the event's time still find it.
+
+// maxTagBatch is the most rows in one unlogged batch (Pekko's
+// max-message-batch-size). Each batch holds one partition, which
+// Cassandra's batch size limits do not apply to.
+const maxTagBatch = 150
+
+// maxCachedIDs bounds the tag numbering state kept per persistence id;
+// beyond it, states are dropped and reloaded (with a repair) on next use.
+const maxCachedIDs = 100_000
+
+// tagProgress is how far an id's rows of one tag are written.
+type tagProgress struct {
+	seq, tagSeq int64
+}
+
+// idTags is the tag state of one persistence id in this process. Its mutex
+// is held for a whole atomic write of the id.
+type idTags struct {
+	mu       sync.Mutex
+	loaded   bool
+	progress map[string]tagProgress
+	last     gocql.UUID // the timeuuid of the id's last event written here
+}
+
+// tagRow is one tag_views row. Its timeuuid and bucket are given by the
+// tag's writer when it writes the row; event is the event's own timeuuid
+// in messages.
+type tagRow struct {
+	tag    string
+	bucket int64
+	uuid   gocql.UUID
+	event  gocql.UUID
+	tagSeq int64
+	e      *journal.Repr
+}
+
+// tagWriters holds a writer per tag and the ids' tag states.
+type tagWriters struct {
+	s       *Store
+	mu      sync.Mutex
+	writers map[string]*tagWriter
+	ids     map[string]*idTags
+}
+
+func newTagWriters(s *Store) *tagWriters {
+	return &tagWriters{s: s, writers: map[string]*tagWriter{}, ids: map[string]*idTags{}}
+}
+
+// state returns the tag state of pid, locked.
+func (tw *tagWriters) state(pid string) *idTags {
+	tw.mu.Lock()
+	st := tw.ids[pid]
+	if st == nil {
+		if len(tw.ids) >= maxCachedIDs {
+			n := 0
+			for id := range tw.ids { // random order: drop about half
+				delete(tw.ids, id)
+				if n++; n >= maxCachedIDs/2 {
+					break
+				}
+			}
+		}
+		st = &idTags{}
+		tw.ids[pid] = st
+	}
+	tw.mu.Unlock()
+	st.mu.Lock()
+	return st
+}
+
+// writer returns the tag's writer.
+func (tw *tagWriters) writer(tag string) *tagWriter {
+	tw.mu.Lock()
+	defer tw.mu.Unlock()
+	w := tw.writers[tag]
+	if w == nil {
+		w = &tagWriter{tw: tw, tag: tag}
+		tw.writers[tag] = w
+	}
+	return w
+}
+
+// eventUUIDs returns the timeuuid of each event of w: its time (the
+// store's clock when it has none) moved forward by 100 ns steps where
+// needed so that the id's timeuuids grow with its sequence numbers.
+func (s *Store) eventUUIDs(w journal.AtomicWrite, st *idTags) []gocql.UUID {
+	now := s.cfg.now()
+	out := make([]gocql.UUID, len(w.Events))
+	prev := st.last
+	for i, e := range w.Events {
+		ts := e.Timestamp
+		if ts.IsZero() {
+			ts = now
+		}
+		ts = ts.Truncate(100 * time.Nanosecond) // a timeuuid's resolution
+		if prev != (gocql.UUID{}) && !ts.After(prev.Time()) {
+			ts = prev.Time().Add(100 * time.Nanosecond)
+		}
+		out[i] = gocql.UUIDFromTime(ts)
+		prev = out[i]
+	}
+	return out
+}
+
+// rowsOf numbers the tag rows of events (with their timeuuids) after the
+// progress in st, which it advances.
+func (s *Store) rowsOf(events []journal.Repr, uuids []gocql.UUID, progress map[string]tagProgress, rows []tagRow) []tagRow {
+	for i := range events {
+		e := &events[i]
+		for j, tag := range e.Tags {
+			if slices.Contains(e.Tags[:j], tag) {
+				continue
+			}
+			p := progress[tag]
+			if e.SequenceNr <= p.seq {
+				continue
+			}
+			p.seq, p.tagSeq = e.SequenceNr, p.tagSeq+1
+			progress[tag] = p
+			rows = append(rows, tagRow{tag: tag, event: uuids[i], tagSeq: p.tagSeq, e: e})
+		}
+	}
+	return rows
+}
+
+// written writes the tag rows of an atomic write whose events are stored,
+// repairing the id's earlier rows first when its state is not loaded. On
+// an error the state is dropped, so that the next use repairs again.
+func (tw *tagWriters) written(ctx context.Context, w journal.AtomicWrite, uuids []gocql.UUID, st *idTags) error {
+	st.last = uuids[len(uuids)-1]
+	tagged := false
+	for _, e := range w.Events {
+		tagged = tagged || len(e.Tags) > 0
+	}
+	if !tagged {
+		return nil
+	}
+	if !st.loaded {
+		if err := tw.repair(ctx, w.PersistenceID, st, w.Events[0].SequenceNr-1); err != nil {
+			return err
+		}
+	}
+	progress := maps.Clone(st.progress)
+	if progress == nil {
+		progress = map[string]tagProgress{}
+	}
+	rows := tw.s.rowsOf(w.Events, uuids, progress, nil)
+	if err := tw.write(ctx, rows); err != nil {
+		st.loaded = false
+		return err
+	}
+	st.progress = progress
+	return nil
+}
+
+// recovered repairs the tag rows of pid up to its highest number, and
+// loads its state: what HighestSequenceNr does for every recovery.
+func (tw *tagWriters) recovered(ctx context.Context, pid string, highest int64) error {
+	st := tw.state(pid)
+	defer st.mu.Unlock()
+	st.loaded = false
+	return tw.repair(ctx, pid, st, highest)
+}
+
+// repair reads pid's tag progress, writes the tag rows of its events after
+// the tag_scanning mark up to upTo that the progress does not cover, and
+// loads the state.
+func (tw *tagWriters) repair(ctx context.Context, pid string, st *idTags, upTo int64) error {
+	s := tw.s
+	progress := map[string]tagProgress{}
+	iter := s.session.Query(s.sql.loadProgress, pid).WithContext(ctx).Consistency(s.cfg.readCL).Iter()
+	var (
+		tag string
+		p   tagProgress
+	)
+	for iter.Scan(&tag, &p.seq, &p.tagSeq) {
+		progress[tag] = p
+	}
+	if err := iter.Close(); err != nil {
+		return s.wrap(ctx, "read tag progress", err, journal.ErrClosed)
+	}
+	var scanned int64
+	if err := s.session.Query(s.sql.loadScanning, pid).WithContext(ctx).Consistency(s.cfg.readCL).Scan(&scanned); err != nil && !errors.Is(err, gocql.ErrNotFound) {
+		return s.wrap(ctx, "read tag scanning", err, journal.ErrClosed)
+	}
+	if upTo > scanned {
+		var rows []tagRow
+		for ev, err := range s.events(ctx, pid, scanned+1, upTo, upTo) {
+			if err != nil {
+				return err
+			}
+			if len(ev.repr.Tags) > 0 {
+				rows = s.rowsOf([]journal.Repr{ev.repr}, []gocql.UUID{ev.uuid}, progress, rows)
+			}
+			if compareTimeUUID(ev.uuid, st.last) > 0 {
+				st.last = ev.uuid
+			}
+		}
+		if err := tw.write(ctx, rows); err != nil {
+			return err
+		}
+		if err := s.session.Query(s.sql.saveScanning, pid, upTo).WithContext(ctx).Consistency(s.cfg.writeCL).Exec(); err != nil {
+			return s.wrap(ctx, "write tag scanning", err, journal.ErrClosed)
+		}
+	}
+	st.progress, st.loaded = progress, true
+	return nil
+}
+
+// write hands rows to their tags' writers and waits until all are stored.
+func (tw *tagWriters) write(ctx context.Context, rows []tagRow) error {
+	if len(rows) == 0 {
+		return nil
+	}
+	byTag := map[string][]tagRow{}
+	var order []string
+	for _, r := range rows {
+		if _, ok := byTag[r.tag]; !ok {
+			order = append(order, r.tag)
+		}
+		byTag[r.tag] = append(byTag[r.tag], r)
+	}
+	reqs := make([]*tagRequest, len(order))
+	for i, tag := range order {
+		reqs[i] = tw.writer(tag).submit(byTag[tag])
+	}
+	var first error
+	for _, r := range reqs {
+		select {
+		case err := <-r.done:
+			first = cmpErr(first, err)
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	if first != nil {
+		return tw.s.wrap(ctx, "write tag views", first, journal.ErrClosed)
+	}
+	return nil
+}
+
+// tagWriter batches the rows of one tag: a submitter that finds it idle
+// starts a flush; rows submitted during a flush go together in the next.
+//
+// The writer gives each row its timeuuid when the flush starts, growing
+// from flush to flush and within one, and keeps that start while the flush
+// is in flight: queries of this process read only rows older than it, so
+// that a row cannot become visible after a query has passed its time (the
+// eventual-consistency delay covers writers in other processes).
+type tagWriter struct {
+	tw       *tagWriters
+	tag      string
+	mu       sync.Mutex
+	queue    []*tagRequest
+	busy     bool
+	inflight time.Time // the first timeuuid time of the flush in flight
+	last     time.Time // the last timeuuid time given
+}
+
+// horizon returns the time before which every row this process writes
+// for tag is stored, or the zero time when no flush is in flight.
+func (tw *tagWriters) horizon(tag string) time.Time {
+	tw.mu.Lock()
+	w := tw.writers[tag]
+	tw.mu.Unlock()
+	if w == nil {
+		return time.Time{}
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.inflight
+}
+
+type tagRequest struct {
+	rows []tagRow
+	done chan error
+}
+
+func (w *tagWriter) submit(rows []tagRow) *tagRequest {
+	r := &tagRequest{rows: rows, done: make(chan error, 1)}
+	w.mu.Lock()
+	w.queue = append(w.queue, r)
+	start := !w.busy
+	w.busy = true
+	w.mu.Unlock()
+	if start {
+		go w.lead()
+	}
+	return r
+}
+
+// lead flushes the queue until it is empty.
+func (w *tagWriter) lead() {
+	for {
+		w.mu.Lock()
+		batch := w.queue
+		w.queue = nil
+		if len(batch) == 0 {
+			w.busy = false
+			w.mu.Unlock()
+			return
+		}
+		s := w.tw.s
+		t := s.cfg.now().UTC().Truncate(100 * time.Nanosecond)
+		if !t.After(w.last) {
+			t = w.last.Add(100 * time.Nanosecond)
+		}
+		w.inflight = t
+		w.mu.Unlock()
+		var rows []tagRow
+		for _, r := range batch {
+			for _, row := range r.rows {
+				row.uuid, row.bucket = gocql.UUIDFromTime(t), s.bucket.Key(t)
+				rows = append(rows, row)
+				t = t.Add(100 * time.Nanosecond)
+			}
+		}
+		w.last = t.Add(-100 * time.Nanosecond)
+		err := s.flushTag(rows)
+		w.mu.Lock()
+		w.inflight = time.Time{}
+		w.mu.Unlock()
+		for _, r := range batch {
+			r.done <- err
+		}
+	}
+}
+
+// flushTag writes rows of one tag: unlogged batches of one partition each,
+// then the progress of each id, all concurrently; then it wakes live
+// queries.
+func (s *Store) flushTag(rows []tagRow) error {
+	ctx, cancel := context.WithTimeout(context.Background(), s.cfg.timeout)
+	defer cancel()
+	byBucket := map[int64][]tagRow{}
+	var buckets []int64
+	last := map[string]tagRow{}
+	var ids []string
+	for _, r := range rows {
+		if _, ok := byBucket[r.bucket]; !ok {
+			buckets = append(buckets, r.bucket)
+		}
+		byBucket[r.bucket] = append(byBucket[r.bucket], r)
+		if _, ok := last[r.e.PersistenceID]; !ok {
+			ids = append(ids, r.e.PersistenceID)
+		}
+		if r.tagSeq > last[r.e.PersistenceID].tagSeq {
+			last[r.e.PersistenceID] = r
+		}
+	}
+	var chunks [][]tagRow
+	for _, b := range buckets {
+		for c := range slices.Chunk(byBucket[b], maxTagBatch) {
+			chunks = append(chunks, c)
+		}
+	}
+	err := s.parallel(len(chunks), func(i int) error {
+		b := s.session.Batch(gocql.UnloggedBatch).WithContext(ctx)
+		b.SetConsistency(s.cfg.writeCL)
+		for _, r := range chunks[i] {
+			e := r.e
+			var metaID *int32
+			var metaManifest *string
+			if e.Metadata != nil {
+				id, m := int32(metaSerializerID), ""
+				metaID, metaManifest = &id, &m
+			}
+			payload := e.Payload
+			if payload == nil {
+				payload = []byte{}
+			}
+			b.Query(s.sql.insertTag, r.tag, r.bucket, r.uuid, e.PersistenceID, r.tagSeq, e.SequenceNr, e.WriterID,
+				e.SerializerID, e.Manifest, payload, metaID, metaManifest, e.Metadata, e.Tags, r.event)
+		}
+		return b.Exec()
+	})
+	if err != nil {
+		return err
+	}
+	err = s.parallel(len(ids), func(i int) error {
+		r := last[ids[i]]
+		return s.session.Query(s.sql.saveProgress, r.e.PersistenceID, r.tag, r.e.SequenceNr, r.tagSeq, r.uuid).
+			WithContext(ctx).Consistency(s.cfg.writeCL).Exec()
+	})
+	if err != nil {
+		return err
+	}
+	s.signal.Notify()
+	return nil
+}
+
+// parallel runs f(0..n-1), at most the store's concurrency at once, and
+// returns the first error.
+func (s *Store) parallel(n int, f func(i int) error) error {
+	if n == 1 {
+		return f(0)
+	}
+	var (
+		wg    sync.WaitGroup
+		mu    sync.Mutex
+		first error
+		sem   = make(chan struct{}, s.cfg.concurrency)
+	)
+	for i := range n {
+		sem <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			if err := f(i); err != nil {
+				mu.Lock()
+				first = cmpErr(first, err)
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	return first
+}
+
+// bucketText is the messages table's timebucket of t (akka's TimeBucket
+// key, as text).
+func (s *Store) bucketText(t time.Time) string {
+	return strconv.FormatInt(s.bucket.Key(t), 10)
+}

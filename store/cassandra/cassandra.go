@@ -123,6 +123,7 @@ type config struct {
 	gapTimeout    time.Duration
 	pollInterval  time.Duration
 	now           func() time.Time
+	observer      gocql.QueryObserver
 }
 
 func defaultConfig() config {
@@ -167,6 +168,10 @@ func WithGapTimeout(d time.Duration) Option { return func(c *config) { c.gapTime
 // persistence-ids queries read again when no write in this process woke
 // them (default 500 ms).
 func WithPollInterval(d time.Duration) Option { return func(c *config) { c.pollInterval = d } }
+
+// WithQueryObserver sets the driver's observer of every query the store
+// runs (statement, values, duration, error), for metrics and tracing.
+func WithQueryObserver(o gocql.QueryObserver) Option { return func(c *config) { c.observer = o } }
 
 // WithClock replaces time.Now for the store: the time of events written
 // without one, the current time bucket, the eventual-consistency bound and
@@ -287,6 +292,7 @@ func (s *Store) connect(ctx context.Context, keyspace string) (*gocql.Session, e
 	cluster.PageSize = s.cfg.pageSize
 	cluster.SerialConsistency = gocql.LocalSerial
 	cluster.ProtoVersion = 4
+	cluster.QueryObserver = s.cfg.observer
 	cluster.DisableInitialHostLookup = len(s.cfg.hosts) == 1 && isLoopback(s.cfg.hosts[0])
 	type result struct {
 		session *gocql.Session

@@ -181,6 +181,10 @@ func TestBadInput(t *testing.T) {
 		{"cassandra://" + addr + "/ks?consistency=most", cassandra.ErrInvalidConfig},
 		{"cassandra://" + addr + "/ks?partition_size=0", cassandra.ErrInvalidConfig},
 		{"cassandra://" + addr + "/ks?colour=blue", cassandra.ErrInvalidConfig},
+		{"cassandra://" + addr + "/ks?bucket_size=Week", cassandra.ErrInvalidConfig},
+		{"cassandra://" + addr + "/ks?first_time_bucket=2015-11-20", cassandra.ErrInvalidConfig},
+		{"cassandra://" + addr + "/ks?eventual_consistency_delay=-1s", cassandra.ErrInvalidConfig},
+		{"cassandra://" + addr + "/ks?gap_timeout=soon", cassandra.ErrInvalidConfig},
 		{"cassandra://127.0.0.1:1/ks?timeout=2s", cassandra.ErrUnreachable},
 		{"cassandra://" + addr + "/annals_no_such_keyspace", cassandra.ErrSchemaMissing},
 	} {

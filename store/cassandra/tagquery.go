@@ -66,6 +66,7 @@ type tagCursor struct {
 	bucket    int64
 	ids       map[string]idCursor
 	scanned   bool
+	end       gocql.UUID // the bound of the current run (exclusive)
 }
 
 func (s *Store) newTagCursor(tag string, after query.Offset) (*tagCursor, error) {
@@ -96,6 +97,7 @@ func (c *tagCursor) run(ctx context.Context, end time.Time, yield func(query.Env
 		end = h
 	}
 	endUUID, endBucket := gocql.MinTimeUUID(end), s.bucket.Key(end)
+	c.end = endUUID
 	if !c.scanned {
 		c.scanned = true
 		if c.offset != (gocql.UUID{}) && c.bucket == s.bucket.Key(s.cfg.now()) {
@@ -199,14 +201,17 @@ func (c *tagCursor) deliver(r viewRow, yield func(query.Envelope) bool) bool {
 }
 
 // search looks for the rows of r's id numbered after cur and before r, in
-// r's bucket and the one before it, from cur's time, until they are all
-// there (returned in order) or the gap timeout has passed.
+// r's bucket and the one before it, from cur's time up to the run's bound
+// (a row of the id may have a later timeuuid than r when a writer other
+// than Annals' gave the event's own), until they are all there (returned
+// in order) or the gap timeout has passed.
 func (c *tagCursor) search(ctx context.Context, r viewRow, cur idCursor) ([]viewRow, error) {
 	s := c.s
 	started := s.cfg.now()
 	retry := min(s.cfg.pollInterval, 100*time.Millisecond)
-	last := s.bucket.Key(r.uuid.Time())
-	first := last - c.span()
+	home := s.bucket.Key(r.uuid.Time())
+	last := max(home, min(home+c.span(), s.bucket.Key(c.end.Time())))
+	first := home - c.span()
 	lower := gocql.MinTimeUUID(time.UnixMilli(first))
 	if cur.uuid != (gocql.UUID{}) && compareTimeUUID(cur.uuid, lower) > 0 {
 		lower, first = cur.uuid, s.bucket.Key(cur.uuid.Time())
@@ -216,7 +221,7 @@ func (c *tagCursor) search(ctx context.Context, r viewRow, cur idCursor) ([]view
 		wake := s.signal.Wait()
 		found := map[int64]viewRow{}
 		for b := first; b <= last; b += c.span() {
-			iter := s.session.Query(s.sql.tagRange, c.tag, b, lower, r.uuid).WithContext(ctx).Consistency(s.cfg.readCL).Iter()
+			iter := s.session.Query(s.sql.tagRange, c.tag, b, lower, c.end).WithContext(ctx).Consistency(s.cfg.readCL).Iter()
 			for {
 				m, ok := scanRow(iter)
 				if !ok {

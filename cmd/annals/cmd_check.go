@@ -134,7 +134,8 @@ func (k *kit) check(t *testing.T) {
 	})
 	if k.s.Queries != nil {
 		t.Run("queries", func(t *testing.T) {
-			storetest.RunQueries(t, storetest.QueryHarness{New: func(t *testing.T) (journal.Journal, any) { k.rule(t, "queries"); return j, k.s.Queries }})
+			storetest.RunQueries(t, storetest.QueryHarness{New: func(t *testing.T) (journal.Journal, any) { k.rule(t, "queries"); return j, k.s.Queries },
+				IDsInStoreOrder: k.s.IDsInStoreOrder})
 		})
 	}
 	removed, err := k.cleanUp()

@@ -178,10 +178,14 @@ func (j *Journal) writeOne(ctx context.Context, w journal.AtomicWrite) (rejected
 	st := s.tags.state(w.PersistenceID)
 	defer st.mu.Unlock()
 	uuids := s.eventUUIDs(w, st)
-	if first == 1 {
+	// all_persistence_ids gets the id at its first write in this process
+	// (an upsert), so that an id whose first events were written elsewhere,
+	// or copied from a store where they were deleted, is listed too.
+	if !st.listed {
 		if err := s.session.Query(s.sql.insertID, w.PersistenceID).WithContext(ctx).Consistency(s.cfg.writeCL).Exec(); err != nil {
 			return nil, err
 		}
+		st.listed = true
 	}
 	for _, guard := range []string{s.sql.guard, s.sql.guardNew} {
 		b := s.session.Batch(gocql.LoggedBatch).WithContext(ctx)

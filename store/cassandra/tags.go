@@ -58,6 +58,7 @@ type idTags struct {
 	loaded   bool
 	progress map[string]tagProgress
 	last     gocql.UUID // the timeuuid of the id's last event written here
+	listed   bool       // the id is in all_persistence_ids
 }
 
 // tagRow is one tag_views row. Its timeuuid and bucket are given by the

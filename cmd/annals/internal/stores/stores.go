@@ -35,7 +35,8 @@ const (
 
 // Store is an open store: the parts the commands use.
 type Store struct {
-	// Kind is the scheme's name ("sqlite", "memory", "postgres").
+	// Kind is the scheme's name ("sqlite", "memory", "postgres",
+	// "cassandra").
 	Kind string
 	// Where names the store for people: a file path, "memory", a host and
 	// database.
@@ -52,6 +53,9 @@ type Store struct {
 	// commit order across all ids (annals check then has the compliance
 	// kit check it).
 	GlobalOrdering bool
+	// IDsInStoreOrder: the read journal lists persistence ids in an order
+	// of its own (Cassandra's token order), not ascending.
+	IDsInStoreOrder bool
 	// Admin offers the operator capabilities of package admin
 	// (admin.StatsReader, admin.Purger, ...) by type assertion. May be nil.
 	Admin any
@@ -84,6 +88,7 @@ func New() *Mux {
 	m.Register(SQLite(), "sqlite")
 	m.Register(Memory(), "memory")
 	m.Register(Postgres(), "postgres", "postgresql")
+	m.Register(Cassandra(), "cassandra")
 	return m
 }
 
@@ -107,7 +112,7 @@ func (m *Mux) scheme(url string) (Scheme, error) {
 			names = append(names, n)
 		}
 		slices.Sort(names)
-		return Scheme{}, fmt.Errorf("%w %q: use sqlite:PATH (for example sqlite:./annals.db), postgres://USER@HOST/DB or memory: (known schemes: %s)", ErrUnknownScheme, url, strings.Join(names, ", "))
+		return Scheme{}, fmt.Errorf("%w %q: use sqlite:PATH (for example sqlite:./annals.db), postgres://USER@HOST/DB, cassandra://HOST:PORT/KEYSPACE or memory: (known schemes: %s)", ErrUnknownScheme, url, strings.Join(names, ", "))
 	}
 	return s, nil
 }

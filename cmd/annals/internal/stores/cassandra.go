@@ -1,0 +1,61 @@
+package stores
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"net/url"
+
+	"github.com/annals-go/annals/admin"
+	"github.com/annals-go/annals/store/cassandra"
+)
+
+// Cassandra is the scheme of "cassandra://" URLs: a keyspace of a
+// Cassandra cluster, store/cassandra (the URL's parameters are
+// cassandra.Open's). Its stores keep no projection offsets; their Admin
+// reports statistics by reading the whole keyspace.
+func Cassandra() Scheme {
+	return Scheme{Open: openCassandra, Migrator: cassandraMigrator, Scratch: cassandraScratch}
+}
+
+func cassandraMigrator(ctx context.Context, u string) (admin.Migrator, error) {
+	return cassandra.NewMigrator(ctx, u)
+}
+
+// openCassandra opens the store; in mode Existing, cassandra.Open refuses
+// a keyspace without the store's tables, naming the command that creates
+// them.
+func openCassandra(ctx context.Context, u string, mode Mode) (*Store, error) {
+	s, err := cassandra.Open(ctx, u, cassandra.WithMigrate(mode == Create))
+	if err != nil {
+		return nil, err
+	}
+	return &Store{
+		Kind: "cassandra", Where: s.Where(),
+		Journal: s.Journal(), Snapshots: s.Snapshots(), Queries: s.ReadJournal(), Admin: s,
+		IDsInStoreOrder: true, Close: s.Close,
+	}, nil
+}
+
+// cassandraScratch makes the scratch store a new keyspace of the same
+// cluster, dropped by the returned function.
+func cassandraScratch(ctx context.Context, u string) (string, func() error, error) {
+	parsed, err := url.Parse(u)
+	if err != nil {
+		return "", nil, fmt.Errorf("cassandra URL: %w", err)
+	}
+	var b [6]byte
+	_, _ = rand.Read(b[:])
+	parsed.Path = "/annals_scratch_" + hex.EncodeToString(b[:])
+	scratch := parsed.String()
+	remove := func() error {
+		m, err := cassandra.NewMigrator(context.WithoutCancel(ctx), scratch)
+		if err != nil {
+			return err
+		}
+		defer m.Close()
+		return m.Drop(context.WithoutCancel(ctx))
+	}
+	return scratch, remove, nil
+}

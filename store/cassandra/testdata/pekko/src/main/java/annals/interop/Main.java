@@ -1,0 +1,1 @@
+package annals.interop; public class Main { public static void main(String[] a) {} }

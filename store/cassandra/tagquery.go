@@ -52,8 +52,10 @@ type viewRow struct {
 
 // idCursor is what a tag query delivered of one persistence id.
 type idCursor struct {
-	tagSeq int64
-	uuid   gocql.UUID
+	tagSeq     int64
+	uuid       gocql.UUID
+	slice      int
+	entityType string
 }
 
 // tagCursor walks a tag's buckets, holding back rows whose tag sequence
@@ -180,7 +182,12 @@ func (c *tagCursor) handle(ctx context.Context, r viewRow, yield func(query.Enve
 }
 
 func (c *tagCursor) deliver(r viewRow, yield func(query.Envelope) bool) bool {
-	c.ids[r.pid] = idCursor{tagSeq: r.tagSeq, uuid: r.uuid}
+	cur, ok := c.ids[r.pid]
+	if !ok || cur.entityType == "" {
+		cur.slice, cur.entityType = annals.Slice(r.pid), annals.EntityType(r.pid)
+	}
+	cur.tagSeq, cur.uuid = r.tagSeq, r.uuid
+	c.ids[r.pid] = cur
 	if compareTimeUUID(r.uuid, c.offset) > 0 {
 		c.offset = r.uuid
 	}
@@ -195,7 +202,7 @@ func (c *tagCursor) deliver(r viewRow, yield func(query.Envelope) bool) bool {
 	return yield(query.Envelope{
 		Offset:        query.TimeUUIDOffset(c.offset),
 		PersistenceID: r.pid, SequenceNr: r.seq, Timestamp: ts.UTC(),
-		EntityType: annals.EntityType(r.pid), Slice: annals.Slice(r.pid), Tags: tags,
+		EntityType: cur.entityType, Slice: cur.slice, Tags: tags,
 		Payload: r.payload, SerializerID: r.serID, Manifest: r.serManifest, WriterID: r.writer, Metadata: r.meta,
 	})
 }

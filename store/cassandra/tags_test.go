@@ -58,7 +58,7 @@ func quick(opts ...cassandra.Option) []cassandra.Option {
 		cassandra.WithFirstTimeBucket(time.Now().Add(-2 * time.Hour))}, opts...)
 }
 
-func mustWriteAll(t *testing.T, j journal.Journal, ws ...journal.AtomicWrite) {
+func mustWriteAll(t testing.TB, j journal.Journal, ws ...journal.AtomicWrite) {
 	t.Helper()
 	res, err := j.Write(t.Context(), ws)
 	if err == nil {

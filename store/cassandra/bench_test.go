@@ -46,11 +46,11 @@ type rawWriter struct {
 func newRawWriter(s *cassandra.Store, lwt bool) *rawWriter {
 	ks := s.Keyspace()
 	return &rawWriter{s: s, lwt: lwt,
-		insert: `INSERT INTO ` + ks + `.messages (persistence_id, partition_nr, sequence_nr, timestamp, timebucket, writer_uuid, ser_id, ser_manifest, event_manifest, event, tags) VALUES (?, 0, ?, ?, ?, 'w', 4, 'm', '', ?, ?)`,
-		guard:  `UPDATE ` + ks + `.messages SET annals_highest = ? WHERE persistence_id = ? AND partition_nr = 0 IF annals_highest = ?`,
+		insert:   `INSERT INTO ` + ks + `.messages (persistence_id, partition_nr, sequence_nr, timestamp, timebucket, writer_uuid, ser_id, ser_manifest, event_manifest, event, tags) VALUES (?, 0, ?, ?, ?, 'w', 4, 'm', '', ?, ?)`,
+		guard:    `UPDATE ` + ks + `.messages SET annals_highest = ? WHERE persistence_id = ? AND partition_nr = 0 IF annals_highest = ?`,
 		guardNew: `UPDATE ` + ks + `.messages SET annals_highest = ? WHERE persistence_id = ? AND partition_nr = 0 IF annals_highest = null`,
-		tagRow: `INSERT INTO ` + ks + `.tag_views (tag_name, timebucket, timestamp, persistence_id, tag_pid_sequence_nr, sequence_nr, writer_uuid, ser_id, ser_manifest, event_manifest, event) VALUES (?, ?, ?, ?, ?, ?, 'w', 4, 'm', '', ?)`,
-		progrs: `INSERT INTO ` + ks + `.tag_write_progress (persistence_id, tag, sequence_nr, tag_pid_sequence_nr, offset) VALUES (?, ?, ?, ?, ?)`,
+		tagRow:   `INSERT INTO ` + ks + `.tag_views (tag_name, timebucket, timestamp, persistence_id, tag_pid_sequence_nr, sequence_nr, writer_uuid, ser_id, ser_manifest, event_manifest, event) VALUES (?, ?, ?, ?, ?, ?, 'w', 4, 'm', '', ?)`,
+		progrs:   `INSERT INTO ` + ks + `.tag_write_progress (persistence_id, tag, sequence_nr, tag_pid_sequence_nr, offset) VALUES (?, ?, ?, ?, ?)`,
 	}
 }
 

@@ -1,7 +1,7 @@
 package annals.interop;
 
 /**
- * The cart's only event. Stored with ser_id 33, ser_manifest "annals.interop.Added"
- * and the payload {"item":"..."}.
+ * The cart's only event. Stored with ser_id 31 (jackson-json), ser_manifest "annals.interop.Added",
+ * event_manifest "" and the payload {"item":"..."}.
  */
 public record Added(String item) implements JsonSerializable {}

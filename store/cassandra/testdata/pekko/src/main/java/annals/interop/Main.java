@@ -1,5 +1,6 @@
 package annals.interop;
 
+import java.lang.management.ManagementFactory;
 import java.time.Duration;
 import java.time.LocalDateTime;
 import java.time.ZoneOffset;
@@ -17,6 +18,7 @@ import java.util.function.Function;
 import com.typesafe.config.Config;
 import com.typesafe.config.ConfigFactory;
 import com.typesafe.config.ConfigValueFactory;
+import org.apache.pekko.Done;
 import org.apache.pekko.actor.typed.ActorRef;
 import org.apache.pekko.actor.typed.ActorSystem;
 import org.apache.pekko.actor.typed.javadsl.AskPattern;
@@ -38,12 +40,14 @@ import org.apache.pekko.stream.javadsl.Sink;
  *   tag KEYSPACE TAG COUNT            PID SEQNR ITEM OFFSET_UUID per event, in delivery order
  * </pre>
  *
- * -Dannals.autocreate=true lets Pekko create the keyspace and tables (for trying it out).
+ * -Dannals.autocreate=true lets Pekko create the keyspace and tables (for trying it out);
+ * -Dannals.trace=true prints the time of each step to stderr.
  */
 public final class Main {
   private static final Duration TIMEOUT = Duration.ofSeconds(30);
   /** How long tag writes and the tag query may take to show the expected events. */
   private static final Duration TAG_WAIT = Duration.ofSeconds(20);
+  private static final boolean TRACE = Boolean.getBoolean("annals.trace");
 
   public static void main(String[] args) {
     // Start logging before Pekko and the driver log from several threads (else SLF4J warns on stderr).
@@ -77,12 +81,10 @@ public final class Main {
     }
   }
 
-  private static final boolean TRACE = Boolean.getBoolean("annals.trace");
-
   /** With -Dannals.trace=true, prints the time since JVM start of each step to stderr. */
   private static void trace(String step) {
     if (TRACE) System.err.printf("trace %6d ms %s%n",
-        System.currentTimeMillis() - java.lang.management.ManagementFactory.getRuntimeMXBean().getStartTime(), step);
+        System.currentTimeMillis() - ManagementFactory.getRuntimeMXBean().getStartTime(), step);
   }
 
   private static int usage() {
@@ -122,7 +124,7 @@ public final class Main {
       List<String> state = ask(system, Cart.Get::new);
       System.out.println("recovered " + String.join(",", state));
       trace("recovered");
-      for (String item : items) ask(system, (ActorRef<org.apache.pekko.Done> r) -> new Cart.Add(item, r));
+      for (String item : items) ask(system, (ActorRef<Done> r) -> new Cart.Add(item, r));
       System.out.println("written " + items.length);
       trace("written");
       // Pekko writes tag_views after acknowledging the persist: wait until every tag shows the

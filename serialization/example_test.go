@@ -35,7 +35,7 @@ func ExampleRegisterJSON() {
 	_, err = r.Deserialize(payload, id, "shop.Unknown")
 	fmt.Println(err)
 	// Output:
-	// 33 shop.OrderPlaced {"OrderID":"o-1","Total":42}
+	// 31 shop.OrderPlaced {"OrderID":"o-1","Total":42}
 	// {OrderID:o-1 Total:42}
-	// serialization: cannot decode payload (serializer id 33, manifest "shop.Unknown"): serialization: unknown manifest: JSON manifest "shop.Unknown"
+	// serialization: cannot decode payload (serializer id 31, manifest "shop.Unknown"): serialization: unknown manifest: JSON manifest "shop.Unknown"
 }

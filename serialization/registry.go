@@ -31,13 +31,14 @@ type Registry struct {
 
 // NewRegistry returns a registry with the built-in serializers registered:
 // [Bytes] under [BytesID], [JSON] (with no types yet; see [RegisterJSON])
-// under [JSONID], and [Protobuf] with protoregistry.GlobalTypes under
-// [ProtobufID].
+// under [JSONID] (and, for reading, [LegacyJSONID]), and [Protobuf] with
+// protoregistry.GlobalTypes under [ProtobufID].
 func NewRegistry() *Registry {
-	r := &Registry{byID: make(map[int32]Serializer, 3)}
+	r := &Registry{byID: make(map[int32]Serializer, 4)}
 	for _, s := range []Serializer{Bytes(), JSON(), Protobuf(nil)} {
 		r.byID[s.ID()] = s
 	}
+	r.byID[LegacyJSONID] = r.byID[JSONID] // reads what earlier versions wrote
 	return r
 }
 

@@ -59,15 +59,23 @@ type Serializer interface {
 	Unmarshal(data []byte, manifest string) (any, error)
 }
 
-// Ids of the built-in serializers. They are Akka's ids for the same formats,
-// so data written by either system is recognizable by the other.
+// Ids of the built-in serializers. They are Akka's and Pekko's ids for the
+// same formats, so data written by either system is recognizable by the
+// other.
 const (
 	// ProtobufID is the id of the [Protobuf] serializer.
 	ProtobufID int32 = 2
 	// BytesID is the id of the [Bytes] serializer.
 	BytesID int32 = 4
-	// JSONID is the id of the [JSON] serializer.
-	JSONID int32 = 33
+	// JSONID is the id of the [JSON] serializer: Akka's and Pekko's
+	// jackson-json.
+	JSONID int32 = 31
+	// LegacyJSONID is the id Annals' JSON serializer wrote before it took
+	// jackson-json's (33 is jackson-cbor's in Akka and Pekko). A registry
+	// from [NewRegistry] reads payloads with it through the [JSON]
+	// serializer; nothing is written with it. Pekko's CBOR payloads are not
+	// readable: they fail to decode with an error naming the id.
+	LegacyJSONID int32 = 33
 )
 
 var (

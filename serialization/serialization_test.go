@@ -541,3 +541,24 @@ func TestConcurrentUse(t *testing.T) {
 	})
 	wg.Wait()
 }
+
+// TestLegacyJSONIDIsRead: payloads written under the id Annals' JSON
+// serializer used before it took jackson-json's (33) still decode, while
+// new payloads carry 31, Pekko's jackson-json id.
+func TestLegacyJSONIDIsRead(t *testing.T) {
+	type Legacy struct{ N int }
+	r := serialization.NewRegistry()
+	if err := serialization.RegisterJSON[Legacy](r, "legacy.N"); err != nil {
+		t.Fatal(err)
+	}
+	payload, id, manifest, err := r.Serialize(Legacy{N: 7})
+	if err != nil || id != 31 || manifest != "legacy.N" {
+		t.Fatalf("Serialize = %s, %d, %q, %v; want id 31", payload, id, manifest, err)
+	}
+	for _, id := range []int32{serialization.JSONID, serialization.LegacyJSONID} {
+		v, err := r.Deserialize(payload, id, manifest)
+		if err != nil || v != (Legacy{N: 7}) {
+			t.Errorf("Deserialize with id %d = %v, %v; want {7}", id, v, err)
+		}
+	}
+}

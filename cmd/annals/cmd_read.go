@@ -104,7 +104,7 @@ func eventsCommand() *command {
 		name: "events", args: "ID", summary: "print the events of a persistence id",
 		help: `Prints the stored events of one persistence id, in sequence order: sequence
 number, write timestamp, serializer and manifest, tags and payload. A
-payload of the JSON serializer (id 33) that is valid JSON is printed as
+payload of the JSON serializer (id 31, or 33 as earlier versions wrote) that is valid JSON is printed as
 JSON; any other payload raw: quoted when it is text, else hex (tables cut
 long payloads unless --full).
 

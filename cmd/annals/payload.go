@@ -58,10 +58,14 @@ func toEventJSON(env query.Envelope, withOffset bool) eventJSON {
 	return j
 }
 
+// isJSON reports whether the JSON serializer writes (or, in earlier
+// versions, wrote) payloads with the id.
+func isJSON(id int32) bool { return id == serialization.JSONID || id == serialization.LegacyJSONID }
+
 // payloadJSON returns the payload as JSON when the JSON serializer wrote
 // it and it is valid JSON, else its bytes (for base64).
 func payloadJSON(serializerID int32, p []byte) (any, []byte) {
-	if serializerID == serialization.JSONID && json.Valid(p) {
+	if isJSON(serializerID) && json.Valid(p) {
 		return json.RawMessage(p), nil
 	}
 	return nil, p
@@ -78,7 +82,7 @@ func payloadText(serializerID int32, p []byte, full bool) string {
 	switch {
 	case len(p) == 0:
 		return "-"
-	case serializerID == serialization.JSONID && json.Valid(p):
+	case isJSON(serializerID) && json.Valid(p):
 		var b bytes.Buffer
 		_ = json.Compact(&b, p)
 		s = b.String()
@@ -109,7 +113,7 @@ func printable(p []byte) bool {
 // serializerText names the built-in serializers.
 func serializerText(id int32) string {
 	switch id {
-	case serialization.JSONID:
+	case serialization.JSONID, serialization.LegacyJSONID:
 		return "json"
 	case serialization.BytesID:
 		return "bytes"

@@ -16,6 +16,7 @@ import (
 	"github.com/annals-go/annals"
 	"github.com/annals-go/annals/cmd/annals/internal/stores"
 	"github.com/annals-go/annals/query"
+	"github.com/annals-go/annals/serialization"
 )
 
 func TestUsageAndExitCodes(t *testing.T) {
@@ -251,7 +252,7 @@ func TestEvents(t *testing.T) {
 				tags = append(tags, "odd")
 			}
 			if e.PersistenceID != "Account|a-1" || e.SequenceNr != seq || !e.Timestamp.Equal(base.Add(time.Duration(seq)*time.Second)) ||
-				e.EntityType != "Account" || e.Slice != annals.Slice("Account|a-1") || e.SerializerID != 33 || e.Manifest != "Deposited" ||
+				e.EntityType != "Account" || e.Slice != annals.Slice("Account|a-1") || e.SerializerID != serialization.JSONID || e.Manifest != "Deposited" ||
 				e.WriterID != "writer-1" || !slices.Equal(e.Tags, tags) || !jsonEqual(e.Payload, fmt.Sprintf(`{"amount": %d}`, seq)) ||
 				e.PayloadBase64 != nil || e.PayloadSize != 13 || e.Metadata != nil {
 				t.Errorf("event %+v", e)
@@ -274,8 +275,8 @@ func TestEvents(t *testing.T) {
 		evs = jsonLines[ev](t, cli(t, env, "events", "Account|a-2", "--json"))
 		if len(evs) != 3 || string(evs[0].PayloadBase64) != "text 1" || evs[0].Payload != nil || evs[0].Tags == nil || len(evs[0].Tags) != 0 ||
 			string(evs[1].PayloadBase64) != "\x00\x01\x02\xff" || evs[1].Payload != nil || string(evs[1].Metadata) != "meta" ||
-			evs[2].SerializerID != 33 || evs[2].Payload != nil || string(evs[2].PayloadBase64) != "text 3" {
-			t.Errorf("raw events (serializer 33 with invalid JSON included) %+v", evs)
+			evs[2].SerializerID != serialization.JSONID || evs[2].Payload != nil || string(evs[2].PayloadBase64) != "text 3" {
+			t.Errorf("raw events (the JSON serializer with invalid JSON included) %+v", evs)
 		}
 		// Deleted events are not shown; an id with none says so.
 		evs = jsonLines[ev](t, cli(t, env, "events", "Cart|c-2", "--json"))
@@ -309,7 +310,7 @@ func TestSnapshots(t *testing.T) {
 			t.Fatalf("snapshots %+v", out)
 		}
 		s0, s1 := out.Snapshots[0], out.Snapshots[1]
-		if s0.SequenceNr != 5 || s1.SequenceNr != 3 || !jsonEqual(s0.Payload, `{"balance": 50}`) || s0.PayloadBase64 != nil || s0.SerializerID != 33 ||
+		if s0.SequenceNr != 5 || s1.SequenceNr != 3 || !jsonEqual(s0.Payload, `{"balance": 50}`) || s0.PayloadBase64 != nil || s0.SerializerID != serialization.JSONID ||
 			s0.Manifest != "Account" || s0.PayloadSize != 15 || !s1.Timestamp.Equal(base.Add(3*time.Second)) {
 			t.Errorf("snapshots %+v", out)
 		}

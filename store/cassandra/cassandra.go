@@ -81,7 +81,7 @@ const (
 	DefaultMaxPayloadSize = 4 << 20
 	DefaultPageSize       = 1000
 	DefaultTimeout        = 10 * time.Second
-	DefaultConcurrency    = 64
+	DefaultConcurrency    = 256
 	DefaultReplication    = "{'class': 'SimpleStrategy', 'replication_factor': 1}"
 	DefaultConsistency    = gocql.LocalQuorum
 	// DefaultBucketSize is the span of a tag_views partition when neither

@@ -11,7 +11,7 @@ import (
 
 // TestCassandraCommands: the commands that make sense on a Cassandra
 // keyspace work on a cassandra:// URL: init (dry run, then for real),
-// copy from SQLite (verified), stats, ids, events, tail by tag (current,
+// copy from SQLite and back (verified), stats, ids, events, tail by tag (current,
 // resumed from a printed offset), and the compliance kit (check).
 func TestCassandraCommands(t *testing.T) {
 	t.Parallel()
@@ -47,6 +47,9 @@ func TestCassandraCommands(t *testing.T) {
 	if n := len(jsonLines[map[string]any](t, rest)); n != 24 {
 		t.Errorf("tail from the 10th event's offset: %d events, want 24", n)
 	}
+
+	back := "sqlite:" + filepath.Join(t.TempDir(), "back.db")
+	cli(t, env, "copy", "--from", url, "--to", back).want(t, 0, []string{"verified 30 ids"}, nil)
 
 	cli(t, env, "check").want(t, 0, []string{"check passed"}, nil)
 }

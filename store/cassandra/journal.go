@@ -75,6 +75,21 @@ func newStatements(ks string) statements {
 // Pekko's ByteArraySerializer (Annals' metadata is opaque bytes).
 const metaSerializerID = 4
 
+// eventColumns returns the payload (never null: Pekko reads the column as
+// bytes) and the metadata's serializer columns of an event (null without
+// metadata).
+func eventColumns(e *journal.Repr) (payload []byte, metaID *int32, metaManifest *string) {
+	if e.Metadata != nil {
+		id, m := int32(metaSerializerID), ""
+		metaID, metaManifest = &id, &m
+	}
+	payload = e.Payload
+	if payload == nil {
+		payload = []byte{}
+	}
+	return payload, metaID, metaManifest
+}
+
 // Journal is the store's event journal; see the package documentation for
 // how events are laid out and how conflicts are found.
 type Journal struct{ s *Store }
@@ -196,17 +211,9 @@ func (j *Journal) writeOne(ctx context.Context, w journal.AtomicWrite) (rejected
 		} else {
 			b.Query(guard, last, w.PersistenceID, pnr)
 		}
-		for i, e := range w.Events {
-			var metaID *int32
-			var metaManifest *string
-			if e.Metadata != nil {
-				id, m := int32(metaSerializerID), ""
-				metaID, metaManifest = &id, &m
-			}
-			payload := e.Payload
-			if payload == nil {
-				payload = []byte{}
-			}
+		for i := range w.Events {
+			e := &w.Events[i]
+			payload, metaID, metaManifest := eventColumns(e)
 			b.Query(s.sql.insert, w.PersistenceID, pnr, e.SequenceNr, uuids[i], s.bucketText(uuids[i].Time()),
 				e.WriterID, e.SerializerID, e.Manifest, payload, metaID, metaManifest, e.Metadata, e.Tags)
 		}

@@ -398,16 +398,7 @@ func (s *Store) flushTag(rows []tagRow) error {
 		b.SetConsistency(s.cfg.writeCL)
 		for _, r := range chunks[i] {
 			e := r.e
-			var metaID *int32
-			var metaManifest *string
-			if e.Metadata != nil {
-				id, m := int32(metaSerializerID), ""
-				metaID, metaManifest = &id, &m
-			}
-			payload := e.Payload
-			if payload == nil {
-				payload = []byte{}
-			}
+			payload, metaID, metaManifest := eventColumns(e)
 			b.Query(s.sql.insertTag, r.tag, r.bucket, r.uuid, e.PersistenceID, r.tagSeq, e.SequenceNr, e.WriterID,
 				e.SerializerID, e.Manifest, payload, metaID, metaManifest, e.Metadata, e.Tags, r.event)
 		}

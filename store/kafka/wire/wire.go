@@ -1,0 +1,215 @@
+// Package wire reads and writes the records of the Scala Kafka Journal
+// (evolution-gaming/kafka-journal), so that a Go service and a Scala one
+// can share a topic: the `journal.action` record header (JSON) that says
+// what a record is (Append, Delete, Purge, Mark), and the value of an
+// Append, a list of events with payload metadata, in its binary form and
+// its JSON form.
+//
+// Encoding reproduces the Scala library's bytes: the header and the JSON
+// form as its play-json writes them (two-space indentation, fields in its
+// order, absent options omitted), the binary form as its scodec codecs
+// (version byte, counts and lengths as big-endian 32-bit integers).
+// Decoding also accepts the older forms the library still reads: an Append
+// header without metadata, the version-0 binary events without metadata,
+// JSON events without metadata. A header with an unknown action decodes to
+// no action (ok false), so that newer writers do not stop older readers.
+package wire
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+)
+
+// ErrMalformed reports bytes that are not a record of the Scala Kafka
+// Journal; the error says what is wrong.
+var ErrMalformed = errors.New("kafka journal record malformed")
+
+// HeaderKey is the name of the record header that holds the action.
+const HeaderKey = "journal.action"
+
+// Kind is the kind of an action.
+type Kind int
+
+// The kinds of actions.
+const (
+	Append Kind = iota + 1
+	Delete
+	Purge
+	Mark
+)
+
+func (k Kind) String() string {
+	switch k {
+	case Append:
+		return "append"
+	case Delete:
+		return "delete"
+	case Purge:
+		return "purge"
+	case Mark:
+		return "mark"
+	}
+	return fmt.Sprintf("Kind(%d)", int(k))
+}
+
+// PayloadType is how an Append record's value, or one event's payload, is
+// encoded.
+type PayloadType string
+
+// Payload types.
+const (
+	Binary PayloadType = "binary"
+	JSON   PayloadType = "json"
+	Text   PayloadType = "text"
+)
+
+// Header is a decoded `journal.action` header. Which fields are set
+// depends on Kind:
+//   - Append: From and To (the sequence numbers of its events),
+//     PayloadType (of the record's value), Metadata (the header
+//     metadata's data, a JSON object, or nil).
+//   - Delete: To (the sequence number deleted to).
+//   - Mark: ID.
+//
+// Origin and Version are optional for every kind ("" when absent).
+type Header struct {
+	Kind        Kind
+	From, To    int64
+	PayloadType PayloadType
+	Metadata    json.RawMessage
+	ID          string
+	Origin      string
+	Version     string
+}
+
+type rangeJSON struct {
+	From int64 `json:"from"`
+	To   int64 `json:"to"`
+}
+
+type metadataJSON struct {
+	Data json.RawMessage `json:"data,omitempty"`
+}
+
+type appendJSON struct {
+	Range       rangeJSON     `json:"range"`
+	Origin      string        `json:"origin,omitempty"`
+	Version     string        `json:"version,omitempty"`
+	PayloadType PayloadType   `json:"payloadType"`
+	Metadata    *metadataJSON `json:"metadata,omitempty"`
+}
+
+type deleteJSON struct {
+	To      int64  `json:"to"`
+	Origin  string `json:"origin,omitempty"`
+	Version string `json:"version,omitempty"`
+}
+
+type purgeJSON struct {
+	Origin  string `json:"origin,omitempty"`
+	Version string `json:"version,omitempty"`
+}
+
+type markJSON struct {
+	ID      string `json:"id"`
+	Origin  string `json:"origin,omitempty"`
+	Version string `json:"version,omitempty"`
+}
+
+// EncodeHeader returns the header's bytes as the Scala library writes
+// them. An Append always carries its metadata object ({} when Metadata is
+// nil).
+func EncodeHeader(h Header) ([]byte, error) {
+	var v any
+	switch h.Kind {
+	case Append:
+		if h.PayloadType != Binary && h.PayloadType != JSON {
+			return nil, fmt.Errorf("%w: append with payload type %q (want binary or json)", ErrMalformed, h.PayloadType)
+		}
+		v = map[string]appendJSON{"append": {Range: rangeJSON{h.From, h.To}, Origin: h.Origin, Version: h.Version,
+			PayloadType: h.PayloadType, Metadata: &metadataJSON{Data: h.Metadata}}}
+	case Delete:
+		v = map[string]deleteJSON{"delete": {To: h.To, Origin: h.Origin, Version: h.Version}}
+	case Purge:
+		v = map[string]purgeJSON{"purge": {Origin: h.Origin, Version: h.Version}}
+	case Mark:
+		v = map[string]markJSON{"mark": {ID: h.ID, Origin: h.Origin, Version: h.Version}}
+	default:
+		return nil, fmt.Errorf("%w: header of %v", ErrMalformed, h.Kind)
+	}
+	return json.MarshalIndent(v, "", "  ")
+}
+
+// DecodeHeader reads a `journal.action` header. ok is false for an object
+// whose single key is not a known action (the record is then ignored).
+func DecodeHeader(b []byte) (h Header, ok bool, err error) {
+	var top map[string]json.RawMessage
+	if err := json.Unmarshal(b, &top); err != nil {
+		return Header{}, false, fmt.Errorf("%w: header: %w", ErrMalformed, err)
+	}
+	if len(top) != 1 {
+		return Header{}, false, fmt.Errorf("%w: header has %d keys, want one action", ErrMalformed, len(top))
+	}
+	for key, raw := range top {
+		strict := func(v any) error {
+			dec := json.NewDecoder(bytes.NewReader(raw))
+			if err := dec.Decode(v); err != nil {
+				return fmt.Errorf("%w: %s header: %w", ErrMalformed, key, err)
+			}
+			return nil
+		}
+		switch key {
+		case "append":
+			var a appendJSON
+			if err := strict(&a); err != nil {
+				return Header{}, false, err
+			}
+			if a.PayloadType != Binary && a.PayloadType != JSON {
+				return Header{}, false, fmt.Errorf("%w: append header with payload type %q", ErrMalformed, a.PayloadType)
+			}
+			if a.Range.From < 1 || a.Range.To < a.Range.From {
+				return Header{}, false, fmt.Errorf("%w: append header with range %d..%d", ErrMalformed, a.Range.From, a.Range.To)
+			}
+			h = Header{Kind: Append, From: a.Range.From, To: a.Range.To, PayloadType: a.PayloadType, Origin: a.Origin, Version: a.Version}
+			if a.Metadata != nil && len(a.Metadata.Data) > 0 && !bytes.Equal(a.Metadata.Data, []byte("null")) {
+				h.Metadata = compact(a.Metadata.Data)
+			}
+		case "delete":
+			var d deleteJSON
+			if err := strict(&d); err != nil {
+				return Header{}, false, err
+			}
+			h = Header{Kind: Delete, To: d.To, Origin: d.Origin, Version: d.Version}
+		case "purge":
+			var p purgeJSON
+			if err := strict(&p); err != nil {
+				return Header{}, false, err
+			}
+			h = Header{Kind: Purge, Origin: p.Origin, Version: p.Version}
+		case "mark":
+			var m markJSON
+			if err := strict(&m); err != nil {
+				return Header{}, false, err
+			}
+			h = Header{Kind: Mark, ID: m.ID, Origin: m.Origin, Version: m.Version}
+		default:
+			return Header{}, false, nil
+		}
+	}
+	return h, true, nil
+}
+
+// compact returns a JSON value without insignificant space (values are
+// kept compact, and written indented or not as the form requires).
+func compact(v json.RawMessage) json.RawMessage {
+	if len(v) == 0 {
+		return nil
+	}
+	var b bytes.Buffer
+	if json.Compact(&b, v) != nil {
+		return bytes.Clone(v)
+	}
+	return b.Bytes()
+}

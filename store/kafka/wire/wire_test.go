@@ -40,7 +40,9 @@ func ev(n int64, p *wire.Payload) wire.Event {
 
 func bin(s string) *wire.Payload  { return &wire.Payload{Type: wire.Binary, Data: []byte(s)} }
 func text(s string) *wire.Payload { return &wire.Payload{Type: wire.Text, Data: []byte(s)} }
-func js(s string) *wire.Payload   { return &wire.Payload{Type: wire.JSON, Data: fmt.Appendf(nil, "%q", s)} }
+func js(s string) *wire.Payload {
+	return &wire.Payload{Type: wire.JSON, Data: fmt.Appendf(nil, "%q", s)}
+}
 
 var meta = wire.Metadata{ExpireAfter: "1 day", Data: json.RawMessage(`{"key":"value"}`)}
 

@@ -59,13 +59,17 @@ func sameEvents(a, b wire.Events) bool {
 	return reflect.DeepEqual(norm(a), norm(b))
 }
 
+// headerCase is a header fixture, the value it decodes to, and whether it
+// is also encoded from that value.
+type headerCase struct {
+	file   string
+	want   wire.Header
+	encode bool
+}
+
 func TestHeaders(t *testing.T) {
 	data := json.RawMessage(`{"key":"value"}`)
-	tests := []struct {
-		file   string
-		want   wire.Header
-		encode bool
-	}{}
+	var tests []headerCase
 	for _, origin := range []string{"None", "origin"} {
 		o := map[string]string{"None": "", "origin": "origin"}[origin]
 		for _, pt := range []wire.PayloadType{wire.Binary, wire.JSON} {
@@ -74,38 +78,14 @@ func TestHeaders(t *testing.T) {
 			withMeta := base
 			withMeta.Metadata = data
 			tests = append(tests,
-				struct {
-					file   string
-					want   wire.Header
-					encode bool
-				}{fmt.Sprintf("Append-%s-%s-none.json", origin, name), base, true},
-				struct {
-					file   string
-					want   wire.Header
-					encode bool
-				}{fmt.Sprintf("Append-%s-%s-metadata.json", origin, name), withMeta, true},
-				struct {
-					file   string
-					want   wire.Header
-					encode bool
-				}{fmt.Sprintf("Append-%s-%s-legacy.json", origin, name), base, false})
+				headerCase{fmt.Sprintf("Append-%s-%s-none.json", origin, name), base, true},
+				headerCase{fmt.Sprintf("Append-%s-%s-metadata.json", origin, name), withMeta, true},
+				headerCase{fmt.Sprintf("Append-%s-%s-legacy.json", origin, name), base, false})
 		}
 		tests = append(tests,
-			struct {
-				file   string
-				want   wire.Header
-				encode bool
-			}{"Delete-" + origin + ".json", wire.Header{Kind: wire.Delete, To: 3, Version: "0.0.1", Origin: o}, true},
-			struct {
-				file   string
-				want   wire.Header
-				encode bool
-			}{"Purge-" + origin + ".json", wire.Header{Kind: wire.Purge, Origin: o}, true},
-			struct {
-				file   string
-				want   wire.Header
-				encode bool
-			}{"Mark-" + origin + ".json", wire.Header{Kind: wire.Mark, ID: "id", Origin: o}, true})
+			headerCase{"Delete-" + origin + ".json", wire.Header{Kind: wire.Delete, To: 3, Version: "0.0.1", Origin: o}, true},
+			headerCase{"Purge-" + origin + ".json", wire.Header{Kind: wire.Purge, Origin: o}, true},
+			headerCase{"Mark-" + origin + ".json", wire.Header{Kind: wire.Mark, ID: "id", Origin: o}, true})
 	}
 	for _, tt := range tests {
 		t.Run(tt.file, func(t *testing.T) {

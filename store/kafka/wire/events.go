@@ -74,9 +74,9 @@ func EncodeBinary(es Events) ([]byte, error) {
 		buf.Write(binary.BigEndian.AppendUint32(nil, uint32(ev.Len())))
 		buf.Write(ev.Bytes())
 	}
-	meta, err := json.Marshal(es.Metadata)
+	meta, err := marshal(es.Metadata)
 	if err != nil {
-		return nil, fmt.Errorf("%w: metadata: %w", ErrMalformed, err)
+		return nil, err
 	}
 	buf.Write(meta)
 	return buf.Bytes(), nil
@@ -201,7 +201,7 @@ func EncodeJSON(es Events) ([]byte, error) {
 				}
 				j.Payload = p.Data
 			case Text:
-				s, err := json.Marshal(string(p.Data))
+				s, err := marshal(string(p.Data))
 				if err != nil {
 					return nil, err
 				}
@@ -212,14 +212,7 @@ func EncodeJSON(es Events) ([]byte, error) {
 		}
 		out.Events[i] = j
 	}
-	var buf bytes.Buffer
-	enc := json.NewEncoder(&buf)
-	enc.SetEscapeHTML(false)
-	enc.SetIndent("", "  ")
-	if err := enc.Encode(out); err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrMalformed, err)
-	}
-	return bytes.TrimSuffix(buf.Bytes(), []byte("\n")), nil
+	return marshal(out)
 }
 
 // DecodeJSON reads the JSON form (with or without metadata).

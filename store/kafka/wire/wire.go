@@ -6,9 +6,10 @@
 // its JSON form.
 //
 // Encoding reproduces the Scala library's bytes: the header and the JSON
-// form as its play-json writes them (two-space indentation, fields in its
-// order, absent options omitted), the binary form as its scodec codecs
-// (version byte, counts and lengths as big-endian 32-bit integers).
+// form as compact JSON with its fields in its order and absent options
+// omitted, as it writes them to Kafka (Indent gives the two-space form of
+// its test resources), the binary form as its scodec codecs (version
+// byte, counts and lengths as big-endian 32-bit integers).
 // Decoding also accepts the older forms the library still reads: an Append
 // header without metadata, the version-0 binary events without metadata,
 // JSON events without metadata. A header with an unknown action decodes to
@@ -139,7 +140,30 @@ func EncodeHeader(h Header) ([]byte, error) {
 	default:
 		return nil, fmt.Errorf("%w: header of %v", ErrMalformed, h.Kind)
 	}
-	return json.MarshalIndent(v, "", "  ")
+	return marshal(v)
+}
+
+// marshal writes v as compact JSON without HTML escaping (play-json
+// escapes only what JSON requires).
+func marshal(v any) ([]byte, error) {
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(v); err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrMalformed, err)
+	}
+	return bytes.TrimSuffix(buf.Bytes(), []byte("\n")), nil
+}
+
+// Indent returns compact JSON from EncodeHeader or EncodeJSON in the
+// two-space form of play-json's prettyPrint (the Scala library's test
+// resources).
+func Indent(compact []byte) ([]byte, error) {
+	var buf bytes.Buffer
+	if err := json.Indent(&buf, compact, "", "  "); err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrMalformed, err)
+	}
+	return buf.Bytes(), nil
 }
 
 // DecodeHeader reads a `journal.action` header. ok is false for an object

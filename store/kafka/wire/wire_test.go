@@ -99,6 +99,9 @@ func TestHeaders(t *testing.T) {
 			}
 			if tt.encode {
 				enc, err := wire.EncodeHeader(tt.want)
+				if err == nil {
+					enc, err = wire.Indent(enc)
+				}
 				if err != nil || !bytes.Equal(enc, b) {
 					t.Errorf("encoded (%v)\n%s\nwant\n%s", err, enc, b)
 				}
@@ -148,6 +151,9 @@ func TestAppendValues(t *testing.T) {
 				t.Errorf("decoded %+v, want %+v", got, p.es)
 			}
 			enc, err := encode(got)
+			if err == nil && p.typ == wire.JSON {
+				enc, err = wire.Indent(enc)
+			}
 			if err != nil || !bytes.Equal(enc, b) {
 				t.Errorf("re-encoded (%v)\n%q\nwant\n%q", err, enc, b)
 			}

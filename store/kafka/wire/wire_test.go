@@ -208,3 +208,47 @@ func TestBinaryEvents(t *testing.T) {
 		}
 	}
 }
+
+// TestDecodeRecord: records without a key or header, or with an unknown
+// action, are skipped; a malformed one is an error naming its topic,
+// partition and offset; an Append decodes with its events.
+func TestDecodeRecord(t *testing.T) {
+	appendHeader, _ := wire.EncodeHeader(wire.Header{Kind: wire.Append, From: 1, To: 2, PayloadType: wire.JSON})
+	value, _ := wire.EncodeJSON(wire.Events{Events: []wire.Event{ev(1, js("a")), ev(2, nil)}})
+	short, _ := wire.EncodeJSON(wire.Events{Events: []wire.Event{ev(1, js("a"))}})
+	at := func(key string, headers map[string][]byte, value []byte) wire.Record {
+		return wire.Record{Topic: "journal", Partition: 3, Offset: 42, Key: []byte(key), Headers: headers, Value: value}
+	}
+	tests := []struct {
+		name    string
+		rec     wire.Record
+		ok      bool
+		wantErr bool
+	}{
+		{"append", at("A|1", map[string][]byte{wire.HeaderKey: appendHeader}, value), true, false},
+		{"no key", at("", map[string][]byte{wire.HeaderKey: appendHeader}, value), false, false},
+		{"no header", at("A|1", map[string][]byte{"other": []byte("x")}, value), false, false},
+		{"unknown action", at("A|1", map[string][]byte{wire.HeaderKey: []byte(`{"new":{}}`)}, nil), false, false},
+		{"bad header", at("A|1", map[string][]byte{wire.HeaderKey: []byte(`{"append":`)}, value), false, true},
+		{"bad value", at("A|1", map[string][]byte{wire.HeaderKey: appendHeader}, []byte(`{"events":[{]}`)), false, true},
+		{"no value", at("A|1", map[string][]byte{wire.HeaderKey: appendHeader}, nil), false, true},
+		{"range mismatch", at("A|1", map[string][]byte{wire.HeaderKey: appendHeader}, short), false, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			a, ok, err := wire.DecodeRecord(tt.rec)
+			if ok != tt.ok || (err != nil) != tt.wantErr {
+				t.Fatalf("ok %v, err %v; want ok %v, error %v", ok, err, tt.ok, tt.wantErr)
+			}
+			if err != nil {
+				var re *wire.RecordError
+				if !errors.As(err, &re) || !errors.Is(err, wire.ErrMalformed) || re.Topic != "journal" || re.Partition != 3 || re.Offset != 42 {
+					t.Errorf("error %v does not name journal/3@42 or wrap ErrMalformed", err)
+				}
+			}
+			if ok && (a.ID != "A|1" || len(a.Events.Events) != 2 || a.Header.Kind != wire.Append) {
+				t.Errorf("decoded %+v", a)
+			}
+		})
+	}
+}

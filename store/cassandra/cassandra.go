@@ -248,6 +248,32 @@ type Store struct {
 // when the keyspace lacks the store's tables (unless WithMigrate), and
 // ErrInvalidConfig for a bad URL or option.
 func Open(ctx context.Context, rawURL string, opts ...Option) (*Store, error) {
+	s, err := dial(ctx, rawURL, opts)
+	if err != nil {
+		return nil, err
+	}
+	session := s.session
+	if s.cfg.migrate {
+		if err := s.migrate(ctx); err != nil {
+			session.Close()
+			return nil, err
+		}
+	}
+	if err := s.checkSchema(ctx); err != nil {
+		session.Close()
+		return nil, err
+	}
+	if err := s.fixBucketSize(ctx); err != nil {
+		session.Close()
+		return nil, err
+	}
+	s.tags = newTagWriters(s)
+	return s, nil
+}
+
+// dial reads the URL and options, and connects to the cluster without
+// checking the keyspace.
+func dial(ctx context.Context, rawURL string, opts []Option) (*Store, error) {
 	cfg := defaultConfig()
 	if err := parseURL(rawURL, &cfg); err != nil {
 		return nil, err
@@ -264,21 +290,6 @@ func Open(ctx context.Context, rawURL string, opts ...Option) (*Store, error) {
 		return nil, err
 	}
 	s.session = session
-	if cfg.migrate {
-		if err := s.migrate(ctx); err != nil {
-			session.Close()
-			return nil, err
-		}
-	}
-	if err := s.checkSchema(ctx); err != nil {
-		session.Close()
-		return nil, err
-	}
-	if err := s.fixBucketSize(ctx); err != nil {
-		session.Close()
-		return nil, err
-	}
-	s.tags = newTagWriters(s)
 	return s, nil
 }
 

@@ -63,37 +63,33 @@ func (r *ReadJournal) CurrentEventsByTag(ctx context.Context, tag string, after 
 // has stored tag rows.
 func (r *ReadJournal) EventsByTag(ctx context.Context, tag string, after query.Offset) *query.Stream[query.Envelope] {
 	s := r.s
-	return query.NewStream(func(yield func(query.Envelope) bool) error {
-		c, err := s.newTagCursor(tag, after)
-		if err != nil {
-			return err
-		}
-		timer := time.NewTimer(s.cfg.pollInterval)
-		defer timer.Stop()
-		for {
+	c, err := s.newTagCursor(tag, after)
+	if err != nil {
+		return query.NewStream(func(func(query.Envelope) bool) error { return err })
+	}
+	wake := &s.signal
+	if s.cfg.ecDelay > 0 {
+		// A write's signal cannot make its rows visible before the delay
+		// has passed: polling bounds the lag by the delay plus the
+		// interval.
+		wake = &query.Signal{}
+	}
+	return query.Follow(ctx, wake, s.cfg.pollInterval, func(ctx context.Context) iter.Seq2[query.Envelope, error] {
+		return func(yield func(query.Envelope, error) bool) {
 			if s.isClosed() {
-				return journal.ErrClosed
+				yield(query.Envelope{}, journal.ErrClosed)
+				return
 			}
-			wake := s.signal.Wait()
-			stopped, err := c.run(ctx, s.cfg.now().Add(-s.cfg.ecDelay), yield)
-			if stopped || err != nil {
-				return err
-			}
-			if s.cfg.ecDelay > 0 {
-				// A write's signal cannot make its rows visible before the
-				// delay has passed: polling bounds the lag by the delay
-				// plus the interval.
-				wake = nil
-			}
-			timer.Reset(s.cfg.pollInterval)
-			select {
-			case <-ctx.Done():
-				return ctx.Err()
-			case <-timer.C:
-			case <-wake:
+			stopped := false
+			_, err := c.run(ctx, s.cfg.now().Add(-s.cfg.ecDelay), func(env query.Envelope) bool {
+				stopped = !yield(env, nil)
+				return !stopped
+			})
+			if err != nil && !stopped {
+				yield(query.Envelope{}, err)
 			}
 		}
-	})
+	}, nil)
 }
 
 // CurrentEventsByPersistenceID implements

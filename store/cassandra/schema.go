@@ -234,22 +234,10 @@ var _ admin.Migrator = (*Migrator)(nil)
 // NewMigrator connects to the cluster the URL names (see Open) without
 // checking the keyspace. Close it after use.
 func NewMigrator(ctx context.Context, rawURL string, opts ...Option) (*Migrator, error) {
-	cfg := defaultConfig()
-	if err := parseURL(rawURL, &cfg); err != nil {
-		return nil, err
-	}
-	for _, o := range opts {
-		o(&cfg)
-	}
-	if err := cfg.validate(); err != nil {
-		return nil, err
-	}
-	s := &Store{cfg: cfg}
-	session, err := s.connect(ctx, "")
+	s, err := dial(ctx, rawURL, opts)
 	if err != nil {
 		return nil, err
 	}
-	s.session = session
 	return &Migrator{s: s}, nil
 }
 

@@ -141,9 +141,11 @@ func (s *Store) eventUUIDs(w journal.AtomicWrite, st *idTags) []gocql.UUID {
 	return out
 }
 
-// rowsOf numbers the tag rows of events (with their timeuuids) after the
-// progress in st, which it advances.
-func (s *Store) rowsOf(events []journal.Repr, uuids []gocql.UUID, progress map[string]tagProgress, rows []tagRow) []tagRow {
+// rowsOf numbers the tag rows of events (uuids are their timeuuids in
+// messages) after progress, which it advances; events at or below a tag's
+// progress have their row already.
+func rowsOf(events []journal.Repr, uuids []gocql.UUID, progress map[string]tagProgress) []tagRow {
+	var rows []tagRow
 	for i := range events {
 		e := &events[i]
 		for j, tag := range e.Tags {
@@ -183,7 +185,7 @@ func (tw *tagWriters) written(ctx context.Context, w journal.AtomicWrite, uuids 
 	if progress == nil {
 		progress = map[string]tagProgress{}
 	}
-	rows := tw.s.rowsOf(w.Events, uuids, progress, nil)
+	rows := rowsOf(w.Events, uuids, progress)
 	if err := tw.write(ctx, rows); err != nil {
 		st.loaded = false
 		return err
@@ -223,19 +225,22 @@ func (tw *tagWriters) repair(ctx context.Context, pid string, st *idTags, upTo i
 		return s.wrap(ctx, "read tag scanning", err, journal.ErrClosed)
 	}
 	if upTo > scanned {
-		var rows []tagRow
+		var (
+			tagged []journal.Repr
+			uuids  []gocql.UUID
+		)
 		for ev, err := range s.events(ctx, pid, scanned+1, upTo, upTo) {
 			if err != nil {
 				return err
 			}
 			if len(ev.repr.Tags) > 0 {
-				rows = s.rowsOf([]journal.Repr{ev.repr}, []gocql.UUID{ev.uuid}, progress, rows)
+				tagged, uuids = append(tagged, ev.repr), append(uuids, ev.uuid)
 			}
 			if compareTimeUUID(ev.uuid, st.last) > 0 {
 				st.last = ev.uuid
 			}
 		}
-		if err := tw.write(ctx, rows); err != nil {
+		if err := tw.write(ctx, rowsOf(tagged, uuids, progress)); err != nil {
 			return err
 		}
 		if err := s.session.Query(s.sql.saveScanning, pid, upTo).WithContext(ctx).Consistency(s.cfg.writeCL).Exec(); err != nil {

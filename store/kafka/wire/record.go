@@ -1,13 +1,17 @@
 package wire
 
-import "fmt"
+import (
+	"fmt"
+	"time"
+)
 
 // Record is a Kafka record as a consumer gives it: where it is, its key,
-// its headers and its value.
+// its headers, its value and its timestamp.
 type Record struct {
 	Topic     string
 	Partition int32
 	Offset    int64
+	Timestamp time.Time
 	Key       []byte
 	Headers   map[string][]byte
 	Value     []byte

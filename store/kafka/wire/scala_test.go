@@ -1,39 +1,17 @@
 package wire_test
 
 import (
-	"bufio"
 	"bytes"
-	"encoding/hex"
-	"encoding/json"
-	"os"
-	"path/filepath"
 	"testing"
 
 	"github.com/annals-go/annals/store/kafka/wire"
+	"github.com/annals-go/annals/store/kafka/wire/wiretest"
 )
-
-// scalaRecord is a line of scala-written/journal-*.jsonl: a record the
-// Scala Kafka Journal wrote to a real broker.
-type scalaRecord struct {
-	Partition int32  `json:"partition"`
-	Offset    int64  `json:"offset"`
-	Key       string `json:"key"`
-	Headers   []struct {
-		Key      string `json:"key"`
-		ValueHex string `json:"value_hex"`
-	} `json:"headers"`
-	ValueNull bool   `json:"value_null"`
-	ValueHex  string `json:"value_hex"`
-}
 
 // TestScalaWrittenRecords: every record the Scala library wrote decodes;
 // its action header and its Append value re-encode to the same bytes; the
 // kinds of actions are those its README lists.
 func TestScalaWrittenRecords(t *testing.T) {
-	dir := filepath.Join(fixtures, "scala-written")
-	if _, err := os.Stat(dir); err != nil {
-		t.Skipf("no Scala-written records at %s: %v", dir, err)
-	}
 	tests := []struct {
 		file  string
 		kinds []wire.Kind
@@ -45,25 +23,9 @@ func TestScalaWrittenRecords(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.file, func(t *testing.T) {
-			f, err := os.Open(filepath.Join(dir, tt.file))
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer f.Close()
 			var kinds []wire.Kind
-			sc := bufio.NewScanner(f)
-			sc.Buffer(nil, 1<<20)
-			for sc.Scan() {
-				var r scalaRecord
-				if err := json.Unmarshal(sc.Bytes(), &r); err != nil {
-					t.Fatal(err)
-				}
-				var header []byte
-				for _, h := range r.Headers {
-					if h.Key == wire.HeaderKey {
-						header, _ = hex.DecodeString(h.ValueHex)
-					}
-				}
+			for _, r := range wiretest.ScalaWritten(t, tt.file) {
+				header := r.Headers[wire.HeaderKey]
 				h, ok, err := wire.DecodeHeader(header)
 				if err != nil || !ok {
 					t.Fatalf("offset %d (%s): header %s: %v, ok %v", r.Offset, r.Key, header, err, ok)
@@ -75,7 +37,7 @@ func TestScalaWrittenRecords(t *testing.T) {
 				if h.Kind != wire.Append {
 					continue
 				}
-				value, _ := hex.DecodeString(r.ValueHex)
+				value := r.Value
 				decode, encode := wire.DecodeJSON, wire.EncodeJSON
 				if h.PayloadType == wire.Binary {
 					decode, encode = wire.DecodeBinary, wire.EncodeBinary
@@ -90,9 +52,6 @@ func TestScalaWrittenRecords(t *testing.T) {
 				if enc, err := encode(es); err != nil || !bytes.Equal(enc, value) {
 					t.Errorf("offset %d (%s): value re-encoded (%v)\n%q\nwant\n%q", r.Offset, r.Key, err, enc, value)
 				}
-			}
-			if err := sc.Err(); err != nil {
-				t.Fatal(err)
 			}
 			if len(kinds) != len(tt.kinds) {
 				t.Fatalf("%d records, want %d", len(kinds), len(tt.kinds))

@@ -12,17 +12,12 @@ import (
 	"testing"
 
 	"github.com/annals-go/annals/store/kafka/wire"
+	"github.com/annals-go/annals/store/kafka/wire/wiretest"
 )
-
-// fixtures is the Scala Kafka Journal's test resources (see its README).
-var fixtures = filepath.Join("..", "..", "..", "..", "shared", "fixtures", "kafka-journal")
 
 func read(t *testing.T, name string) []byte {
 	t.Helper()
-	if _, err := os.Stat(fixtures); err != nil {
-		t.Skipf("no Kafka Journal fixtures at %s (the shared fixtures beside the checkout): %v", fixtures, err)
-	}
-	b, err := os.ReadFile(filepath.Join(fixtures, name))
+	b, err := os.ReadFile(filepath.Join(wiretest.Dir(t), name))
 	if err != nil {
 		t.Fatalf("fixture %s: %v", name, err)
 	}
@@ -159,7 +154,7 @@ func TestAppendValues(t *testing.T) {
 			}
 			if p.typ == wire.JSON {
 				v0 := "Payload-v0-" + name + ".json"
-				if _, err := os.Stat(filepath.Join(fixtures, v0)); err == nil {
+				if _, err := os.Stat(filepath.Join(wiretest.Dir(t), v0)); err == nil {
 					got, err := wire.DecodeJSON(read(t, v0))
 					want := p.es
 					want.Metadata = wire.Metadata{}

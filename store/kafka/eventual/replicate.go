@@ -1,0 +1,73 @@
+package eventual
+
+import (
+	"context"
+	"time"
+
+	"golang.org/x/sync/errgroup"
+
+	"github.com/annals-go/annals/store/kafka/wire"
+)
+
+// KeyConcurrency is how many journals Replicate applies at once.
+const KeyConcurrency = 16
+
+// Replicate applies records, consecutive records of one partition of a
+// topic in offset order, to the tables, then moves the partition's
+// pointer to the last record's offset. Each key's actions are folded
+// ([Batches]) and applied ([Apply]) in order; different keys concurrently.
+//
+// Records without a key or an action header, and actions this version
+// does not know, are skipped. A record that cannot be decoded stops the
+// call before anything is applied, with a *wire.RecordError naming topic,
+// partition and offset (wrapping wire.ErrMalformed), and the pointer stays
+// where it was. On any error the pointer is not moved; applying the same
+// records again is safe.
+func Replicate(ctx context.Context, t Tables, records []wire.Record, now time.Time) error {
+	if len(records) == 0 {
+		return nil
+	}
+	var keys []string
+	byKey := map[string][]ActionRecord{}
+	for _, r := range records {
+		a, ok, err := wire.DecodeRecord(r)
+		if err != nil {
+			return err
+		}
+		if !ok {
+			continue
+		}
+		if _, seen := byKey[a.ID]; !seen {
+			keys = append(keys, a.ID)
+		}
+		byKey[a.ID] = append(byKey[a.ID], ActionRecord{Action: a, Partition: r.Partition, Offset: r.Offset,
+			Timestamp: r.Timestamp, Headers: userHeaders(r.Headers)})
+	}
+	last := records[len(records)-1]
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(KeyConcurrency)
+	for _, id := range keys {
+		g.Go(func() error {
+			return Apply(gctx, t, Key{ID: id, Topic: last.Topic}, last.Partition, Batches(byKey[id]), now)
+		})
+	}
+	if err := g.Wait(); err != nil {
+		return err
+	}
+	return t.SavePointer(ctx, last.Topic, last.Partition, last.Offset, now)
+}
+
+// userHeaders returns a record's headers other than the action, as text.
+func userHeaders(h map[string][]byte) map[string]string {
+	var out map[string]string
+	for k, v := range h {
+		if k == wire.HeaderKey {
+			continue
+		}
+		if out == nil {
+			out = map[string]string{}
+		}
+		out[k] = string(v)
+	}
+	return out
+}

@@ -1,0 +1,89 @@
+// Package wiretest reads the Kafka journal fixtures shared beside the
+// checkout (../shared/fixtures/kafka-journal): the Scala project's test
+// resources and the records the Scala library wrote to a real broker.
+// Tests skip when the fixtures are not there.
+package wiretest
+
+import (
+	"bufio"
+	"encoding/hex"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"runtime"
+	"testing"
+	"time"
+
+	"github.com/annals-go/annals/store/kafka/wire"
+)
+
+// Dir returns the fixtures folder, or skips t when it is missing.
+func Dir(t testing.TB) string {
+	t.Helper()
+	_, file, _, ok := runtime.Caller(0)
+	if !ok {
+		t.Skip("cannot locate the fixtures: no caller information")
+	}
+	// file is <module>/store/kafka/wire/wiretest/wiretest.go.
+	dir := filepath.Join(filepath.Dir(file), "..", "..", "..", "..", "..", "shared", "fixtures", "kafka-journal")
+	if _, err := os.Stat(dir); err != nil {
+		t.Skipf("no Kafka Journal fixtures at %s (the shared fixtures beside the checkout): %v", dir, err)
+	}
+	return dir
+}
+
+// scalaRecord is a line of scala-written/journal-*.jsonl.
+type scalaRecord struct {
+	Partition   int32  `json:"partition"`
+	Offset      int64  `json:"offset"`
+	TimestampMs int64  `json:"timestamp_ms"`
+	Key         string `json:"key"`
+	Headers     []struct {
+		Key      string `json:"key"`
+		ValueHex string `json:"value_hex"`
+	} `json:"headers"`
+	ValueNull bool   `json:"value_null"`
+	ValueHex  string `json:"value_hex"`
+}
+
+// ScalaWritten returns the records of scala-written/<file> (for example
+// "journal-anchors.jsonl"), in offset order, with the topic named by the
+// file ("journal-anchors").
+func ScalaWritten(t testing.TB, file string) []wire.Record {
+	t.Helper()
+	path := filepath.Join(Dir(t), "scala-written", file)
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	topic := file[:len(file)-len(filepath.Ext(file))]
+	var out []wire.Record
+	sc := bufio.NewScanner(f)
+	sc.Buffer(nil, 1<<20)
+	for sc.Scan() {
+		var r scalaRecord
+		if err := json.Unmarshal(sc.Bytes(), &r); err != nil {
+			t.Fatalf("%s: %v", path, err)
+		}
+		rec := wire.Record{Topic: topic, Partition: r.Partition, Offset: r.Offset, Key: []byte(r.Key),
+			Timestamp: time.UnixMilli(r.TimestampMs).UTC(), Headers: map[string][]byte{}}
+		for _, h := range r.Headers {
+			v, err := hex.DecodeString(h.ValueHex)
+			if err != nil {
+				t.Fatalf("%s offset %d: header %s: %v", path, r.Offset, h.Key, err)
+			}
+			rec.Headers[h.Key] = v
+		}
+		if !r.ValueNull {
+			if rec.Value, err = hex.DecodeString(r.ValueHex); err != nil {
+				t.Fatalf("%s offset %d: value: %v", path, r.Offset, err)
+			}
+		}
+		out = append(out, rec)
+	}
+	if err := sc.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}

@@ -18,21 +18,23 @@ const KeyConcurrency = 16
 // ([Batches]) and applied ([Apply]) in order; different keys concurrently.
 //
 // Records without a key or an action header, and actions this version
-// does not know, are skipped. A record that cannot be decoded stops the
-// call before anything is applied, with a *wire.RecordError naming topic,
-// partition and offset (wrapping wire.ErrMalformed), and the pointer stays
-// where it was. On any error the pointer is not moved; applying the same
-// records again is safe.
+// does not know, are skipped. A record that cannot be decoded is never
+// skipped: the records before it are applied and the pointer moved to the
+// one before it, and the call returns a *wire.RecordError naming topic,
+// partition and offset (wrapping wire.ErrMalformed). On any other error the
+// pointer is not moved; applying the same records again is safe.
 func Replicate(ctx context.Context, t Tables, records []wire.Record, now time.Time) error {
-	if len(records) == 0 {
-		return nil
-	}
-	var keys []string
-	byKey := map[string][]ActionRecord{}
-	for _, r := range records {
+	var (
+		keys   []string
+		byKey  = map[string][]ActionRecord{}
+		bad    error
+		usable = records
+	)
+	for i, r := range records {
 		a, ok, err := wire.DecodeRecord(r)
 		if err != nil {
-			return err
+			bad, usable = err, records[:i]
+			break
 		}
 		if !ok {
 			continue
@@ -41,9 +43,12 @@ func Replicate(ctx context.Context, t Tables, records []wire.Record, now time.Ti
 			keys = append(keys, a.ID)
 		}
 		byKey[a.ID] = append(byKey[a.ID], ActionRecord{Action: a, Partition: r.Partition, Offset: r.Offset,
-			Timestamp: r.Timestamp, Headers: userHeaders(r.Headers)})
+			Timestamp: r.Timestamp, Headers: UserHeaders(r.Headers)})
 	}
-	last := records[len(records)-1]
+	if len(usable) == 0 {
+		return bad
+	}
+	last := usable[len(usable)-1]
 	g, gctx := errgroup.WithContext(ctx)
 	g.SetLimit(KeyConcurrency)
 	for _, id := range keys {
@@ -54,11 +59,15 @@ func Replicate(ctx context.Context, t Tables, records []wire.Record, now time.Ti
 	if err := g.Wait(); err != nil {
 		return err
 	}
-	return t.SavePointer(ctx, last.Topic, last.Partition, last.Offset, now)
+	if err := t.SavePointer(ctx, last.Topic, last.Partition, last.Offset, now); err != nil {
+		return err
+	}
+	return bad
 }
 
-// userHeaders returns a record's headers other than the action, as text.
-func userHeaders(h map[string][]byte) map[string]string {
+// UserHeaders returns a record's headers other than the action, as text
+// (nil when none).
+func UserHeaders(h map[string][]byte) map[string]string {
 	var out map[string]string
 	for k, v := range h {
 		if k == wire.HeaderKey {

@@ -16,33 +16,11 @@ import (
 
 	gocql "github.com/apache/cassandra-gocql-driver/v2"
 
-	"github.com/annals-go/annals/store/cassandra/cassandratest"
 	"github.com/annals-go/annals/store/kafka/eventual"
 	"github.com/annals-go/annals/store/kafka/eventual/cql"
+	"github.com/annals-go/annals/store/kafka/eventual/cql/cqltest"
 	"github.com/annals-go/annals/store/kafka/wire/wiretest"
 )
-
-// open returns an eventual store in a keyspace of the test's own.
-func open(t *testing.T) (*cql.Store, *gocql.Session, string) {
-	t.Helper()
-	u, keyspace := cassandratest.URL(t)
-	cluster := gocql.NewCluster(strings.TrimPrefix(strings.TrimSuffix(u, "/"+keyspace), "cassandra://"))
-	cluster.Timeout = time.Minute
-	cluster.DisableInitialHostLookup = true
-	cluster.Consistency = gocql.One
-	session, err := cluster.CreateSession()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(session.Close)
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	s, err := cql.New(ctx, session, keyspace, true, "", cql.WithConsistency(gocql.One, gocql.One), cql.WithOrigin("anchors-replicator"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return s, session, keyspace
-}
 
 // timeColumns are left out of the comparison with the Scala replicator's
 // rows: the times it ran at, and the random record ids (checked instead
@@ -67,7 +45,7 @@ var rowKeys = map[string][]string{
 // replicator wrote from them, row by row and column by column.
 func TestReplicatesAsScala(t *testing.T) {
 	want := scalaRows(t)
-	s, session, keyspace := open(t)
+	s, session, keyspace := cqltest.Open(t, cql.WithOrigin("anchors-replicator"))
 	ctx := context.Background()
 	// The Scala replicator ran on 2026-11-22 at 13:27:47 UTC: the same
 	// time gives the same created_date and expire_on.

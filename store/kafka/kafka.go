@@ -1,0 +1,204 @@
+// Package kafka is the Kafka journal: Kafka is the write-ahead log of a
+// journal's actions, a replicator copies them into an eventual store
+// (Cassandra or PostgreSQL), and reads merge the eventual store with the
+// topic's not yet replicated head. It follows the Scala Kafka Journal
+// (evolution-gaming/kafka-journal) and shares its topics and its Cassandra
+// keyspace: a Go service and a Scala one can write and read the same
+// journals.
+//
+// # Writes
+//
+// An atomic write is one Append record keyed by the persistence id on its
+// entity type's topic, its events in the Scala persistence adapter's
+// binary form (serializer id, manifest, payload and writer id, as Akka and
+// Pekko services using the Scala library write them). The producer is
+// idempotent with acks=all: Write returns once every replica in sync has
+// the record. Records of one id go to one partition (Kafka's murmur2 key
+// hash, as the Java producer) and, because the idempotent producer numbers
+// each partition's batches and the broker accepts them only in order, stay
+// in the order produced even when a batch is retried.
+//
+// Kafka cannot refuse an append whose sequence numbers are taken, so the
+// journal checks each write against the highest number it knows for the
+// id (read through the journal at the id's first write in this process).
+// Like the Scala library it assumes one writer per id at a time (cluster
+// sharding, or the entity host's single owner); two processes writing one
+// id at once are not detected.
+//
+// # Reads
+//
+// Replay, HighestSequenceNr and DeleteTo produce a Mark for the id and read
+// the id's head in the eventual store at the same time; when the store has
+// applied everything up to the Mark (its pointer, or the id's own last
+// offset, has reached it) Kafka is not read. Otherwise the partition is
+// read from there to the Mark, and the id's deletes and purges in that
+// head are applied before anything is streamed; the head's events follow
+// the store's, without duplicates at the seam.
+//
+// # Events written by other clients
+//
+// Events the Scala library's Journals API wrote (not its persistence
+// adapter) have no serializer: their payloads are returned as described
+// at [TextManifest].
+package kafka
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"regexp"
+	"sync"
+	"sync/atomic"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/annals-go/annals"
+	"github.com/annals-go/annals/journal"
+	"github.com/annals-go/annals/store/kafka/eventual"
+)
+
+// Version is written as the version of the records Annals produces.
+const Version = "annals"
+
+// DefaultTopicPrefix starts the default topic of an entity type:
+// "journal-" followed by the type ("journal" for ids without one).
+const DefaultTopicPrefix = "journal-"
+
+// ErrInvalidConfig reports options that cannot work.
+var ErrInvalidConfig = errors.New("kafka journal: invalid configuration")
+
+// Option configures a Journal.
+type Option func(*config)
+
+type config struct {
+	topic      func(entityType string) string
+	origin     string
+	clientOpts []kgo.Opt
+	readers    int
+}
+
+// WithTopic sets the topic of each entity type (default DefaultTopicPrefix
+// and the type). A topic must be a valid Kafka topic name.
+func WithTopic(topic func(entityType string) string) Option {
+	return func(c *config) { c.topic = topic }
+}
+
+// WithOrigin names this writer in its records' headers (default the host
+// name).
+func WithOrigin(origin string) Option { return func(c *config) { c.origin = origin } }
+
+// WithClientOptions adds franz-go options to the journal's Kafka clients
+// (TLS, SASL, timeouts).
+func WithClientOptions(opts ...kgo.Opt) Option {
+	return func(c *config) { c.clientOpts = append(c.clientOpts, opts...) }
+}
+
+// WithReaders sets how many idle Kafka consumers the journal keeps for
+// reading heads (default 4); more reads at once open more.
+func WithReaders(n int) Option { return func(c *config) { c.readers = n } }
+
+// DefaultTopic returns the default topic of an entity type.
+func DefaultTopic(entityType string) string {
+	if entityType == "" {
+		return "journal"
+	}
+	return DefaultTopicPrefix + entityType
+}
+
+var topicName = regexp.MustCompile(`^[a-zA-Z0-9._-]{1,249}$`)
+
+// Journal is the Kafka journal. It implements journal.Journal and is safe
+// for concurrent use.
+type Journal struct {
+	cfg     config
+	brokers []string
+	tables  eventual.Tables
+	cl      *kgo.Client
+	readers chan *kgo.Client
+
+	mu    sync.Mutex
+	known map[string]int64 // highest sequence number per id, as written or read here
+
+	closed atomic.Bool
+}
+
+// Open returns a journal on the Kafka cluster at brokers (host:port), with
+// tables as its eventual store. It does not own tables.
+func Open(ctx context.Context, brokers []string, tables eventual.Tables, opts ...Option) (*Journal, error) {
+	cfg := config{topic: DefaultTopic, readers: 4}
+	if h, err := os.Hostname(); err == nil {
+		cfg.origin = h
+	}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	switch {
+	case len(brokers) == 0:
+		return nil, fmt.Errorf("%w: no brokers", ErrInvalidConfig)
+	case tables == nil:
+		return nil, fmt.Errorf("%w: no eventual store", ErrInvalidConfig)
+	case cfg.readers < 0:
+		return nil, fmt.Errorf("%w: %d readers", ErrInvalidConfig, cfg.readers)
+	}
+	cl, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(brokers...), kgo.RequiredAcks(kgo.AllISRAcks()),
+		kgo.AllowAutoTopicCreation(), kgo.ProducerLinger(0)}, cfg.clientOpts...)...)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
+	}
+	if err := cl.Ping(ctx); err != nil {
+		cl.Close()
+		return nil, fmt.Errorf("kafka journal: no broker at %v answers: %w", brokers, err)
+	}
+	return &Journal{cfg: cfg, brokers: brokers, tables: tables, cl: cl, readers: make(chan *kgo.Client, cfg.readers),
+		known: map[string]int64{}}, nil
+}
+
+// Close releases the journal's Kafka clients; calls after Close fail with
+// journal.ErrClosed.
+func (j *Journal) Close() error {
+	if j.closed.Swap(true) {
+		return nil
+	}
+	j.cl.Close()
+	for {
+		select {
+		case r := <-j.readers:
+			r.Close()
+		default:
+			return nil
+		}
+	}
+}
+
+// key returns the journal key of pid, or an error naming a topic Kafka
+// would refuse.
+func (j *Journal) key(pid string) (eventual.Key, error) {
+	t := j.cfg.topic(annals.EntityType(pid))
+	if !topicName.MatchString(t) || t == "." || t == ".." {
+		return eventual.Key{}, fmt.Errorf("%w: persistence id %q maps to topic %q, which is not a Kafka topic name (letters, digits, '.', '_', '-'; 249 at most): set WithTopic",
+			journal.ErrInvalidArgument, pid, t)
+	}
+	return eventual.Key{ID: pid, Topic: t}, nil
+}
+
+func (j *Journal) knownHighest(pid string) (int64, bool) {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	h, ok := j.known[pid]
+	return h, ok
+}
+
+func (j *Journal) remember(pid string, h int64) {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	j.known[pid] = max(j.known[pid], h)
+}
+
+func (j *Journal) forget(pid string) {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	delete(j.known, pid)
+}
+
+var _ journal.Journal = (*Journal)(nil)

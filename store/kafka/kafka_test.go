@@ -1,0 +1,72 @@
+package kafka_test
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/annals-go/annals/journal"
+	"github.com/annals-go/annals/store/kafka"
+	"github.com/annals-go/annals/store/kafka/eventual"
+	"github.com/annals-go/annals/store/kafka/eventual/cql/cqltest"
+	"github.com/annals-go/annals/store/kafka/kafkatest"
+	"github.com/annals-go/annals/storetest"
+)
+
+// open returns a journal on brokers with tables as its eventual store,
+// closed when the test ends.
+func open(t testing.TB, brokers []string, tables eventual.Tables, opts ...kafka.Option) *kafka.Journal {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	j, err := kafka.Open(ctx, brokers, tables, append([]kafka.Option{kafka.WithOrigin("test")}, opts...)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { j.Close() })
+	return j
+}
+
+// replicate runs a replicator of the default topics until the test ends.
+func replicate(t testing.TB, brokers []string, tables eventual.Tables, opts ...kafka.ReplicatorOption) *kafka.Replicator {
+	t.Helper()
+	r, err := kafka.NewReplicator(brokers, tables, append([]kafka.ReplicatorOption{kafka.WithErrorHandler(func(err error) { t.Log(err) })}, opts...)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		if err := r.Run(ctx); err != nil {
+			t.Errorf("replicator: %v", err)
+		}
+	})
+	t.Cleanup(func() { cancel(); wg.Wait() })
+	return r
+}
+
+// TestJournalKit runs the journal compliance kit on the fake broker, with
+// the replicator running and with none (every read from the topic).
+func TestJournalKit(t *testing.T) {
+	tables, _, _ := cqltest.Open(t)
+	for _, c := range []struct {
+		name       string
+		replicator bool
+	}{{"replicated", true}, {"unreplicated", false}} {
+		t.Run(c.name, func(t *testing.T) {
+			brokers := kafkatest.Fake(t)
+			j := open(t, brokers, tables)
+			if c.replicator {
+				replicate(t, brokers, tables)
+			}
+			storetest.RunJournal(t, storetest.JournalHarness{
+				New:          func(t *testing.T) journal.Journal { return j },
+				Capabilities: storetest.Capabilities{SkipLargeReplay: true},
+			})
+		})
+	}
+}
+
+var _ = errors.Is

@@ -1,0 +1,316 @@
+package kafka
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"iter"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/annals-go/annals/journal"
+	"github.com/annals-go/annals/store/kafka/eventual"
+	"github.com/annals-go/annals/store/kafka/wire"
+)
+
+// view is what a read knows of one journal: the eventual store's head and
+// the topic's not yet replicated actions folded over it.
+type view struct {
+	key  eventual.Key
+	head eventual.Head
+	has  bool
+	// purged: the topic's head holds a purge, so the eventual store's
+	// events are of an ended incarnation.
+	purged          bool
+	seqNr, deleteTo int64
+	// events are the head's appended events after its last purge, in
+	// order (only when the read wants values).
+	events []eventual.Record
+}
+
+// read returns the view of pid: a Mark produced while the eventual head
+// is read, then, unless the store has applied everything before the Mark,
+// the partition's records from there to the Mark.
+func (j *Journal) read(ctx context.Context, pid string, values bool) (view, error) {
+	if j.closed.Load() {
+		return view{}, journal.ErrClosed
+	}
+	key, err := j.key(pid)
+	if err != nil {
+		return view{}, err
+	}
+	v := view{key: key}
+	var (
+		partition  int32
+		mark       int64
+		markErr    error
+		markDone   = make(chan struct{})
+		idBytes    [16]byte
+	)
+	_, _ = rand.Read(idBytes[:])
+	go func() {
+		defer close(markDone)
+		partition, mark, markErr = j.produce(ctx, key, wire.Header{Kind: wire.Mark, ID: hex.EncodeToString(idBytes[:])})
+	}()
+	v.head, v.has, err = j.tables.Head(ctx, key)
+	<-markDone
+	if err != nil {
+		return view{}, fmt.Errorf("kafka journal: reading the head of %q: %w", pid, err)
+	}
+	if markErr != nil {
+		return view{}, markErr
+	}
+	v.seqNr, v.deleteTo = v.head.SeqNr, v.head.DeleteTo
+	pointer, ok, err := j.tables.Pointer(ctx, key.Topic, partition)
+	if err != nil {
+		return view{}, fmt.Errorf("kafka journal: reading the pointer of %s/%d: %w", key.Topic, partition, err)
+	}
+	from := int64(-1) // the start of the partition
+	if ok {
+		from = pointer + 1
+	}
+	if v.has && v.head.Partition == partition {
+		from = max(from, v.head.Offset+1)
+	}
+	if from >= mark {
+		return v, nil
+	}
+	actions, err := j.readHead(ctx, key, partition, from, mark, values)
+	if err != nil {
+		return view{}, err
+	}
+	v.fold(actions, values)
+	return v, nil
+}
+
+// fold applies the head's actions, in offset order, to the view.
+func (v *view) fold(actions []eventual.ActionRecord, values bool) {
+	for _, a := range actions {
+		h := a.Action.Header
+		switch h.Kind {
+		case wire.Append:
+			v.seqNr = max(v.seqNr, h.To)
+			if !values {
+				continue
+			}
+			for _, e := range a.Action.Events.Events {
+				v.events = append(v.events, eventual.Record{Event: e, Timestamp: a.Timestamp, Origin: h.Origin, Version: h.Version,
+					Partition: a.Partition, Offset: a.Offset, HeaderMetadata: h.Metadata, PayloadMetadata: a.Action.Events.Metadata, Headers: a.Headers})
+			}
+		case wire.Delete:
+			if v.seqNr == 0 && v.deleteTo == 0 {
+				v.seqNr, v.deleteTo = h.To, h.To
+				continue
+			}
+			v.deleteTo = max(v.deleteTo, min(h.To, max(v.seqNr, v.deleteTo)))
+		case wire.Purge:
+			v.purged, v.seqNr, v.deleteTo, v.events = true, 0, 0, nil
+		}
+	}
+}
+
+// HighestSequenceNr implements journal.Journal: the eventual store's last
+// number, or a later one appended in the topic's head.
+func (j *Journal) HighestSequenceNr(ctx context.Context, persistenceID string, from int64) (int64, error) {
+	if err := journal.CheckID("highest sequence number", persistenceID, from); err != nil {
+		return 0, err
+	}
+	v, err := j.read(ctx, persistenceID, false)
+	if err != nil {
+		return 0, err
+	}
+	j.remember(persistenceID, v.seqNr)
+	return v.seqNr, nil
+}
+
+// Replay implements journal.Journal: the eventual store's events, then
+// the head's later ones, with every delete and purge applied.
+func (j *Journal) Replay(ctx context.Context, persistenceID string, from, to, maxEvents int64) iter.Seq2[journal.Repr, error] {
+	return func(yield func(journal.Repr, error) bool) {
+		if err := journal.CheckReplay(persistenceID, from, to, maxEvents); err != nil {
+			yield(journal.Repr{}, err)
+			return
+		}
+		if from > to || maxEvents == 0 {
+			return
+		}
+		v, err := j.read(ctx, persistenceID, true)
+		if err != nil {
+			yield(journal.Repr{}, err)
+			return
+		}
+		start := max(from, v.deleteTo+1, 1)
+		var n, last int64
+		emit := func(r eventual.Record) (more bool) {
+			if err := ctx.Err(); err != nil {
+				yield(journal.Repr{}, err)
+				return false
+			}
+			e, err := toRepr(persistenceID, r)
+			if err != nil {
+				yield(journal.Repr{}, err)
+				return false
+			}
+			n, last = n+1, e.SequenceNr
+			return yield(e, nil) && n < maxEvents
+		}
+		if v.has && !v.purged && start <= min(to, v.head.SeqNr) {
+			end := min(to, v.head.SeqNr)
+			size := v.head.SegmentSize
+			for seg := eventual.JournalSegment(start, size); seg <= eventual.JournalSegment(end, size); seg++ {
+				for r, err := range j.tables.Records(ctx, v.key, seg, start, end) {
+					if err != nil {
+						yield(journal.Repr{}, fmt.Errorf("kafka journal: reading %q from the eventual store: %w", persistenceID, err))
+						return
+					}
+					if r.Event.SeqNr <= last || r.Event.SeqNr < start {
+						continue
+					}
+					if !emit(r) {
+						return
+					}
+				}
+			}
+		}
+		for _, r := range v.events {
+			if s := r.Event.SeqNr; s < start || s > to || s <= last {
+				continue
+			}
+			if !emit(r) {
+				return
+			}
+		}
+		if err := ctx.Err(); err != nil {
+			yield(journal.Repr{}, err)
+		}
+	}
+}
+
+// readHead returns pid's actions in a partition from offset from (-1: the
+// partition's start) to before until, decoding Append values only when
+// values is true.
+func (j *Journal) readHead(ctx context.Context, key eventual.Key, partition int32, from, until int64, values bool) ([]eventual.ActionRecord, error) {
+	start := kgo.NewOffset().AtStart()
+	if from >= 0 {
+		start = kgo.NewOffset().At(from)
+	}
+	cl, err := j.reader(key.Topic, partition, start)
+	if err != nil {
+		return nil, err
+	}
+	defer j.release(cl, key.Topic, partition)
+	var out []eventual.ActionRecord
+	seen := from - 1
+	for {
+		fs := cl.PollFetches(ctx)
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+		var ferr error
+		fs.EachError(func(t string, p int32, err error) {
+			if t == key.Topic && p == partition && !errors.Is(err, context.Canceled) {
+				ferr = errors.Join(ferr, err)
+			}
+		})
+		if ferr != nil {
+			return nil, fmt.Errorf("kafka journal: reading %s/%d from offset %d: %w", key.Topic, partition, from, ferr)
+		}
+		done := false
+		fs.EachRecord(func(r *kgo.Record) {
+			if done || r.Topic != key.Topic || r.Partition != partition || r.Offset <= seen {
+				return
+			}
+			seen = r.Offset
+			if r.Offset >= until {
+				done = true
+				return
+			}
+			if string(r.Key) != key.ID {
+				return
+			}
+			a, ok, derr := decode(r, values)
+			if derr != nil {
+				err = derr
+				done = true
+				return
+			}
+			if ok {
+				out = append(out, a)
+			}
+		})
+		if err != nil {
+			return nil, err
+		}
+		if done {
+			return out, nil
+		}
+	}
+}
+
+// decode reads a record of the head: with values, the whole action;
+// without, the header only.
+func decode(r *kgo.Record, values bool) (eventual.ActionRecord, bool, error) {
+	rec := wire.Record{Topic: r.Topic, Partition: r.Partition, Offset: r.Offset, Timestamp: r.Timestamp, Key: r.Key,
+		Headers: make(map[string][]byte, len(r.Headers))}
+	for _, h := range r.Headers {
+		rec.Headers[h.Key] = h.Value
+	}
+	if values {
+		rec.Value = r.Value
+	}
+	var (
+		a   wire.Action
+		ok  bool
+		err error
+	)
+	if values {
+		a, ok, err = wire.DecodeRecord(rec)
+	} else if raw, has := rec.Headers[wire.HeaderKey]; has && len(rec.Key) > 0 {
+		a.ID = string(rec.Key)
+		a.Header, ok, err = wire.DecodeHeader(raw)
+		if err != nil {
+			err = &wire.RecordError{Topic: rec.Topic, Partition: rec.Partition, Offset: rec.Offset, Err: err}
+		}
+	}
+	if err != nil || !ok {
+		return eventual.ActionRecord{}, false, err
+	}
+	return eventual.ActionRecord{Action: a, Partition: r.Partition, Offset: r.Offset, Timestamp: r.Timestamp.UTC(),
+		Headers: eventual.UserHeaders(rec.Headers)}, true, nil
+}
+
+// reader returns an idle consumer, or a new one, reading a partition from
+// start.
+func (j *Journal) reader(topic string, partition int32, start kgo.Offset) (*kgo.Client, error) {
+	assign := map[string]map[int32]kgo.Offset{topic: {partition: start}}
+	select {
+	case cl := <-j.readers:
+		cl.AddConsumePartitions(assign)
+		return cl, nil
+	default:
+	}
+	cl, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(j.brokers...), kgo.ConsumePartitions(assign),
+		kgo.FetchMaxWait(250 * time.Millisecond)}, j.cfg.clientOpts...)...)
+	if err != nil {
+		return nil, fmt.Errorf("kafka journal: a consumer for %s/%d: %w", topic, partition, err)
+	}
+	return cl, nil
+}
+
+// release stops cl reading the partition and keeps it for the next read,
+// or closes it when enough are kept.
+func (j *Journal) release(cl *kgo.Client, topic string, partition int32) {
+	cl.RemoveConsumePartitions(map[string][]int32{topic: {partition}})
+	if j.closed.Load() {
+		cl.Close()
+		return
+	}
+	select {
+	case j.readers <- cl:
+	default:
+		cl.Close()
+	}
+}

@@ -1,0 +1,277 @@
+package kafka
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"regexp"
+	"sync"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/annals-go/annals/store/kafka/eventual"
+	"github.com/annals-go/annals/store/kafka/wire"
+)
+
+// DefaultGroup is the replicator's default consumer group.
+const DefaultGroup = "annals-replicator"
+
+// DefaultTopicPattern matches the default topics (DefaultTopic).
+const DefaultTopicPattern = `^journal(-.+)?$`
+
+// ReplicatorOption configures a Replicator.
+type ReplicatorOption func(*replicatorConfig)
+
+type replicatorConfig struct {
+	group      string
+	topics     []string
+	pattern    string
+	clientOpts []kgo.Opt
+	onError    func(error)
+	now        func() time.Time
+}
+
+// WithGroup sets the consumer group (default DefaultGroup).
+func WithGroup(group string) ReplicatorOption { return func(c *replicatorConfig) { c.group = group } }
+
+// WithTopics replicates these topics instead of those matching
+// DefaultTopicPattern.
+func WithTopics(topics ...string) ReplicatorOption {
+	return func(c *replicatorConfig) { c.topics, c.pattern = topics, "" }
+}
+
+// WithTopicPattern replicates the topics matching a regular expression.
+func WithTopicPattern(pattern string) ReplicatorOption {
+	return func(c *replicatorConfig) { c.pattern, c.topics = pattern, nil }
+}
+
+// WithReplicatorClientOptions adds franz-go options to the replicator's
+// consumer.
+func WithReplicatorClientOptions(opts ...kgo.Opt) ReplicatorOption {
+	return func(c *replicatorConfig) { c.clientOpts = append(c.clientOpts, opts...) }
+}
+
+// WithErrorHandler is called with every error the replicator meets and
+// goes on from: a partition stopped at a record it cannot decode, an
+// eventual store failure it retries.
+func WithErrorHandler(f func(error)) ReplicatorOption {
+	return func(c *replicatorConfig) { c.onError = f }
+}
+
+// Replicator copies journal topics into an eventual store: one consumer
+// group member; each partition in offset order; each poll's records of a
+// partition applied with eventual.Replicate, which moves the partition's
+// pointer; the group's offsets committed after that. On assignment each
+// partition starts after its pointer (the eventual store, not the group's
+// offsets, says where replication stands), or at the partition's start.
+//
+// A record that cannot be decoded stops its partition (others go on) with
+// a *StoppedError; SkipRecord moves past it once an operator has looked.
+type Replicator struct {
+	cfg    replicatorConfig
+	tables eventual.Tables
+	cl     *kgo.Client
+
+	mu      sync.Mutex
+	stopped map[topicPartition]error
+}
+
+type topicPartition struct {
+	topic     string
+	partition int32
+}
+
+// StoppedError reports a partition the replicator stopped at a record it
+// cannot decode. It wraps the *wire.RecordError.
+type StoppedError struct {
+	Topic     string
+	Partition int32
+	Offset    int64
+	Err       error
+}
+
+func (e *StoppedError) Error() string {
+	return fmt.Sprintf("kafka journal: replication of %s/%d stopped at offset %d (review the record, then `annals replicate skip --topic %s --partition %d --offset %d`): %v",
+		e.Topic, e.Partition, e.Offset, e.Topic, e.Partition, e.Offset, e.Err)
+}
+
+// Unwrap returns the cause.
+func (e *StoppedError) Unwrap() error { return e.Err }
+
+// NewReplicator returns a replicator of the topics at brokers into tables.
+// It does not own tables.
+func NewReplicator(brokers []string, tables eventual.Tables, opts ...ReplicatorOption) (*Replicator, error) {
+	cfg := replicatorConfig{group: DefaultGroup, pattern: DefaultTopicPattern, onError: func(error) {}, now: time.Now}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	if len(brokers) == 0 || tables == nil {
+		return nil, fmt.Errorf("%w: a replicator needs brokers and an eventual store", ErrInvalidConfig)
+	}
+	r := &Replicator{cfg: cfg, tables: tables, stopped: map[topicPartition]error{}}
+	kopts := []kgo.Opt{kgo.SeedBrokers(brokers...), kgo.ConsumerGroup(cfg.group), kgo.DisableAutoCommit(), kgo.BlockRebalanceOnPoll(),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.FetchMaxWait(250 * time.Millisecond),
+		kgo.AdjustFetchOffsetsFn(r.startAfterPointers)}
+	if cfg.pattern != "" {
+		if _, err := regexp.Compile(cfg.pattern); err != nil {
+			return nil, fmt.Errorf("%w: topic pattern: %w", ErrInvalidConfig, err)
+		}
+		kopts = append(kopts, kgo.ConsumeRegex(), kgo.ConsumeTopics(cfg.pattern))
+	} else {
+		kopts = append(kopts, kgo.ConsumeTopics(cfg.topics...))
+	}
+	cl, err := kgo.NewClient(append(kopts, cfg.clientOpts...)...)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
+	}
+	r.cl = cl
+	return r, nil
+}
+
+// startAfterPointers sets each assigned partition to start after its
+// pointer.
+func (r *Replicator) startAfterPointers(ctx context.Context, offsets map[string]map[int32]kgo.Offset) (map[string]map[int32]kgo.Offset, error) {
+	for topic, ps := range offsets {
+		for p := range ps {
+			off, ok, err := r.tables.Pointer(ctx, topic, p)
+			if err != nil {
+				return nil, fmt.Errorf("kafka journal: reading the pointer of %s/%d: %w", topic, p, err)
+			}
+			if ok {
+				ps[p] = kgo.NewOffset().At(off + 1).WithEpoch(-1)
+			}
+		}
+	}
+	return offsets, nil
+}
+
+// Run replicates until ctx ends, then leaves the group and returns nil.
+// Eventual store failures are retried (with backoff) without losing
+// order; Run returns an error only when the Kafka client fails for good.
+func (r *Replicator) Run(ctx context.Context) error {
+	defer r.cl.Close()
+	for {
+		fs := r.cl.PollFetches(ctx)
+		if ctx.Err() != nil || fs.IsClientClosed() {
+			r.cl.AllowRebalance()
+			return nil
+		}
+		var fatal error
+		fs.EachError(func(t string, p int32, err error) {
+			if errors.Is(err, context.Canceled) {
+				return
+			}
+			r.cfg.onError(fmt.Errorf("kafka journal: fetching %s/%d: %w", t, p, err))
+		})
+		commits := map[string]map[int32]kgo.EpochOffset{}
+		fs.EachPartition(func(p kgo.FetchTopicPartition) {
+			if len(p.Records) == 0 || fatal != nil || ctx.Err() != nil {
+				return
+			}
+			tp := topicPartition{p.Topic, p.Partition}
+			if r.isStopped(tp) {
+				return
+			}
+			done, err := r.replicate(ctx, p.Records)
+			if done >= 0 {
+				if commits[p.Topic] == nil {
+					commits[p.Topic] = map[int32]kgo.EpochOffset{}
+				}
+				commits[p.Topic][p.Partition] = kgo.EpochOffset{Epoch: -1, Offset: done + 1}
+			}
+			var re *wire.RecordError
+			if errors.As(err, &re) {
+				r.stop(tp, &StoppedError{Topic: re.Topic, Partition: re.Partition, Offset: re.Offset, Err: err})
+			} else if err != nil && ctx.Err() == nil {
+				fatal = err
+			}
+		})
+		if len(commits) > 0 && ctx.Err() == nil {
+			r.cl.CommitOffsetsSync(ctx, commits, nil)
+		}
+		r.cl.AllowRebalance()
+		if fatal != nil {
+			return fatal
+		}
+	}
+}
+
+// replicate applies one partition's records, retrying eventual store
+// failures until ctx ends. It returns the offset of the last record
+// applied (-1 when none) and the error that stopped it.
+func (r *Replicator) replicate(ctx context.Context, krs []*kgo.Record) (int64, error) {
+	records := make([]wire.Record, len(krs))
+	for i, kr := range krs {
+		rec := wire.Record{Topic: kr.Topic, Partition: kr.Partition, Offset: kr.Offset, Timestamp: kr.Timestamp.UTC(),
+			Key: kr.Key, Value: kr.Value, Headers: make(map[string][]byte, len(kr.Headers))}
+		for _, h := range kr.Headers {
+			rec.Headers[h.Key] = h.Value
+		}
+		records[i] = rec
+	}
+	backoff := 100 * time.Millisecond
+	for {
+		err := eventual.Replicate(ctx, r.tables, records, r.cfg.now())
+		var re *wire.RecordError
+		switch {
+		case err == nil:
+			return records[len(records)-1].Offset, nil
+		case errors.As(err, &re):
+			return re.Offset - 1, err
+		case ctx.Err() != nil:
+			return -1, ctx.Err()
+		}
+		r.cfg.onError(fmt.Errorf("kafka journal: replicating %s/%d from offset %d (retrying in %v): %w",
+			records[0].Topic, records[0].Partition, records[0].Offset, backoff, err))
+		select {
+		case <-ctx.Done():
+			return -1, ctx.Err()
+		case <-time.After(backoff):
+		}
+		backoff = min(2*backoff, 10*time.Second)
+	}
+}
+
+func (r *Replicator) stop(tp topicPartition, err *StoppedError) {
+	r.mu.Lock()
+	r.stopped[tp] = err
+	r.mu.Unlock()
+	r.cl.PauseFetchPartitions(map[string][]int32{tp.topic: {tp.partition}})
+	r.cfg.onError(err)
+}
+
+func (r *Replicator) isStopped(tp topicPartition) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.stopped[tp] != nil
+}
+
+// Stopped returns the partitions stopped at records the replicator cannot
+// decode, each a *StoppedError.
+func (r *Replicator) Stopped() []error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var out []error
+	for _, err := range r.stopped {
+		out = append(out, err)
+	}
+	return out
+}
+
+// SkipRecord moves a partition's pointer past the record at offset, so
+// that replication resumes after it when the partition is next assigned
+// (restart the replicator). Only the record right after the pointer (the
+// one a stopped partition names) can be skipped: skipping further would
+// leave records unreplicated.
+func SkipRecord(ctx context.Context, tables eventual.Tables, topic string, partition int32, offset int64) error {
+	p, ok, err := tables.Pointer(ctx, topic, partition)
+	if err != nil {
+		return err
+	}
+	if ok && p != offset-1 {
+		return fmt.Errorf("%w: %s/%d is replicated up to offset %d: only the next record, at offset %d, can be skipped, not %d",
+			ErrInvalidConfig, topic, partition, p, p+1, offset)
+	}
+	return tables.SavePointer(ctx, topic, partition, offset, time.Now())
+}

@@ -1,0 +1,171 @@
+package kafka
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/annals-go/annals/journal"
+	"github.com/annals-go/annals/store/kafka/eventual"
+	"github.com/annals-go/annals/store/kafka/wire"
+)
+
+// Write implements journal.Journal: one Append record per atomic write,
+// all produced together and acknowledged by every in-sync replica before
+// Write returns. A write whose first number is not above the id's known
+// highest is a *journal.ConflictError; a record the broker refuses as too
+// large is a rejection.
+func (j *Journal) Write(ctx context.Context, writes []journal.AtomicWrite) ([]error, error) {
+	if j.closed.Load() {
+		return nil, journal.ErrClosed
+	}
+	results := make([]error, len(writes))
+	var (
+		records []*kgo.Record
+		index   []int
+		pending = map[string]int64{}
+		now     = time.Now()
+	)
+	for i, w := range writes {
+		if err := journal.CheckAtomicWrite(w); err != nil {
+			results[i] = err
+			continue
+		}
+		key, err := j.key(w.PersistenceID)
+		if err != nil {
+			results[i] = journal.Reject("%w", err)
+			continue
+		}
+		high, ok := pending[w.PersistenceID]
+		if !ok {
+			if high, ok = j.knownHighest(w.PersistenceID); !ok {
+				if high, err = j.HighestSequenceNr(ctx, w.PersistenceID, 0); err != nil {
+					return nil, err
+				}
+			}
+		}
+		first, last := w.Events[0].SequenceNr, w.Events[len(w.Events)-1].SequenceNr
+		if first <= high {
+			results[i] = &journal.ConflictError{PersistenceID: w.PersistenceID, SequenceNr: first}
+			continue
+		}
+		for k := range w.Events {
+			if w.Events[k].Timestamp.IsZero() {
+				w.Events[k].Timestamp = now
+			}
+		}
+		value, headers, err := encodeAppend(w, j.cfg.origin)
+		if err != nil {
+			results[i] = journal.Reject("%w", err)
+			continue
+		}
+		records = append(records, record(key, value, headers, now))
+		index = append(index, i)
+		pending[w.PersistenceID] = last
+	}
+	if len(records) == 0 {
+		return journal.Results(results), nil
+	}
+	var unknown error
+	for k, r := range j.cl.ProduceSync(ctx, records...) {
+		if r.Err == nil {
+			continue
+		}
+		if errors.Is(r.Err, kerr.MessageTooLarge) || errors.Is(r.Err, kerr.RecordListTooLarge) {
+			results[index[k]] = journal.Reject("%s: %w", writes[index[k]].PersistenceID, r.Err)
+			continue
+		}
+		unknown = errors.Join(unknown, fmt.Errorf("kafka journal: producing %s: %w", writes[index[k]].PersistenceID, r.Err))
+	}
+	if unknown != nil {
+		for pid := range pending {
+			j.forget(pid)
+		}
+		return nil, unknown
+	}
+	for k, i := range index {
+		if results[i] == nil {
+			j.remember(string(records[k].Key), pending[string(records[k].Key)])
+		}
+	}
+	return journal.Results(results), nil
+}
+
+func record(key eventual.Key, value []byte, headers map[string][]byte, now time.Time) *kgo.Record {
+	r := &kgo.Record{Topic: key.Topic, Key: []byte(key.ID), Value: value, Timestamp: now}
+	// The action header first, as the Scala library writes it.
+	r.Headers = append(r.Headers, kgo.RecordHeader{Key: wire.HeaderKey, Value: headers[wire.HeaderKey]})
+	for k, v := range headers {
+		if k != wire.HeaderKey {
+			r.Headers = append(r.Headers, kgo.RecordHeader{Key: k, Value: v})
+		}
+	}
+	return r
+}
+
+// produce writes one action record for key and returns where it went.
+func (j *Journal) produce(ctx context.Context, key eventual.Key, h wire.Header) (partition int32, offset int64, err error) {
+	h.Origin, h.Version = j.cfg.origin, Version
+	header, err := wire.EncodeHeader(h)
+	if err != nil {
+		return 0, 0, err
+	}
+	r := record(key, nil, map[string][]byte{wire.HeaderKey: header}, time.Now())
+	if err := j.cl.ProduceSync(ctx, r).FirstErr(); err != nil {
+		return 0, 0, fmt.Errorf("kafka journal: producing a %v for %s: %w", h.Kind, key.ID, err)
+	}
+	return r.Partition, r.Offset, nil
+}
+
+// DeleteTo implements journal.Journal: a Delete action to the smaller of
+// to and the id's highest number, acknowledged before DeleteTo returns.
+// The replicator removes the events; reads apply the delete before then.
+func (j *Journal) DeleteTo(ctx context.Context, persistenceID string, to int64) error {
+	if err := journal.CheckID("delete", persistenceID, to); err != nil {
+		return err
+	}
+	if j.closed.Load() {
+		return journal.ErrClosed
+	}
+	key, err := j.key(persistenceID)
+	if err != nil {
+		return err
+	}
+	high, err := j.HighestSequenceNr(ctx, persistenceID, 0)
+	if err != nil {
+		return err
+	}
+	if to = min(to, high); to < 1 {
+		return nil
+	}
+	_, _, err = j.produce(ctx, key, wire.Header{Kind: wire.Delete, To: to})
+	return err
+}
+
+// Purge implements admin.Purger: a Purge action per id, acknowledged
+// before Purge returns. The replicator removes each id's events and head;
+// reads ignore them at once, and the id's next append starts at 1. Ids
+// without events are not an error.
+func (j *Journal) Purge(ctx context.Context, persistenceIDs []string) error {
+	if j.closed.Load() {
+		return journal.ErrClosed
+	}
+	for _, pid := range persistenceIDs {
+		if err := journal.CheckID("purge", pid, 0); err != nil {
+			return err
+		}
+		key, err := j.key(pid)
+		if err != nil {
+			return err
+		}
+		if _, _, err := j.produce(ctx, key, wire.Header{Kind: wire.Purge}); err != nil {
+			return err
+		}
+		j.forget(pid)
+	}
+	return nil
+}

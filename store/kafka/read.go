@@ -44,11 +44,11 @@ func (j *Journal) read(ctx context.Context, pid string, values bool) (view, erro
 	}
 	v := view{key: key}
 	var (
-		partition  int32
-		mark       int64
-		markErr    error
-		markDone   = make(chan struct{})
-		idBytes    [16]byte
+		partition int32
+		mark      int64
+		markErr   error
+		markDone  = make(chan struct{})
+		idBytes   [16]byte
 	)
 	_, _ = rand.Read(idBytes[:])
 	go func() {

@@ -2,7 +2,7 @@ package kafka_test
 
 import (
 	"context"
-	"errors"
+	"fmt"
 	"sync"
 	"testing"
 	"time"
@@ -47,26 +47,38 @@ func replicate(t testing.TB, brokers []string, tables eventual.Tables, opts ...k
 	return r
 }
 
-// TestJournalKit runs the journal compliance kit on the fake broker, with
-// the replicator running and with none (every read from the topic).
+// TestJournalKit runs the journal compliance kit with the replicator
+// running and with none (every read from the topic), on the fake broker
+// and on the real one (topics and group of this run's own).
 func TestJournalKit(t *testing.T) {
 	tables, _, _ := cqltest.Open(t)
-	for _, c := range []struct {
-		name       string
-		replicator bool
-	}{{"replicated", true}, {"unreplicated", false}} {
-		t.Run(c.name, func(t *testing.T) {
-			brokers := kafkatest.Fake(t)
-			j := open(t, brokers, tables)
-			if c.replicator {
-				replicate(t, brokers, tables)
+	for _, broker := range []string{"fake", "real"} {
+		for _, replicated := range []bool{true, false} {
+			name := broker + "/unreplicated"
+			if replicated {
+				name = broker + "/replicated"
 			}
-			storetest.RunJournal(t, storetest.JournalHarness{
-				New:          func(t *testing.T) journal.Journal { return j },
-				Capabilities: storetest.Capabilities{SkipLargeReplay: true},
+			t.Run(name, func(t *testing.T) {
+				var brokers []string
+				run := fmt.Sprintf("annals-test-%d-", time.Now().UnixNano())
+				var jopts []kafka.Option
+				var ropts []kafka.ReplicatorOption
+				if broker == "fake" {
+					brokers = kafkatest.Fake(t)
+				} else {
+					brokers = kafkatest.Real(t)
+					jopts = append(jopts, kafka.WithTopic(func(et string) string { return run + et }))
+					ropts = append(ropts, kafka.WithTopicPattern("^"+run), kafka.WithGroup(run))
+				}
+				j := open(t, brokers, tables, jopts...)
+				if replicated {
+					replicate(t, brokers, tables, ropts...)
+				}
+				storetest.RunJournal(t, storetest.JournalHarness{
+					New:          func(t *testing.T) journal.Journal { return j },
+					Capabilities: storetest.Capabilities{SkipLargeReplay: true},
+				})
 			})
-		})
+		}
 	}
 }
-
-var _ = errors.Is

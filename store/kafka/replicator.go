@@ -29,6 +29,7 @@ type replicatorConfig struct {
 	pattern    string
 	clientOpts []kgo.Opt
 	onError    func(error)
+	onDone     func(topic string, partition int32, offset int64)
 	now        func() time.Time
 }
 
@@ -57,6 +58,12 @@ func WithReplicatorClientOptions(opts ...kgo.Opt) ReplicatorOption {
 // eventual store failure it retries.
 func WithErrorHandler(f func(error)) ReplicatorOption {
 	return func(c *replicatorConfig) { c.onError = f }
+}
+
+// WithOnReplicated is called after each poll's records of a partition are
+// replicated, with the offset the partition's pointer moved to.
+func WithOnReplicated(f func(topic string, partition int32, offset int64)) ReplicatorOption {
+	return func(c *replicatorConfig) { c.onDone = f }
 }
 
 // Replicator copies journal topics into an eventual store: one consumer
@@ -102,7 +109,7 @@ func (e *StoppedError) Unwrap() error { return e.Err }
 // NewReplicator returns a replicator of the topics at brokers into tables.
 // It does not own tables.
 func NewReplicator(brokers []string, tables eventual.Tables, opts ...ReplicatorOption) (*Replicator, error) {
-	cfg := replicatorConfig{group: DefaultGroup, pattern: DefaultTopicPattern, onError: func(error) {}, now: time.Now}
+	cfg := replicatorConfig{group: DefaultGroup, pattern: DefaultTopicPattern, onError: func(error) {}, onDone: func(string, int32, int64) {}, now: time.Now}
 	for _, o := range opts {
 		o(&cfg)
 	}
@@ -130,7 +137,8 @@ func NewReplicator(brokers []string, tables eventual.Tables, opts ...ReplicatorO
 }
 
 // startAfterPointers sets each assigned partition to start after its
-// pointer.
+// pointer, or at its start when it has none (whatever the group's
+// committed offsets say).
 func (r *Replicator) startAfterPointers(ctx context.Context, offsets map[string]map[int32]kgo.Offset) (map[string]map[int32]kgo.Offset, error) {
 	for topic, ps := range offsets {
 		for p := range ps {
@@ -140,6 +148,8 @@ func (r *Replicator) startAfterPointers(ctx context.Context, offsets map[string]
 			}
 			if ok {
 				ps[p] = kgo.NewOffset().At(off + 1).WithEpoch(-1)
+			} else {
+				ps[p] = kgo.NewOffset().AtStart()
 			}
 		}
 	}
@@ -174,6 +184,9 @@ func (r *Replicator) Run(ctx context.Context) error {
 				return
 			}
 			done, err := r.replicate(ctx, p.Records)
+			if done >= p.Records[0].Offset {
+				r.cfg.onDone(p.Topic, p.Partition, done)
+			}
 			if done >= 0 {
 				if commits[p.Topic] == nil {
 					commits[p.Topic] = map[int32]kgo.EpochOffset{}

@@ -11,6 +11,7 @@ import (
 	"github.com/annals-go/annals/store/kafka"
 	"github.com/annals-go/annals/store/kafka/eventual"
 	"github.com/annals-go/annals/store/kafka/eventual/cql/cqltest"
+	"github.com/annals-go/annals/store/kafka/eventual/pg/pgeventualtest"
 	"github.com/annals-go/annals/store/kafka/kafkatest"
 	"github.com/annals-go/annals/storetest"
 )
@@ -49,36 +50,45 @@ func replicate(t testing.TB, brokers []string, tables eventual.Tables, opts ...k
 
 // TestJournalKit runs the journal compliance kit with the replicator
 // running and with none (every read from the topic), on the fake broker
-// and on the real one (topics and group of this run's own).
+// and on the real one (topics and group of this run's own), with each
+// eventual store.
 func TestJournalKit(t *testing.T) {
-	tables, _, _ := cqltest.Open(t)
-	for _, broker := range []string{"fake", "real"} {
-		for _, replicated := range []bool{true, false} {
-			name := broker + "/unreplicated"
-			if replicated {
-				name = broker + "/replicated"
+	stores := map[string]func(t *testing.T) eventual.Tables{
+		"cassandra": func(t *testing.T) eventual.Tables { s, _, _ := cqltest.Open(t); return s },
+		"postgres":  func(t *testing.T) eventual.Tables { return pgeventualtest.Open(t) },
+	}
+	for _, store := range []string{"cassandra", "postgres"} {
+		t.Run(store, func(t *testing.T) {
+			tables := stores[store](t)
+			for _, broker := range []string{"fake", "real"} {
+				for _, replicated := range []bool{true, false} {
+					name := broker + "/unreplicated"
+					if replicated {
+						name = broker + "/replicated"
+					}
+					t.Run(name, func(t *testing.T) {
+						var brokers []string
+						run := fmt.Sprintf("annals-test-%d-", time.Now().UnixNano())
+						var jopts []kafka.Option
+						var ropts []kafka.ReplicatorOption
+						if broker == "fake" {
+							brokers = kafkatest.Fake(t)
+						} else {
+							brokers = kafkatest.Real(t)
+							jopts = append(jopts, kafka.WithTopic(func(et string) string { return run + et }))
+							ropts = append(ropts, kafka.WithTopicPattern("^"+run), kafka.WithGroup(run))
+						}
+						j := open(t, brokers, tables, jopts...)
+						if replicated {
+							replicate(t, brokers, tables, ropts...)
+						}
+						storetest.RunJournal(t, storetest.JournalHarness{
+							New:          func(t *testing.T) journal.Journal { return j },
+							Capabilities: storetest.Capabilities{SkipLargeReplay: true},
+						})
+					})
+				}
 			}
-			t.Run(name, func(t *testing.T) {
-				var brokers []string
-				run := fmt.Sprintf("annals-test-%d-", time.Now().UnixNano())
-				var jopts []kafka.Option
-				var ropts []kafka.ReplicatorOption
-				if broker == "fake" {
-					brokers = kafkatest.Fake(t)
-				} else {
-					brokers = kafkatest.Real(t)
-					jopts = append(jopts, kafka.WithTopic(func(et string) string { return run + et }))
-					ropts = append(ropts, kafka.WithTopicPattern("^"+run), kafka.WithGroup(run))
-				}
-				j := open(t, brokers, tables, jopts...)
-				if replicated {
-					replicate(t, brokers, tables, ropts...)
-				}
-				storetest.RunJournal(t, storetest.JournalHarness{
-					New:          func(t *testing.T) journal.Journal { return j },
-					Capabilities: storetest.Capabilities{SkipLargeReplay: true},
-				})
-			})
-		}
+		})
 	}
 }

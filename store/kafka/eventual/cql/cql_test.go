@@ -2,7 +2,6 @@ package cql_test
 
 import (
 	"bufio"
-	"context"
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
@@ -16,7 +15,7 @@ import (
 
 	gocql "github.com/apache/cassandra-gocql-driver/v2"
 
-	"github.com/annals-go/annals/store/kafka/eventual"
+	"github.com/annals-go/annals/store/kafka/eventual/eventualtest"
 	"github.com/annals-go/annals/store/kafka/eventual/cql"
 	"github.com/annals-go/annals/store/kafka/eventual/cql/cqltest"
 	"github.com/annals-go/annals/store/kafka/wire/wiretest"
@@ -46,27 +45,8 @@ var rowKeys = map[string][]string{
 func TestReplicatesAsScala(t *testing.T) {
 	want := scalaRows(t)
 	s, session, keyspace := cqltest.Open(t, cql.WithOrigin("anchors-replicator"))
-	ctx := context.Background()
-	// The Scala replicator ran on 2026-11-22 at 13:27:47 UTC: the same
-	// time gives the same created_date and expire_on.
-	now := time.Date(2026, 11, 22, 13, 27, 47, 15e6, time.UTC)
-	for _, file := range []string{"journal-anchors.jsonl", "journal-fixtures.jsonl"} {
-		records := wiretest.ScalaWritten(t, file)
-		// Two polls, as a replicator may see them.
-		half := len(records) / 2
-		for _, part := range [][]int{{0, half}, {half, len(records)}} {
-			if err := eventual.Replicate(ctx, s, records[part[0]:part[1]], now); err != nil {
-				t.Fatalf("%s: %v", file, err)
-			}
-		}
-		// Everything again, one record a poll, as a replicator that
-		// crashed before moving its pointer would: nothing changes.
-		for i := range records {
-			if err := eventual.Replicate(ctx, s, records[i:i+1], now.Add(time.Hour)); err != nil {
-				t.Fatalf("%s again: %v", file, err)
-			}
-		}
-	}
+	eventualtest.ReplicateScalaWritten(t, s)
+	eventualtest.CompareWithScala(t, s)
 	got := dump(t, session, keyspace)
 	for table, rows := range want {
 		t.Run(table, func(t *testing.T) {

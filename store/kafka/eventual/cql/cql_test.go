@@ -15,9 +15,9 @@ import (
 
 	gocql "github.com/apache/cassandra-gocql-driver/v2"
 
-	"github.com/annals-go/annals/store/kafka/eventual/eventualtest"
 	"github.com/annals-go/annals/store/kafka/eventual/cql"
 	"github.com/annals-go/annals/store/kafka/eventual/cql/cqltest"
+	"github.com/annals-go/annals/store/kafka/eventual/eventualtest"
 	"github.com/annals-go/annals/store/kafka/wire/wiretest"
 )
 

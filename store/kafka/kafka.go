@@ -55,6 +55,7 @@ import (
 
 	"github.com/annals-go/annals"
 	"github.com/annals-go/annals/journal"
+	"github.com/annals-go/annals/query"
 	"github.com/annals-go/annals/store/kafka/eventual"
 )
 
@@ -119,6 +120,8 @@ type Journal struct {
 
 	mu    sync.Mutex
 	known map[string]int64 // highest sequence number per id, as written or read here
+
+	written query.Signal // notified after each write, for live queries
 
 	closed atomic.Bool
 }

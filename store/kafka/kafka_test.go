@@ -86,6 +86,8 @@ func TestJournalKit(t *testing.T) {
 							New:          func(t *testing.T) journal.Journal { return j },
 							Capabilities: storetest.Capabilities{SkipLargeReplay: true},
 						})
+						rj := j.ReadJournal(50 * time.Millisecond)
+						storetest.RunQueries(t, storetest.QueryHarness{New: func(t *testing.T) (journal.Journal, any) { return j, rj }})
 					})
 				}
 			}

@@ -92,6 +92,7 @@ func (j *Journal) Write(ctx context.Context, writes []journal.AtomicWrite) ([]er
 			j.remember(string(records[k].Key), pending[string(records[k].Key)])
 		}
 	}
+	j.written.Notify()
 	return journal.Results(results), nil
 }
 

@@ -50,6 +50,7 @@ func commands() []*command {
 		deleteToCommand(), deleteSnapshotsCommand(),
 		copyCommand(), projectionsCommand(),
 		benchCommand(), checkCommand(),
+		replicateCommand(), skipRecordCommand(),
 	}
 }
 
@@ -170,7 +171,7 @@ func parseInterleaved(fs *flag.FlagSet, args []string) ([]string, error) {
 
 // storeFlag registers --store.
 func storeFlag(fs *flag.FlagSet) *string {
-	return fs.String("store", "", "the store `URL`: sqlite:PATH, postgres://USER@HOST/DB or memory: (default $ANNALS_STORE)")
+	return fs.String("store", "", "the store `URL`: sqlite:PATH, postgres://USER@HOST/DB, cassandra://HOST:PORT/KEYSPACE, kafka://HOST:PORT/?eventual=URL or memory: (default $ANNALS_STORE)")
 }
 
 // jsonFlag registers --json.

@@ -205,3 +205,9 @@ func (j *Journal) forget(pid string) {
 }
 
 var _ journal.Journal = (*Journal)(nil)
+
+// Brokers returns the brokers the journal was opened with.
+func (j *Journal) Brokers() []string { return j.brokers }
+
+// Eventual returns the journal's eventual store.
+func (j *Journal) Eventual() eventual.Tables { return j.tables }

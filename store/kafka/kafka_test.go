@@ -83,8 +83,7 @@ func TestJournalKit(t *testing.T) {
 							replicate(t, brokers, tables, ropts...)
 						}
 						storetest.RunJournal(t, storetest.JournalHarness{
-							New:          func(t *testing.T) journal.Journal { return j },
-							Capabilities: storetest.Capabilities{SkipLargeReplay: true},
+							New: func(t *testing.T) journal.Journal { return j },
 						})
 						rj := j.ReadJournal(50 * time.Millisecond)
 						storetest.RunQueries(t, storetest.QueryHarness{New: func(t *testing.T) (journal.Journal, any) { return j, rj }})

@@ -26,15 +26,17 @@ type view struct {
 	// events are of an ended incarnation.
 	purged          bool
 	seqNr, deleteTo int64
-	// events are the head's appended events after its last purge, in
-	// order (only when the read wants values).
-	events []eventual.Record
+	// partition and mark locate the read's Mark; appendsFrom is the offset
+	// of the head's first append after its last purge, -1 when none.
+	partition   int32
+	mark        int64
+	appendsFrom int64
 }
 
 // read returns the view of pid: a Mark produced while the eventual head
 // is read, then, unless the store has applied everything before the Mark,
-// the partition's records from there to the Mark.
-func (j *Journal) read(ctx context.Context, pid string, values bool) (view, error) {
+// the headers of the partition's records from there to the Mark.
+func (j *Journal) read(ctx context.Context, pid string) (view, error) {
 	if j.closed.Load() {
 		return view{}, journal.ErrClosed
 	}
@@ -42,7 +44,7 @@ func (j *Journal) read(ctx context.Context, pid string, values bool) (view, erro
 	if err != nil {
 		return view{}, err
 	}
-	v := view{key: key}
+	v := view{key: key, appendsFrom: -1}
 	var (
 		partition int32
 		mark      int64
@@ -75,40 +77,38 @@ func (j *Journal) read(ctx context.Context, pid string, values bool) (view, erro
 	if v.has && v.head.Partition == partition {
 		from = max(from, v.head.Offset+1)
 	}
+	v.partition, v.mark = partition, mark
 	if from >= mark {
 		return v, nil
 	}
-	actions, err := j.readHead(ctx, key, partition, from, mark, values)
+	err = j.readHead(ctx, key, partition, from, mark, false, func(a eventual.ActionRecord) bool {
+		v.fold(a)
+		return true
+	})
 	if err != nil {
 		return view{}, err
 	}
-	v.fold(actions, values)
 	return v, nil
 }
 
-// fold applies the head's actions, in offset order, to the view.
-func (v *view) fold(actions []eventual.ActionRecord, values bool) {
-	for _, a := range actions {
-		h := a.Action.Header
-		switch h.Kind {
-		case wire.Append:
-			v.seqNr = max(v.seqNr, h.To)
-			if !values {
-				continue
-			}
-			for _, e := range a.Action.Events.Events {
-				v.events = append(v.events, eventual.Record{Event: e, Timestamp: a.Timestamp, Origin: h.Origin, Version: h.Version,
-					Partition: a.Partition, Offset: a.Offset, HeaderMetadata: h.Metadata, PayloadMetadata: a.Action.Events.Metadata, Headers: a.Headers})
-			}
-		case wire.Delete:
-			if v.seqNr == 0 && v.deleteTo == 0 {
-				v.seqNr, v.deleteTo = h.To, h.To
-				continue
-			}
-			v.deleteTo = max(v.deleteTo, min(h.To, max(v.seqNr, v.deleteTo)))
-		case wire.Purge:
-			v.purged, v.seqNr, v.deleteTo, v.events = true, 0, 0, nil
+// fold applies one of the head's actions, in offset order, to the view.
+func (v *view) fold(a eventual.ActionRecord) {
+	h := a.Action.Header
+	switch h.Kind {
+	case wire.Append:
+		v.seqNr = max(v.seqNr, h.To)
+		if v.appendsFrom < 0 {
+			v.appendsFrom = a.Offset
 		}
+	case wire.Delete:
+		if v.seqNr == 0 && v.deleteTo == 0 {
+			// A delete of a journal without events starts it there.
+			v.seqNr, v.deleteTo = h.To, h.To
+			return
+		}
+		v.deleteTo = max(v.deleteTo, min(h.To, max(v.seqNr, v.deleteTo)))
+	case wire.Purge:
+		v.purged, v.seqNr, v.deleteTo, v.appendsFrom = true, 0, 0, -1
 	}
 }
 
@@ -118,7 +118,7 @@ func (j *Journal) HighestSequenceNr(ctx context.Context, persistenceID string, f
 	if err := journal.CheckID("highest sequence number", persistenceID, from); err != nil {
 		return 0, err
 	}
-	v, err := j.read(ctx, persistenceID, false)
+	v, err := j.read(ctx, persistenceID)
 	if err != nil {
 		return 0, err
 	}
@@ -127,7 +127,9 @@ func (j *Journal) HighestSequenceNr(ctx context.Context, persistenceID string, f
 }
 
 // Replay implements journal.Journal: the eventual store's events, then
-// the head's later ones, with every delete and purge applied.
+// the head's later ones, with every delete and purge applied. The head is
+// read twice: its headers first (for the deletes and purges), then, while
+// streaming, its appends; memory stays bounded whatever its length.
 func (j *Journal) Replay(ctx context.Context, persistenceID string, from, to, maxEvents int64) iter.Seq2[journal.Repr, error] {
 	return func(yield func(journal.Repr, error) bool) {
 		if err := journal.CheckReplay(persistenceID, from, to, maxEvents); err != nil {
@@ -137,7 +139,7 @@ func (j *Journal) Replay(ctx context.Context, persistenceID string, from, to, ma
 		if from > to || maxEvents == 0 {
 			return
 		}
-		v, err := j.read(ctx, persistenceID, true)
+		v, err := j.read(ctx, persistenceID)
 		if err != nil {
 			yield(journal.Repr{}, err)
 			return
@@ -175,11 +177,31 @@ func (j *Journal) Replay(ctx context.Context, persistenceID string, from, to, ma
 				}
 			}
 		}
-		for _, r := range v.events {
-			if s := r.Event.SeqNr; s < start || s > to || s <= last {
-				continue
+		if v.appendsFrom >= 0 && last < min(to, v.seqNr) {
+			stopped := false
+			err := j.readHead(ctx, v.key, v.partition, v.appendsFrom, v.mark, true, func(a eventual.ActionRecord) bool {
+				h := a.Action.Header
+				if h.Kind != wire.Append || h.To <= last || h.To < start {
+					return true
+				}
+				for _, e := range a.Action.Events.Events {
+					if s := e.SeqNr; s < start || s > to || s <= last {
+						continue
+					}
+					r := eventual.Record{Event: e, Timestamp: a.Timestamp, Origin: h.Origin, Version: h.Version, Partition: a.Partition,
+						Offset: a.Offset, HeaderMetadata: h.Metadata, PayloadMetadata: a.Action.Events.Metadata, Headers: a.Headers}
+					if !emit(r) {
+						stopped = true
+						return false
+					}
+				}
+				return last < to
+			})
+			if stopped {
+				return
 			}
-			if !emit(r) {
+			if err != nil {
+				yield(journal.Repr{}, err)
 				return
 			}
 		}
@@ -189,25 +211,24 @@ func (j *Journal) Replay(ctx context.Context, persistenceID string, from, to, ma
 	}
 }
 
-// readHead returns pid's actions in a partition from offset from (-1: the
-// partition's start) to before until, decoding Append values only when
-// values is true.
-func (j *Journal) readHead(ctx context.Context, key eventual.Key, partition int32, from, until int64, values bool) ([]eventual.ActionRecord, error) {
+// readHead calls f with pid's actions in a partition from offset from
+// (-1: the partition's start) to before until, in order, decoding Append
+// values only when values is true, until f returns false.
+func (j *Journal) readHead(ctx context.Context, key eventual.Key, partition int32, from, until int64, values bool, f func(eventual.ActionRecord) bool) error {
 	start := kgo.NewOffset().AtStart()
 	if from >= 0 {
 		start = kgo.NewOffset().At(from)
 	}
 	cl, err := j.reader(key.Topic, partition, start)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	defer j.release(cl, key.Topic, partition)
-	var out []eventual.ActionRecord
 	seen := from - 1
 	for {
 		fs := cl.PollFetches(ctx)
 		if err := ctx.Err(); err != nil {
-			return nil, err
+			return err
 		}
 		var ferr error
 		fs.EachError(func(t string, p int32, err error) {
@@ -216,7 +237,7 @@ func (j *Journal) readHead(ctx context.Context, key eventual.Key, partition int3
 			}
 		})
 		if ferr != nil {
-			return nil, fmt.Errorf("kafka journal: reading %s/%d from offset %d: %w", key.Topic, partition, from, ferr)
+			return fmt.Errorf("kafka journal: reading %s/%d from offset %d: %w", key.Topic, partition, from, ferr)
 		}
 		done := false
 		fs.EachRecord(func(r *kgo.Record) {
@@ -237,15 +258,12 @@ func (j *Journal) readHead(ctx context.Context, key eventual.Key, partition int3
 				done = true
 				return
 			}
-			if ok {
-				out = append(out, a)
+			if ok && !f(a) {
+				done = true
 			}
 		})
-		if err != nil {
-			return nil, err
-		}
-		if done {
-			return out, nil
+		if err != nil || done {
+			return err
 		}
 	}
 }
@@ -293,7 +311,8 @@ func (j *Journal) reader(topic string, partition int32, start kgo.Offset) (*kgo.
 	default:
 	}
 	cl, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(j.brokers...), kgo.ConsumePartitions(assign),
-		kgo.FetchMaxWait(250 * time.Millisecond)}, j.cfg.clientOpts...)...)
+		kgo.FetchMaxWait(250 * time.Millisecond), kgo.FetchMaxBytes(readerFetchBytes), kgo.FetchMaxPartitionBytes(readerFetchBytes), kgo.MaxConcurrentFetches(1)},
+		j.cfg.clientOpts...)...)
 	if err != nil {
 		return nil, fmt.Errorf("kafka journal: a consumer for %s/%d: %w", topic, partition, err)
 	}
@@ -314,3 +333,9 @@ func (j *Journal) release(cl *kgo.Client, topic string, partition int32) {
 		cl.Close()
 	}
 }
+
+// readerFetchBytes bounds a head reader's fetch. Kafka counts compressed
+// bytes, and a batch of repetitive events can decompress to twenty times
+// its size: a small fetch keeps a reader's memory bounded (a batch larger
+// than it still comes whole).
+const readerFetchBytes = 256 << 10

@@ -89,6 +89,7 @@ func New() *Mux {
 	m.Register(Memory(), "memory")
 	m.Register(Postgres(), "postgres", "postgresql")
 	m.Register(Cassandra(), "cassandra")
+	m.Register(Kafka(Cassandra(), Postgres()), "kafka")
 	return m
 }
 
@@ -112,7 +113,7 @@ func (m *Mux) scheme(url string) (Scheme, error) {
 			names = append(names, n)
 		}
 		slices.Sort(names)
-		return Scheme{}, fmt.Errorf("%w %q: use sqlite:PATH (for example sqlite:./annals.db), postgres://USER@HOST/DB, cassandra://HOST:PORT/KEYSPACE or memory: (known schemes: %s)", ErrUnknownScheme, url, strings.Join(names, ", "))
+		return Scheme{}, fmt.Errorf("%w %q: use sqlite:PATH (for example sqlite:./annals.db), postgres://USER@HOST/DB, cassandra://HOST:PORT/KEYSPACE, kafka://HOST:PORT/?eventual=cassandra://HOST:PORT/KEYSPACE or memory: (known schemes: %s)", ErrUnknownScheme, url, strings.Join(names, ", "))
 	}
 	return s, nil
 }

@@ -1,0 +1,93 @@
+package main
+
+import (
+	"bufio"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/annals-go/annals/store/kafka/kafkatest"
+	"github.com/annals-go/annals/store/postgres/pgtest"
+)
+
+// TestKafkaCommands: the commands work on a kafka:// URL (the real broker,
+// topics of the test's own, PostgreSQL as the eventual store): init (dry
+// run, then for real), copy from SQLite (verified), events before and
+// after `annals replicate` has copied them into the eventual store,
+// delete-to, skip-record's refusal of a record that is not next, and the
+// compliance kit (check).
+func TestKafkaCommands(t *testing.T) {
+	t.Parallel()
+	brokers := kafkatest.Real(t)
+	dsn, schema := pgtest.Schema(t)
+	prefix := fmt.Sprintf("annals-cli-%d-", time.Now().UnixNano())
+	url := "kafka://" + brokers[0] + "/?topic_prefix=" + prefix + "&eventual=" + dsn
+	env := []string{"ANNALS_STORE=" + url}
+
+	cli(t, env, "init", "--dry-run").want(t, 0, []string{"metajournal", "pointer2"}, nil)
+	cli(t, env, "events", "Big|0003").want(t, 1, nil, []string{"annals init"})
+	cli(t, env, "init").want(t, 0, nil, nil)
+
+	src := filepath.Join(t.TempDir(), "src.db")
+	bigSource(t, src, 30, 4)
+	cli(t, env, "copy", "--from", "sqlite:"+src, "--to", url).want(t, 0, []string{"verified 30 ids"}, nil)
+	cli(t, env, "events", "Big|0003").want(t, 0, []string{`{"i":3,"seq":4}`}, nil)
+
+	// The replicator, until the last id's events are in the eventual
+	// store.
+	cmd := exec.CommandContext(t.Context(), annalsBin, "replicate", "--verbose")
+	cmd.Env = append(cleanEnv(), env...)
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	conn, err := pgx.Connect(t.Context(), pgtest.Server(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(t.Context())
+	replicated := func() bool {
+		var n int
+		err := conn.QueryRow(t.Context(), `SELECT count(*) FROM `+schema+`.metajournal WHERE topic = $1 AND seq_nr = 4`, prefix+"Big").Scan(&n)
+		return err == nil && n == 30
+	}
+	lines := bufio.NewScanner(stderr)
+	var log []string
+	for !replicated() {
+		if !lines.Scan() {
+			t.Fatalf("annals replicate ended before replicating the 30 ids:\n%s", strings.Join(log, "\n"))
+		}
+		log = append(log, lines.Text())
+	}
+	if err := cmd.Process.Signal(os.Interrupt); err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		for lines.Scan() {
+		}
+	}()
+	if err := cmd.Wait(); err != nil {
+		if ee, ok := err.(*exec.ExitError); !ok || ee.Sys().(syscall.WaitStatus).ExitStatus() != 0 {
+			t.Errorf("annals replicate after Ctrl-C: %v\n%s", err, strings.Join(log, "\n"))
+		}
+	}
+
+	cli(t, env, "events", "Big|0003").want(t, 0, []string{`{"i":3,"seq":4}`}, nil)
+	cli(t, env, "delete-to", "Big|0003", "2", "--yes").want(t, 0, nil, nil)
+	ev := cli(t, env, "events", "Big|0003", "--json")
+	if n := len(jsonLines[map[string]any](t, ev)); n != 2 {
+		t.Errorf("events after delete-to 2: %d, want 2\n%v", n, ev)
+	}
+	cli(t, env, "skip-record", prefix+"Big", "0", "0", "--yes").want(t, 2, nil, []string{"only the next record"})
+	cli(t, env, "check").want(t, 0, []string{"check passed"}, nil)
+}

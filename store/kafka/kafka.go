@@ -76,7 +76,6 @@ type config struct {
 	topic      func(entityType string) string
 	origin     string
 	clientOpts []kgo.Opt
-	readers    int
 }
 
 // WithTopic sets the topic of each entity type (default DefaultTopicPrefix
@@ -95,10 +94,6 @@ func WithClientOptions(opts ...kgo.Opt) Option {
 	return func(c *config) { c.clientOpts = append(c.clientOpts, opts...) }
 }
 
-// WithReaders sets how many idle Kafka consumers the journal keeps for
-// reading heads (default 4); more reads at once open more.
-func WithReaders(n int) Option { return func(c *config) { c.readers = n } }
-
 // DefaultTopic returns the default topic of an entity type.
 func DefaultTopic(entityType string) string {
 	if entityType == "" {
@@ -116,7 +111,6 @@ type Journal struct {
 	brokers []string
 	tables  eventual.Tables
 	cl      *kgo.Client
-	readers chan *kgo.Client
 
 	mu    sync.Mutex
 	known map[string]int64 // highest sequence number per id, as written or read here
@@ -129,7 +123,7 @@ type Journal struct {
 // Open returns a journal on the Kafka cluster at brokers (host:port), with
 // tables as its eventual store. It does not own tables.
 func Open(ctx context.Context, brokers []string, tables eventual.Tables, opts ...Option) (*Journal, error) {
-	cfg := config{topic: DefaultTopic, readers: 4}
+	cfg := config{topic: DefaultTopic}
 	if h, err := os.Hostname(); err == nil {
 		cfg.origin = h
 	}
@@ -141,8 +135,6 @@ func Open(ctx context.Context, brokers []string, tables eventual.Tables, opts ..
 		return nil, fmt.Errorf("%w: no brokers", ErrInvalidConfig)
 	case tables == nil:
 		return nil, fmt.Errorf("%w: no eventual store", ErrInvalidConfig)
-	case cfg.readers < 0:
-		return nil, fmt.Errorf("%w: %d readers", ErrInvalidConfig, cfg.readers)
 	}
 	cl, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(brokers...), kgo.RequiredAcks(kgo.AllISRAcks()),
 		kgo.AllowAutoTopicCreation(), kgo.ProducerLinger(0)}, cfg.clientOpts...)...)
@@ -153,8 +145,7 @@ func Open(ctx context.Context, brokers []string, tables eventual.Tables, opts ..
 		cl.Close()
 		return nil, fmt.Errorf("kafka journal: no broker at %v answers: %w", brokers, err)
 	}
-	return &Journal{cfg: cfg, brokers: brokers, tables: tables, cl: cl, readers: make(chan *kgo.Client, cfg.readers),
-		known: map[string]int64{}}, nil
+	return &Journal{cfg: cfg, brokers: brokers, tables: tables, cl: cl, known: map[string]int64{}}, nil
 }
 
 // Close releases the journal's Kafka clients; calls after Close fail with
@@ -164,14 +155,7 @@ func (j *Journal) Close() error {
 		return nil
 	}
 	j.cl.Close()
-	for {
-		select {
-		case r := <-j.readers:
-			r.Close()
-		default:
-			return nil
-		}
-	}
+	return nil
 }
 
 // key returns the journal key of pid, or an error naming a topic Kafka

@@ -75,9 +75,11 @@ func TestJournalKit(t *testing.T) {
 							brokers = kafkatest.Fake(t)
 						} else {
 							brokers = kafkatest.Real(t)
-							jopts = append(jopts, kafka.WithTopic(func(et string) string { return run + et }))
-							ropts = append(ropts, kafka.WithTopicPattern("^"+run), kafka.WithGroup(run))
 						}
+						// Topics of the run's own: the eventual store is
+						// shared, and its pointers are per topic name.
+						jopts = append(jopts, kafka.WithTopic(func(et string) string { return run + et }))
+						ropts = append(ropts, kafka.WithTopicPattern("^"+run), kafka.WithGroup(run))
 						j := open(t, brokers, tables, jopts...)
 						if replicated {
 							replicate(t, brokers, tables, ropts...)

@@ -223,7 +223,7 @@ func (j *Journal) readHead(ctx context.Context, key eventual.Key, partition int3
 	if err != nil {
 		return err
 	}
-	defer j.release(cl, key.Topic, partition)
+	defer cl.Close()
 	seen := from - 1
 	for {
 		fs := cl.PollFetches(ctx)
@@ -300,38 +300,18 @@ func decode(r *kgo.Record, values bool) (eventual.ActionRecord, bool, error) {
 		Headers: eventual.UserHeaders(rec.Headers)}, true, nil
 }
 
-// reader returns an idle consumer, or a new one, reading a partition from
-// start.
+// reader returns a consumer of one partition from start, made for one
+// read of the head (a connection and a metadata request): such reads are
+// the exception once the replicator keeps up.
 func (j *Journal) reader(topic string, partition int32, start kgo.Offset) (*kgo.Client, error) {
-	assign := map[string]map[int32]kgo.Offset{topic: {partition: start}}
-	select {
-	case cl := <-j.readers:
-		cl.AddConsumePartitions(assign)
-		return cl, nil
-	default:
-	}
-	cl, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(j.brokers...), kgo.ConsumePartitions(assign),
-		kgo.FetchMaxWait(250 * time.Millisecond), kgo.FetchMaxBytes(readerFetchBytes), kgo.FetchMaxPartitionBytes(readerFetchBytes), kgo.MaxConcurrentFetches(1)},
-		j.cfg.clientOpts...)...)
+	cl, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(j.brokers...),
+		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{topic: {partition: start}}),
+		kgo.FetchMaxWait(250 * time.Millisecond), kgo.FetchMaxBytes(readerFetchBytes), kgo.FetchMaxPartitionBytes(readerFetchBytes),
+		kgo.MaxConcurrentFetches(1)}, j.cfg.clientOpts...)...)
 	if err != nil {
 		return nil, fmt.Errorf("kafka journal: a consumer for %s/%d: %w", topic, partition, err)
 	}
 	return cl, nil
-}
-
-// release stops cl reading the partition and keeps it for the next read,
-// or closes it when enough are kept.
-func (j *Journal) release(cl *kgo.Client, topic string, partition int32) {
-	cl.RemoveConsumePartitions(map[string][]int32{topic: {partition}})
-	if j.closed.Load() {
-		cl.Close()
-		return
-	}
-	select {
-	case j.readers <- cl:
-	default:
-		cl.Close()
-	}
 }
 
 // readerFetchBytes bounds a head reader's fetch. Kafka counts compressed

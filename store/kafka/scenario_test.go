@@ -152,7 +152,9 @@ func applyWithoutPointer(t *testing.T, brokers []string, tables eventual.Tables,
 // the records the journal then reads from Kafka counted.
 func TestSeedScenarios(t *testing.T) {
 	tables, _, _ := cqltest.Open(t)
-	const topic = "journal-Seed"
+	// Each case has a cluster and a topic of its own: the eventual store
+	// is shared, and its pointers are per topic name.
+	var topic string
 	type env struct {
 		t       *testing.T
 		j       *kafka.Journal
@@ -219,6 +221,7 @@ func TestSeedScenarios(t *testing.T) {
 		}, payloads("a", 1, 3), 3, false},
 	} {
 		t.Run(c.name, func(t *testing.T) {
+			topic = "journal-Seed" + c.name
 			brokers := kafkatest.Fake(t)
 			j := open(t, brokers, tables, kafka.WithTopic(func(string) string { return topic }))
 			pid := fmt.Sprintf("Seed|%s-%d", c.name, time.Now().UnixNano())

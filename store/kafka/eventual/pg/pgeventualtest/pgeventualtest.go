@@ -18,6 +18,13 @@ import (
 func Open(t testing.TB) *pg.Store {
 	t.Helper()
 	_, schema := pgtest.Schema(t)
+	return OpenIn(t, schema)
+}
+
+// OpenIn returns an eventual store created in schema (a name from
+// pgtest.Schema, which drops it at the end of the test).
+func OpenIn(t testing.TB, schema string) *pg.Store {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	pool, err := pgxpool.New(ctx, pgtest.Server(t))

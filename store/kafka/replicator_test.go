@@ -46,7 +46,7 @@ func (r *replicated) options() []kafka.ReplicatorOption {
 }
 
 // await waits, replication by replication, until cond holds.
-func (r *replicated) await(t *testing.T, what string, cond func() bool) {
+func (r *replicated) await(t testing.TB, what string, cond func() bool) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 	defer cancel()
@@ -59,7 +59,7 @@ func (r *replicated) await(t *testing.T, what string, cond func() bool) {
 	}
 }
 
-func headSeq(t *testing.T, tables eventual.Tables, key eventual.Key) int64 {
+func headSeq(t testing.TB, tables eventual.Tables, key eventual.Key) int64 {
 	t.Helper()
 	h, _, err := tables.Head(t.Context(), key)
 	if err != nil {

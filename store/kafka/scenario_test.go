@@ -20,7 +20,7 @@ import (
 // partitionOf returns every record of pid's partition so far, ending
 // with a record the test adds (keyed by pid, without an action header, so
 // replication skips it).
-func partitionOf(t *testing.T, brokers []string, topic, pid string) []wire.Record {
+func partitionOf(t testing.TB, brokers []string, topic, pid string) []wire.Record {
 	t.Helper()
 	ctx := t.Context()
 	pcl, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
@@ -58,7 +58,7 @@ func partitionOf(t *testing.T, brokers []string, topic, pid string) []wire.Recor
 	}
 }
 
-func write(t *testing.T, j journal.Journal, pid string, from, to int64, tag string) {
+func write(t testing.TB, j journal.Journal, pid string, from, to int64, tag string) {
 	t.Helper()
 	w := journal.AtomicWrite{PersistenceID: pid}
 	for s := from; s <= to; s++ {
@@ -71,7 +71,7 @@ func write(t *testing.T, j journal.Journal, pid string, from, to int64, tag stri
 }
 
 // replay returns pid's events as "payload" strings.
-func replay(t *testing.T, j journal.Journal, pid string) []string {
+func replay(t testing.TB, j journal.Journal, pid string) []string {
 	t.Helper()
 	var out []string
 	for e, err := range j.Replay(t.Context(), pid, 1, 1<<62, 1<<62) {
@@ -105,7 +105,7 @@ func (c *fetchCounter) OnFetchBatchRead(_ kgo.BrokerMetadata, _ string, _ int32,
 // replicateFirst replicates pid's partition up to and including pid's
 // n-th record (all of it when n < 0), as a replicator would, pointer
 // included.
-func replicateFirst(t *testing.T, brokers []string, tables eventual.Tables, topic, pid string, n int) {
+func replicateFirst(t testing.TB, brokers []string, tables eventual.Tables, topic, pid string, n int) {
 	t.Helper()
 	head := partitionOf(t, brokers, topic, pid)
 	if n >= 0 {

@@ -1,0 +1,352 @@
+package kafka_test
+
+// Benchmarks of the Kafka journal on the real broker, with PostgreSQL as
+// the eventual store, each beside a baseline doing the same work with
+// franz-go (and pgx) directly, in the same run:
+//
+//	scripts/bench kafka
+//	go test -run '^$' -bench . -benchtime 1x ./store/kafka/
+//
+// Every benchmark uses topics of its own and skips when no broker or
+// server answers.
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/annals-go/annals/engine"
+	"github.com/annals-go/annals/engine/enginetest"
+	"github.com/annals-go/annals/journal"
+	"github.com/annals-go/annals/store/kafka"
+	"github.com/annals-go/annals/store/kafka/eventual"
+	"github.com/annals-go/annals/store/kafka/eventual/pg/pgeventualtest"
+	"github.com/annals-go/annals/store/kafka/kafkatest"
+	"github.com/annals-go/annals/store/kafka/wire"
+	"github.com/annals-go/annals/store/postgres/pgtest"
+)
+
+var benchPayload = make([]byte, 100)
+
+func benchEvent(pid string, seq int64) journal.Repr {
+	return journal.Repr{PersistenceID: pid, SequenceNr: seq, Payload: benchPayload, SerializerID: 4, Manifest: "m", WriterID: "w"}
+}
+
+func benchTopic(name string) string {
+	return fmt.Sprintf("annals-bench-%s-%d", name, time.Now().UnixNano())
+}
+
+// BenchmarkWrite1000IDs: 1,000 entities persisting concurrently through
+// the journal front, one goroutine per id writing its own events one at a
+// time (b.N events in all); each id's highest number is read first, as its
+// recovery would, outside the measure. Beside it, in turns of a fifth of
+// the events each, 1,000 goroutines producing records of the same size
+// with franz-go's ProduceSync ("raw", the same client settings:
+// idempotent, acks=all).
+func BenchmarkWrite1000IDs(b *testing.B) {
+	const ids, turns = 1000, 5
+	brokers := kafkatest.Real(b)
+	tables := pgeventualtest.Open(b)
+	topic := benchTopic("write")
+	j := open(b, brokers, tables, kafka.WithTopic(func(string) string { return topic }))
+	var annalsTime, rawTime time.Duration
+	f := enginetest.MeteredFront(b, j, engine.Config{}, func() time.Duration { return annalsTime })
+	raw, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.RequiredAcks(kgo.AllISRAcks()), kgo.ProducerLinger(0), kgo.AllowAutoTopicCreation())
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer raw.Close()
+	ctx := b.Context()
+	var wg sync.WaitGroup
+	for i := range ids {
+		wg.Go(func() {
+			if _, err := f.HighestSequenceNr(ctx, fmt.Sprintf("Bench|w-%d", i), 0); err != nil {
+				b.Error(err)
+			}
+		})
+	}
+	wg.Wait()
+	// The raw records: the size of an Annals Append of one event.
+	value, _, err := encodeForBench(benchEvent("Bench|w-0", 1))
+	if err != nil {
+		b.Fatal(err)
+	}
+	perID := max((b.N+ids-1)/ids, turns)
+	for turn := range turns {
+		from, to := int64(perID*turn/turns), int64(perID*(turn+1)/turns)
+		start := time.Now()
+		for i := range ids {
+			pid := fmt.Sprintf("Bench|w-%d", i)
+			wg.Go(func() {
+				for seq := from + 1; seq <= to; seq++ {
+					if err := f.Persist(ctx, journal.AtomicWrite{PersistenceID: pid, Events: []journal.Repr{benchEvent(pid, seq)}}); err != nil {
+						b.Error(err)
+						return
+					}
+				}
+			})
+		}
+		wg.Wait()
+		annalsTime += time.Since(start)
+		start = time.Now()
+		for i := range ids {
+			key := []byte(fmt.Sprintf("Raw|w-%d", i))
+			wg.Go(func() {
+				for seq := from + 1; seq <= to; seq++ {
+					if err := raw.ProduceSync(ctx, &kgo.Record{Topic: topic + "-raw", Key: key, Value: value}).FirstErr(); err != nil {
+						b.Error(err)
+						return
+					}
+				}
+			})
+		}
+		wg.Wait()
+		rawTime += time.Since(start)
+	}
+	events := float64(perID * ids)
+	b.ReportMetric(events/annalsTime.Seconds(), "events/s")
+	b.ReportMetric(events/rawTime.Seconds(), "raw-events/s")
+}
+
+// encodeForBench returns an Append's value bytes for one event.
+func encodeForBench(e journal.Repr) ([]byte, map[string][]byte, error) {
+	es := wire.Events{Events: []wire.Event{{SeqNr: e.SequenceNr, Payload: &wire.Payload{Type: wire.Binary,
+		Data: wire.EncodePersistentBinary(wire.Persistent{WriterUUID: e.WriterID, SerializerID: e.SerializerID, Manifest: e.Manifest, Payload: e.Payload})}}}}
+	v, err := wire.EncodeBinary(es)
+	return v, nil, err
+}
+
+// BenchmarkRecovery1000: an entity's recovery read (HighestSequenceNr,
+// then Replay) of an id with 1,000 events in 10 appends of 100, with the
+// eventual store holding all of them ("replicated"), the first half
+// ("half"), or none ("unreplicated"); a fresh journal each time (no cache
+// of the id). Beside it ("raw"), a new franz-go consumer reading the id's
+// partition from its first record to its last.
+func BenchmarkRecovery1000(b *testing.B) {
+	const n, per = 1000, 100
+	brokers := kafkatest.Real(b)
+	for _, c := range []struct {
+		name       string
+		replicated int // appends replicated
+	}{{"replicated", n / per}, {"half", n / per / 2}, {"unreplicated", 0}} {
+		b.Run(c.name, func(b *testing.B) {
+			tables := pgeventualtest.Open(b)
+			topic := benchTopic("recovery-" + c.name)
+			w := open(b, brokers, tables, kafka.WithTopic(func(string) string { return topic }))
+			pid := "Bench|r"
+			for from := int64(1); from <= n; from += per {
+				aw := journal.AtomicWrite{PersistenceID: pid}
+				for s := from; s < from+per; s++ {
+					aw.Events = append(aw.Events, benchEvent(pid, s))
+				}
+				if res, err := w.Write(b.Context(), []journal.AtomicWrite{aw}); err != nil || res != nil {
+					b.Fatal(res, err)
+				}
+			}
+			head := partitionOf(b, brokers, topic, pid)
+			if c.replicated > 0 {
+				appends := 0
+				for i, r := range head {
+					if a, ok, _ := wire.DecodeRecord(r); ok && a.Header.Kind == wire.Append {
+						if appends++; appends == c.replicated {
+							if err := eventual.Replicate(b.Context(), tables, head[:i+1], time.Now()); err != nil {
+								b.Fatal(err)
+							}
+							break
+						}
+					}
+				}
+			}
+			b.Run("annals", func(b *testing.B) {
+				for b.Loop() {
+					j := open(b, brokers, tables, kafka.WithTopic(func(string) string { return topic }))
+					if h, err := j.HighestSequenceNr(b.Context(), pid, 0); err != nil || h != n {
+						b.Fatal(h, err)
+					}
+					count := 0
+					for _, err := range j.Replay(b.Context(), pid, 1, n, n) {
+						if err != nil {
+							b.Fatal(err)
+						}
+						count++
+					}
+					if count != n {
+						b.Fatalf("replayed %d", count)
+					}
+					j.Close()
+				}
+				b.ReportMetric(float64(b.N*n)/b.Elapsed().Seconds(), "events/s")
+			})
+			b.Run("raw", func(b *testing.B) {
+				first, last := head[0], head[len(head)-1]
+				for b.Loop() {
+					cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...),
+						kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{topic: {first.Partition: kgo.NewOffset().At(first.Offset)}}))
+					if err != nil {
+						b.Fatal(err)
+					}
+					events := 0
+				poll:
+					for {
+						fs := cl.PollFetches(b.Context())
+						if err := fs.Err0(); err != nil {
+							b.Fatal(err)
+						}
+						for _, r := range fs.Records() {
+							if string(r.Key) == pid && len(r.Value) > 0 {
+								es, err := wire.DecodeBinary(r.Value)
+								if err != nil {
+									b.Fatal(err)
+								}
+								events += len(es.Events)
+							}
+							if r.Offset >= last.Offset {
+								break poll
+							}
+						}
+					}
+					cl.Close()
+					if events != n {
+						b.Fatalf("read %d events", events)
+					}
+				}
+				b.ReportMetric(float64(b.N*n)/b.Elapsed().Seconds(), "events/s")
+			})
+		})
+	}
+}
+
+// BenchmarkReplicator: the replicator copying 20,000 single-event appends
+// of 1,000 ids into PostgreSQL (a new schema each time), from the topic's
+// start until every event is stored. Beside it ("raw"), a consumer of the same topic
+// inserting each poll's events into a table of the same columns with one
+// pgx batch, then an offset row, per poll.
+func BenchmarkReplicator(b *testing.B) {
+	const ids, perID = 1000, 20
+	brokers := kafkatest.Real(b)
+	topic := benchTopic("replicator")
+	tables := pgeventualtest.Open(b)
+	w := open(b, brokers, tables, kafka.WithTopic(func(string) string { return topic }))
+	var wg sync.WaitGroup
+	for i := range ids {
+		pid := fmt.Sprintf("Bench|p-%d", i)
+		wg.Go(func() {
+			for s := int64(1); s <= int64(perID); s++ {
+				if res, err := w.Write(b.Context(), []journal.AtomicWrite{{PersistenceID: pid, Events: []journal.Repr{benchEvent(pid, s)}}}); err != nil || res != nil {
+					b.Error(res, err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	events := float64(perID * ids)
+	b.Run("annals", func(b *testing.B) {
+		var elapsed time.Duration
+		for range b.N {
+			counted := &countingTables{Tables: pgeventualtest.Open(b), want: int64(perID * ids), done: make(chan struct{})}
+			r, err := kafka.NewReplicator(brokers, counted, kafka.WithTopics(topic), kafka.WithGroup(benchTopic("group")))
+			if err != nil {
+				b.Fatal(err)
+			}
+			ctx, cancel := context.WithCancel(b.Context())
+			finished := make(chan error, 1)
+			start := time.Now()
+			go func() { finished <- r.Run(ctx) }()
+			select {
+			case <-counted.done:
+			case <-time.After(10 * time.Minute):
+				b.Fatalf("replicated %d of %d events", counted.n.Load(), counted.want)
+			}
+			elapsed += time.Since(start)
+			cancel()
+			if err := <-finished; err != nil {
+				b.Fatal(err)
+			}
+		}
+		b.ReportMetric(float64(b.N)*events/elapsed.Seconds(), "events/s")
+	})
+	b.Run("raw", func(b *testing.B) {
+		_, schema := pgtest.Schema(b)
+		pool, err := pgxpool.New(b.Context(), pgtest.Server(b))
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer pool.Close()
+		for _, stmt := range []string{`CREATE SCHEMA ` + schema,
+			`CREATE TABLE ` + schema + `.journal (id text, topic text, seq_nr bigint, "offset" bigint, timestamp timestamptz, payload_bin bytea, PRIMARY KEY (id, topic, seq_nr))`,
+			`CREATE TABLE ` + schema + `.pointer (topic text, partition int, "offset" bigint, PRIMARY KEY (topic, partition))`} {
+			if _, err := pool.Exec(b.Context(), stmt); err != nil {
+				b.Fatal(err)
+			}
+		}
+		for b.Loop() {
+			if _, err := pool.Exec(b.Context(), `TRUNCATE `+schema+`.journal`); err != nil {
+				b.Fatal(err)
+			}
+			cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.ConsumeTopics(topic), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+			if err != nil {
+				b.Fatal(err)
+			}
+			stored := 0
+			for stored < perID*ids {
+				fs := cl.PollFetches(b.Context())
+				if err := fs.Err0(); err != nil {
+					b.Fatal(err)
+				}
+				fs.EachPartition(func(p kgo.FetchTopicPartition) {
+					var batch pgx.Batch
+					for _, r := range p.Records {
+						if len(r.Value) == 0 {
+							continue
+						}
+						es, err := wire.DecodeBinary(r.Value)
+						if err != nil {
+							b.Fatal(err)
+						}
+						for _, e := range es.Events {
+							batch.Queue(`INSERT INTO `+schema+`.journal (id, topic, seq_nr, "offset", timestamp, payload_bin) VALUES ($1, $2, $3, $4, $5, $6)
+								ON CONFLICT DO NOTHING`, string(r.Key), r.Topic, e.SeqNr, r.Offset, r.Timestamp, e.Payload.Data)
+							stored++
+						}
+					}
+					if len(p.Records) == 0 {
+						return
+					}
+					batch.Queue(`INSERT INTO `+schema+`.pointer VALUES ($1, $2, $3) ON CONFLICT (topic, partition) DO UPDATE SET "offset" = EXCLUDED."offset"`,
+						p.Topic, p.Partition, p.Records[len(p.Records)-1].Offset)
+					if err := pool.SendBatch(b.Context(), &batch).Close(); err != nil {
+						b.Fatal(err)
+					}
+				})
+			}
+			cl.Close()
+		}
+		b.ReportMetric(float64(b.N)*events/b.Elapsed().Seconds(), "events/s")
+	})
+}
+
+// countingTables counts the events stored and closes done when want are.
+type countingTables struct {
+	eventual.Tables
+	n    atomic.Int64
+	want int64
+	done chan struct{}
+}
+
+func (c *countingTables) InsertRecords(ctx context.Context, key eventual.Key, seg int64, id [16]byte, rs []eventual.Record) error {
+	if err := c.Tables.InsertRecords(ctx, key, seg, id, rs); err != nil {
+		return err
+	}
+	if c.n.Add(int64(len(rs))) == c.want {
+		close(c.done)
+	}
+	return nil
+}

@@ -76,6 +76,7 @@ type config struct {
 	topic      func(entityType string) string
 	origin     string
 	clientOpts []kgo.Opt
+	cacheSize  int
 }
 
 // WithTopic sets the topic of each entity type (default DefaultTopicPrefix
@@ -94,6 +95,12 @@ func WithClientOptions(opts ...kgo.Opt) Option {
 	return func(c *config) { c.clientOpts = append(c.clientOpts, opts...) }
 }
 
+// WithHeadCache sets how many actions the head cache keeps per topic
+// partition (default DefaultHeadCacheEntries); 0 turns the cache off, and
+// every read whose head the eventual store has not applied reads the
+// partition.
+func WithHeadCache(entries int) Option { return func(c *config) { c.cacheSize = entries } }
+
 // DefaultTopic returns the default topic of an entity type.
 func DefaultTopic(entityType string) string {
 	if entityType == "" {
@@ -111,6 +118,9 @@ type Journal struct {
 	brokers []string
 	tables  eventual.Tables
 	cl      *kgo.Client
+	cache   *headCache // nil when off
+
+	headReads atomic.Int64 // reads of a partition's head (not from the cache)
 
 	mu    sync.Mutex
 	known map[string]int64 // highest sequence number per id, as written or read here
@@ -123,7 +133,7 @@ type Journal struct {
 // Open returns a journal on the Kafka cluster at brokers (host:port), with
 // tables as its eventual store. It does not own tables.
 func Open(ctx context.Context, brokers []string, tables eventual.Tables, opts ...Option) (*Journal, error) {
-	cfg := config{topic: DefaultTopic}
+	cfg := config{topic: DefaultTopic, cacheSize: DefaultHeadCacheEntries}
 	if h, err := os.Hostname(); err == nil {
 		cfg.origin = h
 	}
@@ -135,6 +145,8 @@ func Open(ctx context.Context, brokers []string, tables eventual.Tables, opts ..
 		return nil, fmt.Errorf("%w: no brokers", ErrInvalidConfig)
 	case tables == nil:
 		return nil, fmt.Errorf("%w: no eventual store", ErrInvalidConfig)
+	case cfg.cacheSize < 0:
+		return nil, fmt.Errorf("%w: a head cache of %d entries", ErrInvalidConfig, cfg.cacheSize)
 	}
 	cl, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(brokers...), kgo.RequiredAcks(kgo.AllISRAcks()),
 		kgo.AllowAutoTopicCreation(), kgo.ProducerLinger(0)}, cfg.clientOpts...)...)
@@ -145,7 +157,11 @@ func Open(ctx context.Context, brokers []string, tables eventual.Tables, opts ..
 		cl.Close()
 		return nil, fmt.Errorf("kafka journal: no broker at %v answers: %w", brokers, err)
 	}
-	return &Journal{cfg: cfg, brokers: brokers, tables: tables, cl: cl, known: map[string]int64{}}, nil
+	j := &Journal{cfg: cfg, brokers: brokers, tables: tables, cl: cl, known: map[string]int64{}}
+	if cfg.cacheSize > 0 {
+		j.cache = newHeadCache(j, cfg.cacheSize)
+	}
+	return j, nil
 }
 
 // Close releases the journal's Kafka clients; calls after Close fail with
@@ -153,6 +169,9 @@ func Open(ctx context.Context, brokers []string, tables eventual.Tables, opts ..
 func (j *Journal) Close() error {
 	if j.closed.Swap(true) {
 		return nil
+	}
+	if j.cache != nil {
+		j.cache.close()
 	}
 	j.cl.Close()
 	return nil

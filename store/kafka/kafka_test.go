@@ -33,6 +33,21 @@ func open(t testing.TB, brokers []string, tables eventual.Tables, opts ...kafka.
 // replicate runs a replicator of the default topics until the test ends.
 func replicate(t testing.TB, brokers []string, tables eventual.Tables, opts ...kafka.ReplicatorOption) *kafka.Replicator {
 	t.Helper()
+	r, stop := startReplicator(t, brokers, tables, opts...)
+	t.Cleanup(stop)
+	return r
+}
+
+// replicateUntil runs a replicator until the returned function is called.
+func replicateUntil(t testing.TB, brokers []string, tables eventual.Tables, opts []kafka.ReplicatorOption) (stop func()) {
+	t.Helper()
+	_, stop = startReplicator(t, brokers, tables, opts...)
+	t.Cleanup(stop)
+	return stop
+}
+
+func startReplicator(t testing.TB, brokers []string, tables eventual.Tables, opts ...kafka.ReplicatorOption) (*kafka.Replicator, func()) {
+	t.Helper()
 	r, err := kafka.NewReplicator(brokers, tables, append([]kafka.ReplicatorOption{kafka.WithErrorHandler(func(err error) { t.Log(err) })}, opts...)...)
 	if err != nil {
 		t.Fatal(err)
@@ -44,8 +59,8 @@ func replicate(t testing.TB, brokers []string, tables eventual.Tables, opts ...k
 			t.Errorf("replicator: %v", err)
 		}
 	})
-	t.Cleanup(func() { cancel(); wg.Wait() })
-	return r
+	var once sync.Once
+	return r, func() { once.Do(func() { cancel(); wg.Wait() }) }
 }
 
 // TestJournalKit runs the journal compliance kit with the replicator

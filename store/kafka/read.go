@@ -81,6 +81,18 @@ func (j *Journal) read(ctx context.Context, pid string) (view, error) {
 	if from >= mark {
 		return v, nil
 	}
+	if j.cache != nil {
+		if t, err := j.cache.topic(key.Topic); err == nil {
+			p := int64(-1)
+			if ok {
+				p = pointer
+			}
+			if t.fold(ctx, partition, key.ID, from, mark, p, v.fold) {
+				return v, nil
+			}
+		}
+	}
+	j.headReads.Add(1)
 	err = j.readHead(ctx, key, partition, from, mark, false, func(a eventual.ActionRecord) bool {
 		v.fold(a)
 		return true

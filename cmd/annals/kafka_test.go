@@ -20,8 +20,8 @@ import (
 // TestKafkaCommands: the commands work on a kafka:// URL (the real broker,
 // topics of the test's own, PostgreSQL as the eventual store): init (dry
 // run, then for real), copy from SQLite (verified), events before and
-// after `annals replicate` has copied them into the eventual store,
-// delete-to, skip-record's refusal of a record that is not next, and the
+// after `annals replicate` has copied them into the eventual store, ids,
+// copy back to SQLite (verified), delete-to, skip-record's refusal of a record that is not next, and the
 // compliance kit (check).
 func TestKafkaCommands(t *testing.T) {
 	t.Parallel()
@@ -83,6 +83,11 @@ func TestKafkaCommands(t *testing.T) {
 	}
 
 	cli(t, env, "events", "Big|0003").want(t, 0, []string{`{"i":3,"seq":4}`}, nil)
+	if ids := cli(t, env, "ids", "--type", "Big", "--limit", "0"); ids.code != 0 || strings.Count(ids.stdout, "\nBig|") != 30 {
+		t.Errorf("ids: %d listed, want the 30 ids\n%v", strings.Count(ids.stdout, "\nBig|"), ids)
+	}
+	back := "sqlite:" + filepath.Join(t.TempDir(), "back.db")
+	cli(t, env, "copy", "--from", url, "--to", back).want(t, 0, []string{"verified 30 ids"}, nil)
 	cli(t, env, "delete-to", "Big|0003", "2", "--yes").want(t, 0, nil, nil)
 	ev := cli(t, env, "events", "Big|0003", "--json")
 	if n := len(jsonLines[map[string]any](t, ev)); n != 2 {

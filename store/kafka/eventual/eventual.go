@@ -196,6 +196,9 @@ type Tables interface {
 	Pointer(ctx context.Context, topic string, partition int32) (offset int64, ok bool, err error)
 	// SavePointer stores it, created at now the first time.
 	SavePointer(ctx context.Context, topic string, partition int32, offset int64, now time.Time) error
+	// IDs yields the ids that have a head on topic (every topic when
+	// topic is ""), each once, in no particular order.
+	IDs(ctx context.Context, topic string) iter.Seq2[string, error]
 }
 
 // ErrExpireAfter reports an expire-after the library cannot read.

@@ -41,7 +41,7 @@ type statements struct {
 	head, insertHead, updateHead, deleteHead       string
 	insertRecord, deleteRecords, deleteRecordsTo   string
 	records, pointer, insertPointer, updatePointer string
-	insertSetting                                  string
+	insertSetting, ids                             string
 }
 
 // Option configures a Store.
@@ -86,6 +86,7 @@ func New(ctx context.Context, session *gocql.Session, keyspace string, create bo
 		insertPointer:   `INSERT INTO ` + k + `.pointer2 (topic, partition, offset, created, updated) VALUES (?, ?, ?, ?, ?)`,
 		updatePointer:   `UPDATE ` + k + `.pointer2 SET offset = ?, updated = ? WHERE topic = ? AND partition = ?`,
 		insertSetting:   `INSERT INTO ` + k + `.setting (key, value, timestamp, origin) VALUES (?, ?, ?, ?) IF NOT EXISTS`,
+		ids:             `SELECT topic, id FROM ` + k + `.metajournal`,
 	}
 	if create {
 		if err := s.create(ctx, replication); err != nil {
@@ -382,6 +383,28 @@ func (s *Store) SavePointer(ctx context.Context, topic string, partition int32, 
 		return s.query(ctx, s.write, s.q.updatePointer, offset, now, topic, partition).Exec()
 	}
 	return s.query(ctx, s.write, s.q.insertPointer, topic, partition, offset, now, now).Exec()
+}
+
+// IDs implements eventual.Tables by reading the whole metajournal (its
+// partitions are (topic, segment): a topic's ids are spread over 10,000
+// segments), as the Scala library's id listing does.
+func (s *Store) IDs(ctx context.Context, topic string) iter.Seq2[string, error] {
+	return func(yield func(string, error) bool) {
+		it := s.query(ctx, s.read, s.q.ids).Iter()
+		var t, id string
+		for it.Scan(&t, &id) {
+			if topic != "" && t != topic {
+				continue
+			}
+			if !yield(id, nil) {
+				_ = it.Close()
+				return
+			}
+		}
+		if err := it.Close(); err != nil {
+			yield("", err)
+		}
+	}
 }
 
 var _ eventual.Tables = (*Store)(nil)

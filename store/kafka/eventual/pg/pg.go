@@ -317,4 +317,29 @@ func (s *Store) SavePointer(ctx context.Context, topic string, partition int32, 
 	return err
 }
 
+// IDs implements eventual.Tables.
+func (s *Store) IDs(ctx context.Context, topic string) iter.Seq2[string, error] {
+	return func(yield func(string, error) bool) {
+		rows, err := s.pool.Query(ctx, `SELECT id FROM `+s.schema+`.metajournal WHERE $1 = '' OR topic = $1`, topic)
+		if err != nil {
+			yield("", err)
+			return
+		}
+		defer rows.Close()
+		for rows.Next() {
+			var id string
+			if err := rows.Scan(&id); err != nil {
+				yield("", err)
+				return
+			}
+			if !yield(id, nil) {
+				return
+			}
+		}
+		if err := rows.Err(); err != nil {
+			yield("", err)
+		}
+	}
+}
+
 var _ eventual.Tables = (*Store)(nil)

@@ -27,10 +27,11 @@
 //
 // # Reads
 //
-// Replay, HighestSequenceNr and DeleteTo produce a Mark for the id and read
-// the id's head in the eventual store at the same time; when the store has
-// applied everything up to the Mark (its pointer, or the id's own last
-// offset, has reached it) Kafka is not read. Otherwise the partition is
+// Replay, HighestSequenceNr and DeleteTo produce a Mark for the id, then
+// read the partition's pointer and the id's head in the eventual store
+// (in that order: the replicator moves the pointer after the heads); when
+// the store has applied everything up to the Mark (its pointer, or the
+// id's own last offset, has reached it) Kafka is not read. Otherwise the partition is
 // read from there to the Mark, and the id's deletes and purges in that
 // head are applied before anything is streamed; the head's events follow
 // the store's, without duplicates at the seam.

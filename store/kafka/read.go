@@ -33,9 +33,10 @@ type view struct {
 	appendsFrom int64
 }
 
-// read returns the view of pid: a Mark produced while the eventual head
-// is read, then, unless the store has applied everything before the Mark,
-// the headers of the partition's records from there to the Mark.
+// read returns the view of pid: a Mark, the partition's pointer and the
+// id's head in the eventual store, then, unless the store has applied
+// everything before the Mark, the headers of the partition's records from
+// there to the Mark (from the head cache when it holds them).
 func (j *Journal) read(ctx context.Context, pid string) (view, error) {
 	if j.closed.Load() {
 		return view{}, journal.ErrClosed
@@ -45,31 +46,24 @@ func (j *Journal) read(ctx context.Context, pid string) (view, error) {
 		return view{}, err
 	}
 	v := view{key: key, appendsFrom: -1}
-	var (
-		partition int32
-		mark      int64
-		markErr   error
-		markDone  = make(chan struct{})
-		idBytes   [16]byte
-	)
+	var idBytes [16]byte
 	_, _ = rand.Read(idBytes[:])
-	go func() {
-		defer close(markDone)
-		partition, mark, markErr = j.produce(ctx, key, wire.Header{Kind: wire.Mark, ID: hex.EncodeToString(idBytes[:])})
-	}()
-	v.head, v.has, err = j.tables.Head(ctx, key)
-	<-markDone
+	partition, mark, err := j.produce(ctx, key, wire.Header{Kind: wire.Mark, ID: hex.EncodeToString(idBytes[:])})
 	if err != nil {
-		return view{}, fmt.Errorf("kafka journal: reading the head of %q: %w", pid, err)
+		return view{}, err
 	}
-	if markErr != nil {
-		return view{}, markErr
-	}
-	v.seqNr, v.deleteTo = v.head.SeqNr, v.head.DeleteTo
+	// The pointer before the head: the replicator moves the pointer after
+	// the heads, so every action of the key up to the pointer is in the
+	// head read after it. (Read the other way round, an append applied in
+	// between would be in neither the head nor the range read from Kafka.)
 	pointer, ok, err := j.tables.Pointer(ctx, key.Topic, partition)
 	if err != nil {
 		return view{}, fmt.Errorf("kafka journal: reading the pointer of %s/%d: %w", key.Topic, partition, err)
 	}
+	if v.head, v.has, err = j.tables.Head(ctx, key); err != nil {
+		return view{}, fmt.Errorf("kafka journal: reading the head of %q: %w", pid, err)
+	}
+	v.seqNr, v.deleteTo = v.head.SeqNr, v.head.DeleteTo
 	from := int64(-1) // the start of the partition
 	if ok {
 		from = pointer + 1

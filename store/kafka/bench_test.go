@@ -25,6 +25,7 @@ import (
 	"github.com/annals-go/annals/engine"
 	"github.com/annals-go/annals/engine/enginetest"
 	"github.com/annals-go/annals/journal"
+	"github.com/annals-go/annals/recovery"
 	"github.com/annals-go/annals/store/kafka"
 	"github.com/annals-go/annals/store/kafka/eventual"
 	"github.com/annals-go/annals/store/kafka/eventual/pg/pgeventualtest"
@@ -123,8 +124,9 @@ func encodeForBench(e journal.Repr) ([]byte, map[string][]byte, error) {
 	return v, nil, err
 }
 
-// BenchmarkRecovery1000: an entity's recovery read (HighestSequenceNr,
-// then Replay: two Marks, two reads of pointer and head) of an id with
+// BenchmarkRecovery1000: an entity's recovery read (ReadRecovery, as the
+// entity runtime makes it: one Mark, the pointer, the head, the rows and,
+// when needed, the topic's head) of an id with
 // 1,000 events in 10 appends of 100, with the eventual store holding all
 // of them ("replicated"), the first half ("half"), or none
 // ("unreplicated"), through one journal opened before (head cache off, so
@@ -169,18 +171,9 @@ func BenchmarkRecovery1000(b *testing.B) {
 			b.Run("annals", func(b *testing.B) {
 				j := open(b, brokers, tables, kafka.WithTopic(func(string) string { return topic }), kafka.WithHeadCache(0))
 				for b.Loop() {
-					if h, err := j.HighestSequenceNr(b.Context(), pid, 0); err != nil || h != n {
-						b.Fatal(h, err)
-					}
-					count := 0
-					for _, err := range j.Replay(b.Context(), pid, 1, n, n) {
-						if err != nil {
-							b.Fatal(err)
-						}
-						count++
-					}
-					if count != n {
-						b.Fatalf("replayed %d", count)
+					res, err := j.ReadRecovery(b.Context(), recovery.Request{PersistenceID: pid, MaxEvents: n})
+					if err != nil || res.Highest != n || len(res.Events) != n {
+						b.Fatal(res.Highest, len(res.Events), err)
 					}
 				}
 				b.ReportMetric(float64(b.N*n)/b.Elapsed().Seconds(), "events/s")

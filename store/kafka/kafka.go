@@ -57,6 +57,7 @@ import (
 	"github.com/annals-go/annals"
 	"github.com/annals-go/annals/journal"
 	"github.com/annals-go/annals/query"
+	"github.com/annals-go/annals/snapshot"
 	"github.com/annals-go/annals/store/kafka/eventual"
 )
 
@@ -78,6 +79,7 @@ type config struct {
 	origin     string
 	clientOpts []kgo.Opt
 	cacheSize  int
+	snapshots  snapshot.Store
 }
 
 // WithTopic sets the topic of each entity type (default DefaultTopicPrefix

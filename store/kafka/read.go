@@ -150,6 +150,15 @@ func (j *Journal) Replay(ctx context.Context, persistenceID string, from, to, ma
 			yield(journal.Repr{}, err)
 			return
 		}
+		j.stream(ctx, v, persistenceID, from, to, maxEvents, yield)
+	}
+}
+
+// stream yields the events of the view v of persistenceID with
+// from ≤ SequenceNr ≤ to, at most maxEvents: the eventual store's, then
+// the head's, as Replay does.
+func (j *Journal) stream(ctx context.Context, v view, persistenceID string, from, to, maxEvents int64, yield func(journal.Repr, error) bool) {
+	{
 		start := max(from, v.deleteTo+1, 1)
 		var n, last int64
 		emit := func(r eventual.Record) (more bool) {

@@ -125,11 +125,18 @@ type Record struct {
 	PayloadMetadata wire.Metadata
 	// Headers are the Kafka record's headers other than the action.
 	Headers map[string]string
+	// RawMetadata, when not empty, is the metadata column as a store read
+	// it, parsed only on demand (ParseMetadataJSON); HeaderMetadata and
+	// PayloadMetadata are then empty.
+	RawMetadata string
 }
 
 // MetadataJSON returns the record's metadata column as the Scala library
-// writes it: {"header":{...},"payload":{...}}.
+// writes it: {"header":{...},"payload":{...}} (RawMetadata when set).
 func (r Record) MetadataJSON() (string, error) {
+	if r.RawMetadata != "" {
+		return r.RawMetadata, nil
+	}
 	type header struct {
 		Data json.RawMessage `json:"data,omitempty"`
 	}

@@ -129,7 +129,7 @@ func (k kafkaScheme) open(ctx context.Context, u string, mode Mode) (*Store, err
 		}
 		return nil, err
 	}
-	j, err := kafka.Open(ctx, p.Brokers, tables, kafka.WithTopic(p.Topic))
+	j, err := kafka.Open(ctx, p.Brokers, tables, kafka.WithTopic(p.Topic), kafka.WithSnapshots(inner.Snapshots))
 	if err != nil {
 		inner.Close()
 		return nil, err

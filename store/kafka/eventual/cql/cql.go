@@ -337,12 +337,7 @@ func (s *Store) Records(ctx context.Context, key eventual.Key, segment int64, fr
 				r.Event.Payload = p
 			}
 			if meta != nil {
-				var err error
-				if r.HeaderMetadata, r.PayloadMetadata, err = eventual.ParseMetadataJSON(*meta); err != nil {
-					_ = it.Close()
-					yield(eventual.Record{}, fmt.Errorf("%q event %d: %w", key.ID, r.Event.SeqNr, err))
-					return
-				}
+				r.RawMetadata = *meta
 			}
 			if len(headers) > 0 {
 				r.Headers = headers

@@ -280,10 +280,7 @@ func (s *Store) Records(ctx context.Context, key eventual.Key, segment int64, fr
 				r.Event.Payload = p
 			}
 			if meta != nil {
-				if r.HeaderMetadata, r.PayloadMetadata, err = eventual.ParseMetadataJSON(*meta); err != nil {
-					yield(eventual.Record{}, fmt.Errorf("%q event %d: %w", key.ID, r.Event.SeqNr, err))
-					return
-				}
+				r.RawMetadata = *meta
 			}
 			if headers != nil {
 				if err := json.Unmarshal(headers, &r.Headers); err != nil {

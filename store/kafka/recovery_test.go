@@ -1,0 +1,56 @@
+package kafka_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/annals-go/annals/journal"
+	"github.com/annals-go/annals/recovery"
+	"github.com/annals-go/annals/snapshot"
+	"github.com/annals-go/annals/store/kafka"
+	"github.com/annals-go/annals/store/kafka/eventual/pg/pgeventualtest"
+	"github.com/annals-go/annals/store/kafka/kafkatest"
+	"github.com/annals-go/annals/store/memory"
+	"github.com/annals-go/annals/store/postgres"
+	"github.com/annals-go/annals/store/postgres/pgtest"
+	"github.com/annals-go/annals/storetest"
+)
+
+// TestRecoveryKit runs the recovery.Reader rules on the journal with its
+// snapshots in the eventual store's PostgreSQL schema, the replicator
+// running, on the fake broker and on the real one.
+func TestRecoveryKit(t *testing.T) {
+	for _, broker := range []string{"fake", "real"} {
+		t.Run(broker, func(t *testing.T) {
+			var brokers []string
+			if broker == "fake" {
+				brokers = kafkatest.Fake(t)
+			} else {
+				brokers = kafkatest.Real(t)
+			}
+			dsn, schema := pgtest.Schema(t)
+			tables := pgeventualtest.OpenIn(t, schema)
+			ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+			defer cancel()
+			ps, err := postgres.Open(ctx, dsn, postgres.WithMigrate(true))
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { ps.Close() })
+			snaps := ps.Snapshots()
+			run := fmt.Sprintf("annals-test-%d-", time.Now().UnixNano())
+			j := open(t, brokers, tables, kafka.WithTopic(func(et string) string { return run + et }), kafka.WithSnapshots(snaps))
+			replicate(t, brokers, tables, kafka.WithTopicPattern("^"+run), kafka.WithGroup(run))
+			storetest.RunRecovery(t, storetest.RecoveryHarness{
+				New: func(t *testing.T) (recovery.Reader, journal.Journal, snapshot.Store) { return j, j, snaps },
+				Foreign: func(t *testing.T) snapshot.Store {
+					m := memory.New()
+					t.Cleanup(func() { m.Close() })
+					return m.Snapshots()
+				},
+			})
+		})
+	}
+}

@@ -50,7 +50,7 @@ func commands() []*command {
 		deleteToCommand(), deleteSnapshotsCommand(),
 		copyCommand(), projectionsCommand(),
 		benchCommand(), checkCommand(),
-		replicateCommand(), skipRecordCommand(),
+		replicateCommand(), skipRecordCommand(), purgeExpiredCommand(),
 	}
 }
 

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"regexp"
 	"strconv"
+	"time"
 
 	"github.com/annals-go/annals/cmd/annals/internal/stores"
 	"github.com/annals-go/annals/store/kafka"
@@ -134,6 +135,45 @@ the record. The record stays in Kafka; its actions are never applied.
 					return err
 				}
 				fmt.Fprintf(e.stdout, "skipped %s/%d offset %d; start the replicator again\n", args[0], partition, offset)
+				return nil
+			}
+		},
+	}
+}
+
+func purgeExpiredCommand() *command {
+	return &command{
+		name: "purge-expired", summary: "purge the Kafka journals whose expiry date has come, through the log",
+		help: `Produces a Purge action for each journal of a Kafka journal whose expiry
+date (its last append plus the expire-after its appends carry) is today or
+earlier; the replicator then removes it, and the id's next append starts
+at 1. A journal appended to since the eventual store recorded its expiry is
+left alone. Run it daily.
+` + deleteSafety,
+		examples: []string{
+			"annals purge-expired --store 'kafka://127.0.0.1:9092/?eventual=cassandra://127.0.0.1:9042/journal' --yes",
+		},
+		maxArgs: 0,
+		setup: func(fs *flag.FlagSet) func(*env, []string) error {
+			store := storeFlag(fs)
+			yes := fs.Bool("yes", false, "purge without asking")
+			return func(e *env, _ []string) error {
+				s, j, err := kafkaJournal(e, *store)
+				if err != nil {
+					return err
+				}
+				defer s.Close()
+				if err := e.confirm(fmt.Sprintf("purge every expired journal of %s?", s.Where), *yes); err != nil {
+					return err
+				}
+				purged, err := j.PurgeExpired(e.ctx, time.Now())
+				for _, id := range purged {
+					fmt.Fprintf(e.stdout, "purged %s\n", id)
+				}
+				if err != nil {
+					return err
+				}
+				fmt.Fprintf(e.stdout, "%d expired journals purged\n", len(purged))
 				return nil
 			}
 		},

@@ -94,5 +94,6 @@ func TestKafkaCommands(t *testing.T) {
 		t.Errorf("events after delete-to 2: %d, want 2\n%v", n, ev)
 	}
 	cli(t, env, "skip-record", prefix+"Big", "0", "0", "--yes").want(t, 2, nil, []string{"only the next record"})
+	cli(t, env, "purge-expired", "--yes").want(t, 0, []string{"0 expired journals purged"}, nil)
 	cli(t, env, "check").want(t, 0, []string{"check passed"}, nil)
 }

@@ -42,8 +42,11 @@ const (
 
 // encodeAppend returns the value and headers of the Append record of w,
 // with Annals' events in the Scala persistence adapter's binary form.
-func encodeAppend(w journal.AtomicWrite, origin string) (value []byte, headers map[string][]byte, err error) {
+func encodeAppend(w journal.AtomicWrite, origin string, expireAfter time.Duration) (value []byte, headers map[string][]byte, err error) {
 	es := wire.Events{Events: make([]wire.Event, len(w.Events))}
+	if expireAfter > 0 {
+		es.Metadata.ExpireAfter = eventual.FormatExpireAfter(expireAfter)
+	}
 	var stamps []string
 	sameStamp := true
 	meta := map[string]string{}

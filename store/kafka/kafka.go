@@ -51,6 +51,7 @@ import (
 	"regexp"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
@@ -75,11 +76,12 @@ var ErrInvalidConfig = errors.New("kafka journal: invalid configuration")
 type Option func(*config)
 
 type config struct {
-	topic      func(entityType string) string
-	origin     string
-	clientOpts []kgo.Opt
-	cacheSize  int
-	snapshots  snapshot.Store
+	topic       func(entityType string) string
+	origin      string
+	clientOpts  []kgo.Opt
+	cacheSize   int
+	snapshots   snapshot.Store
+	expireAfter time.Duration
 }
 
 // WithTopic sets the topic of each entity type (default DefaultTopicPrefix
@@ -103,6 +105,12 @@ func WithClientOptions(opts ...kgo.Opt) Option {
 // every read whose head the eventual store has not applied reads the
 // partition.
 func WithHeadCache(entries int) Option { return func(c *config) { c.cacheSize = entries } }
+
+// WithExpireAfter makes every append carry an expire-after of d (the
+// Scala library's ExpireAfter): a journal with no append for d may be
+// purged (PurgeExpired, or the replicator WithPurgeExpired), from the
+// day its last append plus d falls on. 0 (the default) never expires.
+func WithExpireAfter(d time.Duration) Option { return func(c *config) { c.expireAfter = d } }
 
 // DefaultTopic returns the default topic of an entity type.
 func DefaultTopic(entityType string) string {

@@ -38,12 +38,18 @@ type view struct {
 // everything before the Mark, the headers of the partition's records from
 // there to the Mark (from the head cache when it holds them).
 func (j *Journal) read(ctx context.Context, pid string) (view, error) {
-	if j.closed.Load() {
-		return view{}, journal.ErrClosed
-	}
 	key, err := j.key(pid)
 	if err != nil {
 		return view{}, err
+	}
+	return j.readKey(ctx, key)
+}
+
+// readKey is read of a key, whatever topic it is on.
+func (j *Journal) readKey(ctx context.Context, key eventual.Key) (view, error) {
+	pid := key.ID
+	if j.closed.Load() {
+		return view{}, journal.ErrClosed
 	}
 	v := view{key: key, appendsFrom: -1}
 	var idBytes [16]byte

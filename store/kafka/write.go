@@ -58,7 +58,7 @@ func (j *Journal) Write(ctx context.Context, writes []journal.AtomicWrite) ([]er
 				w.Events[k].Timestamp = now
 			}
 		}
-		value, headers, err := encodeAppend(w, j.cfg.origin)
+		value, headers, err := encodeAppend(w, j.cfg.origin, j.cfg.expireAfter)
 		if err != nil {
 			results[i] = journal.Reject("%w", err)
 			continue

@@ -206,6 +206,9 @@ type Tables interface {
 	// IDs yields the ids that have a head on topic (every topic when
 	// topic is ""), each once, in no particular order.
 	IDs(ctx context.Context, topic string) iter.Seq2[string, error]
+	// Expired yields the keys whose head expires on or before the date of
+	// on (UTC), in no particular order.
+	Expired(ctx context.Context, on time.Time) iter.Seq2[Key, error]
 }
 
 // ErrExpireAfter reports an expire-after the library cannot read.

@@ -41,7 +41,7 @@ type statements struct {
 	head, insertHead, updateHead, deleteHead       string
 	insertRecord, deleteRecords, deleteRecordsTo   string
 	records, pointer, insertPointer, updatePointer string
-	insertSetting, ids                             string
+	insertSetting, ids, expiring                   string
 }
 
 // Option configures a Store.
@@ -87,6 +87,7 @@ func New(ctx context.Context, session *gocql.Session, keyspace string, create bo
 		updatePointer:   `UPDATE ` + k + `.pointer2 SET offset = ?, updated = ? WHERE topic = ? AND partition = ?`,
 		insertSetting:   `INSERT INTO ` + k + `.setting (key, value, timestamp, origin) VALUES (?, ?, ?, ?) IF NOT EXISTS`,
 		ids:             `SELECT topic, id FROM ` + k + `.metajournal`,
+		expiring:        `SELECT topic, id, expire_on FROM ` + k + `.metajournal`,
 	}
 	if create {
 		if err := s.create(ctx, replication); err != nil {
@@ -398,6 +399,32 @@ func (s *Store) IDs(ctx context.Context, topic string) iter.Seq2[string, error] 
 		}
 		if err := it.Close(); err != nil {
 			yield("", err)
+		}
+	}
+}
+
+// Expired implements eventual.Tables by reading the whole metajournal
+// (the expire_on index answers only equality, one day at a time), which
+// an hourly or daily purge can afford.
+func (s *Store) Expired(ctx context.Context, on time.Time) iter.Seq2[eventual.Key, error] {
+	day := time.Date(on.UTC().Year(), on.UTC().Month(), on.UTC().Day(), 0, 0, 0, 0, time.UTC)
+	return func(yield func(eventual.Key, error) bool) {
+		it := s.query(ctx, s.read, s.q.expiring).Iter()
+		var (
+			k        eventual.Key
+			expireOn time.Time
+		)
+		for it.Scan(&k.Topic, &k.ID, &expireOn) {
+			if expireOn.IsZero() || expireOn.After(day) {
+				continue
+			}
+			if !yield(k, nil) {
+				_ = it.Close()
+				return
+			}
+		}
+		if err := it.Close(); err != nil {
+			yield(eventual.Key{}, err)
 		}
 	}
 }

@@ -339,4 +339,29 @@ func (s *Store) IDs(ctx context.Context, topic string) iter.Seq2[string, error] 
 	}
 }
 
+// Expired implements eventual.Tables (through the expire_on index).
+func (s *Store) Expired(ctx context.Context, on time.Time) iter.Seq2[eventual.Key, error] {
+	return func(yield func(eventual.Key, error) bool) {
+		rows, err := s.pool.Query(ctx, `SELECT topic, id FROM `+s.schema+`.metajournal WHERE expire_on <= $1`, on.UTC().Format(time.DateOnly))
+		if err != nil {
+			yield(eventual.Key{}, err)
+			return
+		}
+		defer rows.Close()
+		for rows.Next() {
+			var k eventual.Key
+			if err := rows.Scan(&k.Topic, &k.ID); err != nil {
+				yield(eventual.Key{}, err)
+				return
+			}
+			if !yield(k, nil) {
+				return
+			}
+		}
+		if err := rows.Err(); err != nil {
+			yield(eventual.Key{}, err)
+		}
+	}
+}
+
 var _ eventual.Tables = (*Store)(nil)

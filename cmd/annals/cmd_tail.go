@@ -14,10 +14,11 @@ import (
 
 func tailCommand() *command {
 	return &command{
-		name: "tail", summary: "follow new events live, by tag or by entity type and slice range",
-		help: `Prints events as they are stored: those with a tag (--tag), or those of an
-entity type in a slice range (--type, --slices), after an offset
-(--from-offset; default: the start). It follows new events until Ctrl-C
+		name: "tail", summary: "follow new events live: of one id, by tag, or by entity type and slice range",
+		help: `Prints events as they are stored: those of one persistence id (--id, after
+--from-seq), those with a tag (--tag), or those of an entity type in a
+slice range (--type, --slices), after an offset (--from-offset; default:
+the start). It follows new events until Ctrl-C
 or --limit events; --current stops at the events stored when it started.
 Each line starts with the event's offset, so a later tail can resume with
 --from-offset; payloads are shown as events shows them.
@@ -26,12 +27,15 @@ Each line starts with the event's offset, so a later tail can resume with
 with "offset" set.`,
 		examples: []string{
 			"annals tail --store sqlite:./annals.db --tag bank",
+			"annals tail --id 'Account|a-42' --from-seq 100",
 			"annals tail --type Account --slices 0-511 --from-offset '{\"seq\":1000}'",
 			"annals tail --type Account --current --json | jq -c '{id: .persistence_id, payload}'",
 		},
 		maxArgs: 0,
 		setup: func(fs *flag.FlagSet) func(*env, []string) error {
 			store, asJSON := storeFlag(fs), jsonFlag(fs)
+			id := fs.String("id", "", "events of this persistence `ID`")
+			fromSeq := fs.Int64("from-seq", 0, "with --id: after this sequence number `N`")
 			tag := fs.String("tag", "", "events with this `TAG`")
 			typ := fs.String("type", "", "events of this entity `TYPE`")
 			slices := fs.String("slices", "0-1023", "with --type: the slice range `MIN-MAX`")
@@ -40,8 +44,17 @@ with "offset" set.`,
 			current := fs.Bool("current", false, "stop at the events stored when the command started")
 			full := fs.Bool("full", false, "print whole payloads")
 			return func(e *env, _ []string) error {
-				if (*tag == "") == (*typ == "") {
-					return usagef("give --tag TAG or --type TYPE (with --slices)")
+				given := 0
+				for _, v := range []string{*id, *tag, *typ} {
+					if v != "" {
+						given++
+					}
+				}
+				if given != 1 {
+					return usagef("give one of --id ID, --tag TAG or --type TYPE (with --slices)")
+				}
+				if *fromSeq < 0 {
+					return usagef("--from-seq must not be negative")
 				}
 				r, ok := sliceRange(*slices)
 				if !ok {
@@ -66,7 +79,19 @@ with "offset" set.`,
 				defer cancel()
 				var events iter.Seq2[query.Envelope, error]
 				what := ""
-				if *tag != "" {
+				if *id != "" {
+					q, ok := s.Queries.(query.EventsByPersistenceIDQuery)
+					if !ok {
+						return fmt.Errorf("the %s store has no queries by persistence id", s.Kind)
+					}
+					what = fmt.Sprintf("events of %q", *id)
+					after = query.SequenceOffset(*fromSeq)
+					const noEnd = 1<<63 - 1
+					events = pick(*current, func() iter.Seq2[query.Envelope, error] {
+						return q.CurrentEventsByPersistenceID(ctx, *id, *fromSeq+1, noEnd)
+					},
+						func() *query.Stream[query.Envelope] { return q.EventsByPersistenceID(ctx, *id, *fromSeq+1, noEnd) })
+				} else if *tag != "" {
 					q, ok := s.Queries.(query.EventsByTagQuery)
 					if !ok {
 						return fmt.Errorf("the %s store has no queries by tag", s.Kind)

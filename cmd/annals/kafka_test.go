@@ -88,6 +88,9 @@ func TestKafkaCommands(t *testing.T) {
 	}
 	back := "sqlite:" + filepath.Join(t.TempDir(), "back.db")
 	cli(t, env, "copy", "--from", url, "--to", back).want(t, 0, []string{"verified 30 ids"}, nil)
+	if tail := cli(t, env, "tail", "--id", "Big|0003", "--from-seq", "1", "--current", "--json"); len(jsonLines[map[string]any](t, tail)) != 3 {
+		t.Errorf("tail --id --from-seq 1 --current: want events 2..4\n%v", tail)
+	}
 	cli(t, env, "delete-to", "Big|0003", "2", "--yes").want(t, 0, nil, nil)
 	ev := cli(t, env, "events", "Big|0003", "--json")
 	if n := len(jsonLines[map[string]any](t, ev)); n != 2 {

@@ -8,8 +8,6 @@ import (
 
 	"github.com/annals-go/annals/store/kafka"
 	"github.com/annals-go/annals/store/kafka/eventual"
-	"github.com/annals-go/annals/store/kafka/eventual/cql/cqltest"
-	"github.com/annals-go/annals/store/kafka/eventual/pg/pgeventualtest"
 	"github.com/annals-go/annals/store/kafka/kafkatest"
 )
 
@@ -17,13 +15,9 @@ import (
 // through the log once their expiry date has come, on both eventual
 // stores; journals without one, and journals appended to since, are not.
 func TestPurgeExpired(t *testing.T) {
-	stores := map[string]func(t *testing.T) eventual.Tables{
-		"cassandra": func(t *testing.T) eventual.Tables { s, _, _ := cqltest.Open(t); return s },
-		"postgres":  func(t *testing.T) eventual.Tables { return pgeventualtest.Open(t) },
-	}
 	for _, name := range []string{"cassandra", "postgres"} {
 		t.Run(name, func(t *testing.T) {
-			tables := stores[name](t)
+			tables := eventualStores[name](t)
 			brokers := kafkatest.Fake(t)
 			topic := fmt.Sprintf("journal-Expiry%d", time.Now().UnixNano())
 			opts := []kafka.Option{kafka.WithTopic(func(string) string { return topic })}

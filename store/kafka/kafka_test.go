@@ -63,18 +63,31 @@ func startReplicator(t testing.TB, brokers []string, tables eventual.Tables, opt
 	return r, func() { once.Do(func() { cancel(); wg.Wait() }) }
 }
 
+// brokersOf returns the fake cluster's address ("fake") or the real
+// broker's ("real").
+func brokersOf(t testing.TB, kind string) []string {
+	t.Helper()
+	if kind == "fake" {
+		return kafkatest.Fake(t)
+	}
+	return kafkatest.Real(t)
+}
+
+// eventualStores opens an eventual store of each kind, in a keyspace or
+// schema of the test's own.
+var eventualStores = map[string]func(t *testing.T) eventual.Tables{
+	"cassandra": func(t *testing.T) eventual.Tables { s, _, _ := cqltest.Open(t); return s },
+	"postgres":  func(t *testing.T) eventual.Tables { return pgeventualtest.Open(t) },
+}
+
 // TestJournalKit runs the journal compliance kit with the replicator
 // running and with none (every read from the topic), on the fake broker
 // and on the real one (topics and group of this run's own), with each
 // eventual store.
 func TestJournalKit(t *testing.T) {
-	stores := map[string]func(t *testing.T) eventual.Tables{
-		"cassandra": func(t *testing.T) eventual.Tables { s, _, _ := cqltest.Open(t); return s },
-		"postgres":  func(t *testing.T) eventual.Tables { return pgeventualtest.Open(t) },
-	}
 	for _, store := range []string{"cassandra", "postgres"} {
 		t.Run(store, func(t *testing.T) {
-			tables := stores[store](t)
+			tables := eventualStores[store](t)
 			for _, broker := range []string{"fake", "real"} {
 				for _, replicated := range []bool{true, false} {
 					name := broker + "/unreplicated"
@@ -82,15 +95,10 @@ func TestJournalKit(t *testing.T) {
 						name = broker + "/replicated"
 					}
 					t.Run(name, func(t *testing.T) {
-						var brokers []string
+						brokers := brokersOf(t, broker)
 						run := fmt.Sprintf("annals-test-%d-", time.Now().UnixNano())
 						var jopts []kafka.Option
 						var ropts []kafka.ReplicatorOption
-						if broker == "fake" {
-							brokers = kafkatest.Fake(t)
-						} else {
-							brokers = kafkatest.Real(t)
-						}
 						// Topics of the run's own: the eventual store is
 						// shared, and its pointers are per topic name.
 						jopts = append(jopts, kafka.WithTopic(func(et string) string { return run + et }))

@@ -11,7 +11,6 @@ import (
 	"github.com/annals-go/annals/snapshot"
 	"github.com/annals-go/annals/store/kafka"
 	"github.com/annals-go/annals/store/kafka/eventual/pg/pgeventualtest"
-	"github.com/annals-go/annals/store/kafka/kafkatest"
 	"github.com/annals-go/annals/store/memory"
 	"github.com/annals-go/annals/store/postgres"
 	"github.com/annals-go/annals/store/postgres/pgtest"
@@ -24,12 +23,7 @@ import (
 func TestRecoveryKit(t *testing.T) {
 	for _, broker := range []string{"fake", "real"} {
 		t.Run(broker, func(t *testing.T) {
-			var brokers []string
-			if broker == "fake" {
-				brokers = kafkatest.Fake(t)
-			} else {
-				brokers = kafkatest.Real(t)
-			}
+			brokers := brokersOf(t, broker)
 			dsn, schema := pgtest.Schema(t)
 			tables := pgeventualtest.OpenIn(t, schema)
 			ctx, cancel := context.WithTimeout(t.Context(), time.Minute)

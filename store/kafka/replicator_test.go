@@ -13,7 +13,6 @@ import (
 	"github.com/annals-go/annals/store/kafka"
 	"github.com/annals-go/annals/store/kafka/eventual"
 	"github.com/annals-go/annals/store/kafka/eventual/cql/cqltest"
-	"github.com/annals-go/annals/store/kafka/kafkatest"
 	"github.com/annals-go/annals/store/kafka/wire"
 )
 
@@ -76,12 +75,7 @@ func TestReplicatorPoisonRecord(t *testing.T) {
 	tables, _, _ := cqltest.Open(t)
 	for _, broker := range []string{"fake", "real"} {
 		t.Run(broker, func(t *testing.T) {
-			var brokers []string
-			if broker == "fake" {
-				brokers = kafkatest.Fake(t)
-			} else {
-				brokers = kafkatest.Real(t)
-			}
+			brokers := brokersOf(t, broker)
 			run := fmt.Sprintf("annals-test-%d-", time.Now().UnixNano())
 			topic := run + "Poison"
 			j := open(t, brokers, tables, kafka.WithTopic(func(string) string { return topic }))

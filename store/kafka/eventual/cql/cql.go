@@ -19,7 +19,6 @@ import (
 	gocql "github.com/apache/cassandra-gocql-driver/v2"
 
 	"github.com/annals-go/annals/store/kafka/eventual"
-	"github.com/annals-go/annals/store/kafka/wire"
 )
 
 // SchemaVersion is the Scala schema version this layout is (the `setting`
@@ -261,35 +260,12 @@ func (s *Store) InsertRecords(ctx context.Context, key eventual.Key, segment int
 }
 
 func (s *Store) recordArgs(key eventual.Key, segment int64, recordID [16]byte, r eventual.Record) ([]any, error) {
-	meta, err := r.MetadataJSON()
+	row, err := r.Row()
 	if err != nil {
 		return nil, err
 	}
-	var typ, txt, bin any
-	if p := r.Event.Payload; p != nil {
-		typ = string(p.Type)
-		if p.Type == wire.Binary {
-			bin = p.Data
-		} else {
-			txt = string(p.Data)
-		}
-	}
-	var origin, version, headers any
-	if r.Origin != "" {
-		origin = r.Origin
-	}
-	if r.Version != "" {
-		version = r.Version
-	}
-	if len(r.Headers) > 0 {
-		headers = r.Headers
-	}
-	tags := r.Event.Tags
-	if tags == nil {
-		tags = []string{}
-	}
-	return []any{key.ID, key.Topic, segment, r.Event.SeqNr, r.Partition, r.Offset, r.Timestamp.UTC(), origin, version,
-		uuid(recordID), tags, typ, txt, bin, meta, headers}, nil
+	return []any{key.ID, key.Topic, segment, r.Event.SeqNr, r.Partition, r.Offset, r.Timestamp.UTC(), row.Origin, row.Version,
+		uuid(recordID), row.Tags, row.PayloadType, row.PayloadTxt, row.PayloadBin, row.Metadata, row.Headers}, nil
 }
 
 // DeleteRecords implements eventual.Tables.
@@ -320,26 +296,7 @@ func (s *Store) Records(ctx context.Context, key eventual.Key, segment int64, fr
 				yield(eventual.Record{}, err)
 				return
 			}
-			r.Timestamp = r.Timestamp.UTC()
-			if origin != nil {
-				r.Origin = *origin
-			}
-			if version != nil {
-				r.Version = *version
-			}
-			if typ != nil {
-				p := &wire.Payload{Type: wire.PayloadType(*typ), Data: bin}
-				if p.Type != wire.Binary && txt != nil {
-					p.Data = []byte(*txt)
-				}
-				if p.Data == nil {
-					p.Data = []byte{}
-				}
-				r.Event.Payload = p
-			}
-			if meta != nil {
-				r.RawMetadata = *meta
-			}
+			r.FillFromRow(origin, version, typ, txt, bin, meta)
 			if len(headers) > 0 {
 				r.Headers = headers
 			}

@@ -22,7 +22,6 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/annals-go/annals/store/kafka/eventual"
-	"github.com/annals-go/annals/store/kafka/wire"
 )
 
 // SchemaVersion is recorded in the setting table as schema-version, as
@@ -203,28 +202,12 @@ func (s *Store) DeleteHead(ctx context.Context, key eventual.Key) error {
 func (s *Store) InsertRecords(ctx context.Context, key eventual.Key, segment int64, recordID [16]byte, records []eventual.Record) error {
 	var b pgx.Batch
 	for _, r := range records {
-		meta, err := r.MetadataJSON()
+		row, err := r.Row()
 		if err != nil {
 			return err
 		}
-		var typ, txt, bin, headers any
-		if p := r.Event.Payload; p != nil {
-			typ = string(p.Type)
-			if p.Type == wire.Binary {
-				bin = p.Data
-			} else {
-				txt = string(p.Data)
-			}
-		}
-		if len(r.Headers) > 0 {
-			headers = r.Headers
-		}
-		tags := r.Event.Tags
-		if tags == nil {
-			tags = []string{}
-		}
-		b.Queue(s.q.insertRecord, key.ID, key.Topic, segment, r.Event.SeqNr, r.Partition, r.Offset, r.Timestamp.UTC(), text(r.Origin),
-			text(r.Version), uuid(recordID), tags, typ, txt, bin, meta, headers)
+		b.Queue(s.q.insertRecord, key.ID, key.Topic, segment, r.Event.SeqNr, r.Partition, r.Offset, r.Timestamp.UTC(), row.Origin,
+			row.Version, uuid(recordID), row.Tags, row.PayloadType, row.PayloadTxt, row.PayloadBin, row.Metadata, row.Headers)
 	}
 	return pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error { return tx.SendBatch(ctx, &b).Close() })
 }
@@ -262,26 +245,7 @@ func (s *Store) Records(ctx context.Context, key eventual.Key, segment int64, fr
 				yield(eventual.Record{}, err)
 				return
 			}
-			r.Timestamp = r.Timestamp.UTC()
-			if origin != nil {
-				r.Origin = *origin
-			}
-			if version != nil {
-				r.Version = *version
-			}
-			if typ != nil {
-				p := &wire.Payload{Type: wire.PayloadType(*typ), Data: bin}
-				if p.Type != wire.Binary && txt != nil {
-					p.Data = []byte(*txt)
-				}
-				if p.Data == nil {
-					p.Data = []byte{}
-				}
-				r.Event.Payload = p
-			}
-			if meta != nil {
-				r.RawMetadata = *meta
-			}
+			r.FillFromRow(origin, version, typ, txt, bin, meta)
 			if headers != nil {
 				if err := json.Unmarshal(headers, &r.Headers); err != nil {
 					yield(eventual.Record{}, fmt.Errorf("%q event %d: headers: %w", key.ID, r.Event.SeqNr, err))

@@ -10,6 +10,7 @@
 package pg
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -232,6 +233,10 @@ func (s *Store) Records(ctx context.Context, key eventual.Key, segment int64, fr
 			return
 		}
 		defer rows.Close()
+		var (
+			lastHeaders []byte
+			lastParsed  map[string]string
+		)
 		for rows.Next() {
 			var (
 				r                         eventual.Record
@@ -246,11 +251,18 @@ func (s *Store) Records(ctx context.Context, key eventual.Key, segment int64, fr
 				return
 			}
 			r.FillFromRow(origin, version, typ, txt, bin, meta)
-			if headers != nil {
+			switch {
+			case headers == nil:
+			case bytes.Equal(headers, lastHeaders):
+				// The events of one Kafka record share its headers: parse
+				// them once (the map is shared; readers do not change it).
+				r.Headers = lastParsed
+			default:
 				if err := json.Unmarshal(headers, &r.Headers); err != nil {
 					yield(eventual.Record{}, fmt.Errorf("%q event %d: headers: %w", key.ID, r.Event.SeqNr, err))
 					return
 				}
+				lastHeaders, lastParsed = headers, r.Headers
 			}
 			if !yield(r, nil) {
 				return

@@ -217,13 +217,13 @@ func BenchmarkRecovery1000(b *testing.B) {
 	}
 }
 
-// BenchmarkReplicator: the replicator copying 20,000 single-event appends
+// BenchmarkReplicator: the replicator copying 100,000 single-event appends
 // of 1,000 ids into PostgreSQL (a new schema each time), from the topic's
 // start until every event is stored. Beside it ("raw"), a consumer of the same topic
 // inserting each poll's events into a table of the same columns with one
 // pgx batch, then an offset row, per poll.
 func BenchmarkReplicator(b *testing.B) {
-	const ids, perID = 1000, 20
+	const ids, perID = 1000, 100
 	brokers := kafkatest.Real(b)
 	topic := benchTopic("replicator")
 	tables := pgeventualtest.Open(b)
@@ -325,6 +325,37 @@ func BenchmarkReplicator(b *testing.B) {
 		}
 		b.ReportMetric(float64(b.N)*events/b.Elapsed().Seconds(), "events/s")
 	})
+}
+
+// InTx passes the transaction through, counting inside it, when the store
+// has transactions.
+func (c *countingTables) InTx(ctx context.Context, keys []eventual.Key, f func(eventual.Tables) error) error {
+	tt, ok := c.Tables.(eventual.TxTables)
+	if !ok {
+		return f(c)
+	}
+	var stored int64
+	err := tt.InTx(ctx, keys, func(tx eventual.Tables) error {
+		stored = 0
+		return f(&txCounter{Tables: tx, n: &stored})
+	})
+	if err == nil && c.n.Add(stored) == c.want {
+		close(c.done)
+	}
+	return err
+}
+
+type txCounter struct {
+	eventual.Tables
+	n *int64
+}
+
+func (c *txCounter) InsertRecords(ctx context.Context, key eventual.Key, seg int64, id [16]byte, rs []eventual.Record) error {
+	if err := c.Tables.InsertRecords(ctx, key, seg, id, rs); err != nil {
+		return err
+	}
+	*c.n += int64(len(rs))
+	return nil
 }
 
 // countingTables counts the events stored and closes done when want are.

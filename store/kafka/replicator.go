@@ -118,7 +118,7 @@ func NewReplicator(brokers []string, tables eventual.Tables, opts ...ReplicatorO
 	}
 	r := &Replicator{cfg: cfg, tables: tables, stopped: map[topicPartition]error{}}
 	kopts := []kgo.Opt{kgo.SeedBrokers(brokers...), kgo.ConsumerGroup(cfg.group), kgo.DisableAutoCommit(), kgo.BlockRebalanceOnPoll(),
-		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.FetchMaxWait(250 * time.Millisecond), kgo.FetchMaxBytes(4 << 20),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.FetchMaxWait(250 * time.Millisecond), kgo.FetchMaxBytes(16 << 20), kgo.FetchMaxPartitionBytes(8 << 20),
 		kgo.AdjustFetchOffsetsFn(r.startAfterPointers)}
 	if cfg.pattern != "" {
 		if _, err := regexp.Compile(cfg.pattern); err != nil {

@@ -211,6 +211,19 @@ type Tables interface {
 	Expired(ctx context.Context, on time.Time) iter.Seq2[Key, error]
 }
 
+// TxTables is a Tables that can run a poll's work in one transaction:
+// Replicate then applies the poll's keys one after another inside it, and
+// moves the pointer in the same transaction.
+type TxTables interface {
+	Tables
+	// InTx calls f with Tables whose reads and writes belong to one
+	// transaction, committed when f returns nil and rolled back otherwise.
+	// keys are the keys f will apply: the store may read their heads
+	// ahead. Within f, each key's head is read once, before its writes,
+	// and writes may be sent only when f returns.
+	InTx(ctx context.Context, keys []Key, f func(Tables) error) error
+}
+
 // ErrExpireAfter reports an expire-after the library cannot read.
 var ErrExpireAfter = errors.New("kafka journal: expire-after not understood")
 

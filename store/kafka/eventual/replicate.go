@@ -15,7 +15,9 @@ const KeyConcurrency = 16
 // Replicate applies records, consecutive records of one partition of a
 // topic in offset order, to the tables, then moves the partition's
 // pointer to the last record's offset. Each key's actions are folded
-// ([Batches]) and applied ([Apply]) in order; different keys concurrently.
+// ([Batches]) and applied ([Apply]) in order; different keys concurrently,
+// or, when t is a TxTables, one after another in one transaction with the
+// pointer.
 //
 // Records without a key or an action header, and actions this version
 // does not know, are skipped. A record that cannot be decoded is never
@@ -49,6 +51,24 @@ func Replicate(ctx context.Context, t Tables, records []wire.Record, now time.Ti
 		return bad
 	}
 	last := usable[len(usable)-1]
+	if tt, ok := t.(TxTables); ok {
+		ks := make([]Key, len(keys))
+		for i, id := range keys {
+			ks[i] = Key{ID: id, Topic: last.Topic}
+		}
+		err := tt.InTx(ctx, ks, func(tx Tables) error {
+			for _, id := range keys {
+				if err := Apply(ctx, tx, Key{ID: id, Topic: last.Topic}, last.Partition, Batches(byKey[id]), now); err != nil {
+					return err
+				}
+			}
+			return tx.SavePointer(ctx, last.Topic, last.Partition, last.Offset, now)
+		})
+		if err != nil {
+			return err
+		}
+		return bad
+	}
 	g, gctx := errgroup.WithContext(ctx)
 	g.SetLimit(KeyConcurrency)
 	for _, id := range keys {

@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/annals-go/annals/store/kafka/eventual"
@@ -33,14 +34,27 @@ const SchemaVersion = "8"
 // concurrent use; it does not own the pool.
 type Store struct {
 	pool   *pgxpool.Pool
+	db     querier // the pool, or the transaction of InTx
 	schema string
 	q      statements
+	// Within InTx: writes are queued in queue and sent in one pipelined
+	// batch at the end; heads holds the heads read ahead (nil: none).
+	queue *pgx.Batch
+	heads map[eventual.Key]*eventual.Head
+}
+
+// querier is what the store runs statements on: *pgxpool.Pool or pgx.Tx.
+type querier interface {
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+	SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults
 }
 
 type statements struct {
-	head, insertHead, updateHead, deleteHead string
-	insertRecord, deleteRecords, deleteTo    string
-	records, pointer, savePointer            string
+	head, heads, insertHead, updateHead, deleteHead string
+	insertRecord, deleteRecords, deleteTo           string
+	records, pointer, savePointer                   string
 }
 
 var schemaName = regexp.MustCompile(`^[a-z_][a-z0-9_]{0,62}$`)
@@ -72,11 +86,13 @@ func New(ctx context.Context, pool *pgxpool.Pool, schema string, create bool) (*
 	if !schemaName.MatchString(schema) {
 		return nil, fmt.Errorf("kafka journal: schema %q is not a plain PostgreSQL name (lower-case letters, digits, _)", schema)
 	}
-	s := &Store{pool: pool, schema: schema}
+	s := &Store{pool: pool, db: pool, schema: schema}
 	k := schema
 	s.q = statements{
 		head: `SELECT partition, "offset", segment_size, seq_nr, delete_to, expire_after, expire_on, record_id, segment FROM ` + k +
 			`.metajournal WHERE topic = $1 AND id = $2`,
+		heads: `SELECT partition, "offset", segment_size, seq_nr, delete_to, expire_after, expire_on, record_id, segment, topic, id FROM ` + k +
+			`.metajournal WHERE (topic, id) IN (SELECT * FROM unnest($1::text[], $2::text[]))`,
 		insertHead: `INSERT INTO ` + k + `.metajournal (topic, id, segment, partition, "offset", segment_size, seq_nr, delete_to, created,
 			created_date, updated, expire_after, expire_on, record_id, origin) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, ($9 AT TIME ZONE 'UTC')::date, $9, $10, $11, $12, $13)
 			ON CONFLICT (topic, id) DO UPDATE SET segment = EXCLUDED.segment, partition = EXCLUDED.partition, "offset" = EXCLUDED."offset",
@@ -123,6 +139,25 @@ func New(ctx context.Context, pool *pgxpool.Pool, schema string, create bool) (*
 
 // Head implements eventual.Tables.
 func (s *Store) Head(ctx context.Context, key eventual.Key) (eventual.Head, bool, error) {
+	if h, ok := s.heads[key]; ok {
+		if h == nil {
+			return eventual.Head{}, false, nil
+		}
+		return *h, true, nil
+	}
+	h, err := scanHead(s.db.QueryRow(ctx, s.q.head, key.Topic, key.ID))
+	if errors.Is(err, pgx.ErrNoRows) {
+		return eventual.Head{}, false, nil
+	}
+	if err != nil {
+		return eventual.Head{}, false, err
+	}
+	return h, true, nil
+}
+
+// scanHead reads a head from the columns of s.q.head, and any columns
+// after them into extra.
+func scanHead(row pgx.Row, extra ...any) (eventual.Head, error) {
 	var (
 		h           eventual.Head
 		deleteTo    *int64
@@ -130,13 +165,9 @@ func (s *Store) Head(ctx context.Context, key eventual.Key) (eventual.Head, bool
 		expireOn    *time.Time
 		recordID    *[16]byte
 	)
-	err := s.pool.QueryRow(ctx, s.q.head, key.Topic, key.ID).Scan(&h.Partition, &h.Offset, &h.SegmentSize, &h.SeqNr, &deleteTo,
-		&expireAfter, &expireOn, &recordID, &h.MetaSegment)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return eventual.Head{}, false, nil
-	}
-	if err != nil {
-		return eventual.Head{}, false, err
+	dest := append([]any{&h.Partition, &h.Offset, &h.SegmentSize, &h.SeqNr, &deleteTo, &expireAfter, &expireOn, &recordID, &h.MetaSegment}, extra...)
+	if err := row.Scan(dest...); err != nil {
+		return eventual.Head{}, err
 	}
 	if deleteTo != nil {
 		h.DeleteTo = *deleteTo
@@ -147,7 +178,17 @@ func (s *Store) Head(ctx context.Context, key eventual.Key) (eventual.Head, bool
 	if recordID != nil {
 		h.RecordID = *recordID
 	}
-	return h, true, nil
+	return h, nil
+}
+
+// exec runs a write, or queues it within InTx.
+func (s *Store) exec(ctx context.Context, sql string, args ...any) error {
+	if s.queue != nil {
+		s.queue.Queue(sql, args...)
+		return nil
+	}
+	_, err := s.db.Exec(ctx, sql, args...)
+	return err
 }
 
 func expiry(h eventual.Head) (after, on any) {
@@ -181,27 +222,30 @@ func text(s string) any {
 // InsertHead implements eventual.Tables.
 func (s *Store) InsertHead(ctx context.Context, key eventual.Key, h eventual.Head, now time.Time, origin string) error {
 	after, on := expiry(h)
-	_, err := s.pool.Exec(ctx, s.q.insertHead, key.Topic, key.ID, h.MetaSegment, h.Partition, h.Offset, h.SegmentSize, h.SeqNr,
+	return s.exec(ctx, s.q.insertHead, key.Topic, key.ID, h.MetaSegment, h.Partition, h.Offset, h.SegmentSize, h.SeqNr,
 		nullable(h.DeleteTo), now.UTC(), after, on, uuid(h.RecordID), text(origin))
-	return err
 }
 
 // UpdateHead implements eventual.Tables.
 func (s *Store) UpdateHead(ctx context.Context, key eventual.Key, h eventual.Head, now time.Time) error {
 	after, on := expiry(h)
-	_, err := s.pool.Exec(ctx, s.q.updateHead, key.Topic, key.ID, h.Partition, h.Offset, h.SeqNr, nullable(h.DeleteTo), now.UTC(), after, on)
-	return err
+	return s.exec(ctx, s.q.updateHead, key.Topic, key.ID, h.Partition, h.Offset, h.SeqNr, nullable(h.DeleteTo), now.UTC(), after, on)
 }
 
 // DeleteHead implements eventual.Tables.
 func (s *Store) DeleteHead(ctx context.Context, key eventual.Key) error {
-	_, err := s.pool.Exec(ctx, s.q.deleteHead, key.Topic, key.ID)
-	return err
+	return s.exec(ctx, s.q.deleteHead, key.Topic, key.ID)
 }
 
-// InsertRecords implements eventual.Tables: one batch in one transaction.
+// InsertRecords implements eventual.Tables: one pipelined batch, one
+// round trip. The rows are upserts: a batch cut short by a crash is
+// applied again whole (the head, written after, still has the old
+// offset), so it needs no transaction.
 func (s *Store) InsertRecords(ctx context.Context, key eventual.Key, segment int64, recordID [16]byte, records []eventual.Record) error {
-	var b pgx.Batch
+	b := s.queue
+	if b == nil {
+		b = &pgx.Batch{}
+	}
 	for _, r := range records {
 		row, err := r.Row()
 		if err != nil {
@@ -210,24 +254,24 @@ func (s *Store) InsertRecords(ctx context.Context, key eventual.Key, segment int
 		b.Queue(s.q.insertRecord, key.ID, key.Topic, segment, r.Event.SeqNr, r.Partition, r.Offset, r.Timestamp.UTC(), row.Origin,
 			row.Version, uuid(recordID), row.Tags, row.PayloadType, row.PayloadTxt, row.PayloadBin, row.Metadata, row.Headers)
 	}
-	return pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error { return tx.SendBatch(ctx, &b).Close() })
+	if s.queue != nil {
+		return nil
+	}
+	return s.db.SendBatch(ctx, b).Close()
 }
 
 // DeleteRecords implements eventual.Tables.
 func (s *Store) DeleteRecords(ctx context.Context, key eventual.Key, segment int64, to int64) error {
-	var err error
 	if to < 0 {
-		_, err = s.pool.Exec(ctx, s.q.deleteRecords, key.ID, key.Topic, segment)
-	} else {
-		_, err = s.pool.Exec(ctx, s.q.deleteTo, key.ID, key.Topic, segment, to)
+		return s.exec(ctx, s.q.deleteRecords, key.ID, key.Topic, segment)
 	}
-	return err
+	return s.exec(ctx, s.q.deleteTo, key.ID, key.Topic, segment, to)
 }
 
 // Records implements eventual.Tables.
 func (s *Store) Records(ctx context.Context, key eventual.Key, segment int64, from, to int64) iter.Seq2[eventual.Record, error] {
 	return func(yield func(eventual.Record, error) bool) {
-		rows, err := s.pool.Query(ctx, s.q.records, key.ID, key.Topic, segment, from, to)
+		rows, err := s.db.Query(ctx, s.q.records, key.ID, key.Topic, segment, from, to)
 		if err != nil {
 			yield(eventual.Record{}, err)
 			return
@@ -277,7 +321,7 @@ func (s *Store) Records(ctx context.Context, key eventual.Key, segment int64, fr
 // Pointer implements eventual.Tables.
 func (s *Store) Pointer(ctx context.Context, topic string, partition int32) (int64, bool, error) {
 	var off int64
-	err := s.pool.QueryRow(ctx, s.q.pointer, topic, partition).Scan(&off)
+	err := s.db.QueryRow(ctx, s.q.pointer, topic, partition).Scan(&off)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return 0, false, nil
 	}
@@ -286,14 +330,13 @@ func (s *Store) Pointer(ctx context.Context, topic string, partition int32) (int
 
 // SavePointer implements eventual.Tables.
 func (s *Store) SavePointer(ctx context.Context, topic string, partition int32, offset int64, now time.Time) error {
-	_, err := s.pool.Exec(ctx, s.q.savePointer, topic, partition, offset, now.UTC())
-	return err
+	return s.exec(ctx, s.q.savePointer, topic, partition, offset, now.UTC())
 }
 
 // IDs implements eventual.Tables.
 func (s *Store) IDs(ctx context.Context, topic string) iter.Seq2[string, error] {
 	return func(yield func(string, error) bool) {
-		rows, err := s.pool.Query(ctx, `SELECT id FROM `+s.schema+`.metajournal WHERE $1 = '' OR topic = $1`, topic)
+		rows, err := s.db.Query(ctx, `SELECT id FROM `+s.schema+`.metajournal WHERE $1 = '' OR topic = $1`, topic)
 		if err != nil {
 			yield("", err)
 			return
@@ -318,7 +361,7 @@ func (s *Store) IDs(ctx context.Context, topic string) iter.Seq2[string, error] 
 // Expired implements eventual.Tables (through the expire_on index).
 func (s *Store) Expired(ctx context.Context, on time.Time) iter.Seq2[eventual.Key, error] {
 	return func(yield func(eventual.Key, error) bool) {
-		rows, err := s.pool.Query(ctx, `SELECT topic, id FROM `+s.schema+`.metajournal WHERE expire_on <= $1`, on.UTC().Format(time.DateOnly))
+		rows, err := s.db.Query(ctx, `SELECT topic, id FROM `+s.schema+`.metajournal WHERE expire_on <= $1`, on.UTC().Format(time.DateOnly))
 		if err != nil {
 			yield(eventual.Key{}, err)
 			return
@@ -340,4 +383,47 @@ func (s *Store) Expired(ctx context.Context, on time.Time) iter.Seq2[eventual.Ke
 	}
 }
 
-var _ eventual.Tables = (*Store)(nil)
+// InTx implements eventual.TxTables: the heads of keys are read in one
+// query, f's writes are queued and sent in one pipelined batch when it
+// returns, and all of it is one transaction: one round trip for the reads,
+// one for the writes and one WAL flush for a whole poll, the pointer
+// committed with the rows it covers. Within f, a key's head is read once,
+// before its writes (as eventual.Apply does).
+func (s *Store) InTx(ctx context.Context, keys []eventual.Key, f func(eventual.Tables) error) error {
+	return pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		ts := &Store{pool: s.pool, db: tx, schema: s.schema, q: s.q, queue: &pgx.Batch{}, heads: make(map[eventual.Key]*eventual.Head, len(keys))}
+		if len(keys) > 0 {
+			topics, ids := make([]string, len(keys)), make([]string, len(keys))
+			for i, k := range keys {
+				topics[i], ids[i] = k.Topic, k.ID
+				ts.heads[k] = nil
+			}
+			rows, err := tx.Query(ctx, s.q.heads, topics, ids)
+			if err != nil {
+				return err
+			}
+			for rows.Next() {
+				var k eventual.Key
+				h, err := scanHead(rows, &k.Topic, &k.ID)
+				if err != nil {
+					rows.Close()
+					return err
+				}
+				ts.heads[k] = &h
+			}
+			rows.Close()
+			if err := rows.Err(); err != nil {
+				return err
+			}
+		}
+		if err := f(ts); err != nil {
+			return err
+		}
+		if ts.queue.Len() == 0 {
+			return nil
+		}
+		return tx.SendBatch(ctx, ts.queue).Close()
+	})
+}
+
+var _ eventual.TxTables = (*Store)(nil)

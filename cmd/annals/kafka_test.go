@@ -83,6 +83,7 @@ func TestKafkaCommands(t *testing.T) {
 	}
 
 	cli(t, env, "events", "Big|0003").want(t, 0, []string{`{"i":3,"seq":4}`}, nil)
+	cli(t, env, "stats").want(t, 0, []string{"Big", "30"}, nil)
 	if ids := cli(t, env, "ids", "--type", "Big", "--limit", "0"); ids.code != 0 || strings.Count(ids.stdout, "\nBig|") != 30 {
 		t.Errorf("ids: %d listed, want the 30 ids\n%v", strings.Count(ids.stdout, "\nBig|"), ids)
 	}

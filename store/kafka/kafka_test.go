@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -63,6 +64,21 @@ func startReplicator(t testing.TB, brokers []string, tables eventual.Tables, opt
 	return r, func() { once.Do(func() { cancel(); wg.Wait() }) }
 }
 
+// lagging is an eventual store whose pointer moves only every third
+// poll: the rows are ahead of it, as after a replicator that stops between
+// the two.
+type lagging struct {
+	eventual.Tables
+	polls atomic.Int64
+}
+
+func (l *lagging) SavePointer(ctx context.Context, topic string, partition int32, offset int64, now time.Time) error {
+	if l.polls.Add(1)%3 != 0 {
+		return nil
+	}
+	return l.Tables.SavePointer(ctx, topic, partition, offset, now)
+}
+
 // brokersOf returns the fake cluster's address ("fake") or the real
 // broker's ("real").
 func brokersOf(t testing.TB, kind string) []string {
@@ -81,20 +97,17 @@ var eventualStores = map[string]func(t *testing.T) eventual.Tables{
 }
 
 // TestJournalKit runs the journal compliance kit with the replicator
-// running and with none (every read from the topic), on the fake broker
-// and on the real one (topics and group of this run's own), with each
-// eventual store.
+// running, lagging (its pointer moved only every third poll, so reads
+// find events in both the store and the topic) and with none (every read
+// from the topic), on the fake broker and on the real one (topics and
+// group of this run's own), with each eventual store.
 func TestJournalKit(t *testing.T) {
 	for _, store := range []string{"cassandra", "postgres"} {
 		t.Run(store, func(t *testing.T) {
 			tables := eventualStores[store](t)
 			for _, broker := range []string{"fake", "real"} {
-				for _, replicated := range []bool{true, false} {
-					name := broker + "/unreplicated"
-					if replicated {
-						name = broker + "/replicated"
-					}
-					t.Run(name, func(t *testing.T) {
+				for _, mode := range []string{"replicated", "unreplicated", "lagging"} {
+					t.Run(broker+"/"+mode, func(t *testing.T) {
 						brokers := brokersOf(t, broker)
 						run := fmt.Sprintf("annals-test-%d-", time.Now().UnixNano())
 						var jopts []kafka.Option
@@ -104,8 +117,11 @@ func TestJournalKit(t *testing.T) {
 						jopts = append(jopts, kafka.WithTopic(func(et string) string { return run + et }))
 						ropts = append(ropts, kafka.WithTopicPattern("^"+run), kafka.WithGroup(run))
 						j := open(t, brokers, tables, jopts...)
-						if replicated {
+						switch mode {
+						case "replicated":
 							replicate(t, brokers, tables, ropts...)
+						case "lagging":
+							replicate(t, brokers, &lagging{Tables: tables}, ropts...)
 						}
 						storetest.RunJournal(t, storetest.JournalHarness{
 							New: func(t *testing.T) journal.Journal { return j },

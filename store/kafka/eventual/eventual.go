@@ -283,3 +283,21 @@ func NewRecordID() ([16]byte, error) {
 	id[8] = id[8]&0x3f | 0x80
 	return id, nil
 }
+
+// IDSummary is what an eventual store holds for one journal: its head's
+// sequence number, and the count, payload bytes and time range of its
+// stored events.
+type IDSummary struct {
+	Key            Key
+	SeqNr          int64
+	Events         int64
+	PayloadBytes   int64
+	Oldest, Newest time.Time
+}
+
+// Summarizer is an eventual store that can summarize every journal it
+// holds (for statistics). It reads everything: its cost grows with the
+// store.
+type Summarizer interface {
+	Summaries(ctx context.Context) iter.Seq2[IDSummary, error]
+}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
+	"slices"
 	"strings"
 
 	gocql "github.com/apache/cassandra-gocql-driver/v2"
@@ -136,9 +137,48 @@ func (k kafkaScheme) open(ctx context.Context, u string, mode Mode) (*Store, err
 	}
 	return &Store{
 		Kind: "kafka", Where: fmt.Sprintf("Kafka %s, eventual store %s", strings.Join(p.Brokers, ","), inner.Where),
-		Journal: j, Snapshots: inner.Snapshots, Queries: j.ReadJournal(0), Admin: j,
+		Journal: j, Snapshots: inner.Snapshots, Queries: j.ReadJournal(0), Admin: kafkaAdmin{Journal: j, inner: inner.Admin},
 		Close: func() error { return errors.Join(j.Close(), inner.Close()) },
 	}, nil
+}
+
+// kafkaAdmin is the Kafka journal's operator capabilities (statistics,
+// purge), with the snapshot figures of the eventual database's store
+// added to the statistics.
+type kafkaAdmin struct {
+	*kafka.Journal
+	inner any
+}
+
+// Stats implements admin.StatsReader: the journal's figures, and the
+// snapshot counts the eventual database's store reports.
+func (a kafkaAdmin) Stats(ctx context.Context) (admin.Stats, error) {
+	st, err := a.Journal.Stats(ctx)
+	if err != nil {
+		return admin.Stats{}, err
+	}
+	sr, ok := a.inner.(admin.StatsReader)
+	if !ok {
+		return st, nil
+	}
+	in, err := sr.Stats(ctx)
+	if err != nil {
+		return admin.Stats{}, err
+	}
+	for _, its := range in.EntityTypes {
+		if its.Snapshots == 0 {
+			continue
+		}
+		i := slices.IndexFunc(st.EntityTypes, func(t admin.TypeStats) bool { return t.EntityType == its.EntityType })
+		if i < 0 {
+			st.EntityTypes = append(st.EntityTypes, admin.TypeStats{EntityType: its.EntityType})
+			i = len(st.EntityTypes) - 1
+		}
+		st.EntityTypes[i].Snapshots, st.EntityTypes[i].SnapshotBytes = its.Snapshots, its.SnapshotBytes
+	}
+	slices.SortFunc(st.EntityTypes, func(a, b admin.TypeStats) int { return strings.Compare(a.EntityType, b.EntityType) })
+	st.StorageBytes = in.StorageBytes
+	return st, nil
 }
 
 // migrator migrates the eventual store's database, then creates the

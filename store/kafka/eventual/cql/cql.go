@@ -386,4 +386,62 @@ func (s *Store) Expired(ctx context.Context, on time.Time) iter.Seq2[eventual.Ke
 	}
 }
 
-var _ eventual.Tables = (*Store)(nil)
+// Summaries implements eventual.Summarizer by reading the whole
+// metajournal and journal (Cassandra keeps no counts).
+func (s *Store) Summaries(ctx context.Context) iter.Seq2[eventual.IDSummary, error] {
+	return func(yield func(eventual.IDSummary, error) bool) {
+		sums := map[eventual.Key]*eventual.IDSummary{}
+		var order []eventual.Key
+		it := s.query(ctx, s.read, `SELECT topic, id, seq_nr FROM `+s.keyspace+`.metajournal`).Iter()
+		var (
+			k   eventual.Key
+			seq int64
+		)
+		for it.Scan(&k.Topic, &k.ID, &seq) {
+			sums[k] = &eventual.IDSummary{Key: k, SeqNr: seq}
+			order = append(order, k)
+		}
+		if err := it.Close(); err != nil {
+			yield(eventual.IDSummary{}, err)
+			return
+		}
+		it = s.query(ctx, s.read, `SELECT topic, id, timestamp, payload_bin, payload_txt FROM `+s.keyspace+`.journal`).Iter()
+		var (
+			ts  time.Time
+			bin []byte
+			txt *string
+		)
+		for it.Scan(&k.Topic, &k.ID, &ts, &bin, &txt) {
+			sm, ok := sums[k]
+			if !ok {
+				continue // rows of a journal being purged
+			}
+			sm.Events++
+			sm.PayloadBytes += int64(len(bin))
+			if txt != nil {
+				sm.PayloadBytes += int64(len(*txt))
+			}
+			ts = ts.UTC()
+			if sm.Oldest.IsZero() || ts.Before(sm.Oldest) {
+				sm.Oldest = ts
+			}
+			if ts.After(sm.Newest) {
+				sm.Newest = ts
+			}
+		}
+		if err := it.Close(); err != nil {
+			yield(eventual.IDSummary{}, err)
+			return
+		}
+		for _, k := range order {
+			if !yield(*sums[k], nil) {
+				return
+			}
+		}
+	}
+}
+
+var (
+	_ eventual.Tables     = (*Store)(nil)
+	_ eventual.Summarizer = (*Store)(nil)
+)

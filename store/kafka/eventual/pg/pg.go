@@ -426,4 +426,41 @@ func (s *Store) InTx(ctx context.Context, keys []eventual.Key, f func(eventual.T
 	})
 }
 
-var _ eventual.TxTables = (*Store)(nil)
+// Summaries implements eventual.Summarizer, in one query.
+func (s *Store) Summaries(ctx context.Context) iter.Seq2[eventual.IDSummary, error] {
+	return func(yield func(eventual.IDSummary, error) bool) {
+		rows, err := s.db.Query(ctx, `SELECT m.topic, m.id, m.seq_nr, count(j.seq_nr),
+			coalesce(sum(coalesce(octet_length(j.payload_bin), octet_length(j.payload_txt), 0)), 0), min(j.timestamp), max(j.timestamp)
+			FROM `+s.schema+`.metajournal m LEFT JOIN `+s.schema+`.journal j ON j.topic = m.topic AND j.id = m.id
+			GROUP BY m.topic, m.id, m.seq_nr`)
+		if err != nil {
+			yield(eventual.IDSummary{}, err)
+			return
+		}
+		defer rows.Close()
+		for rows.Next() {
+			var (
+				sm             eventual.IDSummary
+				oldest, newest *time.Time
+			)
+			if err := rows.Scan(&sm.Key.Topic, &sm.Key.ID, &sm.SeqNr, &sm.Events, &sm.PayloadBytes, &oldest, &newest); err != nil {
+				yield(eventual.IDSummary{}, err)
+				return
+			}
+			if oldest != nil {
+				sm.Oldest, sm.Newest = oldest.UTC(), newest.UTC()
+			}
+			if !yield(sm, nil) {
+				return
+			}
+		}
+		if err := rows.Err(); err != nil {
+			yield(eventual.IDSummary{}, err)
+		}
+	}
+}
+
+var (
+	_ eventual.TxTables   = (*Store)(nil)
+	_ eventual.Summarizer = (*Store)(nil)
+)

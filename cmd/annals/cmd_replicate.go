@@ -46,7 +46,7 @@ annals skip-record and start the replicator again.`,
 		maxArgs: 0,
 		setup: func(fs *flag.FlagSet) func(*env, []string) error {
 			store := storeFlag(fs)
-			group := fs.String("group", kafka.DefaultGroup, "the consumer `GROUP`")
+			group := fs.String("group", kafka.DefaultGroup, "the consumer groups' `PREFIX` (each topic has its own group, PREFIX-TOPIC)")
 			topics := fs.String("topics", "", "the topics to replicate, a regular expression `RE` (default: those starting with the URL's topic prefix)")
 			verbose := fs.Bool("verbose", false, "print a line for every poll replicated")
 			return func(e *env, _ []string) error {

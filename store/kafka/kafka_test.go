@@ -1,19 +1,30 @@
 package kafka_test
 
 import (
+	"bytes"
 	"context"
 	"fmt"
+	"os"
+	"os/exec"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	gocql "github.com/apache/cassandra-gocql-driver/v2"
+	"github.com/jackc/pgx/v5/pgxpool"
+
 	"github.com/annals-go/annals/journal"
+	"github.com/annals-go/annals/store/cassandra/cassandratest"
 	"github.com/annals-go/annals/store/kafka"
 	"github.com/annals-go/annals/store/kafka/eventual"
+	"github.com/annals-go/annals/store/kafka/eventual/cql"
 	"github.com/annals-go/annals/store/kafka/eventual/cql/cqltest"
+	"github.com/annals-go/annals/store/kafka/eventual/pg"
 	"github.com/annals-go/annals/store/kafka/eventual/pg/pgeventualtest"
 	"github.com/annals-go/annals/store/kafka/kafkatest"
+	"github.com/annals-go/annals/store/postgres/pgtest"
 	"github.com/annals-go/annals/storetest"
 )
 
@@ -92,8 +103,117 @@ func brokersOf(t testing.TB, kind string) []string {
 // eventualStores opens an eventual store of each kind, in a keyspace or
 // schema of the test's own.
 var eventualStores = map[string]func(t *testing.T) eventual.Tables{
-	"cassandra": func(t *testing.T) eventual.Tables { s, _, _ := cqltest.Open(t); return s },
-	"postgres":  func(t *testing.T) eventual.Tables { return pgeventualtest.Open(t) },
+	"cassandra": func(t *testing.T) eventual.Tables { s, _ := openEventual(t, "cassandra"); return s },
+	"postgres":  func(t *testing.T) eventual.Tables { s, _ := openEventual(t, "postgres"); return s },
+}
+
+// openEventual opens an eventual store of a kind in a keyspace or schema
+// of the test's own, and returns that name.
+func openEventual(t *testing.T, kind string) (eventual.Tables, string) {
+	t.Helper()
+	if kind == "cassandra" {
+		s, _, keyspace := cqltest.Open(t)
+		return s, keyspace
+	}
+	_, schema := pgtest.Schema(t)
+	return pgeventualtest.OpenIn(t, schema), schema
+}
+
+// Environment of the replicator child process replicateInChild starts.
+const (
+	replChildEnv = "ANNALS_KAFKA_REPLICATOR_CHILD" // the eventual store's kind
+	replWhereEnv = "ANNALS_KAFKA_REPLICATOR_WHERE" // its keyspace or schema
+	replArgsEnv  = "ANNALS_KAFKA_REPLICATOR_ARGS"  // brokers, pattern, group, lagging: tab-separated
+)
+
+// replicateInChild runs a replicator in a child process until the test
+// ends, so that its memory is not the test's (the kit measures the heap
+// during a replay).
+func replicateInChild(t *testing.T, brokers []string, kind, where, pattern, group string, lag bool) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	cmd := exec.CommandContext(ctx, os.Args[0], "-test.run=^TestReplicatorChildProcess$", "-test.count=1")
+	cmd.Env = append(os.Environ(), replChildEnv+"="+kind, replWhereEnv+"="+where,
+		replArgsEnv+"="+strings.Join([]string{brokers[0], pattern, group, fmt.Sprint(lag)}, "\t"))
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	t.Cleanup(func() {
+		select {
+		case err := <-done:
+			t.Errorf("the replicator process ended early: %v\n%s", err, out.String())
+		default:
+			cancel()
+			<-done
+		}
+	})
+}
+
+// awaitReplicated waits (polling, the replicator being another process)
+// until the eventual store holds a journal of topic.
+func awaitReplicated(t *testing.T, tables eventual.Tables, topic string) {
+	t.Helper()
+	deadline := time.Now().Add(time.Minute)
+	for {
+		for _, err := range tables.IDs(context.Background(), topic) {
+			if err == nil {
+				return
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Errorf("the replicator process copied nothing of %s in a minute", topic)
+			return
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// TestReplicatorChildProcess is the replicator process of
+// replicateInChild.
+func TestReplicatorChildProcess(t *testing.T) {
+	kind := os.Getenv(replChildEnv)
+	if kind == "" {
+		t.Skip("run by replicateInChild")
+	}
+	args := strings.Split(os.Getenv(replArgsEnv), "\t")
+	where := os.Getenv(replWhereEnv)
+	ctx := context.Background()
+	var tables eventual.Tables
+	if kind == "cassandra" {
+		cluster := gocql.NewCluster(cassandratest.Address())
+		cluster.Timeout = time.Minute
+		cluster.DisableInitialHostLookup = true
+		session, err := cluster.CreateSession()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if tables, err = cql.New(ctx, session, where, false, "", cql.WithConsistency(gocql.One, gocql.One)); err != nil {
+			t.Fatal(err)
+		}
+	} else {
+		pool, err := pgxpool.New(ctx, pgtest.DSN())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if tables, err = pg.New(ctx, pool, where, false); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if args[3] == "true" {
+		tables = &lagging{Tables: tables}
+	}
+	r, err := kafka.NewReplicator([]string{args[0]}, tables, kafka.WithTopicPattern(args[1]), kafka.WithGroup(args[2]),
+		kafka.WithTopicDiscovery(time.Second), kafka.WithErrorHandler(func(err error) { t.Log(err) }))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Run(ctx); err != nil {
+		t.Fatal(err)
+	}
 }
 
 // TestJournalKit runs the journal compliance kit with the replicator
@@ -104,24 +224,24 @@ var eventualStores = map[string]func(t *testing.T) eventual.Tables{
 func TestJournalKit(t *testing.T) {
 	for _, store := range []string{"cassandra", "postgres"} {
 		t.Run(store, func(t *testing.T) {
-			tables := eventualStores[store](t)
+			tables, where := openEventual(t, store)
 			for _, broker := range []string{"fake", "real"} {
 				for _, mode := range []string{"replicated", "unreplicated", "lagging"} {
 					t.Run(broker+"/"+mode, func(t *testing.T) {
 						brokers := brokersOf(t, broker)
 						run := fmt.Sprintf("annals-test-%d-", time.Now().UnixNano())
 						var jopts []kafka.Option
-						var ropts []kafka.ReplicatorOption
 						// Topics of the run's own: the eventual store is
 						// shared, and its pointers are per topic name.
 						jopts = append(jopts, kafka.WithTopic(func(et string) string { return run + et }))
-						ropts = append(ropts, kafka.WithTopicPattern("^"+run), kafka.WithGroup(run))
 						j := open(t, brokers, tables, jopts...)
-						switch mode {
-						case "replicated":
-							replicate(t, brokers, tables, ropts...)
-						case "lagging":
-							replicate(t, brokers, &lagging{Tables: tables}, ropts...)
+						if mode != "unreplicated" {
+							// In a process of its own: the kit measures this
+							// one's heap while it replays.
+							replicateInChild(t, brokers, store, where, "^"+run, run, mode == "lagging")
+							// Once the kit's rules have run: the replicator
+							// has copied some of what they wrote.
+							t.Cleanup(func() { awaitReplicated(t, tables, run+"KitJournal") })
 						}
 						storetest.RunJournal(t, storetest.JournalHarness{
 							New: func(t *testing.T) journal.Journal { return j },

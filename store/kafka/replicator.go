@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
+	"golang.org/x/sync/errgroup"
 
 	"github.com/annals-go/annals/store/kafka/eventual"
 	"github.com/annals-go/annals/store/kafka/wire"
@@ -31,10 +33,23 @@ type replicatorConfig struct {
 	onError    func(error)
 	onDone     func(topic string, partition int32, offset int64)
 	now        func() time.Time
+	discover   time.Duration
 }
 
-// WithGroup sets the consumer group (default DefaultGroup).
+// DefaultTopicDiscovery is how often a replicator of a topic pattern looks
+// for new topics.
+const DefaultTopicDiscovery = 5 * time.Second
+
+// WithGroup sets the prefix of the consumer groups (default DefaultGroup):
+// each topic has a group of its own, the prefix, "-" and the topic, as
+// the Scala replicator has a consumer per topic.
 func WithGroup(group string) ReplicatorOption { return func(c *replicatorConfig) { c.group = group } }
+
+// WithTopicDiscovery sets how often a replicator of a topic pattern looks
+// for new topics (default DefaultTopicDiscovery).
+func WithTopicDiscovery(d time.Duration) ReplicatorOption {
+	return func(c *replicatorConfig) { c.discover = d }
+}
 
 // WithTopics replicates these topics instead of those matching
 // DefaultTopicPattern.
@@ -66,19 +81,22 @@ func WithOnReplicated(f func(topic string, partition int32, offset int64)) Repli
 	return func(c *replicatorConfig) { c.onDone = f }
 }
 
-// Replicator copies journal topics into an eventual store: one consumer
-// group member; each partition in offset order; each poll's records of a
-// partition applied with eventual.Replicate, which moves the partition's
-// pointer; the group's offsets committed after that. On assignment each
+// Replicator copies journal topics into an eventual store: for each topic
+// (those named, or those matching the pattern, found again every
+// discovery interval) a member of that topic's consumer group; each
+// partition in offset order; each poll's records of a partition applied
+// with eventual.Replicate, which moves the partition's pointer; the
+// group's offsets committed after that. On assignment each
 // partition starts after its pointer (the eventual store, not the group's
 // offsets, says where replication stands), or at the partition's start.
 //
 // A record that cannot be decoded stops its partition (others go on) with
 // a *StoppedError; SkipRecord moves past it once an operator has looked.
 type Replicator struct {
-	cfg    replicatorConfig
-	tables eventual.Tables
-	cl     *kgo.Client
+	cfg     replicatorConfig
+	tables  eventual.Tables
+	brokers []string
+	pattern *regexp.Regexp
 
 	mu      sync.Mutex
 	stopped map[topicPartition]error
@@ -99,7 +117,7 @@ type StoppedError struct {
 }
 
 func (e *StoppedError) Error() string {
-	return fmt.Sprintf("kafka journal: replication of %s/%d stopped at offset %d (review the record, then `annals replicate skip --topic %s --partition %d --offset %d`): %v",
+	return fmt.Sprintf("kafka journal: replication of %s/%d stopped at offset %d (review the record, then `annals skip-record %s %d %d` and start the replicator again): %v",
 		e.Topic, e.Partition, e.Offset, e.Topic, e.Partition, e.Offset, e.Err)
 }
 
@@ -116,24 +134,52 @@ func NewReplicator(brokers []string, tables eventual.Tables, opts ...ReplicatorO
 	if len(brokers) == 0 || tables == nil {
 		return nil, fmt.Errorf("%w: a replicator needs brokers and an eventual store", ErrInvalidConfig)
 	}
-	r := &Replicator{cfg: cfg, tables: tables, stopped: map[topicPartition]error{}}
-	kopts := []kgo.Opt{kgo.SeedBrokers(brokers...), kgo.ConsumerGroup(cfg.group), kgo.DisableAutoCommit(), kgo.BlockRebalanceOnPoll(),
-		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.FetchMaxWait(250 * time.Millisecond), kgo.FetchMaxBytes(16 << 20), kgo.FetchMaxPartitionBytes(8 << 20),
-		kgo.AdjustFetchOffsetsFn(r.startAfterPointers)}
+	if cfg.discover <= 0 {
+		cfg.discover = DefaultTopicDiscovery
+	}
+	r := &Replicator{cfg: cfg, tables: tables, brokers: brokers, stopped: map[topicPartition]error{}}
 	if cfg.pattern != "" {
-		if _, err := regexp.Compile(cfg.pattern); err != nil {
+		re, err := regexp.Compile(cfg.pattern)
+		if err != nil {
 			return nil, fmt.Errorf("%w: topic pattern: %w", ErrInvalidConfig, err)
 		}
-		kopts = append(kopts, kgo.ConsumeRegex(), kgo.ConsumeTopics(cfg.pattern))
-	} else {
-		kopts = append(kopts, kgo.ConsumeTopics(cfg.topics...))
+		r.pattern = re
+	} else if len(cfg.topics) == 0 {
+		return nil, fmt.Errorf("%w: a replicator needs topics or a topic pattern", ErrInvalidConfig)
 	}
-	cl, err := kgo.NewClient(append(kopts, cfg.clientOpts...)...)
+	// A client now, so that bad options fail here rather than in Run.
+	cl, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(brokers...)}, cfg.clientOpts...)...)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 	}
-	r.cl = cl
+	cl.Close()
 	return r, nil
+}
+
+// member returns a consumer of topic in the topic's own group.
+func (r *Replicator) member(topic string) (*kgo.Client, error) {
+	return kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(r.brokers...), kgo.ConsumerGroup(r.cfg.group + "-" + topic),
+		kgo.ConsumeTopics(topic), kgo.DisableAutoCommit(), kgo.BlockRebalanceOnPoll(),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.FetchMaxWait(250 * time.Millisecond),
+		// Kafka counts compressed bytes, and a poll of repetitive events
+		// decompresses to many times them: polls stay small.
+		kgo.FetchMaxBytes(1 << 20), kgo.FetchMaxPartitionBytes(1 << 20),
+		kgo.AdjustFetchOffsetsFn(r.startAfterPointers)}, r.cfg.clientOpts...)...)
+}
+
+// topics lists the cluster's topics matching the pattern.
+func (r *Replicator) topics(ctx context.Context, cl *kgo.Client) ([]string, error) {
+	resp, err := kmsg.NewPtrMetadataRequest().RequestWith(ctx, cl)
+	if err != nil {
+		return nil, fmt.Errorf("kafka journal: listing topics: %w", err)
+	}
+	var out []string
+	for _, t := range resp.Topics {
+		if t.Topic != nil && r.pattern.MatchString(*t.Topic) {
+			out = append(out, *t.Topic)
+		}
+	}
+	return out, nil
 }
 
 // startAfterPointers sets each assigned partition to start after its
@@ -156,15 +202,64 @@ func (r *Replicator) startAfterPointers(ctx context.Context, offsets map[string]
 	return offsets, nil
 }
 
-// Run replicates until ctx ends, then leaves the group and returns nil.
+// Run replicates until ctx ends, then leaves the groups and returns nil.
 // Eventual store failures are retried (with backoff) without losing
-// order; Run returns an error only when the Kafka client fails for good.
+// order; Run returns an error only when a Kafka client fails for good.
 func (r *Replicator) Run(ctx context.Context) error {
-	defer r.cl.Close()
+	g, gctx := errgroup.WithContext(ctx)
+	started := map[string]bool{}
+	start := func(topic string) error {
+		if started[topic] {
+			return nil
+		}
+		cl, err := r.member(topic)
+		if err != nil {
+			return fmt.Errorf("kafka journal: a consumer of %s: %w", topic, err)
+		}
+		started[topic] = true
+		g.Go(func() error { return r.runMember(gctx, cl) })
+		return nil
+	}
+	if r.pattern == nil {
+		for _, t := range r.cfg.topics {
+			if err := start(t); err != nil {
+				return errors.Join(err, g.Wait())
+			}
+		}
+		return g.Wait()
+	}
+	admin, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(r.brokers...)}, r.cfg.clientOpts...)...)
+	if err != nil {
+		return err
+	}
+	defer admin.Close()
+	tick := time.NewTicker(r.cfg.discover)
+	defer tick.Stop()
 	for {
-		fs := r.cl.PollFetches(ctx)
+		topics, err := r.topics(gctx, admin)
+		if err != nil && gctx.Err() == nil {
+			r.cfg.onError(err)
+		}
+		for _, t := range topics {
+			if err := start(t); err != nil {
+				r.cfg.onError(err)
+			}
+		}
+		select {
+		case <-gctx.Done():
+			return g.Wait()
+		case <-tick.C:
+		}
+	}
+}
+
+// runMember replicates one topic's consumer until ctx ends.
+func (r *Replicator) runMember(ctx context.Context, cl *kgo.Client) error {
+	defer cl.Close()
+	for {
+		fs := cl.PollFetches(ctx)
 		if ctx.Err() != nil || fs.IsClientClosed() {
-			r.cl.AllowRebalance()
+			cl.AllowRebalance()
 			return nil
 		}
 		var fatal error
@@ -195,15 +290,15 @@ func (r *Replicator) Run(ctx context.Context) error {
 			}
 			var re *wire.RecordError
 			if errors.As(err, &re) {
-				r.stop(tp, &StoppedError{Topic: re.Topic, Partition: re.Partition, Offset: re.Offset, Err: err})
+				r.stop(cl, tp, &StoppedError{Topic: re.Topic, Partition: re.Partition, Offset: re.Offset, Err: err})
 			} else if err != nil && ctx.Err() == nil {
 				fatal = err
 			}
 		})
 		if len(commits) > 0 && ctx.Err() == nil {
-			r.cl.CommitOffsetsSync(ctx, commits, nil)
+			cl.CommitOffsetsSync(ctx, commits, nil)
 		}
-		r.cl.AllowRebalance()
+		cl.AllowRebalance()
 		if fatal != nil {
 			return fatal
 		}
@@ -246,11 +341,11 @@ func (r *Replicator) replicate(ctx context.Context, krs []*kgo.Record) (int64, e
 	}
 }
 
-func (r *Replicator) stop(tp topicPartition, err *StoppedError) {
+func (r *Replicator) stop(cl *kgo.Client, tp topicPartition, err *StoppedError) {
 	r.mu.Lock()
 	r.stopped[tp] = err
 	r.mu.Unlock()
-	r.cl.PauseFetchPartitions(map[string][]int32{tp.topic: {tp.partition}})
+	cl.PauseFetchPartitions(map[string][]int32{tp.topic: {tp.partition}})
 	r.cfg.onError(err)
 }
 

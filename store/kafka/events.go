@@ -42,7 +42,8 @@ const (
 
 // encodeAppend returns the value and headers of the Append record of w,
 // with Annals' events in the Scala persistence adapter's binary form.
-func encodeAppend(w journal.AtomicWrite, origin string, expireAfter time.Duration) (value []byte, headers map[string][]byte, err error) {
+// Events without a timestamp get now's.
+func encodeAppend(w journal.AtomicWrite, origin string, expireAfter time.Duration, now time.Time) (value []byte, headers map[string][]byte, err error) {
 	es := wire.Events{Events: make([]wire.Event, len(w.Events))}
 	if expireAfter > 0 {
 		es.Metadata.ExpireAfter = eventual.FormatExpireAfter(expireAfter)
@@ -53,7 +54,11 @@ func encodeAppend(w journal.AtomicWrite, origin string, expireAfter time.Duratio
 	for i, e := range w.Events {
 		es.Events[i] = wire.Event{SeqNr: e.SequenceNr, Tags: e.Tags, Payload: &wire.Payload{Type: wire.Binary,
 			Data: wire.EncodePersistentBinary(wire.Persistent{WriterUUID: e.WriterID, SerializerID: e.SerializerID, Manifest: e.Manifest, Payload: e.Payload})}}
-		stamps = append(stamps, strconv.FormatInt(e.Timestamp.UnixMicro(), 10))
+		ts := e.Timestamp
+		if ts.IsZero() {
+			ts = now
+		}
+		stamps = append(stamps, strconv.FormatInt(ts.UnixMicro(), 10))
 		sameStamp = sameStamp && stamps[i] == stamps[0]
 		if e.Metadata != nil {
 			meta[strconv.FormatInt(e.SequenceNr, 10)] = base64.StdEncoding.EncodeToString(e.Metadata)

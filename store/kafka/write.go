@@ -53,12 +53,7 @@ func (j *Journal) Write(ctx context.Context, writes []journal.AtomicWrite) ([]er
 			results[i] = &journal.ConflictError{PersistenceID: w.PersistenceID, SequenceNr: first}
 			continue
 		}
-		for k := range w.Events {
-			if w.Events[k].Timestamp.IsZero() {
-				w.Events[k].Timestamp = now
-			}
-		}
-		value, headers, err := encodeAppend(w, j.cfg.origin, j.cfg.expireAfter)
+		value, headers, err := encodeAppend(w, j.cfg.origin, j.cfg.expireAfter, now)
 		if err != nil {
 			results[i] = journal.Reject("%w", err)
 			continue

@@ -8,6 +8,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"golang.org/x/sync/errgroup"
 
 	"github.com/annals-go/annals/journal"
 	"github.com/annals-go/annals/store/kafka/eventual"
@@ -30,6 +31,9 @@ func (j *Journal) Write(ctx context.Context, writes []journal.AtomicWrite) ([]er
 		pending = map[string]int64{}
 		now     = time.Now()
 	)
+	if err := j.learnHighest(ctx, writes); err != nil {
+		return nil, err
+	}
 	for i, w := range writes {
 		if err := journal.CheckAtomicWrite(w); err != nil {
 			results[i] = err
@@ -101,6 +105,32 @@ func record(key eventual.Key, value []byte, headers map[string][]byte, now time.
 		}
 	}
 	return r
+}
+
+// learnHighest reads, concurrently, the highest number of each id of
+// writes the journal does not know yet (its first write in this process).
+func (j *Journal) learnHighest(ctx context.Context, writes []journal.AtomicWrite) error {
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(16)
+	seen := map[string]bool{}
+	for _, w := range writes {
+		pid := w.PersistenceID
+		if pid == "" || seen[pid] {
+			continue
+		}
+		seen[pid] = true
+		if _, ok := j.knownHighest(pid); ok {
+			continue
+		}
+		if _, err := j.key(pid); err != nil {
+			continue // rejected below
+		}
+		g.Go(func() error {
+			_, err := j.HighestSequenceNr(gctx, pid, 0)
+			return err
+		})
+	}
+	return g.Wait()
 }
 
 // produce writes one action record for key and returns where it went.

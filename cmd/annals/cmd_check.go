@@ -126,7 +126,7 @@ func (k *kit) check(t *testing.T) {
 	t.Run("journal", func(t *testing.T) {
 		storetest.RunJournal(t, storetest.JournalHarness{
 			New:          func(t *testing.T) journal.Journal { k.rule(t, "journal"); return j },
-			Capabilities: storetest.Capabilities{GlobalOrdering: k.s.GlobalOrdering, SkipLargeReplay: k.short},
+			Capabilities: storetest.Capabilities{GlobalOrdering: k.s.GlobalOrdering, SkipLargeReplay: k.short, ScansFromFirst: k.s.ScansFromFirst},
 		})
 	})
 	t.Run("snapshots", func(t *testing.T) {

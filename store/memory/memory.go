@@ -12,6 +12,7 @@ import (
 	"cmp"
 	"context"
 	"iter"
+	"math"
 	"slices"
 	"sync"
 	"time"
@@ -251,7 +252,11 @@ func (j *Journal) Replay(ctx context.Context, persistenceID string, from, to, li
 				}
 			}
 			limit -= int64(len(page))
-			from = page[len(page)-1].SequenceNr + 1
+			last := page[len(page)-1].SequenceNr
+			if last == math.MaxInt64 {
+				return // the top of the range: last+1 would wrap around
+			}
+			from = last + 1
 		}
 	}
 }

@@ -34,7 +34,7 @@ func openCassandra(ctx context.Context, u string, mode Mode) (*Store, error) {
 	return &Store{
 		Kind: "cassandra", Where: s.Where(),
 		Journal: s.Journal(), Snapshots: s.Snapshots(), Queries: s.ReadJournal(), Admin: s,
-		IDsInStoreOrder: true, Close: s.Close,
+		IDsInStoreOrder: true, ScansFromFirst: true, Close: s.Close,
 	}, nil
 }
 

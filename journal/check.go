@@ -1,11 +1,35 @@
 package journal
 
+import (
+	"strings"
+	"unicode/utf8"
+)
+
+// CheckPersistenceID returns an error wrapping [ErrInvalidArgument] when
+// persistenceID is empty, is not valid UTF-8 or contains a NUL byte (which
+// PostgreSQL's text cannot hold: every store refuses such ids, so that any
+// journal can be copied to any store); op names the operation.
+func CheckPersistenceID(op, persistenceID string) error {
+	switch {
+	case persistenceID == "":
+		return invalid("%s of an empty persistence id", op)
+	case !utf8.ValidString(persistenceID):
+		return invalid("%s of persistence id %q, which is not valid UTF-8", op, persistenceID)
+	case strings.IndexByte(persistenceID, 0) >= 0:
+		return invalid("%s of persistence id %q, which contains a NUL byte", op, persistenceID)
+	}
+	return nil
+}
+
 // CheckAtomicWrite returns nil when w obeys the rules of [AtomicWrite], or an
 // error wrapping both [ErrRejected] and [ErrInvalidArgument] that names the
 // first broken rule. Stores call it before storing anything of w.
 func CheckAtomicWrite(w AtomicWrite) error {
 	if w.PersistenceID == "" {
 		return Reject("%w", invalid("atomic write has an empty persistence id"))
+	}
+	if err := CheckPersistenceID("atomic write", w.PersistenceID); err != nil {
+		return Reject("%w", err)
 	}
 	if len(w.Events) == 0 {
 		return Reject("%w", invalid("atomic write for %q has no events", w.PersistenceID))
@@ -29,9 +53,10 @@ func CheckAtomicWrite(w AtomicWrite) error {
 // error wrapping [ErrInvalidArgument]. It allows from < 1 (read as 1),
 // from > to and max = 0 (both replay nothing).
 func CheckReplay(persistenceID string, from, to, max int64) error {
+	if err := CheckPersistenceID("replay", persistenceID); err != nil {
+		return err
+	}
 	switch {
-	case persistenceID == "":
-		return invalid("replay of an empty persistence id")
 	case to < 0:
 		return invalid("replay of %q with negative upper bound %d", persistenceID, to)
 	case max < 0:
@@ -43,9 +68,10 @@ func CheckReplay(persistenceID string, from, to, max int64) error {
 // CheckID returns an error wrapping [ErrInvalidArgument] when persistenceID
 // is empty or bound is negative; op names the operation in the message.
 func CheckID(op, persistenceID string, bound int64) error {
+	if err := CheckPersistenceID(op, persistenceID); err != nil {
+		return err
+	}
 	switch {
-	case persistenceID == "":
-		return invalid("%s of an empty persistence id", op)
 	case bound < 0:
 		return invalid("%s of %q with negative sequence number %d", op, persistenceID, bound)
 	}

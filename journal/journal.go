@@ -21,7 +21,8 @@ import (
 // replay; values a writer puts there are ignored.
 type Repr struct {
 	// PersistenceID names the entity's journal, "EntityType|EntityID" by
-	// default. Never empty.
+	// default. Never empty; valid UTF-8 without NUL bytes (every store
+	// refuses other ids, see CheckPersistenceID).
 	PersistenceID string
 	// SequenceNr is the event's position in its journal: 1 for the first
 	// event, growing by 1 per event.
@@ -107,7 +108,8 @@ type AtomicWrite struct {
 //     atomically. The highest sequence number is kept. Deleting what is
 //     already gone, or beyond the highest number, is not an error.
 //   - Every method fails with an error wrapping [ErrInvalidArgument] for an
-//     empty persistence id or a negative bound, and stores nothing.
+//     empty persistence id, one that is not valid UTF-8 or holds a NUL byte
+//     ([CheckPersistenceID]), or a negative bound, and stores nothing.
 //   - Close releases the store's resources; calls after Close fail with
 //     [ErrClosed].
 //

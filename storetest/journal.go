@@ -465,6 +465,8 @@ func invalidArguments(t *testing.T, j journal.Journal, _ JournalHarness) {
 		{"not consecutive", journal.AtomicWrite{PersistenceID: pid, Events: []journal.Repr{ev(pid, 1), ev(pid, 2), ev(pid, 4)}}, "not consecutive"},
 		{"descending", journal.AtomicWrite{PersistenceID: pid, Events: []journal.Repr{ev(pid, 2), ev(pid, 1)}}, "not consecutive"},
 		{"event of another id", journal.AtomicWrite{PersistenceID: pid, Events: []journal.Repr{ev(pid, 1), ev(other, 2)}}, "belongs to"},
+		{"id with a NUL byte", journal.AtomicWrite{PersistenceID: pid + "\x00", Events: []journal.Repr{ev(pid+"\x00", 1)}}, "NUL"},
+		{"id not UTF-8", journal.AtomicWrite{PersistenceID: pid + "\xff", Events: []journal.Repr{ev(pid+"\xff", 1)}}, "UTF-8"},
 	}
 	for _, c := range writes {
 		res, err := j.Write(ctx, []journal.AtomicWrite{c.w})
@@ -490,6 +492,9 @@ func invalidArguments(t *testing.T, j journal.Journal, _ JournalHarness) {
 		err  error
 	}{
 		{"Replay empty id", firstErr(j.Replay(ctx, "", 1, 10, 10))},
+		{"Replay id with a NUL byte", firstErr(j.Replay(ctx, pid+"\x00", 1, 10, 10))},
+		{"HighestSequenceNr id not UTF-8", func() error { _, err := j.HighestSequenceNr(ctx, pid+"\xff", 0); return err }()},
+		{"DeleteTo id with a NUL byte", j.DeleteTo(ctx, pid+"\x00", 1)},
 		{"Replay negative to", firstErr(j.Replay(ctx, pid, 1, -1, 10))},
 		{"Replay negative max", firstErr(j.Replay(ctx, pid, 1, 10, -1))},
 		{"HighestSequenceNr empty id", func() error { _, err := j.HighestSequenceNr(ctx, "", 0); return err }()},

@@ -115,8 +115,8 @@ func (j *Journal) learnHighest(ctx context.Context, writes []journal.AtomicWrite
 	seen := map[string]bool{}
 	for _, w := range writes {
 		pid := w.PersistenceID
-		if pid == "" || seen[pid] {
-			continue
+		if seen[pid] || journal.CheckPersistenceID("write", pid) != nil {
+			continue // refused below
 		}
 		seen[pid] = true
 		if _, ok := j.knownHighest(pid); ok {
@@ -175,14 +175,14 @@ func (j *Journal) DeleteTo(ctx context.Context, persistenceID string, to int64) 
 // Purge implements admin.Purger: a Purge action per id, acknowledged
 // before Purge returns. The replicator removes each id's events and head;
 // reads ignore them at once, and the id's next append starts at 1. Ids
-// without events (and the empty id, which none has) are not an error.
+// without events (and invalid ids, which none has) are not an error.
 func (j *Journal) Purge(ctx context.Context, persistenceIDs []string) error {
 	if j.closed.Load() {
 		return journal.ErrClosed
 	}
 	for _, pid := range persistenceIDs {
-		if pid == "" {
-			continue // no journal has it
+		if journal.CheckPersistenceID("purge", pid) != nil {
+			continue // no journal has it: every store refuses such ids
 		}
 		key, err := j.key(pid)
 		if err != nil {

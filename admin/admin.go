@@ -74,6 +74,23 @@ type TypeStats struct {
 	SnapshotBytes int64
 }
 
+// Add adds o's figures to t: counts and bytes summed, the highest number
+// the larger, the time range widened (EntityType is kept).
+func (t *TypeStats) Add(o TypeStats) {
+	t.PersistenceIDs += o.PersistenceIDs
+	t.Events += o.Events
+	t.PayloadBytes += o.PayloadBytes
+	t.HighestSequenceNr = max(t.HighestSequenceNr, o.HighestSequenceNr)
+	if !o.Oldest.IsZero() && (t.Oldest.IsZero() || o.Oldest.Before(t.Oldest)) {
+		t.Oldest = o.Oldest
+	}
+	if o.Newest.After(t.Newest) {
+		t.Newest = o.Newest
+	}
+	t.Snapshots += o.Snapshots
+	t.SnapshotBytes += o.SnapshotBytes
+}
+
 // Stats describes what a store holds.
 type Stats struct {
 	// EntityTypes holds one entry per entity type with events, deletion

@@ -294,18 +294,7 @@ func toTypeStatsJSON(t admin.TypeStats) typeStatsJSON {
 func totalStats(ts []admin.TypeStats) admin.TypeStats {
 	var sum admin.TypeStats
 	for _, t := range ts {
-		sum.PersistenceIDs += t.PersistenceIDs
-		sum.Events += t.Events
-		sum.PayloadBytes += t.PayloadBytes
-		sum.HighestSequenceNr = max(sum.HighestSequenceNr, t.HighestSequenceNr)
-		if !t.Oldest.IsZero() && (sum.Oldest.IsZero() || t.Oldest.Before(sum.Oldest)) {
-			sum.Oldest = t.Oldest
-		}
-		if t.Newest.After(sum.Newest) {
-			sum.Newest = t.Newest
-		}
-		sum.Snapshots += t.Snapshots
-		sum.SnapshotBytes += t.SnapshotBytes
+		sum.Add(t)
 	}
 	return sum
 }

@@ -50,7 +50,7 @@ func encodeAppend(w journal.AtomicWrite, origin string, expireAfter time.Duratio
 	}
 	var stamps []string
 	sameStamp := true
-	meta := map[string]string{}
+	var meta map[string]string // only when an event has metadata
 	for i, e := range w.Events {
 		es.Events[i] = wire.Event{SeqNr: e.SequenceNr, Tags: e.Tags, Payload: &wire.Payload{Type: wire.Binary,
 			Data: wire.EncodePersistentBinary(wire.Persistent{WriterUUID: e.WriterID, SerializerID: e.SerializerID, Manifest: e.Manifest, Payload: e.Payload})}}
@@ -61,6 +61,9 @@ func encodeAppend(w journal.AtomicWrite, origin string, expireAfter time.Duratio
 		stamps = append(stamps, strconv.FormatInt(ts.UnixMicro(), 10))
 		sameStamp = sameStamp && stamps[i] == stamps[0]
 		if e.Metadata != nil {
+			if meta == nil {
+				meta = map[string]string{}
+			}
 			meta[strconv.FormatInt(e.SequenceNr, 10)] = base64.StdEncoding.EncodeToString(e.Metadata)
 		}
 	}

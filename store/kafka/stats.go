@@ -40,16 +40,8 @@ func (j *Journal) Stats(ctx context.Context) (admin.Stats, error) {
 			ts = &admin.TypeStats{EntityType: et}
 			types[et] = ts
 		}
-		ts.PersistenceIDs++
-		ts.Events += sm.Events
-		ts.PayloadBytes += sm.PayloadBytes
-		ts.HighestSequenceNr = max(ts.HighestSequenceNr, sm.SeqNr)
-		if !sm.Oldest.IsZero() && (ts.Oldest.IsZero() || sm.Oldest.Before(ts.Oldest)) {
-			ts.Oldest = sm.Oldest
-		}
-		if sm.Newest.After(ts.Newest) {
-			ts.Newest = sm.Newest
-		}
+		ts.Add(admin.TypeStats{PersistenceIDs: 1, Events: sm.Events, PayloadBytes: sm.PayloadBytes, HighestSequenceNr: sm.SeqNr,
+			Oldest: sm.Oldest, Newest: sm.Newest})
 	}
 	var out admin.Stats
 	for _, ts := range types {

@@ -135,8 +135,11 @@ type SnapshotPolicy[E, S any] struct {
 	// DeleteEvents, with KeepLast, also deletes the events up to that same
 	// sequence number.
 	DeleteEvents bool
-	// Optional: when a snapshot cannot be loaded or decoded, recover from
-	// all events instead of failing.
+	// Optional: when a snapshot cannot be decoded, recover from the next
+	// older one instead of failing (three are tried, the youngest first,
+	// as Akka does); when none can be used, or the snapshot store fails,
+	// recover from all events. Recovery still fails when the events a
+	// snapshot would have covered were deleted.
 	Optional bool
 }
 

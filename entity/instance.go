@@ -306,14 +306,8 @@ func (inst *instance[C, E, S]) restore(ctx context.Context) (int64, error) {
 		to = min(to, highest)
 		crit.MaxSequenceNr = min(crit.MaxSequenceNr, to)
 		if withSnapshot && crit.MaxSequenceNr > 0 {
-			snap, ok, err := h.cfg.Snapshots.Load(ctx, inst.pid, crit)
-			if err == nil && ok {
-				err = inst.useSnapshot(snap)
-			}
-			if err != nil {
-				if err := inst.snapshotFailed(err); err != nil {
-					return 0, err
-				}
+			if err := inst.restoreSnapshot(ctx, crit, nil); err != nil {
+				return 0, err
 			}
 		}
 		return highest, inst.apply(h.cfg.Journal.Replay(ctx, inst.pid, inst.seq+1, to, math.MaxInt64))
@@ -330,11 +324,13 @@ func (inst *instance[C, E, S]) restore(ctx context.Context) (int64, error) {
 	to = min(to, res.Highest)
 	events, more := res.Events, res.More
 	if res.HasSnapshot {
-		if err := inst.useSnapshot(res.Snapshot); err != nil {
-			if err := inst.snapshotFailed(err); err != nil {
-				return 0, err
-			}
-			events, more = nil, true // read from the first event
+		if err := inst.restoreSnapshot(ctx, crit, &res.Snapshot); err != nil {
+			return 0, err
+		}
+		if inst.seq != res.Snapshot.Metadata.SequenceNr {
+			// An older snapshot, or none: the events read follow the one
+			// that could not be decoded.
+			events, more = nil, true
 		}
 	}
 	if err := inst.apply(func(yield func(journal.Repr, error) bool) {
@@ -354,18 +350,60 @@ func (inst *instance[C, E, S]) restore(ctx context.Context) (int64, error) {
 	return res.Highest, nil
 }
 
-// snapshotFailed decides what a snapshot that could not be loaded or
-// decoded does: it fails the recovery, or with Snapshots.Optional it is
-// logged and the state starts empty (every event is replayed).
-func (inst *instance[C, E, S]) snapshotFailed(err error) error {
+// snapshotLoadAttempts is how many snapshots a recovery with
+// Snapshots.Optional tries, the youngest first, before it replays every
+// event (Akka's local snapshot store's max-load-attempts).
+const snapshotLoadAttempts = 3
+
+// restoreSnapshot sets the state from the youngest snapshot crit selects
+// (loaded, when the caller has read it already). A snapshot that cannot be
+// loaded or decoded fails the recovery, unless Snapshots.Optional: then one
+// that cannot be decoded is logged and the next older one tried, at most
+// snapshotLoadAttempts in all, as Akka does; when none is usable, or the
+// load itself fails, the state starts empty and every event is replayed.
+// Without a snapshot the state is left as it is (empty).
+func (inst *instance[C, E, S]) restoreSnapshot(ctx context.Context, crit snapshot.Criteria, loaded *snapshot.Snapshot) error {
 	h, b := inst.h, &inst.h.b
-	if !b.Snapshots.Optional {
-		return fmt.Errorf("%w of %s: %w", ErrRecovery, inst.pid, err)
+	for attempt := 1; ; attempt++ {
+		var snap snapshot.Snapshot
+		var ok bool
+		var err error
+		if loaded != nil && attempt == 1 {
+			snap, ok = *loaded, true
+		} else {
+			snap, ok, err = h.cfg.Snapshots.Load(ctx, inst.pid, crit)
+		}
+		if err == nil && !ok {
+			if attempt > 1 {
+				h.cfg.Logger.Warn("no older snapshot, replaying all events", "persistence_id", inst.pid)
+			}
+			return nil
+		}
+		if err == nil {
+			if err = inst.useSnapshot(snap); err == nil {
+				return nil
+			}
+		}
+		if !b.Snapshots.Optional {
+			return fmt.Errorf("%w of %s: %w", ErrRecovery, inst.pid, err)
+		}
+		var decode *snapshotDecodeError
+		if !errors.As(err, &decode) || attempt == snapshotLoadAttempts || snap.Metadata.SequenceNr <= 1 {
+			h.cfg.Logger.Warn("snapshot ignored, replaying all events", "persistence_id", inst.pid, "err", err)
+			inst.state, inst.seq = b.empty(), 0
+			return nil
+		}
+		h.cfg.Logger.Warn("snapshot ignored, trying an older one", "persistence_id", inst.pid, "err", err)
+		crit.MaxSequenceNr = snap.Metadata.SequenceNr - 1
 	}
-	h.cfg.Logger.Warn("snapshot ignored, replaying all events", "persistence_id", inst.pid, "err", err)
-	inst.state, inst.seq = b.empty(), 0
-	return nil
 }
+
+// snapshotDecodeError is a snapshot that was loaded and could not be
+// decoded into the behavior's state.
+type snapshotDecodeError struct{ err error }
+
+func (e *snapshotDecodeError) Error() string { return e.err.Error() }
+func (e *snapshotDecodeError) Unwrap() error { return e.err }
 
 // apply applies the events read to the state. The first must follow the
 // state's sequence number: events between the snapshot (or the start)
@@ -394,15 +432,16 @@ func (inst *instance[C, E, S]) apply(events iter.Seq2[journal.Repr, error]) erro
 	return nil
 }
 
-// useSnapshot decodes snap into the state.
+// useSnapshot decodes snap into the state; it fails with a
+// *snapshotDecodeError.
 func (inst *instance[C, E, S]) useSnapshot(snap snapshot.Snapshot) error {
 	v, err := inst.h.cfg.Registry.DeserializeSnapshot(snap)
 	if err != nil {
-		return err
+		return &snapshotDecodeError{err}
 	}
 	s, ok := v.(S)
 	if !ok {
-		return fmt.Errorf("snapshot %d of %s decodes to %T, not the behavior's state type %T", snap.Metadata.SequenceNr, inst.pid, v, inst.state)
+		return &snapshotDecodeError{fmt.Errorf("snapshot %d of %s decodes to %T, not the behavior's state type %T", snap.Metadata.SequenceNr, inst.pid, v, inst.state)}
 	}
 	inst.state, inst.seq = s, snap.Metadata.SequenceNr
 	return nil

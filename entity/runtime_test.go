@@ -400,6 +400,61 @@ func testOptionalSnapshot(t *testing.T, st stores, optional bool) {
 	}
 }
 
+// TestOptionalSnapshotFallsBackToOlder: with Snapshots.Optional, a
+// snapshot that cannot be decoded is passed over for the next older one
+// (at most three tried, as Akka's local snapshot store does), and only
+// when none is usable are all events replayed. Six deposits of 1 with a
+// snapshot every 2 (at 2, 4 and 6); with DeleteEvents, KeepLast 2 deletes
+// snapshot 2 and events 1–2 after snapshot 6.
+func TestOptionalSnapshotFallsBackToOlder(t *testing.T) {
+	for name, mk := range entitytest.Stores() {
+		for _, c := range []struct {
+			name         string
+			deleteEvents bool
+			corrupt      []int64 // snapshots replaced by undecodable ones
+			wantErr      bool    // ErrRecovery: no usable snapshot covers the deleted events
+		}{
+			{"youngest undecodable, events deleted", true, []int64{6}, false},
+			{"two undecodable, events deleted", true, []int64{6, 4}, true},
+			{"youngest undecodable, events kept", false, []int64{6}, false},
+			{"all three undecodable, events kept", false, []int64{6, 4, 2}, false},
+		} {
+			t.Run(name+"/"+c.name, func(t *testing.T) {
+				st := mk(t)
+				b := accountBehavior()
+				b.Snapshots = entity.SnapshotPolicy[Event, State]{Every: 2, Optional: true}
+				if c.deleteEvents {
+					b.Snapshots.KeepLast, b.Snapshots.DeleteEvents = 2, true
+				}
+				ctx := t.Context()
+				id := fmt.Sprintf("older-%d", time.Now().UnixNano())
+				h := newHost(t, st, b)
+				for range 6 {
+					if _, err := deposit(ctx, h, id, 1); err != nil {
+						t.Fatal(err)
+					}
+				}
+				if err := h.Shutdown(ctx); err != nil {
+					t.Fatal(err)
+				}
+				for _, seq := range c.corrupt {
+					bad := snapshot.Snapshot{Metadata: snapshot.Metadata{PersistenceID: "Account|" + id, SequenceNr: seq}, Payload: []byte("not json"), SerializerID: 33, Manifest: "test.State"}
+					if err := st.Snapshots.Save(ctx, bad); err != nil {
+						t.Fatal(err)
+					}
+				}
+				got, err := balance(ctx, newHost(t, st, b), id)
+				switch {
+				case c.wantErr && !errors.Is(err, entity.ErrRecovery):
+					t.Errorf("recovery: balance %d, %v; want ErrRecovery (events 1–2 deleted, no usable snapshot)", got, err)
+				case !c.wantErr && (err != nil || got != 6):
+					t.Errorf("recovery: balance %d, %v; want 6", got, err)
+				}
+			})
+		}
+	}
+}
+
 func TestRecoveryOptions(t *testing.T) {
 	for name, mk := range entitytest.Stores() {
 		t.Run(name, func(t *testing.T) { testRecoveryOptions(t, mk(t)) })

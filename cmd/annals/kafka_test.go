@@ -2,14 +2,12 @@ package main
 
 import (
 	"bufio"
-	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
-	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -27,7 +25,7 @@ func TestKafkaCommands(t *testing.T) {
 	t.Parallel()
 	brokers := kafkatest.Real(t)
 	dsn, schema := pgtest.Schema(t)
-	prefix := fmt.Sprintf("annals-cli-%d-", time.Now().UnixNano())
+	prefix := kafkatest.Prefix(t, brokers, "cli")
 	url := "kafka://" + brokers[0] + "/?topic_prefix=" + prefix + "&eventual=" + dsn
 	env := []string{"ANNALS_STORE=" + url}
 

@@ -40,8 +40,9 @@ func benchEvent(pid string, seq int64) journal.Repr {
 	return journal.Repr{PersistenceID: pid, SequenceNr: seq, Payload: benchPayload, SerializerID: 4, Manifest: "m", WriterID: "w"}
 }
 
-func benchTopic(name string) string {
-	return fmt.Sprintf("annals-bench-%s-%d", name, time.Now().UnixNano())
+// benchTopic names a topic of the benchmark's own, deleted when it ends.
+func benchTopic(b *testing.B, brokers []string, name string) string {
+	return kafkatest.Prefix(b, brokers, "bench") + name
 }
 
 // BenchmarkWrite1000IDs: 1,000 entities persisting concurrently through
@@ -55,7 +56,7 @@ func BenchmarkWrite1000IDs(b *testing.B) {
 	const ids, turns = 1000, 5
 	brokers := kafkatest.Real(b)
 	tables := pgeventualtest.Open(b)
-	topic := benchTopic("write")
+	topic := benchTopic(b, brokers, "write")
 	j := open(b, brokers, tables, kafka.WithTopic(func(string) string { return topic }))
 	var annalsTime, rawTime time.Duration
 	f := enginetest.MeteredFront(b, j, engine.Config{}, func() time.Duration { return annalsTime })
@@ -142,7 +143,7 @@ func BenchmarkRecovery1000(b *testing.B) {
 	}{{"replicated", n / per}, {"half", n / per / 2}, {"unreplicated", 0}} {
 		b.Run(c.name, func(b *testing.B) {
 			tables := pgeventualtest.Open(b)
-			topic := benchTopic("recovery-" + c.name)
+			topic := benchTopic(b, brokers, "recovery-"+c.name)
 			w := open(b, brokers, tables, kafka.WithTopic(func(string) string { return topic }))
 			pid := "Bench|r"
 			for from := int64(1); from <= n; from += per {
@@ -225,7 +226,7 @@ func BenchmarkRecovery1000(b *testing.B) {
 func BenchmarkReplicator(b *testing.B) {
 	const ids, perID = 1000, 100
 	brokers := kafkatest.Real(b)
-	topic := benchTopic("replicator")
+	topic := benchTopic(b, brokers, "replicator")
 	tables := pgeventualtest.Open(b)
 	w := open(b, brokers, tables, kafka.WithTopic(func(string) string { return topic }))
 	var wg sync.WaitGroup
@@ -246,7 +247,7 @@ func BenchmarkReplicator(b *testing.B) {
 		var elapsed time.Duration
 		for range b.N {
 			counted := &countingTables{Tables: pgeventualtest.Open(b), want: int64(perID * ids), done: make(chan struct{})}
-			r, err := kafka.NewReplicator(brokers, counted, kafka.WithTopics(topic), kafka.WithGroup(benchTopic("group")))
+			r, err := kafka.NewReplicator(brokers, counted, kafka.WithTopics(topic), kafka.WithGroup(benchTopic(b, brokers, "group")))
 			if err != nil {
 				b.Fatal(err)
 			}

@@ -229,7 +229,7 @@ func TestJournalKit(t *testing.T) {
 				for _, mode := range []string{"replicated", "unreplicated", "lagging"} {
 					t.Run(broker+"/"+mode, func(t *testing.T) {
 						brokers := brokersOf(t, broker)
-						run := fmt.Sprintf("annals-test-%d-", time.Now().UnixNano())
+						run := kafkatest.Prefix(t, brokers, "test")
 						var jopts []kafka.Option
 						// Topics of the run's own: the eventual store is
 						// shared, and its pointers are per topic name.

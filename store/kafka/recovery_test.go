@@ -2,7 +2,6 @@ package kafka_test
 
 import (
 	"context"
-	"fmt"
 	"testing"
 	"time"
 
@@ -11,6 +10,7 @@ import (
 	"github.com/annals-go/annals/snapshot"
 	"github.com/annals-go/annals/store/kafka"
 	"github.com/annals-go/annals/store/kafka/eventual/pg/pgeventualtest"
+	"github.com/annals-go/annals/store/kafka/kafkatest"
 	"github.com/annals-go/annals/store/memory"
 	"github.com/annals-go/annals/store/postgres"
 	"github.com/annals-go/annals/store/postgres/pgtest"
@@ -34,7 +34,7 @@ func TestRecoveryKit(t *testing.T) {
 			}
 			t.Cleanup(func() { ps.Close() })
 			snaps := ps.Snapshots()
-			run := fmt.Sprintf("annals-test-%d-", time.Now().UnixNano())
+			run := kafkatest.Prefix(t, brokers, "test")
 			j := open(t, brokers, tables, kafka.WithTopic(func(et string) string { return run + et }), kafka.WithSnapshots(snaps))
 			replicate(t, brokers, tables, kafka.WithTopicPattern("^"+run), kafka.WithGroup(run))
 			storetest.RunRecovery(t, storetest.RecoveryHarness{

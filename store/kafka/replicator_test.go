@@ -13,6 +13,7 @@ import (
 	"github.com/annals-go/annals/store/kafka"
 	"github.com/annals-go/annals/store/kafka/eventual"
 	"github.com/annals-go/annals/store/kafka/eventual/cql/cqltest"
+	"github.com/annals-go/annals/store/kafka/kafkatest"
 	"github.com/annals-go/annals/store/kafka/wire"
 )
 
@@ -76,7 +77,7 @@ func TestReplicatorPoisonRecord(t *testing.T) {
 	for _, broker := range []string{"fake", "real"} {
 		t.Run(broker, func(t *testing.T) {
 			brokers := brokersOf(t, broker)
-			run := fmt.Sprintf("annals-test-%d-", time.Now().UnixNano())
+			run := kafkatest.Prefix(t, brokers, "test")
 			topic := run + "Poison"
 			j := open(t, brokers, tables, kafka.WithTopic(func(string) string { return topic }))
 			pid := "Poison|1"

@@ -7,6 +7,9 @@
 package kafkatest
 
 import (
+	"context"
+	"errors"
+	"fmt"
 	"net"
 	"os"
 	"slices"
@@ -14,7 +17,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 )
 
 // DefaultAddress is the broker `scripts/services up kafka` starts.
@@ -57,4 +63,88 @@ func Real(t testing.TB) []string {
 	}
 	conn.Close()
 	return []string{addr}
+}
+
+// Prefix returns a topic and group name prefix unique to this call
+// ("annals-<name>-<nanoseconds>-") and, when the test ends, deletes the
+// topics and consumer groups on brokers whose names begin with it, so that
+// a broker used by many runs does not accumulate partitions (each one
+// slows the broker's start). Call it before opening what uses the names:
+// cleanups run last in, first out, so the deletion follows their closing.
+func Prefix(t testing.TB, brokers []string, name string) string {
+	t.Helper()
+	prefix := fmt.Sprintf("annals-%s-%d-", name, time.Now().UnixNano())
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		if err := deletePrefixed(ctx, brokers, prefix); err != nil {
+			t.Errorf("deleting the test's topics and groups (%s*): %v", prefix, err)
+		}
+	})
+	return prefix
+}
+
+// deletePrefixed deletes the topics and groups whose names begin with
+// prefix.
+func deletePrefixed(ctx context.Context, brokers []string, prefix string) error {
+	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
+	if err != nil {
+		return err
+	}
+	defer cl.Close()
+
+	groups, err := kmsg.NewPtrListGroupsRequest().RequestWith(ctx, cl)
+	if err != nil {
+		return fmt.Errorf("listing groups: %w", err)
+	}
+	delGroups := kmsg.NewPtrDeleteGroupsRequest()
+	for _, g := range groups.Groups {
+		if strings.HasPrefix(g.Group, prefix) {
+			delGroups.Groups = append(delGroups.Groups, g.Group)
+		}
+	}
+	if len(delGroups.Groups) > 0 {
+		resp, err := delGroups.RequestWith(ctx, cl)
+		if err != nil {
+			return fmt.Errorf("deleting groups: %w", err)
+		}
+		for _, g := range resp.Groups {
+			// A group a killed member has not left yet stays until the
+			// broker's session timeout; the broker expires it later.
+			if err := kerr.ErrorForCode(g.ErrorCode); err != nil && !errors.Is(err, kerr.NonEmptyGroup) && !errors.Is(err, kerr.GroupIDNotFound) {
+				return fmt.Errorf("deleting group %s: %w", g.Group, err)
+			}
+		}
+	}
+
+	meta, err := kmsg.NewPtrMetadataRequest().RequestWith(ctx, cl)
+	if err != nil {
+		return fmt.Errorf("listing topics: %w", err)
+	}
+	delTopics := kmsg.NewPtrDeleteTopicsRequest()
+	for _, tp := range meta.Topics {
+		if tp.Topic != nil && strings.HasPrefix(*tp.Topic, prefix) {
+			delTopics.TopicNames = append(delTopics.TopicNames, *tp.Topic)
+			dt := kmsg.NewDeleteTopicsRequestTopic()
+			dt.Topic = tp.Topic
+			delTopics.Topics = append(delTopics.Topics, dt)
+		}
+	}
+	if len(delTopics.TopicNames) == 0 {
+		return nil
+	}
+	resp, err := delTopics.RequestWith(ctx, cl)
+	if err != nil {
+		return fmt.Errorf("deleting topics: %w", err)
+	}
+	for _, tp := range resp.Topics {
+		if err := kerr.ErrorForCode(tp.ErrorCode); err != nil && !errors.Is(err, kerr.UnknownTopicOrPartition) {
+			name := ""
+			if tp.Topic != nil {
+				name = *tp.Topic
+			}
+			return fmt.Errorf("deleting topic %s: %w", name, err)
+		}
+	}
+	return nil
 }

@@ -77,6 +77,25 @@ type Config struct {
 	// ResetTimeout is how long the breaker stays open before it lets one
 	// call probe the store (default DefaultResetTimeout = 30 s).
 	ResetTimeout time.Duration
+	// MaxReads is how many HighestSequenceNr, ReadRecovery and DeleteTo
+	// calls may be in flight to the store at once (default: what the
+	// journal's ConcurrentReads reports, see ReadCapacity; unbounded when
+	// it does not). A call beyond it waits for a turn before its
+	// CallTimeout starts, bounded only by its caller's context, and the
+	// breaker does not count the wait: a burst of recoveries queues in the
+	// front instead of in the store's connection pool, where the wait
+	// would time calls out and open the breaker while the store is healthy.
+	MaxReads int
+}
+
+// ReadCapacity is implemented by a journal whose calls queue for a bounded
+// resource, such as a connection pool. The front uses ConcurrentReads as
+// its default Config.MaxReads.
+type ReadCapacity interface {
+	// ConcurrentReads returns how many read calls the journal serves at
+	// once without queueing, leaving room for the front's writes (at least
+	// 1).
+	ConcurrentReads() int
 }
 
 // Validate reports a negative setting; zero settings take their defaults.
@@ -92,6 +111,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("engine: CallTimeout %v is negative", c.CallTimeout)
 	case c.ResetTimeout < 0:
 		return fmt.Errorf("engine: ResetTimeout %v is negative", c.ResetTimeout)
+	case c.MaxReads < 0:
+		return fmt.Errorf("engine: MaxReads %d is negative", c.MaxReads)
 	}
 	return nil
 }
@@ -136,6 +157,9 @@ func (c Config) withDefaults() Config {
 //   - Every Write, HighestSequenceNr and DeleteTo store call is bounded by
 //     CallTimeout and passes through a circuit breaker; while it is open,
 //     calls fail at once with ErrCircuitOpen.
+//   - At most MaxReads HighestSequenceNr, ReadRecovery and DeleteTo calls
+//     are in flight; others wait for a turn, bounded by their caller's
+//     context alone, outside CallTimeout and the breaker.
 //   - A caller whose context ends while its writes still wait in the queue
 //     gets the context's error, and those writes are not sent. Once sent,
 //     the outcome of an abandoned write is unknown.
@@ -153,6 +177,7 @@ type Front struct {
 	j       journal.Journal
 	cfg     Config
 	breaker *gobreaker.CircuitBreaker[any]
+	reads   chan struct{} // turns of the guarded reads; nil: unbounded
 
 	mu       sync.Mutex
 	idle     sync.Cond // signalled when leaders drops to 0
@@ -206,12 +231,18 @@ func NewFront(j journal.Journal, cfg Config) (*Front, error) {
 		return nil, err
 	}
 	cfg = cfg.withDefaults()
+	if rc, ok := j.(ReadCapacity); ok && cfg.MaxReads == 0 {
+		cfg.MaxReads = max(1, rc.ConcurrentReads())
+	}
 	f := &Front{
 		j:        j,
 		cfg:      cfg,
 		pending:  map[string]int{},
 		waiters:  map[string][]chan struct{}{},
 		inFlight: map[string]int{},
+	}
+	if cfg.MaxReads > 0 {
+		f.reads = make(chan struct{}, cfg.MaxReads)
 	}
 	f.idle.L = &f.mu
 	f.requests.New = func() any { return &request{done: make(chan result, 1)} }
@@ -637,8 +668,17 @@ func breakerError(err error) error {
 	return err
 }
 
-// guarded runs call on the store with the call timeout and the breaker.
+// guarded runs call on the store with the call timeout and the breaker,
+// once it has a turn among the MaxReads.
 func (f *Front) guarded(ctx context.Context, call func(ctx context.Context) (any, error)) (any, error) {
+	if f.reads != nil {
+		select {
+		case f.reads <- struct{}{}:
+			defer func() { <-f.reads }()
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
 	cctx, cancel := context.WithTimeout(ctx, f.cfg.CallTimeout)
 	defer cancel()
 	out, err := f.breaker.Execute(func() (any, error) {

@@ -366,7 +366,7 @@ func TestCloseDrainsQueue(t *testing.T) {
 }
 
 func TestConfigValidate(t *testing.T) {
-	for _, c := range []engine.Config{{MaxBatchSize: -1}, {MaxLinger: -1}, {MaxCalls: -1}, {CallTimeout: -time.Second}, {ResetTimeout: -1}} {
+	for _, c := range []engine.Config{{MaxBatchSize: -1}, {MaxLinger: -1}, {MaxCalls: -1}, {CallTimeout: -time.Second}, {ResetTimeout: -1}, {MaxReads: -1}} {
 		if _, err := engine.NewFront(memory.New().Journal(), c); err == nil {
 			t.Errorf("NewFront(%+v) accepted a negative setting", c)
 		}
@@ -452,6 +452,85 @@ func TestSteadyLoadDoesNotWaitOutTheLinger(t *testing.T) {
 				// back.
 				if elapsed := time.Since(start); elapsed != 65*time.Millisecond {
 					t.Errorf("50 writes took %v of fake time, want 65ms: six calls of 10ms and only the last batch lingering", elapsed)
+				}
+			})
+		})
+	}
+}
+
+// pooled is a journal that serves HighestSequenceNr calls with a pool of
+// conns connections, as pgx does: a call waits for a connection (bounded
+// by its context), then takes a second of the store's time.
+type pooled struct {
+	journal.Journal
+	pool chan struct{}
+}
+
+func (p *pooled) ConcurrentReads() int { return cap(p.pool) }
+
+func (p *pooled) HighestSequenceNr(ctx context.Context, pid string, from int64) (int64, error) {
+	select {
+	case p.pool <- struct{}{}:
+	case <-ctx.Done():
+		return 0, ctx.Err()
+	}
+	defer func() { <-p.pool }()
+	time.Sleep(time.Second)
+	return p.Journal.HighestSequenceNr(ctx, pid, from)
+}
+
+// TestReadsQueueInTheFront: a burst of recoveries' reads larger than the
+// store's connection pool waits for turns in the front, where the wait
+// counts against neither CallTimeout nor the breaker. Without the bound
+// (MaxReads far above the pool) the same burst waits in the pool, inside
+// the call timeout: calls time out and the breaker opens on a healthy
+// store.
+func TestReadsQueueInTheFront(t *testing.T) {
+	for _, c := range []struct {
+		name         string
+		maxReads     int
+		wantFailures bool
+	}{
+		{"bounded by the pool", 0, false},
+		{"unbounded", 1000, true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				const conns, calls = 4, 40
+				j := &pooled{Journal: memory.New().Journal(), pool: make(chan struct{}, conns)}
+				f := newFront(t, j, engine.Config{CallTimeout: 3 * time.Second, MaxReads: c.maxReads})
+				if c.maxReads == 0 && f.Config().MaxReads != conns {
+					t.Errorf("MaxReads = %d, want the journal's ConcurrentReads %d", f.Config().MaxReads, conns)
+				}
+				start := time.Now()
+				errs := make(chan error, calls)
+				for i := range calls {
+					go func() {
+						_, err := f.HighestSequenceNr(t.Context(), fmt.Sprintf("p%d", i), 0)
+						errs <- err
+					}()
+				}
+				var failed []error
+				for range calls {
+					if err := <-errs; err != nil {
+						failed = append(failed, err)
+					}
+				}
+				_, after := f.HighestSequenceNr(t.Context(), "after", 0)
+				if !c.wantFailures {
+					if len(failed) > 0 || after != nil {
+						t.Errorf("%d of %d reads failed (%v), the next: %v; want none: the wait is not the store's failure", len(failed), calls, failed, after)
+					}
+					if d := time.Since(start); d != calls/conns*time.Second+time.Second {
+						t.Errorf("the burst and one more read took %v of fake time, want %v: %d at a time", d, calls/conns*time.Second+time.Second, conns)
+					}
+					return
+				}
+				if len(failed) == 0 || !errors.Is(failed[0], engine.ErrCallTimeout) {
+					t.Errorf("unbounded: %d reads failed (first: %v); want call timeouts from waiting in the pool", len(failed), failed)
+				}
+				if !errors.Is(after, engine.ErrCircuitOpen) {
+					t.Errorf("unbounded: the read after the burst: %v, want ErrCircuitOpen", after)
 				}
 			})
 		})

@@ -49,7 +49,33 @@ var (
 	ErrHostClosed = errors.New("entity: host shut down")
 	// ErrRecovery wraps a recovery failure (the entity stops).
 	ErrRecovery = errors.New("entity: recovery failed")
+	// ErrRestarting: the entity failed and waits to restart
+	// (HostConfig.Restart); the command was not handled. Such errors are
+	// *RestartingError values, which say why and when.
+	ErrRestarting = errors.New("entity: restarting")
 )
+
+// RestartingError answers a command with a caller (Ask, Send) that was
+// waiting for, or sent to, an entity waiting to restart after a failure
+// (HostConfig.Restart): the command was not handled, and may be sent again.
+// errors.Is matches it to ErrRestarting and to its Cause's chain (a store's
+// error, engine.ErrCircuitOpen, ...).
+type RestartingError struct {
+	// PersistenceID is the entity's.
+	PersistenceID string
+	// Cause is the failure that stopped it: a write whose outcome is
+	// unknown, or a recovery that failed.
+	Cause error
+	// At is when the entity starts recovering again.
+	At time.Time
+}
+
+func (e *RestartingError) Error() string {
+	return fmt.Sprintf("entity: %s is restarting (recovery again at %s) after: %v", e.PersistenceID, e.At.Format("15:04:05.000"), e.Cause)
+}
+
+// Unwrap returns ErrRestarting and the cause.
+func (e *RestartingError) Unwrap() []error { return []error{ErrRestarting, e.Cause} }
 
 // Behavior describes an entity type. EntityType, Command and Event are
 // required; the rest is optional.

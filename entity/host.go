@@ -69,9 +69,13 @@ type HostConfig struct {
 	MaxConcurrentRecoveries int
 	// Restart, when set, restarts an entity whose write failed (outcome
 	// unknown) or whose recovery failed, after a backoff, recovering from
-	// the journal and keeping its waiting commands. Without it such an
-	// entity stops and its waiting commands fail. A write that met another
-	// writer's sequence number always stops the entity.
+	// the journal. During the backoff, commands with a caller (Ask, Send),
+	// waiting or arriving, are answered at once with a *RestartingError
+	// (the cause and the time of the restart; the command was not
+	// handled); commands sent with Tell wait and are handled after the
+	// restart, in order. Without Restart such an entity stops and its
+	// waiting commands fail. A write that met another writer's sequence
+	// number always stops the entity.
 	Restart *Backoff
 	// Logger receives snapshot failures and entity stops (default
 	// slog.Default()).

@@ -111,7 +111,7 @@ func (inst *instance[C, E, S]) run() {
 			inst.failures = 0 // the delay doubles per consecutive failure
 		}
 		inst.failures++
-		if err := inst.backoff(h.cfg.Restart.delay(inst.failures)); err != nil {
+		if err := inst.backoff(h.cfg.Restart.delay(inst.failures), err); err != nil {
 			inst.stopWith(err)
 			return
 		}
@@ -157,17 +157,29 @@ func (inst *instance[C, E, S]) answerFailed(err error) {
 	}
 }
 
-// backoff waits d, noting signals. It returns nil when d has passed, or
-// the reason to stop instead: ErrHostClosed when the host shuts down,
-// ErrStopped when the entity passivates (asked to, with no command
-// waiting), so that a restart does not hold a live place for nothing.
-func (inst *instance[C, E, S]) backoff(d time.Duration) error {
+// backoff waits d after the failure cause, noting signals. Commands with
+// a caller, waiting or arriving meanwhile, are answered at once with a
+// *RestartingError; those sent with Tell wait for the restart. It returns
+// nil when d has passed, or the reason to stop instead: ErrHostClosed when
+// the host shuts down, ErrStopped when the entity passivates (asked to,
+// with no command waiting), so that a restart does not hold a live place
+// for nothing.
+func (inst *instance[C, E, S]) backoff(d time.Duration, cause error) error {
 	t := time.NewTimer(d)
 	defer t.Stop()
+	if f, ok := cause.(failure); ok {
+		cause = f.cause
+	}
+	restarting := &RestartingError{PersistenceID: inst.pid, Cause: cause, At: time.Now().Add(d)}
+	inst.stash = refuseCallers(inst.stash, restarting)
+	inst.unstashed = refuseCallers(inst.unstashed, restarting)
 	wake := inst.mailbox.waiter()
 	for {
 		if !inst.pollSignals() {
 			return ErrHostClosed
+		}
+		for _, env := range inst.mailbox.takeCallers() {
+			env.finish(restarting)
 		}
 		if inst.passivate && inst.h.remove(inst, false) {
 			return ErrStopped
@@ -178,6 +190,24 @@ func (inst *instance[C, E, S]) backoff(d time.Duration) error {
 		case <-wake:
 		}
 	}
+}
+
+// refuseCallers answers the commands in envs that have a caller with err
+// and returns the others, in order.
+func refuseCallers[C any](envs []envelope[C], err error) []envelope[C] {
+	kept := envs[:0]
+	for _, env := range envs {
+		if env.done != nil {
+			env.finish(err)
+			continue
+		}
+		kept = append(kept, env)
+	}
+	clear(envs[len(kept):])
+	if len(kept) == 0 {
+		return nil
+	}
+	return kept
 }
 
 // pollSignals notes the raised signals without waiting; it returns false

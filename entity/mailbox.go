@@ -91,6 +91,29 @@ func (m *mailbox[C]) take() (envelope[C], bool) {
 	return env, true
 }
 
+// takeCallers removes and returns the waiting commands that have a caller
+// waiting for their outcome (Ask, Send), oldest first; the others (Tell)
+// stay, in order.
+func (m *mailbox[C]) takeCallers() []envelope[C] {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var taken []envelope[C]
+	kept := 0
+	for i := range m.n {
+		j := (m.head + i) % len(m.buf)
+		env := m.buf[j]
+		m.buf[j] = envelope[C]{}
+		if env.done != nil {
+			taken = append(taken, env)
+			continue
+		}
+		m.buf[(m.head+kept)%len(m.buf)] = env
+		kept++
+	}
+	m.n = kept
+	return taken
+}
+
 // len returns the number of waiting commands.
 func (m *mailbox[C]) len() int {
 	m.mu.Lock()

@@ -602,6 +602,14 @@ func scanRows(rows pgx.Rows, size int, emit func([]row) []row) ([]row, error) {
 	return out, nil
 }
 
+// ConcurrentReads implements engine.ReadCapacity: the pool's connections
+// less two for writes (the journal front's default MaxCalls), at least 1.
+// A front before the journal then queues a burst of reads itself, instead
+// of letting them wait for a connection inside its call timeout.
+func (j *Journal) ConcurrentReads() int {
+	return max(1, int(j.s.pool.Config().MaxConns)-2)
+}
+
 // HighestSequenceNr implements journal.Journal.
 func (j *Journal) HighestSequenceNr(ctx context.Context, persistenceID string, from int64) (int64, error) {
 	if err := journal.CheckID("highest sequence number", persistenceID, from); err != nil {

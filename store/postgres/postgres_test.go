@@ -2,7 +2,10 @@ package postgres_test
 
 import (
 	"context"
+	"fmt"
 	"testing"
+
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/annals-go/annals/engine"
 	"github.com/annals-go/annals/journal"
@@ -86,6 +89,27 @@ func TestRecoveryKit(t *testing.T) {
 				},
 				Foreign: func(*testing.T) snapshot.Store { return other.Snapshots() },
 			})
+		})
+	}
+}
+
+// TestFrontReadsFitThePool: a journal front before the store takes its
+// read bound from the pool (its connections less the front's two write
+// calls), so a burst of recoveries queues in the front, not in the pool.
+func TestFrontReadsFitThePool(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct{ conns, want int }{{6, 4}, {3, 1}, {1, 1}} {
+		t.Run(fmt.Sprint(c.conns), func(t *testing.T) {
+			s := open(t, postgres.WithPoolConfig(func(pc *pgxpool.Config) { pc.MaxConns = int32(c.conns) }))
+			var _ engine.ReadCapacity = s.Journal()
+			f, err := engine.NewFront(s.Journal(), engine.Config{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = f.Close() })
+			if got := f.Config().MaxReads; got != c.want {
+				t.Errorf("pool of %d: the front's MaxReads = %d, want %d", c.conns, got, c.want)
+			}
 		})
 	}
 }

@@ -307,6 +307,12 @@ func (s *Store) ctxErr(ctx context.Context, op string, err error) error {
 	return s.callErr(op, err)
 }
 
+// ConcurrentReads implements engine.ReadCapacity: the connections of the
+// read pool (WithReaders). A front before the journal then queues a burst
+// of reads itself, instead of letting them wait for a connection inside
+// its call timeout.
+func (j *Journal) ConcurrentReads() int { return j.s.cfg.readers }
+
 // HighestSequenceNr implements journal.Journal.HighestSequenceNr: the
 // greater of the highest stored event and the highest deleted one, kept in
 // journal_metadata.

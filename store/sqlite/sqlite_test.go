@@ -80,3 +80,20 @@ func TestRecoveryCompliance(t *testing.T) {
 		})
 	}
 }
+
+// TestFrontReadsFitThePool: a journal front before the store takes its
+// read bound from the read pool.
+func TestFrontReadsFitThePool(t *testing.T) {
+	for _, readers := range []int{1, 7} {
+		s := openTemp(t, sqlite.WithReaders(readers))
+		var _ engine.ReadCapacity = s.Journal()
+		f, err := engine.NewFront(s.Journal(), engine.Config{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = f.Close() })
+		if got := f.Config().MaxReads; got != readers {
+			t.Errorf("%d readers: the front's MaxReads = %d, want %d", readers, got, readers)
+		}
+	}
+}

@@ -49,7 +49,7 @@ func commands() []*command {
 		tailCommand(),
 		deleteToCommand(), deleteSnapshotsCommand(),
 		copyCommand(), projectionsCommand(),
-		benchCommand(), checkCommand(),
+		benchCommand(), checkCommand(), crashTestCommand(),
 		replicateCommand(), skipRecordCommand(), purgeExpiredCommand(),
 	}
 }

@@ -12,6 +12,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/url"
 	"slices"
 	"strings"
 
@@ -148,4 +149,21 @@ func (m *Mux) Scratch(ctx context.Context, url string) (string, func() error, er
 		return "", nil, err
 	}
 	return s.Scratch(ctx, url)
+}
+
+// Redact returns the store URL raw with its passwords (the URL's own, and
+// an eventual store's in a kafka:// URL) replaced by "xxxxx", for
+// printing.
+func Redact(raw string) string {
+	if head, eventual, ok := strings.Cut(raw, "eventual="); ok {
+		return Redact(head) + "eventual=" + Redact(eventual)
+	}
+	u, err := url.Parse(raw)
+	if err != nil || u.User == nil {
+		return raw
+	}
+	if _, has := u.User.Password(); !has {
+		return raw
+	}
+	return u.Redacted()
 }

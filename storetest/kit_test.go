@@ -92,8 +92,8 @@ func (j keepsYielded) Replay(ctx context.Context, pid string, from, to, max int6
 }
 
 var broken = map[string]func(journal.Journal) journal.Journal{
-	"materializes": func(j journal.Journal) journal.Journal { return materializes{j} },
-	"keepsYielded": func(j journal.Journal) journal.Journal { return keepsYielded{j} },
+	"materializes":    func(j journal.Journal) journal.Journal { return materializes{j} },
+	"keepsYielded":    func(j journal.Journal) journal.Journal { return keepsYielded{j} },
 	"skipsDuplicates": func(j journal.Journal) journal.Journal { return skipsDuplicates{j} },
 	"ignoresMax":      func(j journal.Journal) journal.Journal { return ignoresMax{j} },
 	"forgetsHighest":  func(j journal.Journal) journal.Journal { return forgetsHighest{j} },

@@ -16,6 +16,7 @@ import (
 	"fmt"
 	"strings"
 	"unicode/utf16"
+	"unicode/utf8"
 )
 
 // NumberOfSlices is the number of slices persistence ids are spread over.
@@ -33,6 +34,28 @@ var ErrInvalidSliceRanges = errors.New("annals: invalid number of slice ranges")
 // an entity.
 func PersistenceID(entityType, entityID string) string {
 	return entityType + Separator + entityID
+}
+
+// ErrInvalidEntityType reports an entity type that cannot start persistence
+// ids: see [CheckEntityType].
+var ErrInvalidEntityType = errors.New("annals: invalid entity type")
+
+// CheckEntityType checks the rules for an entity type: not empty, valid
+// UTF-8, no NUL byte, and no [Separator] (the events of a type "A|B" would
+// belong to type "A" in every query by type). It returns an error wrapping
+// ErrInvalidEntityType that names the problem.
+func CheckEntityType(entityType string) error {
+	switch {
+	case entityType == "":
+		return fmt.Errorf("%w: empty", ErrInvalidEntityType)
+	case !utf8.ValidString(entityType):
+		return fmt.Errorf("%w %q: not valid UTF-8", ErrInvalidEntityType, entityType)
+	case strings.ContainsRune(entityType, 0):
+		return fmt.Errorf("%w %q: contains a NUL byte", ErrInvalidEntityType, entityType)
+	case strings.Contains(entityType, Separator):
+		return fmt.Errorf("%w %q: contains the separator %q, so its ids would read as type %q", ErrInvalidEntityType, entityType, Separator, EntityType(entityType))
+	}
+	return nil
 }
 
 // EntityType returns the entity type of a persistence id: the part before the

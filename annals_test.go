@@ -2,6 +2,7 @@ package annals_test
 
 import (
 	"errors"
+	"strings"
 	"testing"
 
 	"github.com/annals-go/annals"
@@ -52,6 +53,27 @@ func TestEntityType(t *testing.T) {
 	}
 	if got := annals.PersistenceID("Account", "a-1"); got != "Account|a-1" {
 		t.Errorf("PersistenceID = %q", got)
+	}
+}
+
+// TestCheckEntityType: a type whose ids would read as another type, or
+// that no store keeps, is refused with the reason.
+func TestCheckEntityType(t *testing.T) {
+	for _, c := range []struct{ typ, want string }{
+		{"Account", ""},
+		{"Конто-💰", ""},
+		{"", "empty"},
+		{"Bank|Account", `separator "|", so its ids would read as type "Bank"`},
+		{"A\x00B", "NUL"},
+		{"A\xffB", "UTF-8"},
+	} {
+		err := annals.CheckEntityType(c.typ)
+		switch {
+		case c.want == "" && err != nil:
+			t.Errorf("CheckEntityType(%q) = %v, want nil", c.typ, err)
+		case c.want != "" && (!errors.Is(err, annals.ErrInvalidEntityType) || !strings.Contains(err.Error(), c.want)):
+			t.Errorf("CheckEntityType(%q) = %v, want ErrInvalidEntityType naming %q", c.typ, err, c.want)
+		}
 	}
 }
 

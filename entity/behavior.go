@@ -28,6 +28,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/annals-go/annals"
 	"github.com/annals-go/annals/journal"
 	"github.com/annals-go/annals/serialization"
 	"github.com/annals-go/annals/snapshot"
@@ -183,9 +184,10 @@ type Recovery struct {
 }
 
 func (b *Behavior[C, E, S]) validate() error {
+	if err := annals.CheckEntityType(b.EntityType); err != nil {
+		return fmt.Errorf("entity: Behavior.EntityType: %w", err)
+	}
 	switch {
-	case b.EntityType == "":
-		return errors.New("entity: Behavior.EntityType is empty")
 	case b.Command == nil:
 		return fmt.Errorf("entity: Behavior %q has no Command handler", b.EntityType)
 	case b.Event == nil:

@@ -8,6 +8,7 @@ import (
 	"math"
 	"runtime"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -1145,6 +1146,32 @@ func TestRecoveryInOneRead(t *testing.T) {
 						t.Errorf("recovery made %d reads, %d highest-number calls, %d replays; want %d, %d, %d", r, hi, rp, c.reads, c.highests, c.replays)
 					}
 				})
+			}
+		})
+	}
+}
+
+// TestNewHostRefusesBadBehaviors: a behavior that cannot work is refused
+// when the host is made, naming the problem: an entity type whose ids
+// would read as another type's is one.
+func TestNewHostRefusesBadBehaviors(t *testing.T) {
+	st := memoryStores(t)
+	for _, c := range []struct {
+		name   string
+		change func(*entity.Behavior[Command, Event, State])
+		want   string
+	}{
+		{"separator in the type", func(b *entity.Behavior[Command, Event, State]) { b.EntityType = "Bank|Account" }, `would read as type "Bank"`},
+		{"empty type", func(b *entity.Behavior[Command, Event, State]) { b.EntityType = "" }, "empty"},
+		{"no command handler", func(b *entity.Behavior[Command, Event, State]) { b.Command = nil }, "no Command handler"},
+		{"KeepLast without Every", func(b *entity.Behavior[Command, Event, State]) { b.Snapshots = entity.SnapshotPolicy[Event, State]{KeepLast: 2} }, "KeepLast needs"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			b := accountBehavior()
+			c.change(&b)
+			_, err := entity.NewHost(b, entity.HostConfig{Journal: st.Journal, Registry: registry(t)})
+			if err == nil || !strings.Contains(err.Error(), c.want) {
+				t.Errorf("NewHost: %v, want an error naming %q", err, c.want)
 			}
 		})
 	}

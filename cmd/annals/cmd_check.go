@@ -236,7 +236,7 @@ func (k *kit) summary(t *testing.T, removed int, cleaned bool) {
 			OK         bool        `json:"ok"`
 			Suites     []suiteJSON `json:"suites"`
 			RemovedIDs int         `json:"removed_ids"`
-		}{k.url, ok, suites, removed})
+		}{stores.Redact(k.url), ok, suites, removed})
 		return
 	}
 	tw := table(k.out, "SUITE", "RULES", "PASSED", "FAILED", "SKIPPED")

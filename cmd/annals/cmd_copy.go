@@ -95,7 +95,7 @@ with --verify=false), "mismatches": ["..."]}.`,
 					EventsPerSecond int64    `json:"events_per_second"`
 					Verified        bool     `json:"verified"`
 					Mismatches      []string `json:"mismatches"`
-				}{From: *from, To: *to, Mismatches: []string{}}
+				}{From: stores.Redact(*from), To: stores.Redact(*to), Mismatches: []string{}}
 				start := time.Now()
 				stop := statusLine(e.stderr, func() string { return c.status(time.Since(start)) })
 				err = c.run(e.ctx)

@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/annals-go/annals/admin"
+	"github.com/annals-go/annals/cmd/annals/internal/stores"
 )
 
 func initCommand() *command {
@@ -63,7 +64,7 @@ only)}]}; steps are those run (or, with --dry-run, those that would run).`,
 					return err
 				}
 				if !create && current == 0 && latest > 0 {
-					return fmt.Errorf("%s has no Annals schema to upgrade; create it with: annals init --store %s", url, url)
+					return fmt.Errorf("%s has no Annals schema to upgrade; create it with: annals init --store %s", stores.Redact(url), stores.Redact(url))
 				}
 				var steps []admin.Migration
 				if *dry {
@@ -81,6 +82,7 @@ only)}]}; steps are those run (or, with --dry-run, those that would run).`,
 }
 
 func printSchemaResult(e *env, url string, current, latest int, steps []admin.Migration, dry, asJSON bool) error {
+	url = stores.Redact(url)
 	if asJSON {
 		type stepJSON struct {
 			From int    `json:"from"`

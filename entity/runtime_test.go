@@ -1164,7 +1164,9 @@ func TestNewHostRefusesBadBehaviors(t *testing.T) {
 		{"separator in the type", func(b *entity.Behavior[Command, Event, State]) { b.EntityType = "Bank|Account" }, `would read as type "Bank"`},
 		{"empty type", func(b *entity.Behavior[Command, Event, State]) { b.EntityType = "" }, "empty"},
 		{"no command handler", func(b *entity.Behavior[Command, Event, State]) { b.Command = nil }, "no Command handler"},
-		{"KeepLast without Every", func(b *entity.Behavior[Command, Event, State]) { b.Snapshots = entity.SnapshotPolicy[Event, State]{KeepLast: 2} }, "KeepLast needs"},
+		{"KeepLast without Every", func(b *entity.Behavior[Command, Event, State]) {
+			b.Snapshots = entity.SnapshotPolicy[Event, State]{KeepLast: 2}
+		}, "KeepLast needs"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			b := accountBehavior()

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -122,14 +123,21 @@ func printFlags(w io.Writer, fs *flag.FlagSet) {
 
 // run parses args (flags may come before and after the positional
 // arguments; "--" ends the flags) and runs the command.
+//
+// Help asked for (-h, --help) goes to stdout, as 'annals help COMMAND'
+// prints it, with exit code 0; a bad command line's message and usage go
+// to stderr, with exit code 2.
 func (c *command) run(e *env, args []string) int {
 	prog := "annals " + c.name
-	fs, runner := c.flagSet(e.stderr)
+	var parseOut bytes.Buffer
+	fs, runner := c.flagSet(&parseOut)
 	pos, err := parseInterleaved(fs, args)
 	if errors.Is(err, flag.ErrHelp) {
+		c.printHelp(e.stdout)
 		return exitOK
 	}
 	if err != nil {
+		_, _ = parseOut.WriteTo(e.stderr)
 		return exitCode(e.stderr, prog, errUsage)
 	}
 	if len(pos) < c.minArgs || (c.maxArgs >= 0 && len(pos) > c.maxArgs) {

@@ -6,8 +6,10 @@ import (
 	"flag"
 	"fmt"
 	"math"
+	"strings"
 	"time"
 
+	"github.com/annals-go/annals"
 	"github.com/annals-go/annals/admin"
 	"github.com/annals-go/annals/cmd/annals/internal/stores"
 	"github.com/annals-go/annals/query"
@@ -131,6 +133,9 @@ tail --from-offset takes it), "timestamp", "entity_type", "slice",
 				if *to < 0 || *limit < 0 {
 					return usagef("--to and --limit must not be negative")
 				}
+				if *from > *to {
+					return usagef("--from %d is after --to %d", *from, *to)
+				}
 				s, err := e.open(*store, stores.Existing)
 				if err != nil {
 					return err
@@ -172,6 +177,9 @@ tail --from-offset takes it), "timestamp", "entity_type", "slice",
 					}
 					if h == 0 {
 						fmt.Fprintf(e.stderr, "no events stored for %q\n", pid)
+						if !strings.Contains(pid, annals.Separator) {
+							fmt.Fprintf(e.stderr, "(%q has no %q: persistence ids are TYPE%sID, such as Account%sa-42; 'annals ids' lists them)\n", pid, annals.Separator, annals.Separator, annals.Separator)
+						}
 					} else {
 						fmt.Fprintf(e.stderr, "no events of %q in the range (highest sequence number %d; events up to some number may have been deleted)\n", pid, h)
 					}

@@ -31,6 +31,7 @@ import (
 	"syscall"
 
 	"github.com/annals-go/annals/cmd/annals/internal/stores"
+	"github.com/annals-go/annals/journal"
 )
 
 // Exit codes.
@@ -138,7 +139,10 @@ func usagef(format string, args ...any) error {
 	return &usageError{msg: fmt.Sprintf(format, args...)}
 }
 
-// exitCode maps a command's error to the exit code, printing it.
+// exitCode maps a command's error to the exit code, printing it. Errors
+// in what the command line said are exit code 2: usage errors, a store URL
+// of no known scheme, an argument a store refuses as invalid (an empty or
+// malformed persistence id, a negative number).
 func exitCode(stderr io.Writer, prog string, err error) int {
 	var ue *usageError
 	switch {
@@ -146,7 +150,7 @@ func exitCode(stderr io.Writer, prog string, err error) int {
 		return exitOK
 	case errors.Is(err, errUsage):
 		return exitUsage
-	case errors.As(err, &ue):
+	case errors.As(err, &ue), errors.Is(err, stores.ErrUnknownScheme), errors.Is(err, journal.ErrInvalidArgument):
 		fmt.Fprintf(stderr, "%s: %v\nRun 'annals help %s' for usage.\n", prog, err, strings.TrimPrefix(prog, "annals "))
 		return exitUsage
 	default:

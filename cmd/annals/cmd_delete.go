@@ -19,12 +19,16 @@ func deleteToCommand() *command {
 		name: "delete-to", args: "ID SEQ", summary: "delete the events of an id up to a sequence number",
 		help: `Deletes the events of persistence id ID with sequence numbers up to SEQ,
 atomically. The id's highest sequence number is kept, so an entity never
-reuses a number; recovery needs a snapshot at or after SEQ to rebuild the
-state. ` + deleteSafety + `
+reuses a number. Recovery then needs a snapshot at or after the last
+deleted event to rebuild the state: without one, the entity can no longer
+recover, so delete-to refuses unless --allow-uncovered is given (for
+entities that recover without their history). ` + deleteSafety + `
 
---json prints {"persistence_id", "to", "events" (how many go), "first"
-and "last" (their sequence numbers, 0 when none), "highest_sequence_nr",
-"kept" (events after SEQ), "dry_run", "deleted"}.`,
+--json prints {"persistence_id", "store", "to", "events" (how many go),
+"first" and "last" (their sequence numbers, 0 when none),
+"highest_sequence_nr", "kept" (events after SEQ), "snapshot_sequence_nr"
+(the latest snapshot's, 0 when none), "covered" (a snapshot covers the
+deleted events), "dry_run", "deleted"}.`,
 		examples: []string{
 			"annals delete-to --store sqlite:./annals.db 'Account|a-42' 1000 --dry-run",
 			"annals delete-to 'Account|a-42' 1000 --yes",
@@ -34,6 +38,7 @@ and "last" (their sequence numbers, 0 when none), "highest_sequence_nr",
 			store, asJSON := storeFlag(fs), jsonFlag(fs)
 			yes := fs.Bool("yes", false, "delete without asking")
 			dry := fs.Bool("dry-run", false, "show what would be deleted; change nothing")
+			uncovered := fs.Bool("allow-uncovered", false, "delete even when no snapshot covers the deleted events (the entity can then not recover its state)")
 			return func(e *env, args []string) error {
 				pid := args[0]
 				to, err := strconv.ParseInt(args[1], 10, 64)
@@ -63,17 +68,39 @@ and "last" (their sequence numbers, 0 when none), "highest_sequence_nr",
 					}
 					n, last = n+1, r.SequenceNr
 				}
+				var snapSeq int64
+				if s.Snapshots != nil {
+					snap, ok, err := s.Snapshots.Load(e.ctx, pid, snapshot.Latest())
+					if err != nil {
+						return err
+					}
+					if ok {
+						snapSeq = snap.Metadata.SequenceNr
+					}
+				}
+				covered := n == 0 || snapSeq >= last
+				where := s.Kind + " " + s.Where
 				out := struct {
 					PersistenceID string `json:"persistence_id"`
+					Store         string `json:"store"`
 					To            int64  `json:"to"`
 					Events        int64  `json:"events"`
 					First         int64  `json:"first"`
 					Last          int64  `json:"last"`
 					Highest       int64  `json:"highest_sequence_nr"`
 					Kept          int64  `json:"kept"`
+					Snapshot      int64  `json:"snapshot_sequence_nr"`
+					Covered       bool   `json:"covered"`
 					DryRun        bool   `json:"dry_run"`
 					Deleted       bool   `json:"deleted"`
-				}{pid, to, n, first, last, highest, kept, *dry, false}
+				}{pid, where, to, n, first, last, highest, kept, snapSeq, covered, *dry, false}
+				coverage := fmt.Sprintf("the snapshot at %d covers them: recovery starts from it", snapSeq)
+				if !covered {
+					coverage = fmt.Sprintf("no snapshot covers them (the latest is at %d): %s could no longer recover its state", snapSeq, pid)
+					if snapSeq == 0 {
+						coverage = fmt.Sprintf("no snapshot covers them (%s has none): %s could no longer recover its state", pid, pid)
+					}
+				}
 				report := func() error {
 					if *asJSON {
 						return writeJSON(e.stdout, out)
@@ -83,17 +110,20 @@ and "last" (their sequence numbers, 0 when none), "highest_sequence_nr",
 						verb = "would delete"
 					}
 					if n == 0 {
-						fmt.Fprintf(e.stdout, "nothing to delete: %q has no events up to %d (highest sequence number %d)\n", pid, to, highest)
+						fmt.Fprintf(e.stdout, "nothing to delete: %q has no events up to %d in %s (highest sequence number %d)\n", pid, to, where, highest)
 						return nil
 					}
-					fmt.Fprintf(e.stdout, "%s %s events of %q (sequence numbers %d–%d); %s kept; the highest sequence number stays %d\n",
-						verb, num(n), pid, first, last, num(kept), highest)
+					fmt.Fprintf(e.stdout, "%s %s events of %q in %s (sequence numbers %d–%d); %s kept; the highest sequence number stays %d;\n%s\n",
+						verb, num(n), pid, where, first, last, num(kept), highest, coverage)
 					return nil
 				}
 				if n == 0 || *dry {
 					return report()
 				}
-				if err := e.confirm(fmt.Sprintf("Delete %s events of %s up to %d?", num(n), pid, to), *yes); err != nil {
+				if !covered && !*uncovered {
+					return usagef("refusing: %s; take a snapshot at or after %d first, or pass --allow-uncovered if the entity does not need its history", coverage, last)
+				}
+				if err := e.confirm(fmt.Sprintf("Delete %s events of %s up to %d in %s? %s.", num(n), pid, to, where, coverage), *yes); err != nil {
 					return err
 				}
 				if err := s.Journal.DeleteTo(e.ctx, pid, to); err != nil {

@@ -375,12 +375,15 @@ func TestStats(t *testing.T) {
 // deletePlan is the --json shape of delete-to.
 type deletePlan struct {
 	PersistenceID string `json:"persistence_id"`
+	Store         string `json:"store"`
 	To            int64  `json:"to"`
 	Events        int64  `json:"events"`
 	First         int64  `json:"first"`
 	Last          int64  `json:"last"`
 	Highest       int64  `json:"highest_sequence_nr"`
 	Kept          int64  `json:"kept"`
+	Snapshot      int64  `json:"snapshot_sequence_nr"`
+	Covered       bool   `json:"covered"`
 	DryRun        bool   `json:"dry_run"`
 	Deleted       bool   `json:"deleted"`
 }
@@ -408,8 +411,11 @@ func TestDeleteTo(t *testing.T) {
 			stdout string
 			stderr string
 		}{
-			{[]string{"delete-to", "Account|a-1", "3", "--dry-run"}, 0, `would delete 3 events of "Account|a-1" (sequence numbers 1–3); 2 kept; the highest sequence number stays 5`, ""},
-			{[]string{"delete-to", "Account|a-1", "5", "--dry-run"}, 0, `would delete 5 events of "Account|a-1" (sequence numbers 1–5); 0 kept; the highest sequence number stays 5`, ""},
+			{[]string{"delete-to", "Account|a-1", "3", "--dry-run"}, 0, `(sequence numbers 1–3); 2 kept; the highest sequence number stays 5;
+the snapshot at 5 covers them`, ""},
+			{[]string{"delete-to", "Account|a-1", "5", "--dry-run"}, 0, `would delete 5 events of "Account|a-1" in ` + st.kind, ""},
+			{[]string{"delete-to", "Account|a-2", "2", "--dry-run"}, 0, `no snapshot covers them (Account|a-2 has none): Account|a-2 could no longer recover its state`, ""},
+			{[]string{"delete-to", "Account|a-2", "2", "--yes"}, 2, "", "refusing: no snapshot covers them (Account|a-2 has none)"},
 			{[]string{"delete-to", "Account|a-1", "3"}, 2, "", "standard input is not a terminal; pass --yes"},
 			{[]string{"delete-to", "Cart|c-1", "4", "--yes"}, 0, "nothing to delete", ""},
 			{[]string{"delete-snapshots", "Account|a-1", "--dry-run"}, 0, `would delete 2 snapshots of "Account|a-1" at sequence numbers [5 3]`, ""},
@@ -422,12 +428,17 @@ func TestDeleteTo(t *testing.T) {
 		}
 		var p deletePlan
 		decode(t, cli(t, env, "delete-to", "--dry-run", "--json", "Account|a-1", "3"), &p)
-		if p != (deletePlan{"Account|a-1", 3, 3, 1, 3, 5, 2, true, false}) {
+		where := p.Store
+		if !strings.HasPrefix(where, st.kind+" ") || p != (deletePlan{"Account|a-1", where, 3, 3, 1, 3, 5, 2, 5, true, true, false}) {
 			t.Errorf("dry run %+v", p)
 		}
 		decode(t, cli(t, env, "delete-to", "--dry-run", "--json", "Account|a-1", "5"), &p)
-		if p != (deletePlan{"Account|a-1", 5, 5, 1, 5, 5, 0, true, false}) {
+		if p != (deletePlan{"Account|a-1", where, 5, 5, 1, 5, 5, 0, 5, true, true, false}) {
 			t.Errorf("dry run %+v", p)
+		}
+		decode(t, cli(t, env, "delete-to", "--dry-run", "--json", "Account|a-2", "2"), &p)
+		if p != (deletePlan{"Account|a-2", where, 2, 2, 1, 2, 3, 1, 0, false, true, false}) {
+			t.Errorf("dry run of an uncovered deletion %+v", p)
 		}
 		var sp snapshotsPlan
 		decode(t, cli(t, env, "delete-snapshots", "Account|a-1", "--from", "4", "--dry-run", "--json"), &sp)
@@ -437,8 +448,12 @@ func TestDeleteTo(t *testing.T) {
 		unchanged("a dry run or a refused deletion")
 
 		decode(t, cli(t, env, "delete-to", "Account|a-1", "3", "--yes", "--json"), &p)
-		if p != (deletePlan{"Account|a-1", 3, 3, 1, 3, 5, 2, false, true}) {
+		if p != (deletePlan{"Account|a-1", where, 3, 3, 1, 3, 5, 2, 5, true, false, true}) {
 			t.Errorf("deletion %+v", p)
+		}
+		decode(t, cli(t, env, "delete-to", "Account|a-2", "2", "--yes", "--allow-uncovered", "--json"), &p)
+		if !p.Deleted || p.Covered {
+			t.Errorf("uncovered deletion with --allow-uncovered %+v", p)
 		}
 		evs := jsonLines[map[string]any](t, cli(t, env, "events", "--json", "Account|a-1"))
 		if len(evs) != 2 || evs[0]["sequence_nr"] != 4.0 {
@@ -456,10 +471,11 @@ func TestDeleteEveryEvent(t *testing.T) {
 		env := st.env()
 		var p deletePlan
 		decode(t, cli(t, env, "delete-to", "Account|a-1", "5", "--yes", "--json"), &p)
-		if p != (deletePlan{"Account|a-1", 5, 5, 1, 5, 5, 0, false, true}) {
+		if p != (deletePlan{"Account|a-1", p.Store, 5, 5, 1, 5, 5, 0, 5, true, false, true}) {
 			t.Errorf("deletion %+v", p)
 		}
-		cli(t, env, "delete-to", "Order|o-1", "1", "--yes").want(t, 0, []string{`deleted 1 events of "Order|o-1" (sequence numbers 1–1); 1 kept; the highest sequence number stays 2`}, nil)
+		cli(t, env, "delete-to", "Order|o-1", "1", "--yes").want(t, 2, nil, []string{"refusing: no snapshot covers them", "--allow-uncovered"})
+		cli(t, env, "delete-to", "Order|o-1", "1", "--yes", "--allow-uncovered").want(t, 0, []string{`deleted 1 events of "Order|o-1" in `, `(sequence numbers 1–1); 1 kept; the highest sequence number stays 2`}, nil)
 		withStore(t, st.url, func(s *stores.Store) {
 			for pid, want := range map[string]int64{"Account|a-1": 5, "Order|o-1": 2} {
 				if h, err := s.Journal.HighestSequenceNr(context.Background(), pid, 0); err != nil || h != want {

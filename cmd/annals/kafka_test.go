@@ -90,7 +90,7 @@ func TestKafkaCommands(t *testing.T) {
 	if tail := cli(t, env, "tail", "--id", "Big|0003", "--from-seq", "1", "--current", "--json"); len(jsonLines[map[string]any](t, tail)) != 3 {
 		t.Errorf("tail --id --from-seq 1 --current: want events 2..4\n%v", tail)
 	}
-	cli(t, env, "delete-to", "Big|0003", "2", "--yes").want(t, 0, nil, nil)
+	cli(t, env, "delete-to", "Big|0003", "2", "--yes", "--allow-uncovered").want(t, 0, nil, nil)
 	ev := cli(t, env, "events", "Big|0003", "--json")
 	if n := len(jsonLines[map[string]any](t, ev)); n != 2 {
 		t.Errorf("events after delete-to 2: %d, want 2\n%v", n, ev)

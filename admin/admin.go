@@ -154,10 +154,10 @@ type Backlog struct {
 //
 // Rules: Backlog changes nothing. It counts the events a query from after
 // (exclusive, as queries are) would return that match f, at the time of the
-// call. A store that does not resume from after's kind of offset returns an
-// error wrapping [query.ErrUnsupportedOffset]. For timestamp offsets the
-// count may include the events at exactly the offset's timestamp that the
-// offset lists as seen.
+// call: for a timestamp offset, the events at exactly its timestamp that it
+// lists as seen are not counted, so a projection that has caught up has a
+// backlog of 0. A store that does not resume from after's kind of offset
+// returns an error wrapping [query.ErrUnsupportedOffset].
 type BacklogReader interface {
 	Backlog(ctx context.Context, after query.Offset, f EventFilter) (Backlog, error)
 }

@@ -199,8 +199,8 @@ func (s *Store) ListProjections(ctx context.Context) ([]admin.ProjectionInstance
 	return out, nil
 }
 
-// Backlog implements admin.BacklogReader. Events at exactly a timestamp
-// offset's timestamp are counted, also those it lists as seen.
+// Backlog implements admin.BacklogReader. Of the events at exactly a
+// timestamp offset's timestamp, those it lists as seen are not counted.
 func (s *Store) Backlog(ctx context.Context, after query.Offset, f admin.EventFilter) (admin.Backlog, error) {
 	var from time.Time // the zero time: before every event
 	switch after.Kind {
@@ -210,12 +210,18 @@ func (s *Store) Backlog(ctx context.Context, after query.Offset, f admin.EventFi
 	default:
 		return admin.Backlog{}, fmt.Errorf("%w: %s (the PostgreSQL store resumes from timestamp offsets)", query.ErrUnsupportedOffset, after)
 	}
+	seenIDs, seenSeqs := make([]string, 0, len(after.Seen)), make([]int64, 0, len(after.Seen))
+	for pid, seq := range after.Seen {
+		seenIDs, seenSeqs = append(seenIDs, pid), append(seenSeqs, seq)
+	}
 	var b admin.Backlog
 	var lo, hi *time.Time
 	err := s.pool.QueryRow(ctx, `SELECT count(*), min(e.write_timestamp), max(e.write_timestamp) FROM `+table(s.cfg.schema, "event_journal")+` e
 		WHERE e.db_timestamp >= $1 AND ($2 = '' OR e.entity_type = $2) AND e.slice BETWEEN $3 AND $4
-		AND ($5 = '' OR EXISTS (SELECT 1 FROM `+table(s.cfg.schema, "event_tag")+` t WHERE t.tag = $5 AND t.persistence_id = e.persistence_id AND t.seq_nr = e.seq_nr))`,
-		from, f.EntityType, f.MinSlice, f.MaxSlice, f.Tag).Scan(&b.Events, &lo, &hi)
+		AND ($5 = '' OR EXISTS (SELECT 1 FROM `+table(s.cfg.schema, "event_tag")+` t WHERE t.tag = $5 AND t.persistence_id = e.persistence_id AND t.seq_nr = e.seq_nr))
+		AND NOT (e.db_timestamp = $1 AND EXISTS (SELECT 1 FROM unnest($6::text[], $7::bigint[]) AS seen(pid, seq)
+			WHERE seen.pid = e.persistence_id AND e.seq_nr <= seen.seq))`,
+		from, f.EntityType, f.MinSlice, f.MaxSlice, f.Tag, seenIDs, seenSeqs).Scan(&b.Events, &lo, &hi)
 	if err != nil {
 		return admin.Backlog{}, s.ctxErr(ctx, "backlog", err, journal.ErrClosed)
 	}

@@ -99,7 +99,9 @@ func TestAdmin(t *testing.T) {
 		{"everything", query.NoOffset(), all, 5},
 		{"tagged", query.NoOffset(), tagged, 3},
 		{"type B", query.NoOffset(), admin.EventFilter{EntityType: "B", MaxSlice: annals.NumberOfSlices - 1}, 0},
-		{"after the last", mid, all, 1}, // the event at the offset's own timestamp is counted
+		{"after A|2 event 2", mid, all, 0}, // the event at the offset's own timestamp is seen
+		{"at A|2's timestamp, seen before event 2", query.TimestampOffset(mid.Timestamp, map[string]int64{"A|2": 1}), all, 1},
+		{"at A|2's timestamp, nothing seen", query.TimestampOffset(mid.Timestamp, nil), all, 1},
 	} {
 		b, err := s.Backlog(ctx, c.after, c.f)
 		if err != nil || b.Events != c.want {

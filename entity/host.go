@@ -128,6 +128,16 @@ func NewHost[C, E, S any](b Behavior[C, E, S], cfg HostConfig) (*Host[C, E, S], 
 	case cfg.Restart != nil && (cfg.Restart.Min <= 0 || cfg.Restart.Max < cfg.Restart.Min):
 		return nil, errors.New("entity: HostConfig.Restart needs 0 < Min ≤ Max")
 	}
+	if cfg.Snapshots != nil && (b.Snapshots.Every > 0 || b.Snapshots.When != nil) {
+		// Every snapshot would fail: say so now, not in a warning per
+		// snapshot. (A state whose zero value is nil has no type to check
+		// until it is set.)
+		if st := any(b.empty()); st != nil {
+			if _, _, _, err := cfg.Registry.Serialize(st); err != nil {
+				return nil, fmt.Errorf("entity: Behavior %q takes snapshots, and its state cannot be serialized (register the state type in HostConfig.Registry): %w", b.EntityType, err)
+			}
+		}
+	}
 	if cfg.MailboxCapacity == 0 {
 		cfg.MailboxCapacity = DefaultMailboxCapacity
 	}

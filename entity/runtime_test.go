@@ -19,6 +19,7 @@ import (
 	"github.com/annals-go/annals/entity/entitytest"
 	"github.com/annals-go/annals/journal"
 	"github.com/annals-go/annals/recovery"
+	"github.com/annals-go/annals/serialization"
 	"github.com/annals-go/annals/snapshot"
 )
 
@@ -1176,5 +1177,29 @@ func TestNewHostRefusesBadBehaviors(t *testing.T) {
 				t.Errorf("NewHost: %v, want an error naming %q", err, c.want)
 			}
 		})
+	}
+}
+
+// TestNewHostRefusesSnapshotsItCannotSerialize: snapshots of a state the
+// registry cannot serialize would all fail, so the host is refused, naming
+// the fix; without snapshots the same registry is fine.
+func TestNewHostRefusesSnapshotsItCannotSerialize(t *testing.T) {
+	st := memoryStores(t)
+	events := serialization.NewRegistry()
+	for _, err := range []error{serialization.RegisterJSON[Deposited](events, "test.Deposited"), serialization.RegisterJSON[Withdrawn](events, "test.Withdrawn")} {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, every := range []int64{0, 10} {
+		b := accountBehavior()
+		b.Snapshots.Every = every
+		_, err := entity.NewHost(b, entity.HostConfig{Journal: st.Journal, Snapshots: st.Snapshots, Registry: events})
+		if every == 0 && err != nil {
+			t.Errorf("NewHost without snapshots, state not registered: %v", err)
+		}
+		if every > 0 && (!errors.Is(err, serialization.ErrNotSerializable) || !strings.Contains(err.Error(), "register the state type")) {
+			t.Errorf("NewHost with snapshots of a state the registry cannot serialize: %v, want ErrNotSerializable and the fix", err)
+		}
 	}
 }

@@ -30,7 +30,9 @@ package projection
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"iter"
 	"log/slog"
 	"sync"
 	"time"
@@ -44,6 +46,9 @@ import (
 type Source struct {
 	// Events follows the source's events after an offset.
 	Events func(ctx context.Context, after query.Offset) *query.Stream[query.Envelope]
+	// Current, when not nil, reads the events stored after an offset and
+	// ends; Projection.Behind uses it.
+	Current func(ctx context.Context, after query.Offset) iter.Seq2[query.Envelope, error]
 	// ByID, when not nil, reads an id's events to fill gaps.
 	ByID query.EventsByPersistenceIDQuery
 }
@@ -55,6 +60,9 @@ func BySlices(q query.EventsBySlicesQuery, entityType string, r annals.SliceRang
 	return Source{
 		Events: func(ctx context.Context, after query.Offset) *query.Stream[query.Envelope] {
 			return q.EventsBySlices(ctx, entityType, r.Min, r.Max, after)
+		},
+		Current: func(ctx context.Context, after query.Offset) iter.Seq2[query.Envelope, error] {
+			return q.CurrentEventsBySlices(ctx, entityType, r.Min, r.Max, after)
 		},
 		ByID: byID,
 	}
@@ -68,6 +76,9 @@ func ByTag(q query.EventsByTagQuery, tag string) Source {
 	return Source{
 		Events: func(ctx context.Context, after query.Offset) *query.Stream[query.Envelope] {
 			return q.EventsByTag(ctx, tag, after)
+		},
+		Current: func(ctx context.Context, after query.Offset) iter.Seq2[query.Envelope, error] {
+			return q.CurrentEventsByTag(ctx, tag, after)
 		},
 	}
 }
@@ -221,6 +232,37 @@ func (p *Projection) Resume(ctx context.Context) error {
 func (p *Projection) Offset(ctx context.Context) (query.Offset, error) {
 	st, err := p.store.Load(ctx, p.id)
 	return st.Offset, err
+}
+
+// ErrNoCurrentQuery reports a projection whose Source has no Current
+// query, so that what it has still to handle cannot be read.
+var ErrNoCurrentQuery = errors.New("projection: the source has no current query (Source.Current)")
+
+// Behind returns how many events of the source are stored after the
+// projection's stored offset, up to max (max ≤ 0: no bound): the events it
+// has still to handle and save. 0 means its read model reflects every
+// event stored before the call (for AtLeastOnce: once the offset is saved).
+// It reads those events through Source.Current, so its cost grows with the
+// count: pass max 1 to ask only whether the projection has caught up. It
+// fails with ErrNoCurrentQuery when the source has no current query.
+func (p *Projection) Behind(ctx context.Context, max int64) (int64, error) {
+	if p.src.Current == nil {
+		return 0, fmt.Errorf("projection %s: %w", p.id, ErrNoCurrentQuery)
+	}
+	o, err := p.Offset(ctx)
+	if err != nil {
+		return 0, fmt.Errorf("projection %s: %w", p.id, err)
+	}
+	var n int64
+	for _, err := range p.src.Current(ctx, o) {
+		if err != nil {
+			return 0, fmt.Errorf("projection %s: events after %s: %w", p.id, o, err)
+		}
+		if n++; n == max {
+			break
+		}
+	}
+	return n, nil
 }
 
 // ResetOffset removes the stored offset: the projection starts again from

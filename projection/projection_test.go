@@ -598,3 +598,46 @@ func TestByTagDoesNotTakeUntaggedEventsForGaps(t *testing.T) {
 		t.Errorf("tag projection handled %v, want only the tagged events", got)
 	}
 }
+
+// TestBehind: Behind counts the source's events after the stored offset
+// (bounded by max), is 0 once the projection has caught up, and needs the
+// source's current query.
+func TestBehind(t *testing.T) {
+	s := memory.New()
+	ids := pids("B", 4)
+	for _, pid := range ids {
+		write(t, s.Journal(), pid, 1, 5)
+	}
+	rec := newRecorder(20)
+	p, err := projection.AtLeastOnce(projection.ID{Name: "behind"}, allSlices(s.Queries(), "B"), s.Projections(),
+		func(_ context.Context, env query.Envelope) error { rec.add(env); return nil }, quiet)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := t.Context()
+	for _, c := range []struct{ max, want int64 }{{0, 20}, {1, 1}, {7, 7}} {
+		if n, err := p.Behind(ctx, c.max); err != nil || n != c.want {
+			t.Errorf("before running, Behind(max %d) = %d, %v; want %d", c.max, n, err, c.want)
+		}
+	}
+	stop := run(t, p)
+	<-rec.done
+	stop()
+	if n, err := p.Behind(ctx, 0); err != nil || n != 0 {
+		t.Errorf("caught up: Behind = %d, %v; want 0", n, err)
+	}
+	write(t, s.Journal(), ids[0], 6, 8)
+	if n, err := p.Behind(ctx, 0); err != nil || n != 3 {
+		t.Errorf("after 3 more events: Behind = %d, %v; want 3", n, err)
+	}
+
+	liveOnly := projection.Source{Events: allSlices(s.Queries(), "B").Events}
+	q, err := projection.AtLeastOnce(projection.ID{Name: "live-only"}, liveOnly, s.Projections(),
+		func(context.Context, query.Envelope) error { return nil }, quiet)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := q.Behind(ctx, 0); !errors.Is(err, projection.ErrNoCurrentQuery) {
+		t.Errorf("Behind without a current query: %v, want ErrNoCurrentQuery", err)
+	}
+}

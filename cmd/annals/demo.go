@@ -647,7 +647,7 @@ func (rm *readModel) behind(ctx context.Context) (int64, error) {
 }
 
 // rangeLag counts the events one projection instance has still to apply,
-// as bank.Behind does, but reads each event of the range once: it keeps
+// as projection.Projection.Behind does, but reads each event of the range once: it keeps
 // the orderings read and not yet below the instance's offset, so a look
 // costs the events stored since the last one, not the whole lag.
 type rangeLag struct {

@@ -160,24 +160,3 @@ func ReadBalances(ctx context.Context, store *sqlite.Store) (balances map[string
 	}
 	return balances, total, nil
 }
-
-// Behind returns how many account events of the slice range r are stored
-// in the journal after p's committed offset: the events p (the instance of
-// BalanceProjection for r) has still to apply. 0 means the read model's rows
-// of r reflect every event committed before the call. It reads through the
-// store's read journal, one row per event behind, so its cost grows with
-// the lag.
-func Behind(ctx context.Context, store *sqlite.Store, p *projection.Projection, r annals.SliceRange) (int64, error) {
-	o, err := p.Offset(ctx)
-	if err != nil {
-		return 0, fmt.Errorf("bank: projection %s: %w", p.ID(), err)
-	}
-	var n int64
-	for _, err := range store.Queries().CurrentEventsBySlices(ctx, EntityType, r.Min, r.Max, o) {
-		if err != nil {
-			return 0, fmt.Errorf("bank: projection %s: events after %s: %w", p.ID(), o, err)
-		}
-		n++
-	}
-	return n, nil
-}

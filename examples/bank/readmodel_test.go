@@ -87,15 +87,15 @@ func (bp *balanceProjections) stop(t *testing.T) {
 }
 
 // caughtUp waits until every instance's committed offset is past every
-// event of its range. The projections offer no signal for a commit, so it
-// polls the stored offsets against the journal, a bounded number of times.
+// event of its range (Projection.Behind). The projections offer no signal
+// for a commit, so it polls, a bounded number of times.
 func (bp *balanceProjections) caughtUp(t *testing.T, s *sqlite.Store) {
 	t.Helper()
 	deadline := time.Now().Add(30 * time.Second)
 	for {
 		var behind int64
-		for i, p := range bp.ps {
-			n, err := bank.Behind(t.Context(), s, p, bp.ranges[i])
+		for _, p := range bp.ps {
+			n, err := p.Behind(t.Context(), 0)
 			if err != nil {
 				t.Fatal(err)
 			}

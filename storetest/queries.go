@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 
 	"github.com/annals-go/annals"
@@ -445,7 +446,20 @@ func concurrentLive(t *testing.T, j journal.Journal, rj any, _ QueryHarness) {
 			}
 			firstDone <- envs
 		}()
+		// The writers report through errs, and are waited for however the
+		// rule ends: none may call t after it has returned.
+		writeCtx, stopWriters := context.WithCancel(ctx)
 		var wg sync.WaitGroup
+		var writeFailed atomic.Bool
+		errs := make(chan error, writers)
+		defer func() {
+			stopWriters()
+			wg.Wait()
+			close(errs)
+			for err := range errs {
+				t.Errorf("write: %v", err)
+			}
+		}()
 		for w := range writers {
 			wg.Go(func() {
 				for s := int64(1); s <= perID; s++ {
@@ -453,19 +467,37 @@ func concurrentLive(t *testing.T, j journal.Journal, rj any, _ QueryHarness) {
 						pid := fmt.Sprintf("%s|%03d", et, i)
 						e := ev(pid, s)
 						e.Tags = []string{tag}
-						res, err := j.Write(ctx, []journal.AtomicWrite{{PersistenceID: pid, Events: []journal.Repr{e}}})
+						res, err := j.Write(writeCtx, []journal.AtomicWrite{{PersistenceID: pid, Events: []journal.Repr{e}}})
 						if err == nil && res != nil {
 							err = res[0]
 						}
 						if err != nil {
-							t.Errorf("write %s %d: %v", pid, s, err)
+							if writeCtx.Err() == nil || ctx.Err() != nil {
+								writeFailed.Store(true)
+								errs <- fmt.Errorf("%s %d: %w", pid, s, err)
+							}
 							return
 						}
 					}
 				}
 			})
 		}
-		r1 := <-firstDone
+		// When the writes fail, the first query waits for events that will
+		// not come: it is stopped.
+		writersDone := make(chan struct{})
+		go func() { wg.Wait(); close(writersDone) }()
+		var r1 []query.Envelope
+		select {
+		case r1 = <-firstDone:
+		case <-writersDone:
+			if writeFailed.Load() {
+				stopFirst()
+			}
+			r1 = <-firstDone
+		}
+		if writeFailed.Load() {
+			t.FailNow() // the deferred report names the failed writes
+		}
 		if len(r1) != total/3 {
 			t.Fatalf("first live query got %d events before stopping (%v)", len(r1), first.Err())
 		}

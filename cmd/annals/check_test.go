@@ -2,6 +2,7 @@ package main
 
 import (
 	"database/sql"
+	"encoding/json"
 	"path/filepath"
 	"reflect"
 	"slices"
@@ -20,7 +21,27 @@ type checkOut struct {
 		Failed  []string `json:"failed"`
 		Skipped []string `json:"skipped"`
 	} `json:"suites"`
-	RemovedIDs int `json:"removed_ids"`
+	RemovedIDs int  `json:"removed_ids"`
+	TimedOut   bool `json:"timed_out"`
+}
+
+// TestCheckTimesOutCleanly: a --timeout that ends the kit mid-run ends its
+// store calls, and the command says so, removes what the kit wrote, and
+// exits 1, without a panic.
+func TestCheckTimesOutCleanly(t *testing.T) {
+	t.Parallel()
+	st := fixture(t, sqliteKind)
+	before := contents(t, st.url)
+	r := cli(t, nil, "check", "--store", st.url, "--timeout", "1s", "--json")
+	var out checkOut
+	if err := json.Unmarshal([]byte(r.stdout), &out); err != nil {
+		t.Fatalf("check --timeout 1s --json: %v; %s", err, r)
+	}
+	if r.code != 1 || out.OK || !out.TimedOut || out.RemovedIDs == 0 || strings.Contains(r.stderr, "panic") {
+		t.Errorf("check --timeout 1s: %+v; want exit 1, timed out, the kit's ids removed, no panic; got %s", out, r)
+	}
+	equalContents(t, "before and after a check that timed out", before, contents(t, st.url))
+	cli(t, nil, "check", "--store", st.url, "--timeout", "1s").want(t, 1, []string{"check TIMED OUT"}, nil)
 }
 
 func TestCheckPassesAndLeavesTheStoreAsItWas(t *testing.T) {

@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"iter"
 	"os"
 	"regexp"
 	"slices"
@@ -85,6 +86,11 @@ type kit struct {
 	asJSON bool
 	out    io.Writer // the summary; the runner writes to stderr
 
+	// deadline ends every journal and snapshot call the kit makes
+	// (--timeout): past it, the rules fail at once and the run ends with
+	// the clean-up and the summary.
+	deadline time.Time
+
 	mu      sync.Mutex
 	written map[string]bool              // ids the kit wrote or deleted
 	rules   map[string]map[string]string // suite → rule → passed, failed, skipped
@@ -106,7 +112,11 @@ func (k *kit) main(run string, verbose bool, timeout time.Duration) error {
 	if run != "" {
 		pattern += "/" + run
 	}
-	for name, value := range map[string]string{"test.run": pattern, "test.v": fmt.Sprint(verbose), "test.timeout": timeout.String()} {
+	// The kit's calls end at the deadline; the testing package's own
+	// timeout, which ends the process with a stack dump, is only a
+	// backstop for a rule that waits on something else.
+	k.deadline = time.Now().Add(timeout)
+	for name, value := range map[string]string{"test.run": pattern, "test.v": fmt.Sprint(verbose), "test.timeout": (timeout + 2*time.Minute).String()} {
 		if err := flag.Set(name, value); err != nil {
 			return err
 		}
@@ -234,9 +244,10 @@ func (k *kit) summary(t *testing.T, removed int, cleaned bool) {
 		_ = writeJSON(k.out, struct {
 			Store      string      `json:"store"`
 			OK         bool        `json:"ok"`
+			TimedOut   bool        `json:"timed_out"`
 			Suites     []suiteJSON `json:"suites"`
 			RemovedIDs int         `json:"removed_ids"`
-		}{stores.Redact(k.url), ok, suites, removed})
+		}{stores.Redact(k.url), ok, !ok && time.Now().After(k.deadline), suites, removed})
 		return
 	}
 	tw := table(k.out, "SUITE", "RULES", "PASSED", "FAILED", "SKIPPED")
@@ -255,7 +266,9 @@ func (k *kit) summary(t *testing.T, removed int, cleaned bool) {
 	if cleaned {
 		fmt.Fprintf(k.out, "removed the kit's %s persistence ids\n", num(int64(removed)))
 	}
-	if ok {
+	if !ok && time.Now().After(k.deadline) {
+		fmt.Fprintf(k.out, "check TIMED OUT: %s (--timeout ended the kit's store calls; the rules that were running failed)\n", k.s.Where)
+	} else if ok {
 		fmt.Fprintf(k.out, "check passed: %s\n", k.s.Where)
 	} else {
 		fmt.Fprintf(k.out, "check FAILED: %s (the kit's messages are above, on stderr)\n", k.s.Where)
@@ -268,6 +281,11 @@ type recordingJournal struct {
 	k *kit
 }
 
+// bound ends ctx at the kit's deadline.
+func (k *kit) bound(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithDeadline(ctx, k.deadline)
+}
+
 func (j *recordingJournal) Write(ctx context.Context, ws []journal.AtomicWrite) ([]error, error) {
 	for _, w := range ws {
 		j.k.wrote(w.PersistenceID)
@@ -275,12 +293,34 @@ func (j *recordingJournal) Write(ctx context.Context, ws []journal.AtomicWrite) 
 			j.k.wrote(e.PersistenceID)
 		}
 	}
+	ctx, cancel := j.k.bound(ctx)
+	defer cancel()
 	return j.Journal.Write(ctx, ws)
 }
 
 func (j *recordingJournal) DeleteTo(ctx context.Context, pid string, to int64) error {
 	j.k.wrote(pid)
+	ctx, cancel := j.k.bound(ctx)
+	defer cancel()
 	return j.Journal.DeleteTo(ctx, pid, to)
+}
+
+func (j *recordingJournal) HighestSequenceNr(ctx context.Context, pid string, from int64) (int64, error) {
+	ctx, cancel := j.k.bound(ctx)
+	defer cancel()
+	return j.Journal.HighestSequenceNr(ctx, pid, from)
+}
+
+func (j *recordingJournal) Replay(ctx context.Context, pid string, from, to, max int64) iter.Seq2[journal.Repr, error] {
+	return func(yield func(journal.Repr, error) bool) {
+		ctx, cancel := j.k.bound(ctx)
+		defer cancel()
+		for r, err := range j.Journal.Replay(ctx, pid, from, to, max) {
+			if !yield(r, err) {
+				return
+			}
+		}
+	}
 }
 
 // Close does not close the shared store (the kit may ask).
@@ -294,16 +334,28 @@ type recordingSnapshots struct {
 
 func (s *recordingSnapshots) Save(ctx context.Context, snap snapshot.Snapshot) error {
 	s.k.wrote(snap.Metadata.PersistenceID)
+	ctx, cancel := s.k.bound(ctx)
+	defer cancel()
 	return s.Store.Save(ctx, snap)
+}
+
+func (s *recordingSnapshots) Load(ctx context.Context, pid string, c snapshot.Criteria) (snapshot.Snapshot, bool, error) {
+	ctx, cancel := s.k.bound(ctx)
+	defer cancel()
+	return s.Store.Load(ctx, pid, c)
 }
 
 func (s *recordingSnapshots) Delete(ctx context.Context, m snapshot.Metadata) error {
 	s.k.wrote(m.PersistenceID)
+	ctx, cancel := s.k.bound(ctx)
+	defer cancel()
 	return s.Store.Delete(ctx, m)
 }
 
 func (s *recordingSnapshots) DeleteMatching(ctx context.Context, pid string, c snapshot.Criteria) error {
 	s.k.wrote(pid)
+	ctx, cancel := s.k.bound(ctx)
+	defer cancel()
 	return s.Store.DeleteMatching(ctx, pid, c)
 }
 

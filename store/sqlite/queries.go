@@ -71,9 +71,7 @@ func sequenceOf(after query.Offset) (int64, error) {
 // page by page, from the offset up to the highest ordering committed when
 // the scan began. Each page is read whole and its connection released
 // before its envelopes are yielded, so a slow consumer holds no connection
-// and no read snapshot; the next page is read on another goroutine while
-// the consumer handles the current one, so reading and handling overlap
-// (at most two pages are held).
+// and no read snapshot.
 func (q *Queries) scan(ctx context.Context, after query.Offset, stmt *sql.Stmt, args ...any) iter.Seq2[query.Envelope, error] {
 	return func(yield func(query.Envelope, error) bool) {
 		from, err := sequenceOf(after)
@@ -86,53 +84,21 @@ func (q *Queries) scan(ctx context.Context, after query.Offset, stmt *sql.Stmt, 
 			yield(query.Envelope{}, q.s.ctxErr(ctx, "query", err))
 			return
 		}
-		if from >= bound {
-			return
-		}
-		ctx, cancel := context.WithCancel(ctx)
-		type result struct {
-			page []query.Envelope
-			err  error
-		}
-		var next chan result // the page being read, if any
-		read := func(from int64) {
-			next = make(chan result, 1)
-			go func(out chan<- result) {
-				page, err := readPage(ctx, q.s, stmt, scanEnvelope, append(args[:len(args):len(args)], from, bound, queryPage)...)
-				out <- result{page, err}
-			}(next)
-		}
-		defer func() {
-			cancel()
-			if next != nil {
-				<-next // the prefetch has released its connection
-			}
-		}()
-		read(from)
-		for {
-			res := <-next
-			next = nil
-			if res.err != nil {
-				yield(query.Envelope{}, q.s.ctxErr(ctx, "query", res.err))
+		for from < bound {
+			page, err := readPage(ctx, q.s, stmt, scanEnvelope, append(args, from, bound, queryPage)...)
+			if err != nil {
+				yield(query.Envelope{}, q.s.ctxErr(ctx, "query", err))
 				return
-			}
-			page := res.page
-			full := len(page) == queryPage
-			if full {
-				if from = page[len(page)-1].Offset.Sequence; from < bound {
-					read(from)
-				} else {
-					full = false
-				}
 			}
 			for _, env := range page {
 				if !yield(env, nil) {
 					return
 				}
 			}
-			if !full {
+			if len(page) < queryPage {
 				return
 			}
+			from = page[len(page)-1].Offset.Sequence
 		}
 	}
 }

@@ -162,6 +162,16 @@ type BacklogReader interface {
 	Backlog(ctx context.Context, after query.Offset, f EventFilter) (Backlog, error)
 }
 
+// IntegrityChecker checks a store's own files or tables for damage (annals
+// verify), as the database's own checker does (SQLite's integrity_check).
+//
+// Rules: CheckIntegrity changes nothing. It returns one line per problem
+// the check found, none when it passed; an error only when the check could
+// not run.
+type IntegrityChecker interface {
+	CheckIntegrity(ctx context.Context) ([]string, error)
+}
+
 // Purger removes persistence ids entirely: their events, tag entries,
 // deletion records (so their highest sequence number is forgotten) and
 // snapshots. It is for tools that clean up the ids they wrote themselves

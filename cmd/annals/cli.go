@@ -50,7 +50,7 @@ func commands() []*command {
 		tailCommand(),
 		deleteToCommand(), deleteSnapshotsCommand(),
 		copyCommand(), projectionsCommand(),
-		benchCommand(), checkCommand(), crashTestCommand(),
+		benchCommand(), checkCommand(), crashTestCommand(), verifyCommand(),
 		replicateCommand(), skipRecordCommand(), purgeExpiredCommand(),
 	}
 }

@@ -226,7 +226,10 @@ func (c *copier) run(ctx context.Context) error {
 	}
 	err := c.eachID(ctx, func(pid string) error {
 		if err := c.copyID(ctx, pid); err != nil {
-			return err
+			if errors.Is(err, errStopped) || ctx.Err() != nil {
+				return err
+			}
+			return fmt.Errorf("copying %q: %w ('annals verify' on the source lists every id it cannot read)", pid, err)
 		}
 		c.seen.Add(1)
 		return nil

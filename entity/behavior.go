@@ -54,6 +54,9 @@ var (
 	// (HostConfig.Restart); the command was not handled. Such errors are
 	// *RestartingError values, which say why and when.
 	ErrRestarting = errors.New("entity: restarting")
+	// ErrNotOwned: the entity's slice lies outside the host's
+	// HostConfig.SliceRanges; such errors are *NotOwnedError values.
+	ErrNotOwned = errors.New("entity: not owned by this host")
 )
 
 // RestartingError answers a command with a caller (Ask, Send) that was

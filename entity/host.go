@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
 	"time"
 
@@ -80,7 +81,36 @@ type HostConfig struct {
 	// Logger receives snapshot failures and entity stops (default
 	// slog.Default()).
 	Logger *slog.Logger
+	// SliceRanges, when set, are the slices this host owns: a command for
+	// an entity whose persistence id's slice (annals.Slice) lies outside
+	// every range fails at once with a *NotOwnedError, and no instance is
+	// made for it. Processes that share a store split the entities this
+	// way, each owning its ranges (annals.SliceRanges), so that no two
+	// write one id; see NotOwnedError.
+	SliceRanges []annals.SliceRange
 }
+
+// NotOwnedError answers a command for an entity outside the host's
+// HostConfig.SliceRanges: another process owns it. errors.Is matches it
+// to ErrNotOwned.
+//
+// An entity run by two processes at once is not lost or corrupted: the
+// second writer of a sequence number gets journal.ErrSequenceConflict and
+// its instance stops (its caller gets the error; the next command
+// recovers the entity with the other's events). SliceRanges keeps that
+// from happening at all.
+type NotOwnedError struct {
+	PersistenceID string
+	Slice         int
+	Owned         []annals.SliceRange
+}
+
+func (e *NotOwnedError) Error() string {
+	return fmt.Sprintf("entity: %s (slice %d) is not owned by this host (slices %v)", e.PersistenceID, e.Slice, e.Owned)
+}
+
+// Unwrap returns ErrNotOwned.
+func (e *NotOwnedError) Unwrap() error { return ErrNotOwned }
 
 // Host runs the entities of one Behavior: it spawns an entity on its first
 // command, routes commands to it, passivates idle ones, and never runs two
@@ -128,6 +158,12 @@ func NewHost[C, E, S any](b Behavior[C, E, S], cfg HostConfig) (*Host[C, E, S], 
 	case cfg.Restart != nil && (cfg.Restart.Min <= 0 || cfg.Restart.Max < cfg.Restart.Min):
 		return nil, errors.New("entity: HostConfig.Restart needs 0 < Min ≤ Max")
 	}
+	for _, r := range cfg.SliceRanges {
+		if r.Min < 0 || r.Max >= annals.NumberOfSlices || r.Min > r.Max {
+			return nil, fmt.Errorf("entity: HostConfig.SliceRanges: %v is not a range of slices 0-%d", r, annals.NumberOfSlices-1)
+		}
+	}
+	cfg.SliceRanges = slices.Clone(cfg.SliceRanges)
 	if cfg.Snapshots != nil && (b.Snapshots.Every > 0 || b.Snapshots.When != nil) {
 		// Every snapshot would fail: say so now, not in a warning per
 		// snapshot. (A state whose zero value is nil has no type to check
@@ -275,6 +311,11 @@ func (h *Host[C, E, S]) deliver(id string, env envelope[C]) error {
 	if id == "" {
 		return errors.New("entity: empty entity id")
 	}
+	if len(h.cfg.SliceRanges) > 0 {
+		if err := h.owns(id); err != nil {
+			return err
+		}
+	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.closed {
@@ -291,6 +332,19 @@ func (h *Host[C, E, S]) deliver(id string, env envelope[C]) error {
 		h.lru.MoveToFront(inst.elem)
 	}
 	return nil
+}
+
+// owns returns a *NotOwnedError unless id's slice lies in the host's
+// SliceRanges.
+func (h *Host[C, E, S]) owns(id string) error {
+	pid := annals.PersistenceID(h.b.EntityType, id)
+	slice := annals.Slice(pid)
+	for _, r := range h.cfg.SliceRanges {
+		if r.Contains(slice) {
+			return nil
+		}
+	}
+	return &NotOwnedError{PersistenceID: pid, Slice: slice, Owned: slices.Clone(h.cfg.SliceRanges)}
 }
 
 // spawn makes the instance of id and starts it, or, when MaxLive entities

@@ -15,6 +15,7 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/annals-go/annals"
 	"github.com/annals-go/annals/entity"
 	"github.com/annals-go/annals/entity/entitytest"
 	"github.com/annals-go/annals/journal"
@@ -1202,4 +1203,57 @@ func TestNewHostRefusesSnapshotsItCannotSerialize(t *testing.T) {
 			t.Errorf("NewHost with snapshots of a state the registry cannot serialize: %v, want ErrNotSerializable and the fix", err)
 		}
 	}
+}
+
+// TestSliceRangesSplitEntities: two hosts on one store, each owning half
+// the slices, serve only their own entities; a command for the other's is
+// refused at once with a *NotOwnedError. Two hosts that do write one id
+// (no ranges) meet a sequence conflict: the loser's caller gets
+// ErrSequenceConflict, and its next command sees the winner's events.
+func TestSliceRangesSplitEntities(t *testing.T) {
+	st := memoryStores(t)
+	halves, err := annals.SliceRanges(2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	hosts := make([]*entity.Host[Command, Event, State], 2)
+	for i, r := range halves {
+		hosts[i] = newHost(t, st, accountBehavior(), func(c *entity.HostConfig) { c.SliceRanges = []annals.SliceRange{r} })
+	}
+	ctx := t.Context()
+	served := [2]int{}
+	for n := range 40 {
+		id := fmt.Sprintf("split-%d", n)
+		owner := 0
+		if !halves[0].Contains(annals.Slice(annals.PersistenceID("Account", id))) {
+			owner = 1
+		}
+		if _, err := deposit(ctx, hosts[owner], id, 1); err != nil {
+			t.Fatalf("owner of %s: %v", id, err)
+		}
+		served[owner]++
+		_, err := deposit(ctx, hosts[1-owner], id, 1)
+		var notOwned *entity.NotOwnedError
+		if !errors.As(err, &notOwned) || !errors.Is(err, entity.ErrNotOwned) || notOwned.PersistenceID != "Account|"+id {
+			t.Errorf("the other host, for %s: %v; want a *NotOwnedError naming it", id, err)
+		}
+	}
+	if served[0] == 0 || served[1] == 0 || hosts[0].Live()+hosts[1].Live() != 40 {
+		t.Errorf("served %v, live %d+%d; want both halves used and 40 live entities, none for refused commands", served, hosts[0].Live(), hosts[1].Live())
+	}
+	if _, err := entity.NewHost(accountBehavior(), entity.HostConfig{Journal: st.Journal, Registry: registry(t), SliceRanges: []annals.SliceRange{{Min: 0, Max: 1024}}}); err == nil {
+		t.Error("NewHost accepted the slice range 0-1024")
+	}
+
+	// Without ranges, two hosts on one id: a conflict, not a loss.
+	a, b := newHost(t, st, accountBehavior()), newHost(t, st, accountBehavior())
+	mustBalance(t, a, "both", 0)
+	mustBalance(t, b, "both", 0)
+	if _, err := deposit(ctx, a, "both", 5); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := deposit(ctx, b, "both", 7); !errors.Is(err, journal.ErrSequenceConflict) {
+		t.Fatalf("the second host's write of the same sequence number: %v, want ErrSequenceConflict", err)
+	}
+	mustBalance(t, b, "both", 5) // recovered with the first host's event
 }

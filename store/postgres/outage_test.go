@@ -17,8 +17,6 @@ import (
 	"github.com/annals-go/annals/entity"
 	"github.com/annals-go/annals/examples/bank"
 	"github.com/annals-go/annals/serialization"
-	"github.com/annals-go/annals/store/postgres"
-	"github.com/annals-go/annals/store/postgres/pgtest"
 )
 
 // TestOutageDrill stops the PostgreSQL server of scripts/services for 15 s
@@ -36,13 +34,8 @@ func TestOutageDrill(t *testing.T) {
 		t.Skip("stops the shared PostgreSQL server: set ANNALS_OUTAGE_DRILL=1 and run it alone")
 	}
 	const accounts, callers, outage, askTimeout = 200, 32, 15 * time.Second, 15 * time.Second
-	dsn, _ := pgtest.Schema(t)
 	ctx := t.Context()
-	s, err := postgres.Open(ctx, dsn, postgres.WithMigrate(true))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	s := open(t)
 	reg := serialization.NewRegistry()
 	if err := bank.Register(reg); err != nil {
 		t.Fatal(err)

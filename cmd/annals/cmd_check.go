@@ -1,12 +1,17 @@
 package main
 
 import (
+	"bufio"
 	"context"
+	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"iter"
 	"os"
+	"os/exec"
+	"path/filepath"
 	"regexp"
 	"slices"
 	"strings"
@@ -68,23 +73,152 @@ messages for failures on stderr; exit code 1 when a rule fails.
 				if err != nil {
 					return err
 				}
-				k := &kit{e: e, url: url, s: s, short: *short, asJSON: *asJSON, out: e.stdout}
+				results := e.getenv(checkChildEnv)
+				if results == "" {
+					// The store opens: the child runs the kit on it.
+					s.Close()
+					return runCheckChild(e, url, *asJSON, *timeout)
+				}
+				k := &kit{e: e, url: url, s: s, short: *short, results: results}
 				return k.main(*run, *verbose, *timeout)
 			}
 		},
 	}
 }
 
-// kit runs the compliance kit in this process, through the testing
-// package's own runner (testing.Main), which exits the process: 0 when
-// every rule passed, 1 otherwise.
+// checkChildEnv, set to the path of a results file, makes check the child
+// that runs the kit.
+const checkChildEnv = "ANNALS_CHECK_RESULTS"
+
+// runCheckChild runs the kit in a child process (this program, with the
+// same arguments): the testing package's runner, which the kit needs,
+// ends its process and prints a bare PASS or FAIL. The child's output (the
+// kit's messages) goes to stderr without those lines, then the summary the
+// child left in a results file is printed. The child is killed if it runs
+// 3 minutes past the timeout.
+func runCheckChild(e *env, url string, asJSON bool, timeout time.Duration) error {
+	exe, err := os.Executable()
+	if err != nil {
+		return fmt.Errorf("finding this program to run the kit: %w", err)
+	}
+	dir, err := os.MkdirTemp("", "annals-check-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+	results := filepath.Join(dir, "results.json")
+	ctx, cancel := context.WithTimeout(e.ctx, timeout+3*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, exe, os.Args[1:]...)
+	cmd.Env = append(os.Environ(), checkChildEnv+"="+results)
+	// An interrupt reaches the child from the terminal too; it cleans up.
+	cmd.Cancel = func() error { return cmd.Process.Signal(os.Interrupt) }
+	cmd.WaitDelay = time.Minute
+	r, w, err := os.Pipe()
+	if err != nil {
+		return err
+	}
+	cmd.Stdout, cmd.Stderr = w, w
+	copied := make(chan struct{})
+	go func() {
+		defer close(copied)
+		sc := bufio.NewScanner(r)
+		sc.Buffer(nil, 1<<20)
+		for sc.Scan() {
+			if line := sc.Text(); line != "PASS" && line != "FAIL" {
+				fmt.Fprintln(e.stderr, line)
+			}
+		}
+	}()
+	runErr := cmd.Run()
+	w.Close()
+	<-copied
+	r.Close()
+	data, err := os.ReadFile(results)
+	if err != nil {
+		return fmt.Errorf("the kit's run ended without its results (%v)", runErr)
+	}
+	var res checkResult
+	if err := json.Unmarshal(data, &res); err != nil {
+		return fmt.Errorf("the kit's results: %w", err)
+	}
+	if err := res.print(e.stdout, asJSON); err != nil {
+		return err
+	}
+	if res.TimedOut {
+		return fmt.Errorf("%w: timed out after %v", errCheckFailed, timeout)
+	}
+	if !res.OK {
+		return errCheckFailed
+	}
+	return nil
+}
+
+// errCheckFailed is check's failure; the summary has said what failed.
+var errCheckFailed = errors.New("the store failed the compliance kit")
+
+// checkResult is what the kit's run found, as the child hands it over.
+type checkResult struct {
+	Store      string      `json:"store"`
+	Where      string      `json:"where"`
+	OK         bool        `json:"ok"`
+	TimedOut   bool        `json:"timed_out"`
+	Suites     []suiteJSON `json:"suites"`
+	RemovedIDs int         `json:"removed_ids"`
+	Cleaned    bool        `json:"cleaned"`
+}
+
+// print prints the summary: a table, or with asJSON {"store", "ok",
+// "timed_out", "suites", "removed_ids"}.
+func (res checkResult) print(out io.Writer, asJSON bool) error {
+	if asJSON {
+		return writeJSON(out, struct {
+			Store      string      `json:"store"`
+			OK         bool        `json:"ok"`
+			TimedOut   bool        `json:"timed_out"`
+			Suites     []suiteJSON `json:"suites"`
+			RemovedIDs int         `json:"removed_ids"`
+		}{res.Store, res.OK, res.TimedOut, res.Suites, res.RemovedIDs})
+	}
+	tw := table(out, "SUITE", "RULES", "PASSED", "FAILED", "SKIPPED")
+	for _, sj := range res.Suites {
+		row(tw, sj.Suite, sj.Rules, sj.Passed, len(sj.Failed), len(sj.Skipped))
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	for _, sj := range res.Suites {
+		for _, r := range sj.Failed {
+			fmt.Fprintf(out, "failed: %s/%s\n", sj.Suite, r)
+		}
+		for _, r := range sj.Skipped {
+			fmt.Fprintf(out, "skipped: %s/%s\n", sj.Suite, r)
+		}
+	}
+	if res.Cleaned {
+		fmt.Fprintf(out, "removed the kit's %s persistence ids\n", num(int64(res.RemovedIDs)))
+	}
+	switch {
+	case res.TimedOut:
+		fmt.Fprintf(out, "check TIMED OUT: %s (--timeout ended the kit's store calls; the rules that were running failed)\n", res.Where)
+	case res.OK:
+		fmt.Fprintf(out, "check passed: %s\n", res.Where)
+	default:
+		fmt.Fprintf(out, "check FAILED: %s (the kit's messages are above, on stderr)\n", res.Where)
+	}
+	return nil
+}
+
+// kit runs the compliance kit in this process (the child of check),
+// through the testing package's own runner (testing.Main), which exits the
+// process: 0 when every rule passed, 1 otherwise. The results go to a
+// file for the parent.
 type kit struct {
-	e      *env
-	url    string
-	s      *stores.Store
-	short  bool
-	asJSON bool
-	out    io.Writer // the summary; the runner writes to stderr
+	e       *env
+	url     string
+	s       *stores.Store
+	short   bool
+	results string // the results file
 
 	// deadline ends every journal and snapshot call the kit makes
 	// (--timeout): past it, the rules fail at once and the run ends with
@@ -122,7 +256,6 @@ func (k *kit) main(run string, verbose bool, timeout time.Duration) error {
 		}
 	}
 	os.Args = os.Args[:1]
-	os.Stdout = os.Stderr // the runner's output; the summary goes to k.out
 	testing.Main(regexp.MatchString, []testing.InternalTest{{Name: "Check", F: k.check}}, nil, nil)
 	return nil // not reached: testing.Main exits
 }
@@ -214,8 +347,7 @@ func (k *kit) cleanUp() (int, error) {
 func (k *kit) summary(t *testing.T, removed int, cleaned bool) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
-	ok := !t.Failed()
-	var suites []suiteJSON
+	res := checkResult{Store: stores.Redact(k.url), Where: k.s.Where, OK: !t.Failed(), Suites: []suiteJSON{}, RemovedIDs: removed, Cleaned: cleaned}
 	for _, name := range []string{"journal", "snapshots", "queries"} {
 		rules, ran := k.rules[name]
 		if !ran {
@@ -228,50 +360,22 @@ func (k *kit) summary(t *testing.T, removed int, cleaned bool) {
 				sj.Passed++
 			case "failed":
 				sj.Failed = append(sj.Failed, rule)
-				ok = false
+				res.OK = false
 			default:
 				sj.Skipped = append(sj.Skipped, rule)
 			}
 		}
 		slices.Sort(sj.Failed)
 		slices.Sort(sj.Skipped)
-		suites = append(suites, sj)
+		res.Suites = append(res.Suites, sj)
 	}
-	if k.asJSON {
-		if suites == nil {
-			suites = []suiteJSON{}
-		}
-		_ = writeJSON(k.out, struct {
-			Store      string      `json:"store"`
-			OK         bool        `json:"ok"`
-			TimedOut   bool        `json:"timed_out"`
-			Suites     []suiteJSON `json:"suites"`
-			RemovedIDs int         `json:"removed_ids"`
-		}{stores.Redact(k.url), ok, !ok && time.Now().After(k.deadline), suites, removed})
-		return
+	res.TimedOut = !res.OK && time.Now().After(k.deadline)
+	data, err := json.Marshal(res)
+	if err == nil {
+		err = os.WriteFile(k.results, data, 0o600)
 	}
-	tw := table(k.out, "SUITE", "RULES", "PASSED", "FAILED", "SKIPPED")
-	for _, sj := range suites {
-		row(tw, sj.Suite, sj.Rules, sj.Passed, len(sj.Failed), len(sj.Skipped))
-	}
-	_ = tw.Flush()
-	for _, sj := range suites {
-		for _, r := range sj.Failed {
-			fmt.Fprintf(k.out, "failed: %s/%s\n", sj.Suite, r)
-		}
-		for _, r := range sj.Skipped {
-			fmt.Fprintf(k.out, "skipped: %s/%s\n", sj.Suite, r)
-		}
-	}
-	if cleaned {
-		fmt.Fprintf(k.out, "removed the kit's %s persistence ids\n", num(int64(removed)))
-	}
-	if !ok && time.Now().After(k.deadline) {
-		fmt.Fprintf(k.out, "check TIMED OUT: %s (--timeout ended the kit's store calls; the rules that were running failed)\n", k.s.Where)
-	} else if ok {
-		fmt.Fprintf(k.out, "check passed: %s\n", k.s.Where)
-	} else {
-		fmt.Fprintf(k.out, "check FAILED: %s (the kit's messages are above, on stderr)\n", k.s.Where)
+	if err != nil {
+		t.Errorf("writing the results for annals check: %v", err)
 	}
 }
 

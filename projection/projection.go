@@ -166,8 +166,8 @@ func (c Config) withDefaults() Config {
 
 // sink is a delivery mode: it takes envelopes in order and saves offsets.
 type sink interface {
-	// take handles env (or buffers it); flushNow reports a group that is
-	// due regardless of time.
+	// take handles env, or buffers it and handles the buffered group at
+	// once when it is full.
 	take(ctx context.Context, env query.Envelope) error
 	// tick is called when the mode's timer fires and at the end of a run.
 	tick(ctx context.Context) error

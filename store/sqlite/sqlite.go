@@ -3,9 +3,12 @@
 //
 // The file runs in WAL mode with one writer connection and a pool of reader
 // connections, so replays and loads run in parallel with writes. Every
-// Write call is one transaction, and every atomic write in it a savepoint:
-// a rejected atomic write is rolled back alone while its neighbours commit
-// together, with one sync of the log for the whole call. By default the log
+// Write call is one transaction, with one sync of the log for the whole
+// call. Invalid and oversize atomic writes are rejected before it; one that
+// meets a stored sequence number makes the transaction roll back and run
+// again without it, so a rejected atomic write changes nothing while its
+// neighbours commit together (conflicts need two writers of one id, so the
+// usual path pays nothing for per-write atomicity). By default the log
 // is synced with synchronous=FULL, so an acknowledged event survives power
 // loss; WithSynchronous(SyncNormal) trades that for speed (a power loss may
 // lose the last transactions, never corrupt the file).

@@ -38,8 +38,9 @@ var (
 	// ErrCallTimeout wraps a store call that exceeded Config.CallTimeout.
 	// For writes the outcome is unknown.
 	ErrCallTimeout = errors.New("engine: journal call timed out")
-	// ErrClosed is returned by calls on a closed Front.
-	ErrClosed = errors.New("engine: journal front closed")
+	// ErrClosed is returned by calls on a closed Front. It wraps
+	// journal.ErrClosed, as the journal contract the front keeps asks.
+	ErrClosed = fmt.Errorf("engine: journal front closed: %w", journal.ErrClosed)
 )
 
 // Config configures a Front. The zero value of a field selects its default.

@@ -399,6 +399,9 @@ func TestCallsAfterCloseFail(t *testing.T) {
 	}
 	_ = f.Close()
 	ctx := t.Context()
+	if err := f.Persist(ctx, one("p", 1)); !errors.Is(err, journal.ErrClosed) {
+		t.Errorf("Persist after Close: %v, want an error wrapping journal.ErrClosed (the journal contract)", err)
+	}
 	if _, err := f.HighestSequenceNr(ctx, "p", 0); !errors.Is(err, engine.ErrClosed) {
 		t.Errorf("HighestSequenceNr after Close: %v", err)
 	}

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/annals-go/annals"
+	"github.com/annals-go/annals/engine"
 	"github.com/annals-go/annals/journal"
 	"github.com/annals-go/annals/recovery"
 	"github.com/annals-go/annals/serialization"
@@ -26,13 +27,19 @@ const (
 
 // HostConfig wires a Host to its stores. Journal and Registry are required.
 type HostConfig struct {
-	// Journal stores the events. Use an *engine.Front before the store, for
-	// group commit, per-id ordering, timeouts and the circuit breaker.
-	// When it implements recovery.Reader for Snapshots (a front before the
-	// SQLite or PostgreSQL store, with that store's snapshots or none), an
-	// entity recovers in one read: its highest number, snapshot and first
-	// events together.
+	// Journal stores the events. The host puts a journal front before it
+	// (an *engine.Front: group commit, per-id ordering and waits, call
+	// timeouts, the circuit breaker), tuned by Front, and closes that
+	// front when it has shut down (the journal itself stays open). An
+	// *engine.Front given here is used as it is and not closed: pass one
+	// to share it between the hosts of one store. When the store reads
+	// recoveries for Snapshots (SQLite or PostgreSQL, with that store's
+	// snapshots or none), an entity recovers in one read: its highest
+	// number, snapshot and first events together.
 	Journal journal.Journal
+	// Front tunes the journal front the host makes (zero: engine's
+	// defaults). It must be zero when Journal is already an *engine.Front.
+	Front engine.Config
 	// Snapshots stores snapshots; nil disables them (recovery replays all
 	// events, snapshot policies are ignored).
 	Snapshots snapshot.Store
@@ -122,6 +129,10 @@ type Host[C, E, S any] struct {
 	cfg HostConfig
 
 	recoveries chan struct{} // semaphore of concurrent recoveries
+	// ownFront is the journal front the host made before cfg.Journal's
+	// store, closed once the entities have stopped; nil when the front
+	// was given.
+	ownFront *engine.Front
 	// reader reads a recovery in one call when the journal offers it for
 	// the configured snapshot store (nil: three calls).
 	reader recovery.Reader
@@ -186,12 +197,25 @@ func NewHost[C, E, S any](b Behavior[C, E, S], cfg HostConfig) (*Host[C, E, S], 
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
+	var ownFront *engine.Front
+	if _, ok := cfg.Journal.(*engine.Front); ok {
+		if cfg.Front != (engine.Config{}) {
+			return nil, errors.New("entity: HostConfig.Front tunes the front the host makes, and HostConfig.Journal is already an *engine.Front: configure that one")
+		}
+	} else {
+		f, err := engine.NewFront(cfg.Journal, cfg.Front)
+		if err != nil {
+			return nil, fmt.Errorf("entity: HostConfig.Front: %w", err)
+		}
+		ownFront, cfg.Journal = f, f
+	}
 	var reader recovery.Reader
 	if r, ok := cfg.Journal.(recovery.Reader); ok && r.ReadsSnapshotsOf(cfg.Snapshots) {
 		reader = r
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	return &Host[C, E, S]{
+		ownFront:   ownFront,
 		reader:     reader,
 		ctx:        ctx,
 		cancel:     cancel,
@@ -296,7 +320,14 @@ func (h *Host[C, E, S]) Shutdown(ctx context.Context) error {
 		}
 	}()
 	done := make(chan struct{})
-	go func() { h.wg.Wait(); h.cancel(); close(done) }()
+	go func() {
+		h.wg.Wait()
+		h.cancel()
+		if h.ownFront != nil {
+			_ = h.ownFront.Close() // sends and answers what is queued
+		}
+		close(done)
+	}()
 	select {
 	case <-done:
 		return nil

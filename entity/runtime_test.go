@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/annals-go/annals"
+	"github.com/annals-go/annals/engine"
 	"github.com/annals-go/annals/entity"
 	"github.com/annals-go/annals/entity/entitytest"
 	"github.com/annals-go/annals/journal"
@@ -1256,4 +1257,54 @@ func TestSliceRangesSplitEntities(t *testing.T) {
 		t.Fatalf("the second host's write of the same sequence number: %v, want ErrSequenceConflict", err)
 	}
 	mustBalance(t, b, "both", 5) // recovered with the first host's event
+}
+
+// TestHostPutsAFrontBeforeTheJournal: a host given a store's journal puts
+// a journal front before it (its breaker opens after MaxFailures failed
+// writes, tuned by HostConfig.Front) and closes that front at shutdown,
+// not the journal; a front given is used as is, left open, and may not be
+// tuned twice.
+func TestHostPutsAFrontBeforeTheJournal(t *testing.T) {
+	st := memoryStores(t)
+	failing := &faultyJournal{Journal: st.Journal, failAt: map[int]string{1: "before", 2: "before", 3: "before"}}
+	h := newHost(t, stores{Journal: failing, Snapshots: st.Snapshots}, accountBehavior(), func(c *entity.HostConfig) {
+		c.Front = engine.Config{MaxFailures: 3, ResetTimeout: time.Hour}
+	})
+	ctx := t.Context()
+	for i := range 4 { // recovered first: their reads would close the breaker
+		mustBalance(t, h, fmt.Sprintf("f-%d", i), 0)
+	}
+	for i := range 3 {
+		if _, err := deposit(ctx, h, fmt.Sprintf("f-%d", i), 1); !errors.Is(err, errInjected) {
+			t.Fatalf("write %d: %v, want the store's failure", i+1, err)
+		}
+	}
+	if _, err := deposit(ctx, h, "f-3", 1); !errors.Is(err, engine.ErrCircuitOpen) {
+		t.Errorf("after 3 failures: %v, want ErrCircuitOpen from the host's front", err)
+	}
+	if err := h.Shutdown(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.Journal.HighestSequenceNr(ctx, "Account|f-0", 0); err != nil {
+		t.Errorf("the journal after the host's shutdown: %v, want it open", err)
+	}
+
+	front, err := engine.NewFront(st.Journal, engine.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer front.Close()
+	if _, err := entity.NewHost(accountBehavior(), entity.HostConfig{Journal: front, Front: engine.Config{MaxCalls: 1}, Registry: registry(t)}); err == nil {
+		t.Error("NewHost accepted HostConfig.Front with a front given as the journal")
+	}
+	shared := newHost(t, stores{Journal: front, Snapshots: st.Snapshots}, accountBehavior())
+	if _, err := deposit(ctx, shared, "g", 2); err != nil {
+		t.Fatal(err)
+	}
+	if err := shared.Shutdown(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := front.Persist(ctx, journal.AtomicWrite{PersistenceID: "Account|g", Events: []journal.Repr{{PersistenceID: "Account|g", SequenceNr: 2, Payload: []byte(`{"Amount":1}`), SerializerID: 33, Manifest: "test.Deposited"}}}); err != nil {
+		t.Errorf("a front given to a host, after its shutdown: %v, want it open", err)
+	}
 }

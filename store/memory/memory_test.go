@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/annals-go/annals/journal"
+	"github.com/annals-go/annals/offsets"
 	"github.com/annals-go/annals/snapshot"
 	"github.com/annals-go/annals/store/memory"
 	"github.com/annals-go/annals/storetest"
@@ -57,4 +58,14 @@ func TestOptions(t *testing.T) {
 			t.Errorf("timestamp %v (%v), want the clock's %v", r.Timestamp, err, at)
 		}
 	}
+}
+
+func TestOffsetsCompliance(t *testing.T) {
+	storetest.RunTxOffsets(t, storetest.TxOffsetsHarness[*memory.Tx]{
+		New: func(t *testing.T) offsets.TxOffsetStore[*memory.Tx] {
+			s := memory.New()
+			t.Cleanup(func() { _ = s.Close() })
+			return s.Projections()
+		},
+	})
 }

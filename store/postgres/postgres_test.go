@@ -5,10 +5,12 @@ import (
 	"fmt"
 	"testing"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/annals-go/annals/engine"
 	"github.com/annals-go/annals/journal"
+	"github.com/annals-go/annals/offsets"
 	"github.com/annals-go/annals/recovery"
 	"github.com/annals-go/annals/snapshot"
 	"github.com/annals-go/annals/store/postgres"
@@ -112,4 +114,12 @@ func TestFrontReadsFitThePool(t *testing.T) {
 			}
 		})
 	}
+}
+
+func TestOffsetsCompliance(t *testing.T) {
+	t.Parallel()
+	s := open(t)
+	storetest.RunTxOffsets(t, storetest.TxOffsetsHarness[pgx.Tx]{
+		New: func(t *testing.T) offsets.TxOffsetStore[pgx.Tx] { return s.Projections() },
+	})
 }

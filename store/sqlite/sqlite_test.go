@@ -1,11 +1,13 @@
 package sqlite_test
 
 import (
+	"database/sql"
 	"path/filepath"
 	"testing"
 
 	"github.com/annals-go/annals/engine"
 	"github.com/annals-go/annals/journal"
+	"github.com/annals-go/annals/offsets"
 	"github.com/annals-go/annals/recovery"
 	"github.com/annals-go/annals/snapshot"
 	"github.com/annals-go/annals/store/sqlite"
@@ -96,4 +98,11 @@ func TestFrontReadsFitThePool(t *testing.T) {
 			t.Errorf("%d readers: the front's MaxReads = %d, want %d", readers, got, readers)
 		}
 	}
+}
+
+func TestOffsetsCompliance(t *testing.T) {
+	s := openTemp(t)
+	storetest.RunTxOffsets(t, storetest.TxOffsetsHarness[*sql.Tx]{
+		New: func(t *testing.T) offsets.TxOffsetStore[*sql.Tx] { return s.Projections() },
+	})
 }

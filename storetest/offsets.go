@@ -1,0 +1,255 @@
+package storetest
+
+import (
+	"errors"
+	"fmt"
+	"maps"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/annals-go/annals/offsets"
+	"github.com/annals-go/annals/query"
+)
+
+// OffsetsHarness gives the offsets suite its stores.
+type OffsetsHarness struct {
+	// New returns an offset store for one rule. The rules use projection
+	// ids of their own, so the stores may share a database.
+	New func(t *testing.T) offsets.OffsetStore
+}
+
+// TxOffsetsHarness gives the transactional offsets suite its stores.
+type TxOffsetsHarness[Tx any] struct {
+	// New returns a transactional offset store for one rule; the rules
+	// use projection ids of their own.
+	New func(t *testing.T) offsets.TxOffsetStore[Tx]
+}
+
+// offsetRule is one rule of the offsets contract.
+type offsetRule struct {
+	name, rule string
+	run        func(t *testing.T, s offsets.OffsetStore)
+}
+
+// offsetRules is the index of the offsets suite's rules.
+func offsetRules() []offsetRule {
+	return []offsetRule{
+		{"UnsavedIsZero", "Load of an instance never saved returns the zero State: no offset, not paused", unsavedIsZero},
+		{"OffsetsRoundTrip", "every kind of offset is loaded as it was saved (timestamps to the microsecond, the seen map whole)", offsetsRoundTrip},
+		{"SaveKeepsPaused", "SaveOffset keeps the paused flag", saveKeepsPaused},
+		{"SetPausedKeepsOffset", "SetPaused keeps the offset", setPausedKeepsOffset},
+		{"ResetKeepsPaused", "Reset removes the offset and keeps the paused flag", resetKeepsPaused},
+		{"InstancesAreSeparate", "instances that differ in name or key keep their own state", instancesAreSeparate},
+		{"ConcurrentSaves", "concurrent saves of different instances each keep their own offset", concurrentSaves},
+	}
+}
+
+// RunOffsets runs every rule of the offsets.OffsetStore contract against
+// the stores h.New makes, one named, parallel subtest per rule.
+func RunOffsets(t *testing.T, h OffsetsHarness) {
+	t.Helper()
+	if h.New == nil {
+		t.Fatal("storetest: OffsetsHarness.New is nil")
+	}
+	for _, r := range offsetRules() {
+		t.Run(r.name, func(t *testing.T) {
+			t.Parallel()
+			s := h.New(t)
+			defer func() {
+				if t.Failed() {
+					t.Logf("rule: %s", r.rule)
+				}
+			}()
+			r.run(t, s)
+		})
+	}
+}
+
+// RunTxOffsets runs the offsets suite (RunOffsets) and the rules of
+// offsets.TxOffsetStore: an offset saved in a transaction is stored when
+// the transaction commits and not when it rolls back.
+func RunTxOffsets[Tx any](t *testing.T, h TxOffsetsHarness[Tx]) {
+	t.Helper()
+	if h.New == nil {
+		t.Fatal("storetest: TxOffsetsHarness.New is nil")
+	}
+	RunOffsets(t, OffsetsHarness{New: func(t *testing.T) offsets.OffsetStore { return h.New(t) }})
+	t.Run("TxCommitsTheOffset", func(t *testing.T) {
+		t.Parallel()
+		s, id, ctx := h.New(t), offsetID(t, "k"), testContext(t)
+		o := query.SequenceOffset(7)
+		if err := s.InTx(ctx, func(tx Tx) error { return s.SaveOffsetTx(ctx, tx, id, o) }); err != nil {
+			t.Fatalf("InTx: %v", err)
+		}
+		if st := loadState(t, s, id); !sameOffset(st.Offset, o) {
+			t.Errorf("after a committed transaction: %+v, want offset %v", st, o)
+		}
+	})
+	t.Run("TxRollbackKeepsTheOffset", func(t *testing.T) {
+		t.Parallel()
+		s, id, ctx := h.New(t), offsetID(t, "k"), testContext(t)
+		before := query.SequenceOffset(3)
+		if err := s.SaveOffset(ctx, id, before); err != nil {
+			t.Fatal(err)
+		}
+		failed := errors.New("the handler failed")
+		err := s.InTx(ctx, func(tx Tx) error {
+			if err := s.SaveOffsetTx(ctx, tx, id, query.SequenceOffset(9)); err != nil {
+				return err
+			}
+			return failed
+		})
+		if !errors.Is(err, failed) {
+			t.Errorf("InTx returned %v, want the function's error", err)
+		}
+		if st := loadState(t, s, id); !sameOffset(st.Offset, before) {
+			t.Errorf("after a rolled-back transaction: %+v, want the earlier offset %v", st, before)
+		}
+	})
+}
+
+// offsetID returns a projection id no other test uses.
+func offsetID(t *testing.T, key string) offsets.ID {
+	return offsets.ID{Name: uniqueID(t, "KitOffsets"), Key: key}
+}
+
+func loadState(t *testing.T, s offsets.OffsetStore, id offsets.ID) offsets.State {
+	t.Helper()
+	st, err := s.Load(testContext(t), id)
+	if err != nil {
+		t.Fatalf("Load %s: %v", id, err)
+	}
+	return st
+}
+
+// sameOffset compares offsets as stored: timestamps by instant.
+func sameOffset(a, b query.Offset) bool {
+	return a.Kind == b.Kind && a.Sequence == b.Sequence && a.Timestamp.Equal(b.Timestamp) &&
+		a.TimeUUID == b.TimeUUID && maps.Equal(a.Seen, b.Seen)
+}
+
+func unsavedIsZero(t *testing.T, s offsets.OffsetStore) {
+	if st := loadState(t, s, offsetID(t, "never")); st.Paused || st.Offset.Kind != query.KindNone {
+		t.Errorf("an instance never saved: %+v, want the zero State", st)
+	}
+}
+
+func offsetsRoundTrip(t *testing.T, s offsets.OffsetStore) {
+	ctx := testContext(t)
+	ts := time.Date(2026, 11, 23, 17, 4, 5, 123456000, time.UTC)
+	for _, o := range []query.Offset{
+		query.SequenceOffset(1),
+		query.SequenceOffset(1 << 62),
+		query.TimestampOffset(ts, nil),
+		query.TimestampOffset(ts, map[string]int64{"A|1": 3, "B|é|2": 1 << 40}),
+		query.TimeUUIDOffset([16]byte{0x1e, 0xc9, 0x41, 0x4c, 0x23, 0x2a, 0x11, 0xb2, 0x80, 0x01, 0x02, 0x03, 0x04, 0x05, 0x06, 0x07}),
+	} {
+		id := offsetID(t, fmt.Sprint(o.Kind, len(o.Seen)))
+		if err := s.SaveOffset(ctx, id, o); err != nil {
+			t.Errorf("SaveOffset %v: %v", o, err)
+			continue
+		}
+		if st := loadState(t, s, id); !sameOffset(st.Offset, o) || st.Paused {
+			t.Errorf("saved %+v, loaded %+v", o, st)
+		}
+	}
+}
+
+func saveKeepsPaused(t *testing.T, s offsets.OffsetStore) {
+	ctx, id := testContext(t), offsetID(t, "k")
+	if err := s.SetPaused(ctx, id, true); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.SaveOffset(ctx, id, query.SequenceOffset(5)); err != nil {
+		t.Fatal(err)
+	}
+	if st := loadState(t, s, id); !st.Paused || !sameOffset(st.Offset, query.SequenceOffset(5)) {
+		t.Errorf("paused, then an offset saved: %+v, want paused at 5", st)
+	}
+}
+
+func setPausedKeepsOffset(t *testing.T, s offsets.OffsetStore) {
+	ctx, id := testContext(t), offsetID(t, "k")
+	if err := s.SaveOffset(ctx, id, query.SequenceOffset(5)); err != nil {
+		t.Fatal(err)
+	}
+	for _, paused := range []bool{true, false} {
+		if err := s.SetPaused(ctx, id, paused); err != nil {
+			t.Fatal(err)
+		}
+		if st := loadState(t, s, id); st.Paused != paused || !sameOffset(st.Offset, query.SequenceOffset(5)) {
+			t.Errorf("SetPaused(%v): %+v, want the offset 5 kept", paused, st)
+		}
+	}
+}
+
+func resetKeepsPaused(t *testing.T, s offsets.OffsetStore) {
+	ctx, id := testContext(t), offsetID(t, "k")
+	if err := s.SaveOffset(ctx, id, query.SequenceOffset(5)); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.SetPaused(ctx, id, true); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Reset(ctx, id); err != nil {
+		t.Fatal(err)
+	}
+	if st := loadState(t, s, id); !st.Paused || st.Offset.Kind != query.KindNone {
+		t.Errorf("after Reset: %+v, want no offset, still paused", st)
+	}
+	if err := s.Reset(ctx, offsetID(t, "never")); err != nil {
+		t.Errorf("Reset of an instance never saved: %v, want nil", err)
+	}
+}
+
+func instancesAreSeparate(t *testing.T, s offsets.OffsetStore) {
+	ctx := testContext(t)
+	a := offsetID(t, "0-511")
+	b := offsets.ID{Name: a.Name, Key: "512-1023"}
+	c := offsets.ID{Name: a.Name + "-other", Key: a.Key}
+	for i, id := range []offsets.ID{a, b, c} {
+		if err := s.SaveOffset(ctx, id, query.SequenceOffset(int64(i+1))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := s.SetPaused(ctx, b, true); err != nil {
+		t.Fatal(err)
+	}
+	for i, id := range []offsets.ID{a, b, c} {
+		if st := loadState(t, s, id); !sameOffset(st.Offset, query.SequenceOffset(int64(i+1))) || st.Paused != (id == b) {
+			t.Errorf("%s: %+v, want offset %d, paused %v", id, st, i+1, id == b)
+		}
+	}
+}
+
+func concurrentSaves(t *testing.T, s offsets.OffsetStore) {
+	ctx := testContext(t)
+	const n, saves = 8, 20
+	ids := make([]offsets.ID, n)
+	for i := range ids {
+		ids[i] = offsetID(t, fmt.Sprint(i))
+	}
+	var wg sync.WaitGroup
+	errs := make(chan error, n)
+	for i, id := range ids {
+		wg.Go(func() {
+			for k := range int64(saves) {
+				if err := s.SaveOffset(ctx, id, query.SequenceOffset(int64(i)*1000+k)); err != nil {
+					errs <- err
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Errorf("SaveOffset: %v", err)
+	}
+	for i, id := range ids {
+		if st := loadState(t, s, id); !sameOffset(st.Offset, query.SequenceOffset(int64(i)*1000+saves-1)) {
+			t.Errorf("%s: %+v, want its last offset %d", id, st, int64(i)*1000+saves-1)
+		}
+	}
+}

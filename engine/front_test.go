@@ -21,16 +21,18 @@ import (
 func TestFrontKeepsJournalContract(t *testing.T) {
 	for _, calls := range []int{1, 2, 8} {
 		t.Run(fmt.Sprintf("calls=%d", calls), func(t *testing.T) {
+			newFront := func(t *testing.T) journal.Journal {
+				s := memory.New()
+				f, err := engine.NewFront(s.Journal(), engine.Config{MaxCalls: calls})
+				if err != nil {
+					t.Fatal(err)
+				}
+				t.Cleanup(func() { _ = f.Close(); _ = s.Close() })
+				return f
+			}
 			storetest.RunJournal(t, storetest.JournalHarness{
-				New: func(t *testing.T) journal.Journal {
-					s := memory.New()
-					f, err := engine.NewFront(s.Journal(), engine.Config{MaxCalls: calls})
-					if err != nil {
-						t.Fatal(err)
-					}
-					t.Cleanup(func() { _ = f.Close(); _ = s.Close() })
-					return f
-				},
+				New:          newFront,
+				Own:          newFront,
 				Capabilities: storetest.Capabilities{GlobalOrdering: true},
 			})
 		})

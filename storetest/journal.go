@@ -24,6 +24,10 @@ type JournalHarness struct {
 	// cleanup with t.Cleanup. It is called once per subtest, possibly from
 	// parallel subtests.
 	New func(t *testing.T) journal.Journal
+	// Own returns a journal no other subtest uses, which the CloseEndsCalls
+	// rule closes; nil skips that rule (a harness whose New shares one
+	// store cannot let a rule close it).
+	Own func(t *testing.T) journal.Journal
 	// Capabilities declares what the store supports beyond the contract.
 	Capabilities Capabilities
 }
@@ -53,6 +57,49 @@ func RunJournal(t *testing.T, h JournalHarness) {
 			r.run(t, j, h)
 		})
 	}
+	t.Run("CloseEndsCalls", func(t *testing.T) {
+		t.Parallel()
+		if h.Own == nil {
+			t.Skip("JournalHarness.Own is nil")
+		}
+		defer func() {
+			if t.Failed() {
+				t.Logf("rule: calls after Close fail with an error wrapping journal.ErrClosed, and a second Close is harmless")
+			}
+		}()
+		closeEndsCalls(t, h.Own(t))
+	})
+}
+
+func closeEndsCalls(t *testing.T, j journal.Journal) {
+	pid := uniqueID(t, "KitClose")
+	ctx := testContext(t)
+	mustWrite(t, j, single(pid, 1))
+	if err := j.Close(); err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+	if err := j.Close(); err != nil {
+		t.Errorf("a second Close: %v, want nil", err)
+	}
+	_, err := j.Write(ctx, []journal.AtomicWrite{single(pid, 2)})
+	check := func(call string, err error) {
+		t.Helper()
+		if !errors.Is(err, journal.ErrClosed) {
+			t.Errorf("%s after Close: %v, want an error wrapping journal.ErrClosed", call, err)
+		}
+	}
+	check("Write", err)
+	_, err = j.HighestSequenceNr(ctx, pid, 0)
+	check("HighestSequenceNr", err)
+	check("DeleteTo", j.DeleteTo(ctx, pid, 1))
+	var replayErr error
+	for _, err := range j.Replay(ctx, pid, 1, maxSeq, maxSeq) {
+		if err != nil {
+			replayErr = err
+			break
+		}
+	}
+	check("Replay", replayErr)
 }
 
 // ev builds event seq of pid with a payload naming both.

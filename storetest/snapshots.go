@@ -17,6 +17,9 @@ type SnapshotHarness struct {
 	// or a shared one (every subtest uses ids of its own). New registers any
 	// cleanup with t.Cleanup. It may be called from parallel subtests.
 	New func(t *testing.T) snapshot.Store
+	// Own returns a store no other subtest uses, which the CloseEndsCalls
+	// rule closes; nil skips that rule.
+	Own func(t *testing.T) snapshot.Store
 }
 
 type snapshotRule struct {
@@ -44,6 +47,37 @@ func RunSnapshots(t *testing.T, h SnapshotHarness) {
 			r.run(t, s)
 		})
 	}
+	t.Run("CloseEndsCalls", func(t *testing.T) {
+		t.Parallel()
+		if h.Own == nil {
+			t.Skip("SnapshotHarness.Own is nil")
+		}
+		defer func() {
+			if t.Failed() {
+				t.Logf("rule: calls after Close fail with an error wrapping snapshot.ErrClosed, and a second Close is harmless")
+			}
+		}()
+		s := h.Own(t)
+		pid, metas := saveFive(t, s)
+		if err := s.Close(); err != nil {
+			t.Fatalf("Close: %v", err)
+		}
+		if err := s.Close(); err != nil {
+			t.Errorf("a second Close: %v, want nil", err)
+		}
+		ctx := testContext(t)
+		_, _, loadErr := s.Load(ctx, pid, snapshot.Latest())
+		for call, err := range map[string]error{
+			"Load":           loadErr,
+			"Save":           s.Save(ctx, snapshot.Snapshot{Metadata: snapshot.Metadata{PersistenceID: pid, SequenceNr: 9}, Payload: []byte("x")}),
+			"Delete":         s.Delete(ctx, metas[0]),
+			"DeleteMatching": s.DeleteMatching(ctx, pid, snapshot.Latest()),
+		} {
+			if !errors.Is(err, snapshot.ErrClosed) {
+				t.Errorf("%s after Close: %v, want an error wrapping snapshot.ErrClosed", call, err)
+			}
+		}
+	})
 }
 
 // saveFive saves snapshots at sequence numbers 1..5 of a new id, one second

@@ -268,12 +268,22 @@ func (k *kit) check(t *testing.T) {
 	ss := &recordingSnapshots{Store: k.s.Snapshots, k: k}
 	t.Run("journal", func(t *testing.T) {
 		storetest.RunJournal(t, storetest.JournalHarness{
-			New:          func(t *testing.T) journal.Journal { k.rule(t, "journal"); return j },
+			New: func(t *testing.T) journal.Journal { k.rule(t, "journal"); return j },
+			Own: func(t *testing.T) journal.Journal {
+				k.rule(t, "journal")
+				return &recordingJournal{Journal: k.another(t).Journal, k: k, closes: true}
+			},
 			Capabilities: storetest.Capabilities{GlobalOrdering: k.s.GlobalOrdering, SkipLargeReplay: k.short, ScansFromFirst: k.s.ScansFromFirst},
 		})
 	})
 	t.Run("snapshots", func(t *testing.T) {
-		storetest.RunSnapshots(t, storetest.SnapshotHarness{New: func(t *testing.T) snapshot.Store { k.rule(t, "snapshots"); return ss }})
+		storetest.RunSnapshots(t, storetest.SnapshotHarness{
+			New: func(t *testing.T) snapshot.Store { k.rule(t, "snapshots"); return ss },
+			Own: func(t *testing.T) snapshot.Store {
+				k.rule(t, "snapshots")
+				return &recordingSnapshots{Store: k.another(t).Snapshots, k: k, closes: true}
+			},
+		})
 	})
 	if k.s.Queries != nil {
 		t.Run("queries", func(t *testing.T) {
@@ -379,10 +389,22 @@ func (k *kit) summary(t *testing.T, removed int, cleaned bool) {
 	}
 }
 
+// another opens the store again, for a rule that closes what it is given;
+// it is closed when the rule ends.
+func (k *kit) another(t *testing.T) *stores.Store {
+	s, err := k.e.mux.Open(context.WithoutCancel(k.e.ctx), k.url, stores.Existing)
+	if err != nil {
+		t.Fatalf("opening the store again: %v", err)
+	}
+	t.Cleanup(func() { _ = s.Close() })
+	return s
+}
+
 // recordingJournal notes every id the kit writes or deletes.
 type recordingJournal struct {
 	journal.Journal
-	k *kit
+	k      *kit
+	closes bool // Close closes the journal (one opened for the rule)
 }
 
 // bound ends ctx at the kit's deadline.
@@ -427,13 +449,20 @@ func (j *recordingJournal) Replay(ctx context.Context, pid string, from, to, max
 	}
 }
 
-// Close does not close the shared store (the kit may ask).
-func (j *recordingJournal) Close() error { return nil }
+// Close does not close the shared store (the kit may ask), only one
+// opened for the rule.
+func (j *recordingJournal) Close() error {
+	if j.closes {
+		return j.Journal.Close()
+	}
+	return nil
+}
 
 // recordingSnapshots notes every id the kit saves or deletes snapshots of.
 type recordingSnapshots struct {
 	snapshot.Store
-	k *kit
+	k      *kit
+	closes bool // Close closes the store (one opened for the rule)
 }
 
 func (s *recordingSnapshots) Save(ctx context.Context, snap snapshot.Snapshot) error {
@@ -463,4 +492,9 @@ func (s *recordingSnapshots) DeleteMatching(ctx context.Context, pid string, c s
 	return s.Store.DeleteMatching(ctx, pid, c)
 }
 
-func (s *recordingSnapshots) Close() error { return nil }
+func (s *recordingSnapshots) Close() error {
+	if s.closes {
+		return s.Store.Close()
+	}
+	return nil
+}

@@ -13,24 +13,25 @@ import (
 )
 
 func TestJournalCompliance(t *testing.T) {
+	newJournal := func(t *testing.T) journal.Journal {
+		s := memory.New()
+		t.Cleanup(func() { _ = s.Close() })
+		return s.Journal()
+	}
 	storetest.RunJournal(t, storetest.JournalHarness{
-		New: func(t *testing.T) journal.Journal {
-			s := memory.New()
-			t.Cleanup(func() { _ = s.Close() })
-			return s.Journal()
-		},
+		New:          newJournal,
+		Own:          newJournal,
 		Capabilities: storetest.Capabilities{GlobalOrdering: true},
 	})
 }
 
 func TestSnapshotCompliance(t *testing.T) {
-	storetest.RunSnapshots(t, storetest.SnapshotHarness{
-		New: func(t *testing.T) snapshot.Store {
-			s := memory.New()
-			t.Cleanup(func() { _ = s.Close() })
-			return s.Snapshots()
-		},
-	})
+	newStore := func(t *testing.T) snapshot.Store {
+		s := memory.New()
+		t.Cleanup(func() { _ = s.Close() })
+		return s.Snapshots()
+	}
+	storetest.RunSnapshots(t, storetest.SnapshotHarness{New: newStore, Own: newStore})
 }
 
 func TestQueryCompliance(t *testing.T) {

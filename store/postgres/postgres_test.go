@@ -46,7 +46,10 @@ func TestJournalKit(t *testing.T) {
 		t.Run(o.name, func(t *testing.T) {
 			t.Parallel()
 			s := open(t, o.opts...)
-			storetest.RunJournal(t, storetest.JournalHarness{New: func(t *testing.T) journal.Journal { return s.Journal() }})
+			storetest.RunJournal(t, storetest.JournalHarness{
+				New: func(t *testing.T) journal.Journal { return s.Journal() },
+				Own: func(t *testing.T) journal.Journal { return open(t, o.opts...).Journal() },
+			})
 		})
 	}
 }
@@ -54,7 +57,10 @@ func TestJournalKit(t *testing.T) {
 func TestSnapshotKit(t *testing.T) {
 	t.Parallel()
 	s := open(t)
-	storetest.RunSnapshots(t, storetest.SnapshotHarness{New: func(t *testing.T) snapshot.Store { return s.Snapshots() }})
+	storetest.RunSnapshots(t, storetest.SnapshotHarness{
+		New: func(t *testing.T) snapshot.Store { return s.Snapshots() },
+		Own: func(t *testing.T) snapshot.Store { return open(t).Snapshots() },
+	})
 }
 
 func TestQueryKit(t *testing.T) {

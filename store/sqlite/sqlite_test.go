@@ -28,6 +28,7 @@ func openTemp(t testing.TB, opts ...sqlite.Option) *sqlite.Store {
 func TestJournalCompliance(t *testing.T) {
 	storetest.RunJournal(t, storetest.JournalHarness{
 		New:          func(t *testing.T) journal.Journal { return openTemp(t).Journal() },
+		Own:          func(t *testing.T) journal.Journal { return openTemp(t).Journal() },
 		Capabilities: storetest.Capabilities{GlobalOrdering: true},
 	})
 }
@@ -35,6 +36,7 @@ func TestJournalCompliance(t *testing.T) {
 func TestSnapshotCompliance(t *testing.T) {
 	storetest.RunSnapshots(t, storetest.SnapshotHarness{
 		New: func(t *testing.T) snapshot.Store { return openTemp(t).Snapshots() },
+		Own: func(t *testing.T) snapshot.Store { return openTemp(t).Snapshots() },
 	})
 }
 

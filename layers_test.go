@@ -1,0 +1,83 @@
+package annals_test
+
+import (
+	"os/exec"
+	"slices"
+	"strings"
+	"testing"
+)
+
+// layers is the import policy of ARCHITECTURE.md: for each package of the
+// module, the packages of the module it may import (paths relative to the
+// module; "." is the root). A package missing here, or an import not
+// listed, fails TestLayers: change the policy here and in ARCHITECTURE.md
+// together. Programs (cmd/..., examples/...) may import anything.
+var layers = map[string][]string{
+	".":             {},
+	"journal":       {},
+	"snapshot":      {},
+	"query":         {"journal"},
+	"recovery":      {"journal", "snapshot"},
+	"serialization": {"journal", "snapshot"},
+	"offsets":       {"query"},
+	"admin":         {"journal", "offsets", "query"},
+
+	"engine":     {"journal", "recovery", "snapshot"},
+	"storetest":  {".", "journal", "offsets", "query", "recovery", "snapshot"},
+	"entity":     {".", "engine", "journal", "recovery", "serialization", "snapshot"},
+	"projection": {".", "offsets", "query", "serialization"},
+
+	"store/memory":                  {".", "journal", "offsets", "query", "snapshot"},
+	"store/sqlite":                  {".", "admin", "journal", "offsets", "query", "recovery", "snapshot"},
+	"store/postgres":                {".", "admin", "journal", "offsets", "query", "recovery", "snapshot"},
+	"store/cassandra":               {".", "admin", "journal", "query", "snapshot"},
+	"store/kafka":                   {".", "admin", "journal", "query", "recovery", "serialization", "snapshot", "store/kafka/eventual", "store/kafka/wire"},
+	"store/kafka/wire":              {},
+	"store/kafka/eventual":          {"store/kafka/wire"},
+	"store/kafka/eventual/cql":      {"store/kafka/eventual"},
+	"store/kafka/eventual/pg":       {"store/kafka/eventual"},
+	"store/kafka/kafkatest":         {},
+	"store/kafka/wire/wiretest":     {"store/kafka/wire"},
+	"store/postgres/pgtest":         {"store/postgres"},
+	"store/cassandra/cassandratest": {"store/cassandra"},
+
+	"store/kafka/eventual/eventualtest":      {"store/kafka/eventual", "store/kafka/wire", "store/kafka/wire/wiretest"},
+	"store/kafka/eventual/cql/cqltest":       {"store/cassandra/cassandratest", "store/kafka/eventual/cql"},
+	"store/kafka/eventual/pg/pgeventualtest": {"store/kafka/eventual/pg", "store/postgres/pgtest"},
+	"engine/enginetest":                      {"engine", "journal"},
+	"entity/entitytest":                      {"engine", "entity", "journal", "serialization", "snapshot", "store/memory", "store/postgres", "store/postgres/pgtest", "store/sqlite"},
+}
+
+// TestLayers checks every package's imports of the module against layers,
+// as Go's own go/build deps test does for the standard library.
+func TestLayers(t *testing.T) {
+	out, err := exec.Command("go", "list", "-f", "{{.ImportPath}} {{join .Imports \" \"}}", "./...").Output()
+	if err != nil {
+		t.Fatalf("go list: %v", err)
+	}
+	const module = "github.com/annals-go/annals"
+	rel := func(path string) (string, bool) {
+		if path == module {
+			return ".", true
+		}
+		r, ok := strings.CutPrefix(path, module+"/")
+		return r, ok
+	}
+	for line := range strings.Lines(strings.TrimSpace(string(out))) {
+		fields := strings.Fields(line)
+		pkg, _ := rel(fields[0])
+		if strings.HasPrefix(pkg, "cmd/") || strings.HasPrefix(pkg, "examples/") {
+			continue
+		}
+		allowed, known := layers[pkg]
+		if !known {
+			t.Errorf("package %s is not in the layering policy (layers_test.go, ARCHITECTURE.md)", pkg)
+			continue
+		}
+		for _, imp := range fields[1:] {
+			if dep, internal := rel(imp); internal && !slices.Contains(allowed, dep) {
+				t.Errorf("%s imports %s, which the layering policy does not allow (layers_test.go, ARCHITECTURE.md)", pkg, dep)
+			}
+		}
+	}
+}

@@ -125,7 +125,7 @@ type ProjectionInstance struct {
 //
 // Rules: ListProjections changes nothing. It returns every instance with a
 // stored offset or a stored paused flag, once each, ascending by name and
-// then key; State is what [offsets.OffsetStore.Load] would return for it.
+// then key; State is what [offsets.Store.Load] would return for it.
 type ProjectionLister interface {
 	ListProjections(ctx context.Context) ([]ProjectionInstance, error)
 }

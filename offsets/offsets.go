@@ -37,27 +37,27 @@ type State struct {
 	Paused bool
 }
 
-// OffsetStore keeps each projection instance's offset and paused flag.
+// Store keeps each projection instance's offset and paused flag.
 //
 // Rules: Load of an instance never saved returns the zero State (no offset,
 // not paused). SaveOffset keeps the paused flag; SetPaused keeps the offset.
 // Reset removes the offset and keeps the paused flag. Implementations are
 // safe for concurrent use.
-type OffsetStore interface {
+type Store interface {
 	Load(ctx context.Context, id ID) (State, error)
 	SaveOffset(ctx context.Context, id ID, o query.Offset) error
 	SetPaused(ctx context.Context, id ID, paused bool) error
 	Reset(ctx context.Context, id ID) error
 }
 
-// TxOffsetStore is an OffsetStore whose offsets can be saved inside a
+// TxStore is a Store whose offsets can be saved inside a
 // transaction of the store, so that a handler's writes and the offset
 // commit together (exactly once).
 //
 // InTx runs fn in a new transaction and commits it when fn returns nil,
 // rolls it back otherwise. SaveOffsetTx saves the offset as part of tx.
-type TxOffsetStore[Tx any] interface {
-	OffsetStore
+type TxStore[Tx any] interface {
+	Store
 	InTx(ctx context.Context, fn func(tx Tx) error) error
 	SaveOffsetTx(ctx context.Context, tx Tx, id ID, o query.Offset) error
 }

@@ -8,9 +8,9 @@ type ID = offsets.ID
 // State is an instance's stored offset and paused flag; see offsets.State.
 type State = offsets.State
 
-// OffsetStore keeps offsets and paused flags; see offsets.OffsetStore.
-type OffsetStore = offsets.OffsetStore
+// OffsetStore keeps offsets and paused flags; see offsets.Store.
+type OffsetStore = offsets.Store
 
 // TxOffsetStore saves offsets inside a store transaction; see
-// offsets.TxOffsetStore.
-type TxOffsetStore[Tx any] = offsets.TxOffsetStore[Tx]
+// offsets.TxStore.
+type TxOffsetStore[Tx any] = offsets.TxStore[Tx]

@@ -16,20 +16,20 @@ import (
 type OffsetsHarness struct {
 	// New returns an offset store for one rule. The rules use projection
 	// ids of their own, so the stores may share a database.
-	New func(t *testing.T) offsets.OffsetStore
+	New func(t *testing.T) offsets.Store
 }
 
 // TxOffsetsHarness gives the transactional offsets suite its stores.
 type TxOffsetsHarness[Tx any] struct {
 	// New returns a transactional offset store for one rule; the rules
 	// use projection ids of their own.
-	New func(t *testing.T) offsets.TxOffsetStore[Tx]
+	New func(t *testing.T) offsets.TxStore[Tx]
 }
 
 // offsetRule is one rule of the offsets contract.
 type offsetRule struct {
 	name, rule string
-	run        func(t *testing.T, s offsets.OffsetStore)
+	run        func(t *testing.T, s offsets.Store)
 }
 
 // offsetRules is the index of the offsets suite's rules.
@@ -45,7 +45,7 @@ func offsetRules() []offsetRule {
 	}
 }
 
-// RunOffsets runs every rule of the offsets.OffsetStore contract against
+// RunOffsets runs every rule of the offsets.Store contract against
 // the stores h.New makes, one named, parallel subtest per rule.
 func RunOffsets(t *testing.T, h OffsetsHarness) {
 	t.Helper()
@@ -67,14 +67,14 @@ func RunOffsets(t *testing.T, h OffsetsHarness) {
 }
 
 // RunTxOffsets runs the offsets suite (RunOffsets) and the rules of
-// offsets.TxOffsetStore: an offset saved in a transaction is stored when
+// offsets.TxStore: an offset saved in a transaction is stored when
 // the transaction commits and not when it rolls back.
 func RunTxOffsets[Tx any](t *testing.T, h TxOffsetsHarness[Tx]) {
 	t.Helper()
 	if h.New == nil {
 		t.Fatal("storetest: TxOffsetsHarness.New is nil")
 	}
-	RunOffsets(t, OffsetsHarness{New: func(t *testing.T) offsets.OffsetStore { return h.New(t) }})
+	RunOffsets(t, OffsetsHarness{New: func(t *testing.T) offsets.Store { return h.New(t) }})
 	t.Run("TxCommitsTheOffset", func(t *testing.T) {
 		t.Parallel()
 		s, id, ctx := h.New(t), offsetID(t, "k"), testContext(t)
@@ -114,7 +114,7 @@ func offsetID(t *testing.T, key string) offsets.ID {
 	return offsets.ID{Name: uniqueID(t, "KitOffsets"), Key: key}
 }
 
-func loadState(t *testing.T, s offsets.OffsetStore, id offsets.ID) offsets.State {
+func loadState(t *testing.T, s offsets.Store, id offsets.ID) offsets.State {
 	t.Helper()
 	st, err := s.Load(testContext(t), id)
 	if err != nil {
@@ -129,13 +129,13 @@ func sameOffset(a, b query.Offset) bool {
 		a.TimeUUID == b.TimeUUID && maps.Equal(a.Seen, b.Seen)
 }
 
-func unsavedIsZero(t *testing.T, s offsets.OffsetStore) {
+func unsavedIsZero(t *testing.T, s offsets.Store) {
 	if st := loadState(t, s, offsetID(t, "never")); st.Paused || st.Offset.Kind != query.KindNone {
 		t.Errorf("an instance never saved: %+v, want the zero State", st)
 	}
 }
 
-func offsetsRoundTrip(t *testing.T, s offsets.OffsetStore) {
+func offsetsRoundTrip(t *testing.T, s offsets.Store) {
 	ctx := testContext(t)
 	ts := time.Date(2026, 11, 23, 17, 4, 5, 123456000, time.UTC)
 	for _, o := range []query.Offset{
@@ -156,7 +156,7 @@ func offsetsRoundTrip(t *testing.T, s offsets.OffsetStore) {
 	}
 }
 
-func saveKeepsPaused(t *testing.T, s offsets.OffsetStore) {
+func saveKeepsPaused(t *testing.T, s offsets.Store) {
 	ctx, id := testContext(t), offsetID(t, "k")
 	if err := s.SetPaused(ctx, id, true); err != nil {
 		t.Fatal(err)
@@ -169,7 +169,7 @@ func saveKeepsPaused(t *testing.T, s offsets.OffsetStore) {
 	}
 }
 
-func setPausedKeepsOffset(t *testing.T, s offsets.OffsetStore) {
+func setPausedKeepsOffset(t *testing.T, s offsets.Store) {
 	ctx, id := testContext(t), offsetID(t, "k")
 	if err := s.SaveOffset(ctx, id, query.SequenceOffset(5)); err != nil {
 		t.Fatal(err)
@@ -184,7 +184,7 @@ func setPausedKeepsOffset(t *testing.T, s offsets.OffsetStore) {
 	}
 }
 
-func resetKeepsPaused(t *testing.T, s offsets.OffsetStore) {
+func resetKeepsPaused(t *testing.T, s offsets.Store) {
 	ctx, id := testContext(t), offsetID(t, "k")
 	if err := s.SaveOffset(ctx, id, query.SequenceOffset(5)); err != nil {
 		t.Fatal(err)
@@ -203,7 +203,7 @@ func resetKeepsPaused(t *testing.T, s offsets.OffsetStore) {
 	}
 }
 
-func instancesAreSeparate(t *testing.T, s offsets.OffsetStore) {
+func instancesAreSeparate(t *testing.T, s offsets.Store) {
 	ctx := testContext(t)
 	a := offsetID(t, "0-511")
 	b := offsets.ID{Name: a.Name, Key: "512-1023"}
@@ -223,7 +223,7 @@ func instancesAreSeparate(t *testing.T, s offsets.OffsetStore) {
 	}
 }
 
-func concurrentSaves(t *testing.T, s offsets.OffsetStore) {
+func concurrentSaves(t *testing.T, s offsets.Store) {
 	ctx := testContext(t)
 	const n, saves = 8, 20
 	ids := make([]offsets.ID, n)

@@ -63,7 +63,7 @@ func TestOptions(t *testing.T) {
 
 func TestOffsetsCompliance(t *testing.T) {
 	storetest.RunTxOffsets(t, storetest.TxOffsetsHarness[*memory.Tx]{
-		New: func(t *testing.T) offsets.TxOffsetStore[*memory.Tx] {
+		New: func(t *testing.T) offsets.TxStore[*memory.Tx] {
 			s := memory.New()
 			t.Cleanup(func() { _ = s.Close() })
 			return s.Projections()

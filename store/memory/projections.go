@@ -21,7 +21,7 @@ type Projections struct {
 	commitMu sync.Mutex // serializes commits; held (not mu) while OnCommit callbacks run
 }
 
-var _ offsets.TxOffsetStore[*Tx] = (*Projections)(nil)
+var _ offsets.TxStore[*Tx] = (*Projections)(nil)
 
 // Tx is an in-memory projection transaction.
 type Tx struct {
@@ -55,7 +55,7 @@ func (p *Projections) check(ctx context.Context) error {
 	return nil
 }
 
-// Load implements offsets.OffsetStore.
+// Load implements offsets.Store.
 func (p *Projections) Load(ctx context.Context, id offsets.ID) (offsets.State, error) {
 	if err := p.check(ctx); err != nil {
 		return offsets.State{}, err
@@ -77,22 +77,22 @@ func (p *Projections) update(ctx context.Context, id offsets.ID, fn func(*offset
 	return nil
 }
 
-// SaveOffset implements offsets.OffsetStore.
+// SaveOffset implements offsets.Store.
 func (p *Projections) SaveOffset(ctx context.Context, id offsets.ID, o query.Offset) error {
 	return p.update(ctx, id, func(st *offsets.State) { st.Offset = o })
 }
 
-// SetPaused implements offsets.OffsetStore.
+// SetPaused implements offsets.Store.
 func (p *Projections) SetPaused(ctx context.Context, id offsets.ID, paused bool) error {
 	return p.update(ctx, id, func(st *offsets.State) { st.Paused = paused })
 }
 
-// Reset implements offsets.OffsetStore.
+// Reset implements offsets.Store.
 func (p *Projections) Reset(ctx context.Context, id offsets.ID) error {
 	return p.update(ctx, id, func(st *offsets.State) { st.Offset = query.NoOffset() })
 }
 
-// InTx implements offsets.TxOffsetStore: fn's registered changes and
+// InTx implements offsets.TxStore: fn's registered changes and
 // saved offsets apply together when it returns nil.
 func (p *Projections) InTx(ctx context.Context, fn func(tx *Tx) error) error {
 	tx := &Tx{}
@@ -110,7 +110,7 @@ func (p *Projections) InTx(ctx context.Context, fn func(tx *Tx) error) error {
 	return nil
 }
 
-// SaveOffsetTx implements offsets.TxOffsetStore.
+// SaveOffsetTx implements offsets.TxStore.
 func (p *Projections) SaveOffsetTx(_ context.Context, tx *Tx, id offsets.ID, o query.Offset) error {
 	tx.OnCommit(func() {
 		p.mu.Lock()

@@ -126,6 +126,6 @@ func TestOffsetsCompliance(t *testing.T) {
 	t.Parallel()
 	s := open(t)
 	storetest.RunTxOffsets(t, storetest.TxOffsetsHarness[pgx.Tx]{
-		New: func(t *testing.T) offsets.TxOffsetStore[pgx.Tx] { return s.Projections() },
+		New: func(t *testing.T) offsets.TxStore[pgx.Tx] { return s.Projections() },
 	})
 }

@@ -19,7 +19,7 @@ import (
 // their read-model writes commit with it.
 type Projections struct{ s *Store }
 
-var _ offsets.TxOffsetStore[pgx.Tx] = (*Projections)(nil)
+var _ offsets.TxStore[pgx.Tx] = (*Projections)(nil)
 
 // Projections returns the store's projection offset store.
 func (s *Store) Projections() *Projections { return &Projections{s: s} }
@@ -30,7 +30,7 @@ func (p *Projections) err(ctx context.Context, op string, err error) error {
 
 func nowMillis() int64 { return time.Now().UnixMilli() }
 
-// Load implements offsets.OffsetStore.
+// Load implements offsets.Store.
 func (p *Projections) Load(ctx context.Context, id offsets.ID) (offsets.State, error) {
 	var st offsets.State
 	var raw *string
@@ -66,17 +66,17 @@ func (p *Projections) save(ctx context.Context, tx pgx.Tx, id offsets.ID, o quer
 	return nil
 }
 
-// SaveOffset implements offsets.OffsetStore.
+// SaveOffset implements offsets.Store.
 func (p *Projections) SaveOffset(ctx context.Context, id offsets.ID, o query.Offset) error {
 	return p.save(context.WithoutCancel(ctx), nil, id, o)
 }
 
-// SaveOffsetTx implements offsets.TxOffsetStore.
+// SaveOffsetTx implements offsets.TxStore.
 func (p *Projections) SaveOffsetTx(ctx context.Context, tx pgx.Tx, id offsets.ID, o query.Offset) error {
 	return p.save(ctx, tx, id, o)
 }
 
-// SetPaused implements offsets.OffsetStore.
+// SetPaused implements offsets.Store.
 func (p *Projections) SetPaused(ctx context.Context, id offsets.ID, paused bool) error {
 	if err := id.Validate(); err != nil {
 		return err
@@ -87,7 +87,7 @@ func (p *Projections) SetPaused(ctx context.Context, id offsets.ID, paused bool)
 	return nil
 }
 
-// Reset implements offsets.OffsetStore.
+// Reset implements offsets.Store.
 func (p *Projections) Reset(ctx context.Context, id offsets.ID) error {
 	if _, err := p.s.pool.Exec(context.WithoutCancel(ctx), p.s.sql.resetOffset, id.Name, id.Key); err != nil {
 		return p.err(ctx, "reset", err)
@@ -95,7 +95,7 @@ func (p *Projections) Reset(ctx context.Context, id offsets.ID) error {
 	return nil
 }
 
-// InTx implements offsets.TxOffsetStore: fn runs in a transaction of the
+// InTx implements offsets.TxStore: fn runs in a transaction of the
 // pool, committed when fn returns nil and rolled back otherwise.
 func (p *Projections) InTx(ctx context.Context, fn func(tx pgx.Tx) error) error {
 	tx, err := p.s.pool.Begin(ctx)

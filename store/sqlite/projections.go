@@ -19,7 +19,7 @@ import (
 // one writer), so keep handlers short.
 type Projections struct{ s *Store }
 
-var _ offsets.TxOffsetStore[*sql.Tx] = (*Projections)(nil)
+var _ offsets.TxStore[*sql.Tx] = (*Projections)(nil)
 
 // Projections returns the store's projection offset store.
 func (s *Store) Projections() *Projections { return &Projections{s: s} }
@@ -28,7 +28,7 @@ func (p *Projections) err(ctx context.Context, op string, err error) error {
 	return p.s.ctxErr(ctx, "projection "+op, err)
 }
 
-// Load implements offsets.OffsetStore.
+// Load implements offsets.Store.
 func (p *Projections) Load(ctx context.Context, id offsets.ID) (offsets.State, error) {
 	var st offsets.State
 	var raw sql.NullString
@@ -64,7 +64,7 @@ func saveOffset(ctx context.Context, db execer, id offsets.ID, o query.Offset) e
 	return err
 }
 
-// SaveOffset implements offsets.OffsetStore.
+// SaveOffset implements offsets.Store.
 func (p *Projections) SaveOffset(ctx context.Context, id offsets.ID, o query.Offset) error {
 	if err := saveOffset(context.WithoutCancel(ctx), p.s.writer, id, o); err != nil {
 		return p.err(ctx, "save offset", err)
@@ -72,7 +72,7 @@ func (p *Projections) SaveOffset(ctx context.Context, id offsets.ID, o query.Off
 	return nil
 }
 
-// SetPaused implements offsets.OffsetStore.
+// SetPaused implements offsets.Store.
 func (p *Projections) SetPaused(ctx context.Context, id offsets.ID, paused bool) error {
 	_, err := p.s.writer.ExecContext(context.WithoutCancel(ctx), `INSERT INTO projection_management (projection_name, projection_key, paused, last_updated) VALUES (?, ?, ?, ?)
 		ON CONFLICT (projection_name, projection_key) DO UPDATE SET paused = excluded.paused, last_updated = excluded.last_updated`,
@@ -83,7 +83,7 @@ func (p *Projections) SetPaused(ctx context.Context, id offsets.ID, paused bool)
 	return nil
 }
 
-// Reset implements offsets.OffsetStore.
+// Reset implements offsets.Store.
 func (p *Projections) Reset(ctx context.Context, id offsets.ID) error {
 	if _, err := p.s.writer.ExecContext(context.WithoutCancel(ctx), `DELETE FROM projection_offset WHERE projection_name = ? AND projection_key = ?`, id.Name, id.Key); err != nil {
 		return p.err(ctx, "reset", err)
@@ -91,7 +91,7 @@ func (p *Projections) Reset(ctx context.Context, id offsets.ID) error {
 	return nil
 }
 
-// InTx implements offsets.TxOffsetStore: fn runs in a transaction on the
+// InTx implements offsets.TxStore: fn runs in a transaction on the
 // writer connection, committed when fn returns nil.
 func (p *Projections) InTx(ctx context.Context, fn func(tx *sql.Tx) error) error {
 	tx, release, err := p.s.writeTxn(ctx)
@@ -108,7 +108,7 @@ func (p *Projections) InTx(ctx context.Context, fn func(tx *sql.Tx) error) error
 	return nil
 }
 
-// SaveOffsetTx implements offsets.TxOffsetStore.
+// SaveOffsetTx implements offsets.TxStore.
 func (p *Projections) SaveOffsetTx(ctx context.Context, tx *sql.Tx, id offsets.ID, o query.Offset) error {
 	if err := saveOffset(context.WithoutCancel(ctx), tx, id, o); err != nil {
 		return p.err(ctx, "save offset", err)

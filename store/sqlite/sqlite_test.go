@@ -105,6 +105,6 @@ func TestFrontReadsFitThePool(t *testing.T) {
 func TestOffsetsCompliance(t *testing.T) {
 	s := openTemp(t)
 	storetest.RunTxOffsets(t, storetest.TxOffsetsHarness[*sql.Tx]{
-		New: func(t *testing.T) offsets.TxOffsetStore[*sql.Tx] { return s.Projections() },
+		New: func(t *testing.T) offsets.TxStore[*sql.Tx] { return s.Projections() },
 	})
 }

@@ -49,7 +49,7 @@ type Store struct {
 	// nil.
 	Queries any
 	// Offsets is the projection offset store; nil when the store has none.
-	Offsets offsets.OffsetStore
+	Offsets offsets.Store
 	// GlobalOrdering: the journal assigns journal.Repr.Ordering, growing in
 	// commit order across all ids (annals check then has the compliance
 	// kit check it).

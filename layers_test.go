@@ -45,6 +45,7 @@ var layers = map[string][]string{
 	"store/kafka/eventual/cql/cqltest":       {"store/cassandra/cassandratest", "store/kafka/eventual/cql"},
 	"store/kafka/eventual/pg/pgeventualtest": {"store/kafka/eventual/pg", "store/postgres/pgtest"},
 	"engine/enginetest":                      {"engine", "journal"},
+	"entity/behaviortest":                    {".", "entity", "serialization", "store/memory"},
 	"entity/entitytest":                      {"engine", "entity", "journal", "serialization", "snapshot", "store/memory", "store/postgres", "store/postgres/pgtest", "store/sqlite"},
 }
 

@@ -11,6 +11,7 @@ import (
 
 	"github.com/annals-go/annals"
 	"github.com/annals-go/annals/entity"
+	"github.com/annals-go/annals/entity/behaviortest"
 	"github.com/annals-go/annals/entity/entitytest"
 	"github.com/annals-go/annals/examples/order"
 	"github.com/annals-go/annals/journal"
@@ -188,9 +189,11 @@ func TestTransitions(t *testing.T) {
 	}
 }
 
+// TestValidation runs on the behavior test kit: each refused command
+// persists nothing and leaves the state as it was, and every event on the
+// way round-trips through the registry.
 func TestValidation(t *testing.T) {
-	st := memoryStores(t)
-	h := newHost(t, st)
+	k := behaviortest.New(t, order.Behavior(), newRegistry(t))
 	tests := []struct {
 		name string
 		path []mkCommand
@@ -212,8 +215,13 @@ func TestValidation(t *testing.T) {
 	for i, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			id := fmt.Sprintf("v-%d", i)
-			reach(t, h, id, tt.path)
-			_, err := ask(t, h, id, tt.cmd)
+			for _, mk := range tt.path {
+				if r := behaviortest.Run(k, id, mk); r.Err != nil {
+					t.Fatalf("on the way: %v", r.Err)
+				}
+			}
+			r := behaviortest.Run(k, id, tt.cmd)
+			err := r.Err
 			switch {
 			case tt.is != nil && !errors.Is(err, tt.is):
 				t.Fatalf("err = %v, want %v", err, tt.is)
@@ -222,11 +230,8 @@ func TestValidation(t *testing.T) {
 					t.Fatal(msg)
 				}
 			}
-			if n := highest(t, st.Journal, id); n != int64(len(tt.path)) {
-				t.Fatalf("a failed command stored events: highest %d, want %d", n, len(tt.path))
-			}
-			if got := mustAsk(t, h, id, get); !reflect.DeepEqual(got, tt.want) {
-				t.Fatalf("order after the failed command = %+v; want %+v", got, tt.want)
+			if len(r.Events) != 0 || !reflect.DeepEqual(r.State, tt.want) {
+				t.Fatalf("a failed command persisted %v and left %+v; want nothing, %+v", r.Events, r.State, tt.want)
 			}
 		})
 	}

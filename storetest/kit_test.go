@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/annals-go/annals/journal"
+	"github.com/annals-go/annals/snapshot"
 	"github.com/annals-go/annals/store/memory"
 	"github.com/annals-go/annals/storetest"
 )
@@ -146,6 +147,75 @@ func TestKitCatchesBrokenJournals(t *testing.T) {
 			}
 			if strings.Contains(string(out), "--- FAIL: TestBrokenJournal/ReplayLowerBound ") && tt.broken != "ignoresMax" {
 				t.Errorf("an unrelated rule failed; the kit must pinpoint the broken rule")
+			}
+		})
+	}
+}
+
+// Broken snapshot stores, each breaking one rule of the snapshot contract.
+
+// ignoresMaxSequence loads the latest snapshot whatever the criteria's
+// upper sequence bound.
+type ignoresMaxSequence struct{ snapshot.Store }
+
+func (s ignoresMaxSequence) Load(ctx context.Context, pid string, c snapshot.Criteria) (snapshot.Snapshot, bool, error) {
+	if c.MaxSequenceNr > 0 {
+		c.MaxSequenceNr = 1 << 62
+	}
+	return s.Store.Load(ctx, pid, c)
+}
+
+// deletesEverything removes every snapshot of the id on DeleteMatching.
+type deletesEverything struct{ snapshot.Store }
+
+func (s deletesEverything) DeleteMatching(ctx context.Context, pid string, _ snapshot.Criteria) error {
+	return s.Store.DeleteMatching(ctx, pid, snapshot.Latest())
+}
+
+var brokenSnapshots = map[string]func(snapshot.Store) snapshot.Store{
+	"ignoresMaxSequence": func(s snapshot.Store) snapshot.Store { return ignoresMaxSequence{s} },
+	"deletesEverything":  func(s snapshot.Store) snapshot.Store { return deletesEverything{s} },
+}
+
+// TestBrokenSnapshots runs the snapshot suite against one broken store
+// when the parent test asks for it through ANNALS_KIT_BROKEN_SNAPSHOTS.
+func TestBrokenSnapshots(t *testing.T) {
+	name := os.Getenv("ANNALS_KIT_BROKEN_SNAPSHOTS")
+	if name == "" {
+		t.Skip("run by TestKitCatchesBrokenSnapshotStores")
+	}
+	storetest.RunSnapshots(t, storetest.SnapshotHarness{
+		New: func(t *testing.T) snapshot.Store {
+			s := memory.New()
+			t.Cleanup(func() { _ = s.Close() })
+			return brokenSnapshots[name](s.Snapshots())
+		},
+	})
+}
+
+func TestKitCatchesBrokenSnapshotStores(t *testing.T) {
+	for _, tt := range []struct {
+		broken   string
+		mustFail []string
+		rule     string
+	}{
+		{"ignoresMaxSequence", []string{"LoadUpperSequenceBound"}, "the youngest snapshot at or below MaxSequenceNr is loaded"},
+		{"deletesEverything", []string{"DeleteMatching"}, "DeleteMatching removes every snapshot within the criteria's upper sequence and timestamp bounds"},
+	} {
+		t.Run(tt.broken, func(t *testing.T) {
+			cmd := exec.CommandContext(t.Context(), os.Args[0], "-test.run", "^TestBrokenSnapshots$", "-test.v")
+			cmd.Env = append(os.Environ(), "ANNALS_KIT_BROKEN_SNAPSHOTS="+tt.broken)
+			out, err := cmd.CombinedOutput()
+			if err == nil {
+				t.Fatalf("the kit passed a snapshot store that %s:\n%s", tt.broken, out)
+			}
+			for _, name := range tt.mustFail {
+				if !strings.Contains(string(out), "--- FAIL: TestBrokenSnapshots/"+name+" ") {
+					t.Errorf("rule %s did not fail for a snapshot store that %s", name, tt.broken)
+				}
+			}
+			if !strings.Contains(string(out), "rule: "+tt.rule) {
+				t.Errorf("failure output does not state the rule %q", tt.rule)
 			}
 		})
 	}

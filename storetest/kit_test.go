@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/annals-go/annals/journal"
+	"github.com/annals-go/annals/query"
 	"github.com/annals-go/annals/snapshot"
 	"github.com/annals-go/annals/store/memory"
 	"github.com/annals-go/annals/storetest"
@@ -218,5 +219,46 @@ func TestKitCatchesBrokenSnapshotStores(t *testing.T) {
 				t.Errorf("failure output does not state the rule %q", tt.rule)
 			}
 		})
+	}
+}
+
+// A broken read journal: its current query by tag returns the event at the
+// offset again (an inclusive offset).
+type inclusiveByTag struct{ *memory.Queries }
+
+func (q inclusiveByTag) CurrentEventsByTag(ctx context.Context, tag string, after query.Offset) iter.Seq2[query.Envelope, error] {
+	if after.Kind == query.KindSequence {
+		after.Sequence--
+	}
+	return q.Queries.CurrentEventsByTag(ctx, tag, after)
+}
+
+// TestBrokenQueries runs the query suite against the broken read journal
+// when the parent test asks for it through ANNALS_KIT_BROKEN_QUERIES.
+func TestBrokenQueries(t *testing.T) {
+	if os.Getenv("ANNALS_KIT_BROKEN_QUERIES") == "" {
+		t.Skip("run by TestKitCatchesBrokenQueries")
+	}
+	storetest.RunQueries(t, storetest.QueryHarness{
+		New: func(t *testing.T) (journal.Journal, any) {
+			s := memory.New()
+			t.Cleanup(func() { _ = s.Close() })
+			return s.Journal(), inclusiveByTag{s.Queries()}
+		},
+	})
+}
+
+func TestKitCatchesBrokenQueries(t *testing.T) {
+	cmd := exec.CommandContext(t.Context(), os.Args[0], "-test.run", "^TestBrokenQueries$", "-test.v")
+	cmd.Env = append(os.Environ(), "ANNALS_KIT_BROKEN_QUERIES=1")
+	out, err := cmd.CombinedOutput()
+	if err == nil {
+		t.Fatalf("the kit passed a read journal whose offsets are inclusive:\n%s", out)
+	}
+	if !strings.Contains(string(out), "--- FAIL: TestBrokenQueries/OffsetsAreExclusive ") {
+		t.Errorf("OffsetsAreExclusive did not fail for a read journal whose offsets are inclusive")
+	}
+	if !strings.Contains(string(out), "rule: a query from the offset of an envelope returns the events after it, not it") {
+		t.Errorf("failure output does not state the rule")
 	}
 }

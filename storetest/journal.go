@@ -234,198 +234,237 @@ func journalRules() []journalRule {
 	}
 
 	rules = append(rules,
-		journalRule{"UnknownIDHighestIsZero", "the highest sequence number of an id never written is 0, and its replay is empty", func(t *testing.T, j journal.Journal, _ JournalHarness) {
-			pid := uniqueID(t, "KitJournal")
-			if n := highest(t, j, pid, 0); n != 0 {
-				t.Errorf("HighestSequenceNr of unknown id = %d, want 0", n)
-			}
-			if got := replaySeqs(t, j, pid, 1, maxSeq, maxSeq); len(got) != 0 {
-				t.Errorf("replay of unknown id yielded %v, want nothing", got)
-			}
-		}},
-		journalRule{"TopOfRange", "events numbered up to math.MaxInt64 are stored, and a replay to the top of the range ends after the last of them", func(t *testing.T, j journal.Journal, h JournalHarness) {
-			if h.Capabilities.ScansFromFirst {
-				t.Skip("store declares ScansFromFirst: it cannot read a journal that starts at the top of the range")
-			}
-			pid := uniqueID(t, "KitJournal")
-			// Not atomicRange: its loop would wrap around at the top.
-			mustWrite(t, j, journal.AtomicWrite{PersistenceID: pid, Events: []journal.Repr{ev(pid, maxSeq-1), ev(pid, maxSeq)}})
-			for _, from := range []int64{1, maxSeq - 1, maxSeq} {
-				var got []int64
-				for e, err := range j.Replay(testContext(t), pid, from, maxSeq, maxSeq) {
-					if err != nil {
-						t.Fatalf("Replay(from=%d): %v", from, err)
-					}
-					if got = append(got, e.SequenceNr); len(got) > 2 {
-						break // a replay that wraps around yields forever
-					}
-				}
-				want := []int64{maxSeq - 1, maxSeq}
-				if from == maxSeq {
-					want = want[1:]
-				}
-				if !slices.Equal(got, want) {
-					t.Errorf("Replay(from=%d, to=max) yielded %v, want %v", from, got, want)
-				}
-			}
-			if n := highest(t, j, pid, 0); n != maxSeq {
-				t.Errorf("HighestSequenceNr = %d, want %d", n, int64(maxSeq))
-			}
-		}},
-		journalRule{"HighestWithoutReplay", "HighestSequenceNr returns the highest stored number without a replay, whatever the from hint", func(t *testing.T, j journal.Journal, _ JournalHarness) {
-			pid := writeFive(t, j)
-			for _, from := range []int64{0, 3, 5} {
-				if n := highest(t, j, pid, from); n != 5 {
-					t.Errorf("HighestSequenceNr(from=%d) = %d, want 5", from, n)
-				}
-			}
-		}},
-		journalRule{"HighestKeptAfterPartialDelete", "deleting some events does not lower the highest sequence number", func(t *testing.T, j journal.Journal, _ JournalHarness) {
-			pid := writeFive(t, j)
-			deleteTo(t, j, pid, 3)
-			if n := highest(t, j, pid, 0); n != 5 {
-				t.Errorf("HighestSequenceNr after DeleteTo(3) = %d, want 5", n)
-			}
-		}},
-		journalRule{"HighestKeptAfterDeletingAll", "deleting every event keeps the highest sequence number, also when to is beyond it", func(t *testing.T, j journal.Journal, _ JournalHarness) {
-			pid := writeFive(t, j)
-			deleteTo(t, j, pid, 5)
-			if n := highest(t, j, pid, 0); n != 5 {
-				t.Errorf("HighestSequenceNr after DeleteTo(5) = %d, want 5", n)
-			}
-			deleteTo(t, j, pid, maxSeq)
-			if n := highest(t, j, pid, 0); n != 5 {
-				t.Errorf("HighestSequenceNr after DeleteTo(max) = %d, want 5", n)
-			}
-			if got := replaySeqs(t, j, pid, 1, maxSeq, maxSeq); len(got) != 0 {
-				t.Errorf("replay after deleting all yielded %v, want nothing", got)
-			}
-		}},
-		journalRule{"WriteAfterDeletingAll", "after deleting every event, writing continues from the kept highest number", func(t *testing.T, j journal.Journal, _ JournalHarness) {
-			pid := writeFive(t, j)
-			deleteTo(t, j, pid, 5)
-			mustWrite(t, j, single(pid, 6))
-			if n := highest(t, j, pid, 0); n != 6 {
-				t.Errorf("HighestSequenceNr = %d, want 6", n)
-			}
-			if got := replaySeqs(t, j, pid, 1, maxSeq, maxSeq); !slices.Equal(got, []int64{6}) {
-				t.Errorf("replay yielded %v, want [6]", got)
-			}
-		}},
-		journalRule{"DeleteIsIdempotent", "deleting an already deleted range, or an id never written, is not an error", func(t *testing.T, j journal.Journal, _ JournalHarness) {
-			pid := writeFive(t, j)
-			deleteTo(t, j, pid, 2)
-			deleteTo(t, j, pid, 2)
-			deleteTo(t, j, pid, 1)
-			deleteTo(t, j, uniqueID(t, "KitJournal"), 10)
-			if got := replaySeqs(t, j, pid, 1, maxSeq, maxSeq); !slices.Equal(got, seqs(3, 5)) {
-				t.Errorf("replay yielded %v, want [3 4 5]", got)
-			}
-		}},
+		journalRule{"UnknownIDHighestIsZero", "the highest sequence number of an id never written is 0, and its replay is empty", unknownIDHighestIsZero},
+		journalRule{"TopOfRange", "events numbered up to math.MaxInt64 are stored, and a replay to the top of the range ends after the last of them", topOfRange},
+		journalRule{"HighestWithoutReplay", "HighestSequenceNr returns the highest stored number without a replay, whatever the from hint", highestWithoutReplay},
+		journalRule{"HighestKeptAfterPartialDelete", "deleting some events does not lower the highest sequence number", highestKeptAfterPartialDelete},
+		journalRule{"HighestKeptAfterDeletingAll", "deleting every event keeps the highest sequence number, also when to is beyond it", highestKeptAfterDeletingAll},
+		journalRule{"WriteAfterDeletingAll", "after deleting every event, writing continues from the kept highest number", writeAfterDeletingAll},
+		journalRule{"DeleteIsIdempotent", "deleting an already deleted range, or an id never written, is not an error", deleteIsIdempotent},
 		journalRule{"FieldsRoundTrip", "every field a writer sets is replayed unchanged (timestamps to the microsecond, in UTC), and the store fills slice and entity type", roundTrip},
-		journalRule{"MetadataRoundTrip", "event metadata is replayed byte for byte; an event without metadata replays with none", func(t *testing.T, j journal.Journal, _ JournalHarness) {
-			pid := uniqueID(t, "KitJournal")
-			e1, e2 := ev(pid, 1), ev(pid, 2)
-			e1.Metadata = []byte{0, 1, 2, 0xff, 'm'}
-			mustWrite(t, j, journal.AtomicWrite{PersistenceID: pid, Events: []journal.Repr{e1, e2}})
-			got := replayAll(t, j, pid)
-			if len(got) != 2 || !bytes.Equal(got[0].Metadata, e1.Metadata) || len(got[1].Metadata) != 0 {
-				t.Errorf("metadata replayed as %v, want [%v, none]", metadataOf(got), e1.Metadata)
-			}
-		}},
-		journalRule{"ZeroTimestampFilledByStore", "a zero timestamp is replaced by the store's clock at write", func(t *testing.T, j journal.Journal, _ JournalHarness) {
-			pid := uniqueID(t, "KitJournal")
-			before := time.Now().Add(-time.Minute)
-			mustWrite(t, j, single(pid, 1))
-			got := replayAll(t, j, pid)
-			if len(got) != 1 || got[0].Timestamp.Before(before) || got[0].Timestamp.After(time.Now().Add(time.Minute)) {
-				t.Errorf("timestamp = %v, want about now", timestampsOf(got))
-			}
-		}},
-		journalRule{"GlobalOrderingGrows", "where the store assigns Ordering, it is positive and grows in write order across ids", func(t *testing.T, j journal.Journal, h JournalHarness) {
-			if !h.Capabilities.GlobalOrdering {
-				t.Skip("store does not declare GlobalOrdering")
-			}
-			a, b := uniqueID(t, "KitJournal"), uniqueID(t, "KitJournal")
-			mustWrite(t, j, single(a, 1), single(b, 1))
-			mustWrite(t, j, single(a, 2))
-			ea, eb := replayAll(t, j, a), replayAll(t, j, b)
-			if len(ea) != 2 || len(eb) != 1 {
-				t.Fatalf("replayed %d and %d events, want 2 and 1", len(ea), len(eb))
-			}
-			if !(ea[0].Ordering > 0 && ea[0].Ordering < eb[0].Ordering && eb[0].Ordering < ea[1].Ordering) {
-				t.Errorf("orderings a1=%d b1=%d a2=%d, want 0 < a1 < b1 < a2", ea[0].Ordering, eb[0].Ordering, ea[1].Ordering)
-			}
-		}},
-		journalRule{"AtomicWriteAllOrNothing", "an atomic write whose later event conflicts stores none of its events", func(t *testing.T, j journal.Journal, _ JournalHarness) {
-			pid := writeFive(t, j)
-			// Events 6..8 are new, 5 is stored: the whole write must fail.
-			w := atomicRange(pid, 5, 8)
-			res, err := j.Write(testContext(t), []journal.AtomicWrite{w})
-			if err != nil {
-				t.Fatalf("Write: outcome unknown: %v", err)
-			}
-			if len(res) != 1 || !errors.Is(res[0], journal.ErrSequenceConflict) {
-				t.Fatalf("results = %v, want one ErrSequenceConflict", res)
-			}
-			if got := replaySeqs(t, j, pid, 1, maxSeq, maxSeq); !slices.Equal(got, seqs(1, 5)) {
-				t.Errorf("after a failed atomic write the journal holds %v, want [1 2 3 4 5]", got)
-			}
-			if n := highest(t, j, pid, 0); n != 5 {
-				t.Errorf("HighestSequenceNr = %d, want 5", n)
-			}
-		}},
-		journalRule{"SecondWriterConflict", "a second write of a stored (id, seq) fails with a *ConflictError wrapping ErrSequenceConflict and ErrRejected, and the stored event is unchanged", func(t *testing.T, j journal.Journal, _ JournalHarness) {
-			pid := writeFive(t, j)
-			dup := ev(pid, 3)
-			dup.Payload, dup.WriterID = []byte("from the second writer"), "writer-2"
-			res, err := j.Write(testContext(t), []journal.AtomicWrite{{PersistenceID: pid, Events: []journal.Repr{dup}}})
-			if err != nil {
-				t.Fatalf("Write: outcome unknown: %v", err)
-			}
-			var ce *journal.ConflictError
-			if len(res) != 1 || !errors.As(res[0], &ce) || !errors.Is(res[0], journal.ErrSequenceConflict) || !errors.Is(res[0], journal.ErrRejected) {
-				t.Fatalf("results = %v, want one *ConflictError", res)
-			}
-			if ce.PersistenceID != pid || ce.SequenceNr != 3 {
-				t.Errorf("ConflictError names (%q, %d), want (%q, 3)", ce.PersistenceID, ce.SequenceNr, pid)
-			}
-			got := replayAll(t, j, pid)
-			if len(got) != 5 || string(got[2].Payload) != string(ev(pid, 3).Payload) || got[2].WriterID != "writer-1" {
-				t.Errorf("stored event 3 changed to payload %q writer %q", got[2].Payload, got[2].WriterID)
-			}
-		}},
-		journalRule{"RejectedWriteKeepsNeighbours", "one rejected atomic write in a batch is reported at its index and its neighbours are stored", func(t *testing.T, j journal.Journal, _ JournalHarness) {
-			a, b, c, d := uniqueID(t, "KitJournal"), uniqueID(t, "KitJournal"), uniqueID(t, "KitJournal"), writeFive(t, j)
-			bad := journal.AtomicWrite{PersistenceID: b, Events: []journal.Repr{ev(b, 1), ev(b, 3)}}
-			res, err := j.Write(testContext(t), []journal.AtomicWrite{single(a, 1), bad, atomicRange(c, 1, 2), single(d, 2), single(d, 6)})
-			if err != nil {
-				t.Fatalf("Write: outcome unknown: %v", err)
-			}
-			if len(res) != 5 {
-				t.Fatalf("Write returned %d results, want 5", len(res))
-			}
-			want := []error{nil, journal.ErrInvalidArgument, nil, journal.ErrSequenceConflict, nil}
-			for i, w := range want {
-				if (w == nil) != (res[i] == nil) || (w != nil && (!errors.Is(res[i], w) || !errors.Is(res[i], journal.ErrRejected))) {
-					t.Errorf("result %d = %v, want %v", i, res[i], w)
-				}
-			}
-			for _, x := range []struct {
-				pid  string
-				want []int64
-			}{{a, seqs(1, 1)}, {b, nil}, {c, seqs(1, 2)}, {d, seqs(1, 6)}} {
-				if got := replaySeqs(t, j, x.pid, 1, maxSeq, maxSeq); !slices.Equal(got, x.want) {
-					t.Errorf("%s holds %v, want %v", x.pid, got, x.want)
-				}
-			}
-		}},
+		journalRule{"MetadataRoundTrip", "event metadata is replayed byte for byte; an event without metadata replays with none", metadataRoundTrip},
+		journalRule{"ZeroTimestampFilledByStore", "a zero timestamp is replaced by the store's clock at write", zeroTimestampFilledByStore},
+		journalRule{"GlobalOrderingGrows", "where the store assigns Ordering, it is positive and grows in write order across ids", globalOrderingGrows},
+		journalRule{"AtomicWriteAllOrNothing", "an atomic write whose later event conflicts stores none of its events", atomicWriteAllOrNothing},
+		journalRule{"SecondWriterConflict", "a second write of a stored (id, seq) fails with a *ConflictError wrapping ErrSequenceConflict and ErrRejected, and the stored event is unchanged", secondWriterConflict},
+		journalRule{"RejectedWriteKeepsNeighbours", "one rejected atomic write in a batch is reported at its index and its neighbours are stored", rejectedWriteKeepsNeighbours},
 		journalRule{"InvalidArgumentsRejected", "invalid arguments are rejected with an error wrapping ErrInvalidArgument that names the problem, and nothing is stored", invalidArguments},
 		journalRule{"ConcurrentWritersKeepOrder", "100 ids written concurrently by 100 goroutines keep per-id order with no gaps", concurrentWriters},
 		journalRule{"ReplayHonoursCancellation", "replay and highest sequence number end with the context's error once it is cancelled", cancellation},
 		journalRule{"LargeReplayStreams", "a replay of 100,000 events streams with bounded memory and stops early when the consumer stops", largeReplay},
 	)
 	return rules
+}
+
+// unknownIDHighestIsZero: the highest sequence number of an id never written is 0, and its replay is empty.
+func unknownIDHighestIsZero(t *testing.T, j journal.Journal, _ JournalHarness) {
+	pid := uniqueID(t, "KitJournal")
+	if n := highest(t, j, pid, 0); n != 0 {
+		t.Errorf("HighestSequenceNr of unknown id = %d, want 0", n)
+	}
+	if got := replaySeqs(t, j, pid, 1, maxSeq, maxSeq); len(got) != 0 {
+		t.Errorf("replay of unknown id yielded %v, want nothing", got)
+	}
+}
+
+// topOfRange: events numbered up to math.MaxInt64 are stored, and a replay to the top of the range ends after the last of them.
+func topOfRange(t *testing.T, j journal.Journal, h JournalHarness) {
+	if h.Capabilities.ScansFromFirst {
+		t.Skip("store declares ScansFromFirst: it cannot read a journal that starts at the top of the range")
+	}
+	pid := uniqueID(t, "KitJournal")
+	// Not atomicRange: its loop would wrap around at the top.
+	mustWrite(t, j, journal.AtomicWrite{PersistenceID: pid, Events: []journal.Repr{ev(pid, maxSeq-1), ev(pid, maxSeq)}})
+	for _, from := range []int64{1, maxSeq - 1, maxSeq} {
+		var got []int64
+		for e, err := range j.Replay(testContext(t), pid, from, maxSeq, maxSeq) {
+			if err != nil {
+				t.Fatalf("Replay(from=%d): %v", from, err)
+			}
+			if got = append(got, e.SequenceNr); len(got) > 2 {
+				break // a replay that wraps around yields forever
+			}
+		}
+		want := []int64{maxSeq - 1, maxSeq}
+		if from == maxSeq {
+			want = want[1:]
+		}
+		if !slices.Equal(got, want) {
+			t.Errorf("Replay(from=%d, to=max) yielded %v, want %v", from, got, want)
+		}
+	}
+	if n := highest(t, j, pid, 0); n != maxSeq {
+		t.Errorf("HighestSequenceNr = %d, want %d", n, int64(maxSeq))
+	}
+}
+
+// highestWithoutReplay: HighestSequenceNr returns the highest stored number without a replay, whatever the from hint.
+func highestWithoutReplay(t *testing.T, j journal.Journal, _ JournalHarness) {
+	pid := writeFive(t, j)
+	for _, from := range []int64{0, 3, 5} {
+		if n := highest(t, j, pid, from); n != 5 {
+			t.Errorf("HighestSequenceNr(from=%d) = %d, want 5", from, n)
+		}
+	}
+}
+
+// highestKeptAfterPartialDelete: deleting some events does not lower the highest sequence number.
+func highestKeptAfterPartialDelete(t *testing.T, j journal.Journal, _ JournalHarness) {
+	pid := writeFive(t, j)
+	deleteTo(t, j, pid, 3)
+	if n := highest(t, j, pid, 0); n != 5 {
+		t.Errorf("HighestSequenceNr after DeleteTo(3) = %d, want 5", n)
+	}
+}
+
+// highestKeptAfterDeletingAll: deleting every event keeps the highest sequence number, also when to is beyond it.
+func highestKeptAfterDeletingAll(t *testing.T, j journal.Journal, _ JournalHarness) {
+	pid := writeFive(t, j)
+	deleteTo(t, j, pid, 5)
+	if n := highest(t, j, pid, 0); n != 5 {
+		t.Errorf("HighestSequenceNr after DeleteTo(5) = %d, want 5", n)
+	}
+	deleteTo(t, j, pid, maxSeq)
+	if n := highest(t, j, pid, 0); n != 5 {
+		t.Errorf("HighestSequenceNr after DeleteTo(max) = %d, want 5", n)
+	}
+	if got := replaySeqs(t, j, pid, 1, maxSeq, maxSeq); len(got) != 0 {
+		t.Errorf("replay after deleting all yielded %v, want nothing", got)
+	}
+}
+
+// writeAfterDeletingAll: after deleting every event, writing continues from the kept highest number.
+func writeAfterDeletingAll(t *testing.T, j journal.Journal, _ JournalHarness) {
+	pid := writeFive(t, j)
+	deleteTo(t, j, pid, 5)
+	mustWrite(t, j, single(pid, 6))
+	if n := highest(t, j, pid, 0); n != 6 {
+		t.Errorf("HighestSequenceNr = %d, want 6", n)
+	}
+	if got := replaySeqs(t, j, pid, 1, maxSeq, maxSeq); !slices.Equal(got, []int64{6}) {
+		t.Errorf("replay yielded %v, want [6]", got)
+	}
+}
+
+// deleteIsIdempotent: deleting an already deleted range, or an id never written, is not an error.
+func deleteIsIdempotent(t *testing.T, j journal.Journal, _ JournalHarness) {
+	pid := writeFive(t, j)
+	deleteTo(t, j, pid, 2)
+	deleteTo(t, j, pid, 2)
+	deleteTo(t, j, pid, 1)
+	deleteTo(t, j, uniqueID(t, "KitJournal"), 10)
+	if got := replaySeqs(t, j, pid, 1, maxSeq, maxSeq); !slices.Equal(got, seqs(3, 5)) {
+		t.Errorf("replay yielded %v, want [3 4 5]", got)
+	}
+}
+
+// metadataRoundTrip: event metadata is replayed byte for byte; an event without metadata replays with none.
+func metadataRoundTrip(t *testing.T, j journal.Journal, _ JournalHarness) {
+	pid := uniqueID(t, "KitJournal")
+	e1, e2 := ev(pid, 1), ev(pid, 2)
+	e1.Metadata = []byte{0, 1, 2, 0xff, 'm'}
+	mustWrite(t, j, journal.AtomicWrite{PersistenceID: pid, Events: []journal.Repr{e1, e2}})
+	got := replayAll(t, j, pid)
+	if len(got) != 2 || !bytes.Equal(got[0].Metadata, e1.Metadata) || len(got[1].Metadata) != 0 {
+		t.Errorf("metadata replayed as %v, want [%v, none]", metadataOf(got), e1.Metadata)
+	}
+}
+
+// zeroTimestampFilledByStore: a zero timestamp is replaced by the store's clock at write.
+func zeroTimestampFilledByStore(t *testing.T, j journal.Journal, _ JournalHarness) {
+	pid := uniqueID(t, "KitJournal")
+	before := time.Now().Add(-time.Minute)
+	mustWrite(t, j, single(pid, 1))
+	got := replayAll(t, j, pid)
+	if len(got) != 1 || got[0].Timestamp.Before(before) || got[0].Timestamp.After(time.Now().Add(time.Minute)) {
+		t.Errorf("timestamp = %v, want about now", timestampsOf(got))
+	}
+}
+
+// globalOrderingGrows: where the store assigns Ordering, it is positive and grows in write order across ids.
+func globalOrderingGrows(t *testing.T, j journal.Journal, h JournalHarness) {
+	if !h.Capabilities.GlobalOrdering {
+		t.Skip("store does not declare GlobalOrdering")
+	}
+	a, b := uniqueID(t, "KitJournal"), uniqueID(t, "KitJournal")
+	mustWrite(t, j, single(a, 1), single(b, 1))
+	mustWrite(t, j, single(a, 2))
+	ea, eb := replayAll(t, j, a), replayAll(t, j, b)
+	if len(ea) != 2 || len(eb) != 1 {
+		t.Fatalf("replayed %d and %d events, want 2 and 1", len(ea), len(eb))
+	}
+	if !(ea[0].Ordering > 0 && ea[0].Ordering < eb[0].Ordering && eb[0].Ordering < ea[1].Ordering) {
+		t.Errorf("orderings a1=%d b1=%d a2=%d, want 0 < a1 < b1 < a2", ea[0].Ordering, eb[0].Ordering, ea[1].Ordering)
+	}
+}
+
+// atomicWriteAllOrNothing: an atomic write whose later event conflicts stores none of its events.
+func atomicWriteAllOrNothing(t *testing.T, j journal.Journal, _ JournalHarness) {
+	pid := writeFive(t, j)
+	// Events 6..8 are new, 5 is stored: the whole write must fail.
+	w := atomicRange(pid, 5, 8)
+	res, err := j.Write(testContext(t), []journal.AtomicWrite{w})
+	if err != nil {
+		t.Fatalf("Write: outcome unknown: %v", err)
+	}
+	if len(res) != 1 || !errors.Is(res[0], journal.ErrSequenceConflict) {
+		t.Fatalf("results = %v, want one ErrSequenceConflict", res)
+	}
+	if got := replaySeqs(t, j, pid, 1, maxSeq, maxSeq); !slices.Equal(got, seqs(1, 5)) {
+		t.Errorf("after a failed atomic write the journal holds %v, want [1 2 3 4 5]", got)
+	}
+	if n := highest(t, j, pid, 0); n != 5 {
+		t.Errorf("HighestSequenceNr = %d, want 5", n)
+	}
+}
+
+// secondWriterConflict: a second write of a stored (id, seq) fails with a *ConflictError wrapping ErrSequenceConflict and ErrRejected, and the stored event is unchanged.
+func secondWriterConflict(t *testing.T, j journal.Journal, _ JournalHarness) {
+	pid := writeFive(t, j)
+	dup := ev(pid, 3)
+	dup.Payload, dup.WriterID = []byte("from the second writer"), "writer-2"
+	res, err := j.Write(testContext(t), []journal.AtomicWrite{{PersistenceID: pid, Events: []journal.Repr{dup}}})
+	if err != nil {
+		t.Fatalf("Write: outcome unknown: %v", err)
+	}
+	var ce *journal.ConflictError
+	if len(res) != 1 || !errors.As(res[0], &ce) || !errors.Is(res[0], journal.ErrSequenceConflict) || !errors.Is(res[0], journal.ErrRejected) {
+		t.Fatalf("results = %v, want one *ConflictError", res)
+	}
+	if ce.PersistenceID != pid || ce.SequenceNr != 3 {
+		t.Errorf("ConflictError names (%q, %d), want (%q, 3)", ce.PersistenceID, ce.SequenceNr, pid)
+	}
+	got := replayAll(t, j, pid)
+	if len(got) != 5 || string(got[2].Payload) != string(ev(pid, 3).Payload) || got[2].WriterID != "writer-1" {
+		t.Errorf("stored event 3 changed to payload %q writer %q", got[2].Payload, got[2].WriterID)
+	}
+}
+
+// rejectedWriteKeepsNeighbours: one rejected atomic write in a batch is reported at its index and its neighbours are stored.
+func rejectedWriteKeepsNeighbours(t *testing.T, j journal.Journal, _ JournalHarness) {
+	a, b, c, d := uniqueID(t, "KitJournal"), uniqueID(t, "KitJournal"), uniqueID(t, "KitJournal"), writeFive(t, j)
+	bad := journal.AtomicWrite{PersistenceID: b, Events: []journal.Repr{ev(b, 1), ev(b, 3)}}
+	res, err := j.Write(testContext(t), []journal.AtomicWrite{single(a, 1), bad, atomicRange(c, 1, 2), single(d, 2), single(d, 6)})
+	if err != nil {
+		t.Fatalf("Write: outcome unknown: %v", err)
+	}
+	if len(res) != 5 {
+		t.Fatalf("Write returned %d results, want 5", len(res))
+	}
+	want := []error{nil, journal.ErrInvalidArgument, nil, journal.ErrSequenceConflict, nil}
+	for i, w := range want {
+		if (w == nil) != (res[i] == nil) || (w != nil && (!errors.Is(res[i], w) || !errors.Is(res[i], journal.ErrRejected))) {
+			t.Errorf("result %d = %v, want %v", i, res[i], w)
+		}
+	}
+	for _, x := range []struct {
+		pid  string
+		want []int64
+	}{{a, seqs(1, 1)}, {b, nil}, {c, seqs(1, 2)}, {d, seqs(1, 6)}} {
+		if got := replaySeqs(t, j, x.pid, 1, maxSeq, maxSeq); !slices.Equal(got, x.want) {
+			t.Errorf("%s holds %v, want %v", x.pid, got, x.want)
+		}
+	}
 }
 
 func replayAll(t *testing.T, j journal.Journal, pid string) []journal.Repr {

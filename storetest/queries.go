@@ -162,267 +162,294 @@ func uniqueType(t *testing.T) (string, string) {
 
 func queryRules() []queryRule {
 	return []queryRule{
-		{"OffsetsAreExclusive", "a query from the offset of an envelope returns the events after it, not it", func(t *testing.T, j journal.Journal, rj any, h QueryHarness) {
-			et, tag := uniqueType(t)
-			qs := offsetQueries(rj, et, tag)
-			if len(qs) == 0 {
-				t.Skip("store offers neither events by tag nor by slices")
-			}
-			pid := et + "|a"
-			taggedEvents(t, j, pid, 1, 5, tag)
-			for _, q := range qs {
-				all := collect(t, q.current(testContext(t), query.NoOffset()))
-				if len(all) != 5 {
-					t.Fatalf("%s from no offset: %v, want 5 events", q.name, idSeqs(all))
-				}
-				rest := collect(t, q.current(testContext(t), all[1].Offset))
-				if got := idSeqs(rest); !slices.Equal(got, idSeqs(all[2:])) {
-					t.Errorf("%s after the 2nd event's offset: %v, want %v", q.name, got, idSeqs(all[2:]))
-				}
-				if n := len(collect(t, q.current(testContext(t), all[4].Offset))); n != 0 {
-					t.Errorf("%s after the last offset returned %d events, want 0", q.name, n)
-				}
-			}
-		}},
-		{"CurrentQueriesEnd", "a current query ends, and does not return events stored after it started", func(t *testing.T, j journal.Journal, rj any, h QueryHarness) {
-			eachOffsetQuery(t, rj, func(t *testing.T, q offsetQuery, et, tag string) {
-				pid := et + "|c"
-				taggedEvents(t, j, pid, 1, 3, tag)
-				n := 0
-				for _, err := range q.current(testContext(t), query.NoOffset()) {
-					if err != nil {
-						t.Fatal(err)
-					}
-					n++
-					if n == 1 {
-						taggedEvents(t, j, pid, 4, 5, tag)
-					}
-				}
-				if n != 3 {
-					t.Errorf("returned %d events, want the 3 stored when it started", n)
-				}
-			})
-		}},
-		{"LiveQueriesFollow", "a live query returns events stored after it started, and ends with its context's error", func(t *testing.T, j journal.Journal, rj any, h QueryHarness) {
-			et, tag := uniqueType(t)
-			qs := offsetQueries(rj, et, tag)
-			if len(qs) == 0 {
-				t.Skip("store offers neither events by tag nor by slices")
-			}
-			for i, q := range qs {
-				pid := fmt.Sprintf("%s|l%d", et, i)
-				ctx, cancel := context.WithCancel(testContext(t))
-				stream := q.live(ctx, query.NoOffset())
-				got := make(chan query.Envelope)
-				go func() {
-					defer close(got)
-					for env := range stream.All() {
-						got <- env
-					}
-				}()
-				taggedEvents(t, j, pid, 1, 2, tag)
-				taggedEvents(t, j, pid, 3, 3, tag)
-				var seqs []int64
-				for env := range got {
-					if env.PersistenceID == pid {
-						seqs = append(seqs, env.SequenceNr)
-					}
-					if len(seqs) == 3 {
-						cancel()
-					}
-				}
-				cancel()
-				if !slices.Equal(seqs, []int64{1, 2, 3}) {
-					t.Errorf("%s live returned %v, want [1 2 3]", q.name, seqs)
-				}
-				if err := stream.Err(); !errors.Is(err, context.Canceled) {
-					t.Errorf("%s live ended with %v, want context.Canceled", q.name, err)
-				}
-			}
-		}},
-		{"EnvelopesCarryMetadata", "envelopes carry the persistence id, sequence number, tags, timestamp, entity type and slice", func(t *testing.T, j journal.Journal, rj any, h QueryHarness) {
-			et, tag := uniqueType(t)
-			qs := offsetQueries(rj, et, tag)
-			if len(qs) == 0 {
-				t.Skip("store offers neither events by tag nor by slices")
-			}
-			pid := et + "|m"
-			taggedEvents(t, j, pid, 1, 1, tag, "other")
-			for _, q := range qs {
-				envs := collect(t, q.current(testContext(t), query.NoOffset()))
-				if len(envs) != 1 {
-					t.Fatalf("%s returned %d events, want 1", q.name, len(envs))
-				}
-				e := envs[0]
-				if e.PersistenceID != pid || e.SequenceNr != 1 || !slices.Equal(e.Tags, []string{tag, "other"}) || e.Timestamp.IsZero() || e.EntityType != et || e.Slice != annals.Slice(pid) || string(e.Payload) != string(ev(pid, 1).Payload) {
-					t.Errorf("%s envelope %+v lacks what was stored", q.name, e)
-				}
-			}
-		}},
-		{"ByIDSkipsDeletedEvents", "events by persistence id does not return deleted events", func(t *testing.T, j journal.Journal, rj any, h QueryHarness) {
-			q := capability[query.EventsByPersistenceIDQuery](t, rj)
-			pid := writeFive(t, j)
-			deleteTo(t, j, pid, 3)
-			envs := collect(t, q.CurrentEventsByPersistenceID(testContext(t), pid, 1, maxSeq))
-			if got := len(envs); got != 2 || envs[0].SequenceNr != 4 {
-				t.Errorf("current by id after DeleteTo(3) returned %v, want 4 and 5", idSeqs(envs))
-			}
-		}},
-		{"ByIDLiveEndsAtUpperBound", "live events by persistence id follows new events and ends after the one at its upper bound", func(t *testing.T, j journal.Journal, rj any, h QueryHarness) {
-			q := capability[query.EventsByPersistenceIDQuery](t, rj)
-			pid := uniqueID(t, "KitQ")
-			mustWrite(t, j, single(pid, 1))
-			stream := q.EventsByPersistenceID(testContext(t), pid, 1, 3)
-			done := make(chan []int64)
-			go func() {
-				var seqs []int64
-				for env := range stream.All() {
-					seqs = append(seqs, env.SequenceNr)
-				}
-				done <- seqs
-			}()
-			mustWrite(t, j, single(pid, 2))
-			mustWrite(t, j, single(pid, 3), single(pid, 4))
-			if seqs := <-done; !slices.Equal(seqs, []int64{1, 2, 3}) {
-				t.Errorf("live by id to 3 returned %v, want [1 2 3] and its end", seqs)
-			}
-			if err := stream.Err(); err != nil {
-				t.Errorf("a live query that reached its bound ended with %v, want nil", err)
-			}
-		}},
-		{"PersistenceIDsListedOnce", "persistence ids are listed once each, ascending (or in the store's declared order), paged by after-id and limit, filtered by entity type", func(t *testing.T, j journal.Journal, rj any, h QueryHarness) {
-			q := capability[query.PersistenceIDsQuery](t, rj)
-			et, _ := uniqueType(t)
-			var want []string
-			for _, id := range []string{"c", "a", "d", "b", "e"} {
-				pid := et + "|" + id
-				mustWrite(t, j, single(pid, 1), single(pid, 2))
-				want = append(want, pid)
-			}
-			slices.Sort(want)
-			var got []string
-			after := ""
-			for page := 0; page < 10; page++ {
-				ids, err := q.CurrentPersistenceIDs(testContext(t), et, after, 2)
-				if err != nil {
-					t.Fatal(err)
-				}
-				if len(ids) == 0 {
-					break
-				}
-				if len(ids) > 2 {
-					t.Fatalf("page of %d ids, limit 2", len(ids))
-				}
-				got = append(got, ids...)
-				after = ids[len(ids)-1]
-			}
-			if h.IDsInStoreOrder {
-				slices.Sort(got)
-			}
-			if !slices.Equal(got, want) {
-				t.Errorf("paged ids %v, want %v", got, want)
-			}
-			ctx, cancel := context.WithCancel(testContext(t))
-			defer cancel()
-			stream := q.PersistenceIDs(ctx, et)
-			var live []string
-			for id := range stream.All() {
-				live = append(live, id)
-				if len(live) == len(want) {
-					mustWrite(t, j, single(et+"|f", 1), single(et+"|a", 3), single(et+"|f", 2))
-				}
-				if len(live) == len(want)+1 {
-					cancel()
-				}
-			}
-			if h.IDsInStoreOrder && len(live) == len(want)+1 {
-				slices.Sort(live[:len(want)])
-			}
-			if !slices.Equal(live, append(slices.Clone(want), et+"|f")) {
-				t.Errorf("live ids %v, want the %d known, then the new one once", live, len(want))
-			}
-		}},
-		{"QueriesFilter", "by slices returns only the entity type and slice range asked, by tag only events with that tag, persistence ids only the type asked (including an id without a separator)", func(t *testing.T, j journal.Journal, rj any, h QueryHarness) {
-			et, tag := uniqueType(t)
-			other, _ := uniqueType(t)
-			var inLow int
-			for i := range 40 {
-				pid := fmt.Sprintf("%s|%02d", et, i)
-				e1, e2, e3 := ev(pid, 1), ev(pid, 2), ev(pid, 3)
-				e1.Tags, e2.Tags = []string{tag}, []string{"not-" + tag}
-				mustWrite(t, j, journal.AtomicWrite{PersistenceID: pid, Events: []journal.Repr{e1, e2, e3}})
-				if annals.Slice(pid) < 512 {
-					inLow++
-				}
-			}
-			mustWrite(t, j, single(other+"|x", 1), single(et, 1))
-			if q, ok := rj.(query.EventsBySlicesQuery); ok {
-				envs := collect(t, q.CurrentEventsBySlices(testContext(t), et, 0, 511, query.NoOffset()))
-				n := 0
-				for _, e := range envs {
-					if e.EntityType != et || e.Slice > 511 {
-						t.Errorf("by slices 0-511 of %s returned %s (slice %d, type %s)", et, e.PersistenceID, e.Slice, e.EntityType)
-					}
-					if e.PersistenceID != et {
-						n++
-					}
-				}
-				if want := 3 * inLow; n != want {
-					t.Errorf("by slices 0-511 returned %d events of the %d ids in range, want %d", n, inLow, want)
-				}
-			}
-			if q, ok := rj.(query.EventsByTagQuery); ok {
-				envs := collect(t, q.CurrentEventsByTag(testContext(t), tag, query.NoOffset()))
-				for _, e := range envs {
-					if !slices.Contains(e.Tags, tag) {
-						t.Errorf("by tag %s returned %s#%d tagged %v", tag, e.PersistenceID, e.SequenceNr, e.Tags)
-					}
-				}
-				if len(envs) != 40 {
-					t.Errorf("by tag returned %d events, want 40", len(envs))
-				}
-			}
-			if q, ok := rj.(query.PersistenceIDsQuery); ok {
-				ids, err := q.CurrentPersistenceIDs(testContext(t), et, "", 0)
-				if err != nil {
-					t.Fatal(err)
-				}
-				if len(ids) != 41 || !slices.Contains(ids, et) || slices.Contains(ids, other+"|x") {
-					t.Errorf("ids of type %s: %d of them (%v…), want the 40 of the type and the id %q", et, len(ids), ids[:min(3, len(ids))], et)
-				}
-			}
-		}},
-		{"PagesAreCrossed", "a query over more events than a store reads at once returns every event once, in order, and ends", func(t *testing.T, j journal.Journal, rj any, h QueryHarness) {
-			eachOffsetQuery(t, rj, func(t *testing.T, q offsetQuery, et, tag string) {
-				pid := et + "|big"
-				taggedEvents(t, j, pid, 1, 2500, tag)
-				n := 0
-				var mid query.Offset
-				for env, err := range q.current(testContext(t), query.NoOffset()) {
-					if err != nil {
-						t.Fatal(err)
-					}
-					n++
-					if env.SequenceNr != int64(n) {
-						t.Fatalf("event %d has sequence number %d", n, env.SequenceNr)
-					}
-					if n == 1200 {
-						mid = env.Offset
-					}
-					if n == 1 {
-						taggedEvents(t, j, pid, 2501, 2600, tag) // after the start: not returned
-					}
-				}
-				if n != 2500 {
-					t.Errorf("returned %d events, want the 2,500 stored when it started", n)
-				}
-				if rest := len(collect(t, q.current(testContext(t), mid))); rest != 1400 {
-					t.Errorf("after event 1,200 returned %d events, want 1,400", rest)
-				}
-			})
-		}},
+		{"OffsetsAreExclusive", "a query from the offset of an envelope returns the events after it, not it", offsetsAreExclusive},
+		{"CurrentQueriesEnd", "a current query ends, and does not return events stored after it started", currentQueriesEnd},
+		{"LiveQueriesFollow", "a live query returns events stored after it started, and ends with its context's error", liveQueriesFollow},
+		{"EnvelopesCarryMetadata", "envelopes carry the persistence id, sequence number, tags, timestamp, entity type and slice", envelopesCarryMetadata},
+		{"ByIDSkipsDeletedEvents", "events by persistence id does not return deleted events", byIDSkipsDeletedEvents},
+		{"ByIDLiveEndsAtUpperBound", "live events by persistence id follows new events and ends after the one at its upper bound", byIDLiveEndsAtUpperBound},
+		{"PersistenceIDsListedOnce", "persistence ids are listed once each, ascending (or in the store's declared order), paged by after-id and limit, filtered by entity type", persistenceIDsListedOnce},
+		{"QueriesFilter", "by slices returns only the entity type and slice range asked, by tag only events with that tag, persistence ids only the type asked (including an id without a separator)", queriesFilter},
+		{"PagesAreCrossed", "a query over more events than a store reads at once returns every event once, in order, and ends", pagesAreCrossed},
 		{"ConcurrentWritersNoLoss", "with 16 writers over 200 ids and a live query started before them, every event is delivered in per-id order, and none is lost when the query restarts from its last offset", concurrentLive},
 	}
+}
+
+// offsetsAreExclusive: a query from the offset of an envelope returns the events after it, not it.
+func offsetsAreExclusive(t *testing.T, j journal.Journal, rj any, h QueryHarness) {
+	et, tag := uniqueType(t)
+	qs := offsetQueries(rj, et, tag)
+	if len(qs) == 0 {
+		t.Skip("store offers neither events by tag nor by slices")
+	}
+	pid := et + "|a"
+	taggedEvents(t, j, pid, 1, 5, tag)
+	for _, q := range qs {
+		all := collect(t, q.current(testContext(t), query.NoOffset()))
+		if len(all) != 5 {
+			t.Fatalf("%s from no offset: %v, want 5 events", q.name, idSeqs(all))
+		}
+		rest := collect(t, q.current(testContext(t), all[1].Offset))
+		if got := idSeqs(rest); !slices.Equal(got, idSeqs(all[2:])) {
+			t.Errorf("%s after the 2nd event's offset: %v, want %v", q.name, got, idSeqs(all[2:]))
+		}
+		if n := len(collect(t, q.current(testContext(t), all[4].Offset))); n != 0 {
+			t.Errorf("%s after the last offset returned %d events, want 0", q.name, n)
+		}
+	}
+}
+
+// currentQueriesEnd: a current query ends, and does not return events stored after it started.
+func currentQueriesEnd(t *testing.T, j journal.Journal, rj any, h QueryHarness) {
+	eachOffsetQuery(t, rj, func(t *testing.T, q offsetQuery, et, tag string) {
+		pid := et + "|c"
+		taggedEvents(t, j, pid, 1, 3, tag)
+		n := 0
+		for _, err := range q.current(testContext(t), query.NoOffset()) {
+			if err != nil {
+				t.Fatal(err)
+			}
+			n++
+			if n == 1 {
+				taggedEvents(t, j, pid, 4, 5, tag)
+			}
+		}
+		if n != 3 {
+			t.Errorf("returned %d events, want the 3 stored when it started", n)
+		}
+	})
+}
+
+// liveQueriesFollow: a live query returns events stored after it started, and ends with its context's error.
+func liveQueriesFollow(t *testing.T, j journal.Journal, rj any, h QueryHarness) {
+	et, tag := uniqueType(t)
+	qs := offsetQueries(rj, et, tag)
+	if len(qs) == 0 {
+		t.Skip("store offers neither events by tag nor by slices")
+	}
+	for i, q := range qs {
+		pid := fmt.Sprintf("%s|l%d", et, i)
+		ctx, cancel := context.WithCancel(testContext(t))
+		stream := q.live(ctx, query.NoOffset())
+		got := make(chan query.Envelope)
+		go func() {
+			defer close(got)
+			for env := range stream.All() {
+				got <- env
+			}
+		}()
+		taggedEvents(t, j, pid, 1, 2, tag)
+		taggedEvents(t, j, pid, 3, 3, tag)
+		var seqs []int64
+		for env := range got {
+			if env.PersistenceID == pid {
+				seqs = append(seqs, env.SequenceNr)
+			}
+			if len(seqs) == 3 {
+				cancel()
+			}
+		}
+		cancel()
+		if !slices.Equal(seqs, []int64{1, 2, 3}) {
+			t.Errorf("%s live returned %v, want [1 2 3]", q.name, seqs)
+		}
+		if err := stream.Err(); !errors.Is(err, context.Canceled) {
+			t.Errorf("%s live ended with %v, want context.Canceled", q.name, err)
+		}
+	}
+}
+
+// envelopesCarryMetadata: envelopes carry the persistence id, sequence number, tags, timestamp, entity type and slice.
+func envelopesCarryMetadata(t *testing.T, j journal.Journal, rj any, h QueryHarness) {
+	et, tag := uniqueType(t)
+	qs := offsetQueries(rj, et, tag)
+	if len(qs) == 0 {
+		t.Skip("store offers neither events by tag nor by slices")
+	}
+	pid := et + "|m"
+	taggedEvents(t, j, pid, 1, 1, tag, "other")
+	for _, q := range qs {
+		envs := collect(t, q.current(testContext(t), query.NoOffset()))
+		if len(envs) != 1 {
+			t.Fatalf("%s returned %d events, want 1", q.name, len(envs))
+		}
+		e := envs[0]
+		if e.PersistenceID != pid || e.SequenceNr != 1 || !slices.Equal(e.Tags, []string{tag, "other"}) || e.Timestamp.IsZero() || e.EntityType != et || e.Slice != annals.Slice(pid) || string(e.Payload) != string(ev(pid, 1).Payload) {
+			t.Errorf("%s envelope %+v lacks what was stored", q.name, e)
+		}
+	}
+}
+
+// byIDSkipsDeletedEvents: events by persistence id does not return deleted events.
+func byIDSkipsDeletedEvents(t *testing.T, j journal.Journal, rj any, h QueryHarness) {
+	q := capability[query.EventsByPersistenceIDQuery](t, rj)
+	pid := writeFive(t, j)
+	deleteTo(t, j, pid, 3)
+	envs := collect(t, q.CurrentEventsByPersistenceID(testContext(t), pid, 1, maxSeq))
+	if got := len(envs); got != 2 || envs[0].SequenceNr != 4 {
+		t.Errorf("current by id after DeleteTo(3) returned %v, want 4 and 5", idSeqs(envs))
+	}
+}
+
+// byIDLiveEndsAtUpperBound: live events by persistence id follows new events and ends after the one at its upper bound.
+func byIDLiveEndsAtUpperBound(t *testing.T, j journal.Journal, rj any, h QueryHarness) {
+	q := capability[query.EventsByPersistenceIDQuery](t, rj)
+	pid := uniqueID(t, "KitQ")
+	mustWrite(t, j, single(pid, 1))
+	stream := q.EventsByPersistenceID(testContext(t), pid, 1, 3)
+	done := make(chan []int64)
+	go func() {
+		var seqs []int64
+		for env := range stream.All() {
+			seqs = append(seqs, env.SequenceNr)
+		}
+		done <- seqs
+	}()
+	mustWrite(t, j, single(pid, 2))
+	mustWrite(t, j, single(pid, 3), single(pid, 4))
+	if seqs := <-done; !slices.Equal(seqs, []int64{1, 2, 3}) {
+		t.Errorf("live by id to 3 returned %v, want [1 2 3] and its end", seqs)
+	}
+	if err := stream.Err(); err != nil {
+		t.Errorf("a live query that reached its bound ended with %v, want nil", err)
+	}
+}
+
+// persistenceIDsListedOnce: persistence ids are listed once each, ascending (or in the store's declared order), paged by after-id and limit, filtered by entity type.
+func persistenceIDsListedOnce(t *testing.T, j journal.Journal, rj any, h QueryHarness) {
+	q := capability[query.PersistenceIDsQuery](t, rj)
+	et, _ := uniqueType(t)
+	var want []string
+	for _, id := range []string{"c", "a", "d", "b", "e"} {
+		pid := et + "|" + id
+		mustWrite(t, j, single(pid, 1), single(pid, 2))
+		want = append(want, pid)
+	}
+	slices.Sort(want)
+	var got []string
+	after := ""
+	for page := 0; page < 10; page++ {
+		ids, err := q.CurrentPersistenceIDs(testContext(t), et, after, 2)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(ids) == 0 {
+			break
+		}
+		if len(ids) > 2 {
+			t.Fatalf("page of %d ids, limit 2", len(ids))
+		}
+		got = append(got, ids...)
+		after = ids[len(ids)-1]
+	}
+	if h.IDsInStoreOrder {
+		slices.Sort(got)
+	}
+	if !slices.Equal(got, want) {
+		t.Errorf("paged ids %v, want %v", got, want)
+	}
+	ctx, cancel := context.WithCancel(testContext(t))
+	defer cancel()
+	stream := q.PersistenceIDs(ctx, et)
+	var live []string
+	for id := range stream.All() {
+		live = append(live, id)
+		if len(live) == len(want) {
+			mustWrite(t, j, single(et+"|f", 1), single(et+"|a", 3), single(et+"|f", 2))
+		}
+		if len(live) == len(want)+1 {
+			cancel()
+		}
+	}
+	if h.IDsInStoreOrder && len(live) == len(want)+1 {
+		slices.Sort(live[:len(want)])
+	}
+	if !slices.Equal(live, append(slices.Clone(want), et+"|f")) {
+		t.Errorf("live ids %v, want the %d known, then the new one once", live, len(want))
+	}
+}
+
+// queriesFilter: by slices returns only the entity type and slice range asked, by tag only events with that tag, persistence ids only the type asked (including an id without a separator).
+func queriesFilter(t *testing.T, j journal.Journal, rj any, h QueryHarness) {
+	et, tag := uniqueType(t)
+	other, _ := uniqueType(t)
+	var inLow int
+	for i := range 40 {
+		pid := fmt.Sprintf("%s|%02d", et, i)
+		e1, e2, e3 := ev(pid, 1), ev(pid, 2), ev(pid, 3)
+		e1.Tags, e2.Tags = []string{tag}, []string{"not-" + tag}
+		mustWrite(t, j, journal.AtomicWrite{PersistenceID: pid, Events: []journal.Repr{e1, e2, e3}})
+		if annals.Slice(pid) < 512 {
+			inLow++
+		}
+	}
+	mustWrite(t, j, single(other+"|x", 1), single(et, 1))
+	if q, ok := rj.(query.EventsBySlicesQuery); ok {
+		envs := collect(t, q.CurrentEventsBySlices(testContext(t), et, 0, 511, query.NoOffset()))
+		n := 0
+		for _, e := range envs {
+			if e.EntityType != et || e.Slice > 511 {
+				t.Errorf("by slices 0-511 of %s returned %s (slice %d, type %s)", et, e.PersistenceID, e.Slice, e.EntityType)
+			}
+			if e.PersistenceID != et {
+				n++
+			}
+		}
+		if want := 3 * inLow; n != want {
+			t.Errorf("by slices 0-511 returned %d events of the %d ids in range, want %d", n, inLow, want)
+		}
+	}
+	if q, ok := rj.(query.EventsByTagQuery); ok {
+		envs := collect(t, q.CurrentEventsByTag(testContext(t), tag, query.NoOffset()))
+		for _, e := range envs {
+			if !slices.Contains(e.Tags, tag) {
+				t.Errorf("by tag %s returned %s#%d tagged %v", tag, e.PersistenceID, e.SequenceNr, e.Tags)
+			}
+		}
+		if len(envs) != 40 {
+			t.Errorf("by tag returned %d events, want 40", len(envs))
+		}
+	}
+	if q, ok := rj.(query.PersistenceIDsQuery); ok {
+		ids, err := q.CurrentPersistenceIDs(testContext(t), et, "", 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(ids) != 41 || !slices.Contains(ids, et) || slices.Contains(ids, other+"|x") {
+			t.Errorf("ids of type %s: %d of them (%v…), want the 40 of the type and the id %q", et, len(ids), ids[:min(3, len(ids))], et)
+		}
+	}
+}
+
+// pagesAreCrossed: a query over more events than a store reads at once returns every event once, in order, and ends.
+func pagesAreCrossed(t *testing.T, j journal.Journal, rj any, h QueryHarness) {
+	eachOffsetQuery(t, rj, func(t *testing.T, q offsetQuery, et, tag string) {
+		pid := et + "|big"
+		taggedEvents(t, j, pid, 1, 2500, tag)
+		n := 0
+		var mid query.Offset
+		for env, err := range q.current(testContext(t), query.NoOffset()) {
+			if err != nil {
+				t.Fatal(err)
+			}
+			n++
+			if env.SequenceNr != int64(n) {
+				t.Fatalf("event %d has sequence number %d", n, env.SequenceNr)
+			}
+			if n == 1200 {
+				mid = env.Offset
+			}
+			if n == 1 {
+				taggedEvents(t, j, pid, 2501, 2600, tag) // after the start: not returned
+			}
+		}
+		if n != 2500 {
+			t.Errorf("returned %d events, want the 2,500 stored when it started", n)
+		}
+		if rest := len(collect(t, q.current(testContext(t), mid))); rest != 1400 {
+			t.Errorf("after event 1,200 returned %d events, want 1,400", rest)
+		}
+	})
 }
 
 func concurrentLive(t *testing.T, j journal.Journal, rj any, _ QueryHarness) {

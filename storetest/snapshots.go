@@ -166,139 +166,169 @@ func snapshotRules() []snapshotRule {
 		}})
 	}
 	rules = append(rules,
-		snapshotRule{"InvalidID", "no snapshot is loaded for an id that has none", func(t *testing.T, s snapshot.Store) {
-			saveFive(t, s)
-			if _, seq := load(t, s, uniqueID(t, "KitSnapshot"), snapshot.Latest()); seq != 0 {
-				t.Errorf("loaded sequence number %d for an unknown id, want none", seq)
-			}
-		}},
-		snapshotRule{"DeleteOneByMetadata", "Delete removes the one snapshot its metadata names", func(t *testing.T, s snapshot.Store) {
-			pid, md := saveFive(t, s)
-			if err := s.Delete(testContext(t), md[1]); err != nil {
-				t.Fatal(err)
-			}
-			if _, seq := load(t, s, pid, snapshot.Criteria{MaxSequenceNr: md[1].SequenceNr, MaxTimestamp: md[1].Timestamp}); seq != 1 {
-				t.Errorf("after deleting 2, load up to 2 selected %d, want 1", seq)
-			}
-			if _, seq := load(t, s, pid, snapshot.Latest()); seq != 5 {
-				t.Errorf("after deleting 2, latest is %d, want 5", seq)
-			}
-		}},
-		snapshotRule{"DeleteBySequenceWithZeroTimestamp", "Delete with a zero timestamp removes the snapshot at that sequence number whatever its timestamp", func(t *testing.T, s snapshot.Store) {
-			pid, _ := saveFive(t, s)
-			if err := s.Delete(testContext(t), snapshot.Metadata{PersistenceID: pid, SequenceNr: 5}); err != nil {
-				t.Fatal(err)
-			}
-			if _, seq := load(t, s, pid, snapshot.Latest()); seq != 4 {
-				t.Errorf("after deleting 5, latest is %d, want 4", seq)
-			}
-		}},
-		snapshotRule{"DeleteWithOtherTimestampKeeps", "Delete with a timestamp that differs from the stored one removes nothing", func(t *testing.T, s snapshot.Store) {
-			pid, md := saveFive(t, s)
-			m := md[4]
-			m.Timestamp = m.Timestamp.Add(time.Millisecond)
-			if err := s.Delete(testContext(t), m); err != nil {
-				t.Fatal(err)
-			}
-			if _, seq := load(t, s, pid, snapshot.Latest()); seq != 5 {
-				t.Errorf("latest is %d, want 5 (kept)", seq)
-			}
-		}},
-		snapshotRule{"DeleteMatching", "DeleteMatching removes every snapshot within the criteria's upper sequence and timestamp bounds", func(t *testing.T, s snapshot.Store) {
-			pid, md := saveFive(t, s)
-			c := snapshot.Criteria{MaxSequenceNr: md[2].SequenceNr, MaxTimestamp: md[2].Timestamp}
-			if err := s.DeleteMatching(testContext(t), pid, c); err != nil {
-				t.Fatal(err)
-			}
-			if _, seq := load(t, s, pid, c); seq != 0 {
-				t.Errorf("after DeleteMatching, load with the same criteria selected %d, want none", seq)
-			}
-			if _, seq := load(t, s, pid, snapshot.Latest()); seq != 5 {
-				t.Errorf("after DeleteMatching, latest is %d, want 5", seq)
-			}
-			if _, seq := load(t, s, pid, snapshot.Criteria{MaxSequenceNr: 4}); seq != 4 {
-				t.Errorf("snapshot 4 is gone; DeleteMatching must keep snapshots outside the criteria")
-			}
-		}},
-		snapshotRule{"DeleteMatchingKeepsNonMatchingTimestamps", "DeleteMatching keeps snapshots outside its upper timestamp bound", func(t *testing.T, s snapshot.Store) {
-			pid, md := saveFive(t, s)
-			c := snapshot.Criteria{MaxSequenceNr: md[2].SequenceNr, MaxTimestamp: md[1].Timestamp.Add(-time.Millisecond)}
-			if err := s.DeleteMatching(testContext(t), pid, c); err != nil {
-				t.Fatal(err)
-			}
-			if _, seq := load(t, s, pid, snapshot.Criteria{MaxSequenceNr: 3}); seq != 3 {
-				t.Errorf("load up to 3 selected %d, want 3 (not matched, kept)", seq)
-			}
-			if _, seq := load(t, s, pid, snapshot.Criteria{MaxSequenceNr: 1}); seq != 0 {
-				t.Errorf("snapshot 1 matched and must be deleted, still loaded")
-			}
-		}},
-		snapshotRule{"OverwriteSameSequenceNr", "saving a snapshot with a stored id and sequence number overwrites it", func(t *testing.T, s snapshot.Store) {
-			pid, md := saveFive(t, s)
-			m := md[3]
-			m.Timestamp = m.Timestamp.Add(time.Minute)
-			save(t, s, snapshot.Snapshot{Metadata: m, Payload: []byte("overwritten"), SerializerID: 33, Manifest: "v2"})
-			got, seq := load(t, s, pid, snapshot.Criteria{MaxSequenceNr: 4})
-			if seq != 4 || string(got.Payload) != "overwritten" || got.SerializerID != 33 || got.Manifest != "v2" || !got.Metadata.Timestamp.Equal(m.Timestamp) {
-				t.Errorf("loaded %+v payload %q, want the overwritten snapshot", got.Metadata, got.Payload)
-			}
-		}},
-		snapshotRule{"LargeSnapshot", "a 10,000-byte snapshot is stored and loaded byte for byte", func(t *testing.T, s snapshot.Store) {
-			pid := uniqueID(t, "KitSnapshot")
-			payload := make([]byte, 10_000)
-			for i := range payload {
-				payload[i] = byte(i * 7)
-			}
-			save(t, s, snapshot.Snapshot{Metadata: snapshot.Metadata{PersistenceID: pid, SequenceNr: 100}, Payload: payload, SerializerID: 4})
-			got, seq := load(t, s, pid, snapshot.Latest())
-			if seq != 100 || !bytes.Equal(got.Payload, payload) {
-				t.Errorf("loaded %d bytes at %d, want the 10,000 saved at 100", len(got.Payload), seq)
-			}
-			if got.Metadata.Timestamp.IsZero() || got.Metadata.Timestamp.Location() != time.UTC {
-				t.Errorf("a zero timestamp must be filled by the store and returned in UTC, got %v", got.Metadata.Timestamp)
-			}
-		}},
-		snapshotRule{"ExtremeTimestampBounds", "criteria with timestamps far in the past or future select as their meaning says", func(t *testing.T, s snapshot.Store) {
-			pid, _ := saveFive(t, s)
-			future, past := time.Date(3000, 1, 1, 0, 0, 0, 0, time.UTC), time.Date(1000, 1, 1, 0, 0, 0, 0, time.UTC)
-			if _, seq := load(t, s, pid, snapshot.Criteria{MaxSequenceNr: 10, MaxTimestamp: future}); seq != 5 {
-				t.Errorf("MaxTimestamp in the year 3000 selected %d, want 5", seq)
-			}
-			if _, seq := load(t, s, pid, snapshot.Criteria{MaxSequenceNr: 10, MinTimestamp: past}); seq != 5 {
-				t.Errorf("MinTimestamp in the year 1000 selected %d, want 5", seq)
-			}
-			if _, seq := load(t, s, pid, snapshot.Criteria{MaxSequenceNr: 10, MaxTimestamp: past}); seq != 0 {
-				t.Errorf("MaxTimestamp in the year 1000 selected %d, want none", seq)
-			}
-			if err := s.DeleteMatching(testContext(t), pid, snapshot.Criteria{MaxSequenceNr: 10, MaxTimestamp: past}); err != nil {
-				t.Fatal(err)
-			}
-			if _, seq := load(t, s, pid, snapshot.Latest()); seq != 5 {
-				t.Errorf("deleting snapshots older than the year 1000 removed some: latest is %d, want 5", seq)
-			}
-		}},
-		snapshotRule{"InvalidArguments", "invalid arguments fail with ErrInvalidArgument and change nothing", func(t *testing.T, s snapshot.Store) {
-			ctx := testContext(t)
-			pid := uniqueID(t, "KitSnapshot")
-			calls := []struct {
-				name string
-				err  error
-			}{
-				{"Save empty id", s.Save(ctx, snapshot.Snapshot{Metadata: snapshot.Metadata{SequenceNr: 1}})},
-				{"Save negative seq", s.Save(ctx, snapshot.Snapshot{Metadata: snapshot.Metadata{PersistenceID: pid, SequenceNr: -1}})},
-				{"Load empty id", func() error { _, _, err := s.Load(ctx, "", snapshot.Latest()); return err }()},
-				{"Delete empty id", s.Delete(ctx, snapshot.Metadata{SequenceNr: 1})},
-				{"DeleteMatching empty id", s.DeleteMatching(ctx, "", snapshot.Latest())},
-			}
-			for _, c := range calls {
-				if !errors.Is(c.err, snapshot.ErrInvalidArgument) {
-					t.Errorf("%s: %v, want ErrInvalidArgument", c.name, c.err)
-				}
-			}
-			if _, seq := load(t, s, pid, snapshot.Latest()); seq != 0 {
-				t.Errorf("an invalid save stored snapshot %d", seq)
-			}
-		}},
+		snapshotRule{"InvalidID", "no snapshot is loaded for an id that has none", invalidID},
+		snapshotRule{"DeleteOneByMetadata", "Delete removes the one snapshot its metadata names", deleteOneByMetadata},
+		snapshotRule{"DeleteBySequenceWithZeroTimestamp", "Delete with a zero timestamp removes the snapshot at that sequence number whatever its timestamp", deleteBySequenceWithZeroTimestamp},
+		snapshotRule{"DeleteWithOtherTimestampKeeps", "Delete with a timestamp that differs from the stored one removes nothing", deleteWithOtherTimestampKeeps},
+		snapshotRule{"DeleteMatching", "DeleteMatching removes every snapshot within the criteria's upper sequence and timestamp bounds", deleteMatching},
+		snapshotRule{"DeleteMatchingKeepsNonMatchingTimestamps", "DeleteMatching keeps snapshots outside its upper timestamp bound", deleteMatchingKeepsNonMatchingTimestamps},
+		snapshotRule{"OverwriteSameSequenceNr", "saving a snapshot with a stored id and sequence number overwrites it", overwriteSameSequenceNr},
+		snapshotRule{"LargeSnapshot", "a 10,000-byte snapshot is stored and loaded byte for byte", largeSnapshot},
+		snapshotRule{"ExtremeTimestampBounds", "criteria with timestamps far in the past or future select as their meaning says", extremeTimestampBounds},
+		snapshotRule{"InvalidArguments", "invalid arguments fail with ErrInvalidArgument and change nothing", snapshotInvalidArguments},
 	)
 	return rules
+}
+
+// invalidID: no snapshot is loaded for an id that has none.
+func invalidID(t *testing.T, s snapshot.Store) {
+	saveFive(t, s)
+	if _, seq := load(t, s, uniqueID(t, "KitSnapshot"), snapshot.Latest()); seq != 0 {
+		t.Errorf("loaded sequence number %d for an unknown id, want none", seq)
+	}
+}
+
+// deleteOneByMetadata: Delete removes the one snapshot its metadata names.
+func deleteOneByMetadata(t *testing.T, s snapshot.Store) {
+	pid, md := saveFive(t, s)
+	if err := s.Delete(testContext(t), md[1]); err != nil {
+		t.Fatal(err)
+	}
+	if _, seq := load(t, s, pid, snapshot.Criteria{MaxSequenceNr: md[1].SequenceNr, MaxTimestamp: md[1].Timestamp}); seq != 1 {
+		t.Errorf("after deleting 2, load up to 2 selected %d, want 1", seq)
+	}
+	if _, seq := load(t, s, pid, snapshot.Latest()); seq != 5 {
+		t.Errorf("after deleting 2, latest is %d, want 5", seq)
+	}
+}
+
+// deleteBySequenceWithZeroTimestamp: Delete with a zero timestamp removes the snapshot at that sequence number whatever its timestamp.
+func deleteBySequenceWithZeroTimestamp(t *testing.T, s snapshot.Store) {
+	pid, _ := saveFive(t, s)
+	if err := s.Delete(testContext(t), snapshot.Metadata{PersistenceID: pid, SequenceNr: 5}); err != nil {
+		t.Fatal(err)
+	}
+	if _, seq := load(t, s, pid, snapshot.Latest()); seq != 4 {
+		t.Errorf("after deleting 5, latest is %d, want 4", seq)
+	}
+}
+
+// deleteWithOtherTimestampKeeps: Delete with a timestamp that differs from the stored one removes nothing.
+func deleteWithOtherTimestampKeeps(t *testing.T, s snapshot.Store) {
+	pid, md := saveFive(t, s)
+	m := md[4]
+	m.Timestamp = m.Timestamp.Add(time.Millisecond)
+	if err := s.Delete(testContext(t), m); err != nil {
+		t.Fatal(err)
+	}
+	if _, seq := load(t, s, pid, snapshot.Latest()); seq != 5 {
+		t.Errorf("latest is %d, want 5 (kept)", seq)
+	}
+}
+
+// deleteMatching: DeleteMatching removes every snapshot within the criteria's upper sequence and timestamp bounds.
+func deleteMatching(t *testing.T, s snapshot.Store) {
+	pid, md := saveFive(t, s)
+	c := snapshot.Criteria{MaxSequenceNr: md[2].SequenceNr, MaxTimestamp: md[2].Timestamp}
+	if err := s.DeleteMatching(testContext(t), pid, c); err != nil {
+		t.Fatal(err)
+	}
+	if _, seq := load(t, s, pid, c); seq != 0 {
+		t.Errorf("after DeleteMatching, load with the same criteria selected %d, want none", seq)
+	}
+	if _, seq := load(t, s, pid, snapshot.Latest()); seq != 5 {
+		t.Errorf("after DeleteMatching, latest is %d, want 5", seq)
+	}
+	if _, seq := load(t, s, pid, snapshot.Criteria{MaxSequenceNr: 4}); seq != 4 {
+		t.Errorf("snapshot 4 is gone; DeleteMatching must keep snapshots outside the criteria")
+	}
+}
+
+// deleteMatchingKeepsNonMatchingTimestamps: DeleteMatching keeps snapshots outside its upper timestamp bound.
+func deleteMatchingKeepsNonMatchingTimestamps(t *testing.T, s snapshot.Store) {
+	pid, md := saveFive(t, s)
+	c := snapshot.Criteria{MaxSequenceNr: md[2].SequenceNr, MaxTimestamp: md[1].Timestamp.Add(-time.Millisecond)}
+	if err := s.DeleteMatching(testContext(t), pid, c); err != nil {
+		t.Fatal(err)
+	}
+	if _, seq := load(t, s, pid, snapshot.Criteria{MaxSequenceNr: 3}); seq != 3 {
+		t.Errorf("load up to 3 selected %d, want 3 (not matched, kept)", seq)
+	}
+	if _, seq := load(t, s, pid, snapshot.Criteria{MaxSequenceNr: 1}); seq != 0 {
+		t.Errorf("snapshot 1 matched and must be deleted, still loaded")
+	}
+}
+
+// overwriteSameSequenceNr: saving a snapshot with a stored id and sequence number overwrites it.
+func overwriteSameSequenceNr(t *testing.T, s snapshot.Store) {
+	pid, md := saveFive(t, s)
+	m := md[3]
+	m.Timestamp = m.Timestamp.Add(time.Minute)
+	save(t, s, snapshot.Snapshot{Metadata: m, Payload: []byte("overwritten"), SerializerID: 33, Manifest: "v2"})
+	got, seq := load(t, s, pid, snapshot.Criteria{MaxSequenceNr: 4})
+	if seq != 4 || string(got.Payload) != "overwritten" || got.SerializerID != 33 || got.Manifest != "v2" || !got.Metadata.Timestamp.Equal(m.Timestamp) {
+		t.Errorf("loaded %+v payload %q, want the overwritten snapshot", got.Metadata, got.Payload)
+	}
+}
+
+// largeSnapshot: a 10,000-byte snapshot is stored and loaded byte for byte.
+func largeSnapshot(t *testing.T, s snapshot.Store) {
+	pid := uniqueID(t, "KitSnapshot")
+	payload := make([]byte, 10_000)
+	for i := range payload {
+		payload[i] = byte(i * 7)
+	}
+	save(t, s, snapshot.Snapshot{Metadata: snapshot.Metadata{PersistenceID: pid, SequenceNr: 100}, Payload: payload, SerializerID: 4})
+	got, seq := load(t, s, pid, snapshot.Latest())
+	if seq != 100 || !bytes.Equal(got.Payload, payload) {
+		t.Errorf("loaded %d bytes at %d, want the 10,000 saved at 100", len(got.Payload), seq)
+	}
+	if got.Metadata.Timestamp.IsZero() || got.Metadata.Timestamp.Location() != time.UTC {
+		t.Errorf("a zero timestamp must be filled by the store and returned in UTC, got %v", got.Metadata.Timestamp)
+	}
+}
+
+// extremeTimestampBounds: criteria with timestamps far in the past or future select as their meaning says.
+func extremeTimestampBounds(t *testing.T, s snapshot.Store) {
+	pid, _ := saveFive(t, s)
+	future, past := time.Date(3000, 1, 1, 0, 0, 0, 0, time.UTC), time.Date(1000, 1, 1, 0, 0, 0, 0, time.UTC)
+	if _, seq := load(t, s, pid, snapshot.Criteria{MaxSequenceNr: 10, MaxTimestamp: future}); seq != 5 {
+		t.Errorf("MaxTimestamp in the year 3000 selected %d, want 5", seq)
+	}
+	if _, seq := load(t, s, pid, snapshot.Criteria{MaxSequenceNr: 10, MinTimestamp: past}); seq != 5 {
+		t.Errorf("MinTimestamp in the year 1000 selected %d, want 5", seq)
+	}
+	if _, seq := load(t, s, pid, snapshot.Criteria{MaxSequenceNr: 10, MaxTimestamp: past}); seq != 0 {
+		t.Errorf("MaxTimestamp in the year 1000 selected %d, want none", seq)
+	}
+	if err := s.DeleteMatching(testContext(t), pid, snapshot.Criteria{MaxSequenceNr: 10, MaxTimestamp: past}); err != nil {
+		t.Fatal(err)
+	}
+	if _, seq := load(t, s, pid, snapshot.Latest()); seq != 5 {
+		t.Errorf("deleting snapshots older than the year 1000 removed some: latest is %d, want 5", seq)
+	}
+}
+
+// snapshotInvalidArguments: invalid arguments fail with ErrInvalidArgument and change nothing.
+func snapshotInvalidArguments(t *testing.T, s snapshot.Store) {
+	ctx := testContext(t)
+	pid := uniqueID(t, "KitSnapshot")
+	calls := []struct {
+		name string
+		err  error
+	}{
+		{"Save empty id", s.Save(ctx, snapshot.Snapshot{Metadata: snapshot.Metadata{SequenceNr: 1}})},
+		{"Save negative seq", s.Save(ctx, snapshot.Snapshot{Metadata: snapshot.Metadata{PersistenceID: pid, SequenceNr: -1}})},
+		{"Load empty id", func() error { _, _, err := s.Load(ctx, "", snapshot.Latest()); return err }()},
+		{"Delete empty id", s.Delete(ctx, snapshot.Metadata{SequenceNr: 1})},
+		{"DeleteMatching empty id", s.DeleteMatching(ctx, "", snapshot.Latest())},
+	}
+	for _, c := range calls {
+		if !errors.Is(c.err, snapshot.ErrInvalidArgument) {
+			t.Errorf("%s: %v, want ErrInvalidArgument", c.name, c.err)
+		}
+	}
+	if _, seq := load(t, s, pid, snapshot.Latest()); seq != 0 {
+		t.Errorf("an invalid save stored snapshot %d", seq)
+	}
 }

@@ -314,3 +314,34 @@ func TestBusyTimeoutBoundsTheWaitForAnotherWriter(t *testing.T) {
 		t.Errorf("write while another store holds the lock: %v, want a failure (outcome unknown), not a rejection", err)
 	}
 }
+
+// TestNegativeSettingsRefused: zero keeps a setting's default; a negative
+// one fails Open with ErrInvalidConfig naming it, and creates no file.
+func TestNegativeSettingsRefused(t *testing.T) {
+	for _, c := range []struct {
+		opt  Option
+		name string
+	}{
+		{WithReaders(-1), "WithReaders -1"},
+		{WithMaxPayloadSize(-5), "WithMaxPayloadSize -5"},
+		{WithPollInterval(-time.Second), "WithPollInterval -1s"},
+		{WithBusyTimeout(-time.Millisecond), "WithBusyTimeout -1ms"},
+	} {
+		path := filepath.Join(t.TempDir(), "x.db")
+		s, err := Open(t.Context(), path, c.opt)
+		if err == nil {
+			s.Close()
+		}
+		if !errors.Is(err, ErrInvalidConfig) || !strings.Contains(err.Error(), c.name) {
+			t.Errorf("Open with %s: %v, want ErrInvalidConfig naming it", c.name, err)
+		}
+		if _, statErr := os.Stat(path); statErr == nil {
+			t.Errorf("Open with %s created the file", c.name)
+		}
+	}
+	s, err := Open(t.Context(), filepath.Join(t.TempDir(), "zero.db"), WithReaders(0), WithMaxPayloadSize(0), WithPollInterval(0), WithBusyTimeout(0))
+	if err != nil {
+		t.Fatalf("Open with zero settings (the defaults): %v", err)
+	}
+	s.Close()
+}

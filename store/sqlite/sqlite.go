@@ -73,7 +73,9 @@ func (s Synchronous) pragma() string {
 	return "FULL"
 }
 
-// Option configures Open.
+// Option configures Open. As everywhere in Annals, zero means the
+// default and a negative setting is an error (Open fails with
+// ErrInvalidConfig, naming it).
 type Option func(*config)
 
 type config struct {
@@ -82,51 +84,50 @@ type config struct {
 	readers     int
 	maxPayload  int
 	busyTimeout time.Duration
+	invalid     []error // negative settings, reported by Open
+}
+
+// ErrInvalidConfig reports a negative setting given to Open.
+var ErrInvalidConfig = errors.New("sqlite: invalid configuration")
+
+// setting applies a numeric option: zero keeps the default, a negative
+// value is recorded as an error.
+func setting[T int | time.Duration](c *config, name string, v T, field *T) {
+	switch {
+	case v < 0:
+		c.invalid = append(c.invalid, fmt.Errorf("%w: %s %v is negative", ErrInvalidConfig, name, v))
+	case v > 0:
+		*field = v
+	}
 }
 
 // WithSynchronous sets the durability of commits (default SyncFull).
 func WithSynchronous(s Synchronous) Option { return func(c *config) { c.sync = s } }
 
 // WithReaders sets the size of the reader pool (default: GOMAXPROCS, at
-// least 4). n ≤ 0 keeps the default.
+// least 4).
 func WithReaders(n int) Option {
-	return func(c *config) {
-		if n > 0 {
-			c.readers = n
-		}
-	}
+	return func(c *config) { setting(c, "WithReaders", n, &c.readers) }
 }
 
 // WithMaxPayloadSize sets the largest event or snapshot payload, in bytes,
 // accepted (default DefaultMaxPayloadSize = 16 MiB); larger events are
-// rejected. n ≤ 0 keeps the default.
+// rejected.
 func WithMaxPayloadSize(n int) Option {
-	return func(c *config) {
-		if n > 0 {
-			c.maxPayload = n
-		}
-	}
+	return func(c *config) { setting(c, "WithMaxPayloadSize", n, &c.maxPayload) }
 }
 
 // WithPollInterval sets how often live queries look for events written by
 // other processes (default query.DefaultPollInterval). Events written
 // through this Store wake them at once.
 func WithPollInterval(d time.Duration) Option {
-	return func(c *config) {
-		if d > 0 {
-			c.poll = d
-		}
-	}
+	return func(c *config) { setting(c, "WithPollInterval", d, &c.poll) }
 }
 
 // WithBusyTimeout sets how long a connection waits for another process's
 // lock on the file before failing (default DefaultBusyTimeout = 5 s).
 func WithBusyTimeout(d time.Duration) Option {
-	return func(c *config) {
-		if d > 0 {
-			c.busyTimeout = d
-		}
-	}
+	return func(c *config) { setting(c, "WithBusyTimeout", d, &c.busyTimeout) }
 }
 
 // Store is an open Annals SQLite database. It is safe for concurrent use by
@@ -158,6 +159,9 @@ func Open(ctx context.Context, dsn string, opts ...Option) (*Store, error) {
 	cfg := config{readers: max(4, runtime.GOMAXPROCS(0)), maxPayload: DefaultMaxPayloadSize, busyTimeout: DefaultBusyTimeout, poll: query.DefaultPollInterval}
 	for _, o := range opts {
 		o(&cfg)
+	}
+	if err := errors.Join(cfg.invalid...); err != nil {
+		return nil, err
 	}
 	if err := inspect(ctx, path); err != nil {
 		return nil, err

@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"iter"
+	"log/slog"
 	"math"
 	"sync"
 	"time"
@@ -78,6 +79,12 @@ type Config struct {
 	// ResetTimeout is how long the breaker stays open before it lets one
 	// call probe the store (default DefaultResetTimeout = 30 s).
 	ResetTimeout time.Duration
+	// Logger receives the circuit breaker's state changes (default
+	// slog.Default()).
+	Logger *slog.Logger
+	// Hooks are called on the front's events: each value for the hook
+	// interfaces it implements (HookWriteCall, HookBreakerStateChange).
+	Hooks []any
 	// MaxReads is how many HighestSequenceNr, ReadRecovery and DeleteTo
 	// calls may be in flight to the store at once (default: what the
 	// journal's ConcurrentReads reports, see ReadCapacity; unbounded when
@@ -137,6 +144,9 @@ func (c Config) withDefaults() Config {
 	if c.ResetTimeout == 0 {
 		c.ResetTimeout = DefaultResetTimeout
 	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
 	return c
 }
 
@@ -179,6 +189,7 @@ type Front struct {
 	cfg     Config
 	breaker *gobreaker.CircuitBreaker[any]
 	reads   chan struct{} // turns of the guarded reads; nil: unbounded
+	hooks   hooks
 
 	mu       sync.Mutex
 	idle     sync.Cond // signalled when leaders drops to 0
@@ -245,6 +256,7 @@ func NewFront(j journal.Journal, cfg Config) (*Front, error) {
 	if cfg.MaxReads > 0 {
 		f.reads = make(chan struct{}, cfg.MaxReads)
 	}
+	f.hooks = newHooks(cfg.Hooks)
 	f.idle.L = &f.mu
 	f.requests.New = func() any { return &request{done: make(chan result, 1)} }
 	f.breaker = gobreaker.NewCircuitBreaker[any](gobreaker.Settings{
@@ -252,6 +264,9 @@ func NewFront(j journal.Journal, cfg Config) (*Front, error) {
 		MaxRequests: 1,
 		Timeout:     cfg.ResetTimeout,
 		ReadyToTrip: func(c gobreaker.Counts) bool { return c.ConsecutiveFailures >= cfg.MaxFailures },
+		OnStateChange: func(_ string, from, to gobreaker.State) {
+			f.breakerChanged(breakerState(from), breakerState(to))
+		},
 		IsExcluded: func(err error) bool {
 			var gone *callerGone
 			return errors.As(err, &gone) || errors.Is(err, context.Canceled) || errors.Is(err, journal.ErrInvalidArgument)
@@ -603,14 +618,30 @@ func (f *Front) send(batch []*request) {
 	})
 	errs, _ := out.([]error)
 	err = breakerError(err)
+	took := time.Since(start)
 	f.mu.Lock()
-	f.lastCall = time.Since(start)
+	queued := f.queued
+	f.lastCall = took
 	f.calls--
 	f.flying -= n
 	f.expected = n + f.flying + f.queued
 	f.landed(writes)
 	f.wakeLingering(true)
 	f.mu.Unlock()
+	if len(f.hooks.writeCall) > 0 {
+		call := WriteCall{Writes: len(writes), Queued: queued, Duration: took, Err: err}
+		for _, w := range writes {
+			call.Events += len(w.Events)
+		}
+		for _, e := range errs {
+			if e != nil {
+				call.Rejected++
+			}
+		}
+		for _, h := range f.hooks.writeCall {
+			h.OnWriteCall(call)
+		}
+	}
 	at := 0
 	for _, r := range live {
 		res := result{err: err}
@@ -620,6 +651,17 @@ func (f *Front) send(batch []*request) {
 		at += len(r.writes)
 		r.done <- res
 	}
+}
+
+// breakerState maps gobreaker's states to the front's.
+func breakerState(s gobreaker.State) BreakerState {
+	switch s {
+	case gobreaker.StateOpen:
+		return BreakerOpen
+	case gobreaker.StateHalfOpen:
+		return BreakerHalfOpen
+	}
+	return BreakerClosed
 }
 
 // finish ends the in-flight count of a request that is not sent, and

@@ -4,6 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
+	"reflect"
+	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -374,8 +378,8 @@ func TestConfigValidate(t *testing.T) {
 		}
 	}
 	f := newFront(t, memory.New().Journal(), engine.Config{})
-	want := engine.Config{MaxBatchSize: 1000, MaxLinger: 5 * time.Millisecond, MaxCalls: 2, CallTimeout: 10 * time.Second, MaxFailures: 10, ResetTimeout: 30 * time.Second}
-	if got := f.Config(); got != want {
+	want := engine.Config{MaxBatchSize: 1000, MaxLinger: 5 * time.Millisecond, MaxCalls: 2, CallTimeout: 10 * time.Second, MaxFailures: 10, ResetTimeout: 30 * time.Second, Logger: slog.Default()}
+	if got := f.Config(); !reflect.DeepEqual(got, want) {
 		t.Errorf("defaults = %+v, want Akka's %+v", got, want)
 	}
 }
@@ -540,4 +544,97 @@ func TestReadsQueueInTheFront(t *testing.T) {
 			})
 		})
 	}
+}
+
+// recordingHooks implements every engine hook, recording what it is told.
+type recordingHooks struct {
+	mu       sync.Mutex
+	calls    []engine.WriteCall
+	breakers [][2]engine.BreakerState
+}
+
+func (h *recordingHooks) OnWriteCall(c engine.WriteCall) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.calls = append(h.calls, c)
+}
+
+func (h *recordingHooks) OnBreakerStateChange(from, to engine.BreakerState) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.breakers = append(h.breakers, [2]engine.BreakerState{from, to})
+}
+
+// TestHooks: a write call's hook gets its writes, events, rejections,
+// duration (fake time) and error; the breaker's state changes reach the
+// hook and the log.
+func TestHooks(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var failing atomic.Bool
+		storeDown := errors.New("store down")
+		g := &gated{Journal: memory.New().Journal(), writeErr: func(context.Context, int) error {
+			time.Sleep(3 * time.Millisecond) // the store's time
+			if failing.Load() {
+				return storeDown
+			}
+			return nil
+		}}
+		var log strings.Builder
+		h := &recordingHooks{}
+		f := newFront(t, g, engine.Config{MaxFailures: 2, ResetTimeout: time.Minute, Hooks: []any{h, "not a hook"},
+			Logger: slog.New(slog.NewTextHandler(&log, nil))})
+		ctx := t.Context()
+		res, err := f.Write(ctx, []journal.AtomicWrite{one("a", 1), {PersistenceID: "b", Events: []journal.Repr{one("b", 1).Events[0], one("b", 2).Events[0]}}})
+		if err != nil || res != nil {
+			t.Fatal(res, err)
+		}
+		if res, err := f.Write(ctx, []journal.AtomicWrite{one("a", 1)}); err != nil || len(res) != 1 {
+			t.Fatalf("a write that conflicts: %v %v", res, err)
+		}
+		failing.Store(true)
+		for range 2 {
+			if err := f.Persist(ctx, one("c", 1)); !errors.Is(err, storeDown) {
+				t.Fatal(err)
+			}
+		}
+		if err := f.Persist(ctx, one("c", 1)); !errors.Is(err, engine.ErrCircuitOpen) {
+			t.Fatal(err)
+		}
+		time.Sleep(time.Minute + time.Millisecond)
+		failing.Store(false)
+		if err := f.Persist(ctx, one("c", 1)); err != nil {
+			t.Fatal(err)
+		}
+
+		h.mu.Lock()
+		defer h.mu.Unlock()
+		want := []engine.WriteCall{
+			{Writes: 2, Events: 3, Duration: 3 * time.Millisecond},
+			{Writes: 1, Events: 1, Duration: 3 * time.Millisecond, Rejected: 1},
+			{Writes: 1, Events: 1, Duration: 3 * time.Millisecond},
+			{Writes: 1, Events: 1, Duration: 3 * time.Millisecond},
+			{Writes: 1, Events: 1},
+			{Writes: 1, Events: 1, Duration: 3 * time.Millisecond},
+		}
+		if len(h.calls) != len(want) {
+			t.Fatalf("write-call hook called %d times: %+v; want %d", len(h.calls), h.calls, len(want))
+		}
+		for i, c := range h.calls {
+			errWant := map[int]error{2: storeDown, 3: storeDown, 4: engine.ErrCircuitOpen}[i]
+			got := c
+			got.Err = nil
+			if got != want[i] || !errors.Is(c.Err, errWant) || (errWant == nil && c.Err != nil) {
+				t.Errorf("call %d: %+v, want %+v with error %v", i, c, want[i], errWant)
+			}
+		}
+		wantStates := [][2]engine.BreakerState{{engine.BreakerClosed, engine.BreakerOpen}, {engine.BreakerOpen, engine.BreakerHalfOpen}, {engine.BreakerHalfOpen, engine.BreakerClosed}}
+		if !slices.Equal(h.breakers, wantStates) {
+			t.Errorf("breaker changes %v, want %v", h.breakers, wantStates)
+		}
+		for _, line := range []string{`level=WARN msg="journal circuit breaker open" from=closed`, `level=INFO msg="journal circuit breaker closed" from=half-open`} {
+			if !strings.Contains(log.String(), line) {
+				t.Errorf("log lacks %q:\n%s", line, log.String())
+			}
+		}
+	})
 }

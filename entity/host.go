@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"reflect"
 	"slices"
 	"sync"
 	"time"
@@ -199,10 +200,13 @@ func NewHost[C, E, S any](b Behavior[C, E, S], cfg HostConfig) (*Host[C, E, S], 
 	}
 	var ownFront *engine.Front
 	if _, ok := cfg.Journal.(*engine.Front); ok {
-		if cfg.Front != (engine.Config{}) {
+		if !reflect.DeepEqual(cfg.Front, engine.Config{}) {
 			return nil, errors.New("entity: HostConfig.Front tunes the front the host makes, and HostConfig.Journal is already an *engine.Front: configure that one")
 		}
 	} else {
+		if cfg.Front.Logger == nil {
+			cfg.Front.Logger = cfg.Logger
+		}
 		f, err := engine.NewFront(cfg.Journal, cfg.Front)
 		if err != nil {
 			return nil, fmt.Errorf("entity: HostConfig.Front: %w", err)

@@ -1,0 +1,98 @@
+package engine
+
+import (
+	"context"
+	"log/slog"
+	"time"
+)
+
+// Hooks: a value given in Config.Hooks is called for each event whose
+// interface it implements, as franz-go's kgo.Hook values are. A front
+// with no hooks of a kind pays nothing for that kind. Hooks run on the
+// front's goroutines, inline: they must be fast and must not call the
+// front.
+
+// WriteCall describes one Write call to the store.
+type WriteCall struct {
+	// Writes and Events are the atomic writes and their events in the call.
+	Writes, Events int
+	// Queued is how many atomic writes were waiting for the next call when
+	// this one was sent.
+	Queued int
+	// Duration is how long the store took to answer (or the breaker to
+	// refuse).
+	Duration time.Duration
+	// Err is the call's error: nil when the store answered (some writes
+	// may still have been rejected, see Rejected), ErrCircuitOpen,
+	// ErrCallTimeout or the store's error (outcome unknown).
+	Err error
+	// Rejected counts the atomic writes the store refused.
+	Rejected int
+}
+
+// HookWriteCall is called after each Write call to the store.
+type HookWriteCall interface {
+	OnWriteCall(WriteCall)
+}
+
+// BreakerState is the circuit breaker's state.
+type BreakerState int
+
+const (
+	// BreakerClosed: calls go to the store.
+	BreakerClosed BreakerState = iota
+	// BreakerHalfOpen: one probe call goes to the store.
+	BreakerHalfOpen
+	// BreakerOpen: calls fail at once with ErrCircuitOpen.
+	BreakerOpen
+)
+
+func (s BreakerState) String() string {
+	switch s {
+	case BreakerClosed:
+		return "closed"
+	case BreakerHalfOpen:
+		return "half-open"
+	case BreakerOpen:
+		return "open"
+	}
+	return "unknown"
+}
+
+// HookBreakerStateChange is called when the circuit breaker changes state.
+type HookBreakerStateChange interface {
+	OnBreakerStateChange(from, to BreakerState)
+}
+
+// hooks are the Config.Hooks sorted by the interfaces they implement.
+type hooks struct {
+	writeCall []HookWriteCall
+	breaker   []HookBreakerStateChange
+}
+
+func newHooks(values []any) hooks {
+	var h hooks
+	for _, v := range values {
+		if x, ok := v.(HookWriteCall); ok {
+			h.writeCall = append(h.writeCall, x)
+		}
+		if x, ok := v.(HookBreakerStateChange); ok {
+			h.breaker = append(h.breaker, x)
+		}
+	}
+	return h
+}
+
+// breakerChanged logs a state change (a warning when the breaker opens)
+// and calls the hooks.
+func (f *Front) breakerChanged(from, to BreakerState) {
+	level := slog.LevelInfo
+	if to == BreakerOpen {
+		level = slog.LevelWarn
+	}
+	f.cfg.Logger.Log(context.Background(), level, "journal circuit breaker "+to.String(), "from", from.String(),
+		"reset_timeout", f.cfg.ResetTimeout, "max_failures", f.cfg.MaxFailures)
+	for _, h := range f.hooks.breaker {
+		h.OnBreakerStateChange(from, to)
+	}
+}

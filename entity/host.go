@@ -96,6 +96,10 @@ type HostConfig struct {
 	// way, each owning its ranges (annals.SliceRanges), so that no two
 	// write one id; see NotOwnedError.
 	SliceRanges []annals.SliceRange
+	// Hooks are called on the entities' events: each value for the hook
+	// interfaces it implements (HookRecovered, HookPassivated,
+	// HookStopped, HookRestartScheduled, HookSnapshot, HookOverflow).
+	Hooks []any
 }
 
 // NotOwnedError answers a command for an entity outside the host's
@@ -134,6 +138,7 @@ type Host[C, E, S any] struct {
 	// store, closed once the entities have stopped; nil when the front
 	// was given.
 	ownFront *engine.Front
+	hooks    hooks
 	// reader reads a recovery in one call when the journal offers it for
 	// the configured snapshot store (nil: three calls).
 	reader recovery.Reader
@@ -220,6 +225,7 @@ func NewHost[C, E, S any](b Behavior[C, E, S], cfg HostConfig) (*Host[C, E, S], 
 	ctx, cancel := context.WithCancel(context.Background())
 	return &Host[C, E, S]{
 		ownFront:   ownFront,
+		hooks:      newHooks(cfg.Hooks),
 		reader:     reader,
 		ctx:        ctx,
 		cancel:     cancel,
@@ -361,6 +367,7 @@ func (h *Host[C, E, S]) deliver(id string, env envelope[C]) error {
 		inst = h.spawn(id)
 	}
 	if !inst.put(env) {
+		h.hooks.overflowed(inst.pid, OverflowMailbox)
 		return fmt.Errorf("%w: %d commands wait for %s", ErrMailboxFull, h.cfg.MailboxCapacity, inst.pid)
 	}
 	if h.cfg.MaxLive > 0 && inst.started {

@@ -53,9 +53,11 @@ type instance[C, E, S any] struct {
 	passivate bool         // passivation requested (idle or least recently used)
 	shutdown  bool         // the host is shutting down
 	handled   int          // commands handled since the last recovery
-	failures  int          // consecutive failures, for the restart backoff
-	idle      *time.Timer  // raises signalIdle IdleTimeout after lastUsed
-	lastUsed  time.Time    // when the last command was handled or recovery ended
+	// of the last recovery: the snapshot's sequence number, events replayed
+	fromSnapshot, replayed int64
+	failures               int         // consecutive failures, for the restart backoff
+	idle                   *time.Timer // raises signalIdle IdleTimeout after lastUsed
+	lastUsed               time.Time   // when the last command was handled or recovery ended
 }
 
 // put delivers env to the mailbox, starting a goroutine for the entity if
@@ -102,6 +104,7 @@ func (inst *instance[C, E, S]) run() {
 			// caller that retries at once reaches a new instance.
 			inst.h.remove(inst, true)
 			inst.answerFailed(err)
+			h.hooks.left(inst.pid, false, err)
 			inst.stopWith(err)
 			return
 		}
@@ -111,7 +114,12 @@ func (inst *instance[C, E, S]) run() {
 			inst.failures = 0 // the delay doubles per consecutive failure
 		}
 		inst.failures++
-		if err := inst.backoff(h.cfg.Restart.delay(inst.failures), err); err != nil {
+		delay := h.cfg.Restart.delay(inst.failures)
+		for _, x := range h.hooks.restart {
+			x.OnRestartScheduled(inst.pid, err, delay)
+		}
+		if err := inst.backoff(delay, err); err != nil {
+			h.hooks.left(inst.pid, errors.Is(err, ErrStopped), err)
 			inst.stopWith(err)
 			return
 		}
@@ -286,6 +294,17 @@ func (inst *instance[C, E, S]) recoverState() (err error) {
 		}
 	}
 	defer func() { <-h.recoveries }()
+	if len(h.hooks.recovered) > 0 {
+		start := time.Now()
+		defer func() {
+			rec := Recovered{PersistenceID: inst.pid, Duration: time.Since(start), SnapshotSequenceNr: inst.fromSnapshot,
+				Events: inst.replayed, SequenceNr: inst.seq, Err: err}
+			for _, x := range h.hooks.recovered {
+				x.OnRecovered(rec)
+			}
+		}()
+	}
+	inst.fromSnapshot, inst.replayed = 0, 0
 	defer func() {
 		if r := recover(); r != nil {
 			err = fmt.Errorf("%w of %s: panic: %v", ErrRecovery, inst.pid, r)
@@ -458,6 +477,7 @@ func (inst *instance[C, E, S]) apply(events iter.Seq2[journal.Repr, error]) erro
 			inst.state = b.Event(inst.state, e)
 		}
 		inst.seq = r.SequenceNr
+		inst.replayed++
 	}
 	return nil
 }
@@ -474,6 +494,7 @@ func (inst *instance[C, E, S]) useSnapshot(snap snapshot.Snapshot) error {
 		return &snapshotDecodeError{fmt.Errorf("snapshot %d of %s decodes to %T, not the behavior's state type %T", snap.Metadata.SequenceNr, inst.pid, v, inst.state)}
 	}
 	inst.state, inst.seq = s, snap.Metadata.SequenceNr
+	inst.fromSnapshot = snap.Metadata.SequenceNr
 	return nil
 }
 
@@ -493,10 +514,12 @@ func (inst *instance[C, E, S]) serve() error {
 	yielded := false
 	for {
 		if !inst.pollSignals() {
+			h.hooks.left(inst.pid, false, ErrHostClosed)
 			inst.stopWith(ErrHostClosed)
 			return nil
 		}
 		if inst.stop {
+			h.hooks.left(inst.pid, false, ErrStopped)
 			inst.stopWith(ErrStopped)
 			return nil
 		}
@@ -513,6 +536,7 @@ func (inst *instance[C, E, S]) serve() error {
 			continue
 		}
 		if inst.passivate && h.remove(inst, false) {
+			h.hooks.left(inst.pid, true, nil)
 			inst.stopWith(ErrStopped) // fails stashed commands, if any
 			return nil
 		}
@@ -564,6 +588,7 @@ func (inst *instance[C, E, S]) handle(env envelope[C]) (err error) {
 		return nil
 	case eff.stash:
 		if len(inst.stash) >= inst.h.cfg.StashCapacity {
+			inst.h.hooks.overflowed(inst.pid, OverflowStash)
 			env.finish(fmt.Errorf("%w: %d commands stashed by %s", ErrStashOverflow, len(inst.stash), inst.pid))
 			return nil
 		}
@@ -649,6 +674,9 @@ func (inst *instance[C, E, S]) snapshot() {
 	payload, id, manifest, err := h.cfg.Registry.Serialize(inst.state)
 	if err == nil {
 		err = h.cfg.Snapshots.Save(ctx, snapshot.Snapshot{Metadata: snapshot.Metadata{PersistenceID: inst.pid, SequenceNr: inst.seq}, Payload: payload, SerializerID: id, Manifest: manifest})
+	}
+	for _, x := range h.hooks.snapshot {
+		x.OnSnapshot(inst.pid, inst.seq, err)
 	}
 	if err != nil {
 		h.cfg.Logger.Warn("snapshot failed", "persistence_id", inst.pid, "seq", inst.seq, "err", err)

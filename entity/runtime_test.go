@@ -1308,3 +1308,128 @@ func TestHostPutsAFrontBeforeTheJournal(t *testing.T) {
 		t.Errorf("a front given to a host, after its shutdown: %v, want it open", err)
 	}
 }
+
+// hookLog records every entity hook as a line.
+type hookLog struct {
+	mu    sync.Mutex
+	lines []string
+}
+
+func (h *hookLog) add(format string, args ...any) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.lines = append(h.lines, fmt.Sprintf(format, args...))
+}
+
+func (h *hookLog) take() []string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	out := h.lines
+	h.lines = nil
+	return out
+}
+
+func (h *hookLog) OnRecovered(r entity.Recovered) {
+	h.add("recovered %s from snapshot %d, %d events, at %d in %v (%v)", r.PersistenceID, r.SnapshotSequenceNr, r.Events, r.SequenceNr, r.Duration, r.Err)
+}
+func (h *hookLog) OnPassivated(pid string)          { h.add("passivated %s", pid) }
+func (h *hookLog) OnStopped(pid string, err error)  { h.add("stopped %s (%v)", pid, err) }
+func (h *hookLog) OnSnapshot(pid string, seq int64, err error) {
+	h.add("snapshot %s at %d (%v)", pid, seq, err)
+}
+func (h *hookLog) OnRestartScheduled(pid string, err error, d time.Duration) {
+	h.add("restart %s in %v (%v)", pid, d, err)
+}
+func (h *hookLog) OnOverflow(pid string, what entity.Overflow) { h.add("overflow %s %s", pid, what) }
+
+// TestHostHooks: each entity hook fires with the right values (fake time).
+func TestHostHooks(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		st := memoryStores(t)
+		faulty := &faultyJournal{Journal: st.Journal, failAt: map[int]string{4: "before"}}
+		log := &hookLog{}
+		b := accountBehavior()
+		b.Snapshots.Every = 2
+		h := newHost(t, stores{Journal: faulty, Snapshots: st.Snapshots}, b, func(c *entity.HostConfig) {
+			c.Hooks = []any{log}
+			c.IdleTimeout = time.Minute
+			c.StashCapacity = 1
+			c.Restart = &entity.Backoff{Min: time.Second, Max: time.Second}
+		})
+		ctx := t.Context()
+		step := func(what string, want []string, do func()) {
+			t.Helper()
+			do()
+			synctest.Wait()
+			if got := log.take(); !slices.Equal(got, want) {
+				t.Errorf("%s: hooks said\n%q\nwant\n%q", what, got, want)
+			}
+		}
+		step("two deposits", []string{
+			"recovered Account|a from snapshot 0, 0 events, at 0 in 0s (<nil>)",
+			"snapshot Account|a at 2 (<nil>)",
+		}, func() {
+			for range 2 {
+				if _, err := deposit(ctx, h, "a", 1); err != nil {
+					t.Fatal(err)
+				}
+			}
+		})
+		step("idle for a minute", []string{"passivated Account|a"}, func() { time.Sleep(time.Minute + time.Second) })
+		step("back, one more deposit", []string{
+			"recovered Account|a from snapshot 2, 0 events, at 2 in 0s (<nil>)",
+		}, func() {
+			if _, err := deposit(ctx, h, "a", 1); err != nil {
+				t.Fatal(err)
+			}
+		})
+		step("a failed write", []string{"restart Account|a in 1s (entity Account|a: persist events 4..4: outcome unknown: injected store failure)"}, func() {
+			if _, err := deposit(ctx, h, "a", 1); !errors.Is(err, errInjected) {
+				t.Fatal(err)
+			}
+		})
+		step("the restart", []string{"recovered Account|a from snapshot 2, 1 events, at 3 in 0s (<nil>)"}, func() {
+			time.Sleep(time.Second)
+			mustBalance(t, h, "a", 3)
+		})
+		step("a full stash", []string{"snapshot Account|a at 4 (<nil>)", "overflow Account|a stash"}, func() {
+			if err := h.Send(ctx, "a", Hold{}); err != nil {
+				t.Fatal(err)
+			}
+			_ = h.Tell("a", Deposit{Amount: 1})
+			if _, err := deposit(ctx, h, "a", 1); !errors.Is(err, entity.ErrStashOverflow) {
+				t.Fatalf("second stashed command: %v, want ErrStashOverflow", err)
+			}
+		})
+		step("a Stop effect", []string{
+			"recovered Account|b from snapshot 0, 0 events, at 0 in 0s (<nil>)",
+			"stopped Account|b (entity: stopped)",
+		}, func() {
+			if err := h.Send(ctx, "b", Close{}); err != nil {
+				t.Fatal(err)
+			}
+		})
+	})
+}
+
+// TestHostHooksMailboxOverflow: a command refused with ErrMailboxFull
+// fires the overflow hook.
+func TestHostHooksMailboxOverflow(t *testing.T) {
+	st := memoryStores(t)
+	gate := make(chan struct{})
+	log := &hookLog{}
+	h := newHost(t, stores{Journal: &faultyJournal{Journal: st.Journal, gate: gate}, Snapshots: st.Snapshots}, accountBehavior(), func(c *entity.HostConfig) {
+		c.Hooks = []any{log}
+		c.MailboxCapacity = 1
+	})
+	if err := h.Tell("m", Deposit{Amount: 1}); err != nil { // recovery waits at the gate
+		t.Fatal(err)
+	}
+	if err := h.Tell("m", Deposit{Amount: 1}); !errors.Is(err, entity.ErrMailboxFull) {
+		t.Fatalf("second command: %v, want ErrMailboxFull", err)
+	}
+	close(gate)
+	if got := log.take(); !slices.Contains(got, "overflow Account|m mailbox") {
+		t.Errorf("hooks said %q, want the mailbox overflow", got)
+	}
+}

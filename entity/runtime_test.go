@@ -1332,8 +1332,8 @@ func (h *hookLog) take() []string {
 func (h *hookLog) OnRecovered(r entity.Recovered) {
 	h.add("recovered %s from snapshot %d, %d events, at %d in %v (%v)", r.PersistenceID, r.SnapshotSequenceNr, r.Events, r.SequenceNr, r.Duration, r.Err)
 }
-func (h *hookLog) OnPassivated(pid string)          { h.add("passivated %s", pid) }
-func (h *hookLog) OnStopped(pid string, err error)  { h.add("stopped %s (%v)", pid, err) }
+func (h *hookLog) OnPassivated(pid string)         { h.add("passivated %s", pid) }
+func (h *hookLog) OnStopped(pid string, err error) { h.add("stopped %s (%v)", pid, err) }
 func (h *hookLog) OnSnapshot(pid string, seq int64, err error) {
 	h.add("snapshot %s at %d (%v)", pid, seq, err)
 }

@@ -21,6 +21,7 @@ type atLeastOnce struct {
 	handler func(context.Context, query.Envelope) error
 	unsaved int
 	offset  query.Offset
+	written time.Time // when the event at offset was written
 }
 
 func (s *atLeastOnce) interval() time.Duration { return s.p.cfg.SaveEvery }
@@ -31,7 +32,7 @@ func (s *atLeastOnce) take(ctx context.Context, env query.Envelope) error {
 		return err
 	}
 	s.unsaved++
-	s.offset = env.Offset
+	s.offset, s.written = env.Offset, env.Timestamp
 	if s.unsaved >= s.p.cfg.SaveAfter {
 		return s.tick(ctx)
 	}
@@ -48,6 +49,7 @@ func (s *atLeastOnce) tick(ctx context.Context) error {
 		return fmt.Errorf("projection %s: save offset: %w", s.p.id, err)
 	}
 	s.unsaved = 0
+	s.p.saved(s.offset, s.written)
 	return nil
 }
 
@@ -81,6 +83,7 @@ func (s *exactlyOnce[Tx]) take(ctx context.Context, env query.Envelope) error {
 	if err != nil {
 		return err
 	}
+	s.p.saved(env.Offset, env.Timestamp)
 	return nil
 }
 
@@ -127,14 +130,14 @@ func (s *grouped) tick(ctx context.Context) error {
 	if err := s.p.attempt(ctx, what, func() error { return s.handler(ctx, group) }); err != nil {
 		return err
 	}
-	if s.offsetSaved {
-		s.group = nil
-		return nil
-	}
-	if err := s.p.store.SaveOffset(ctx, s.p.id, group[len(group)-1].Offset); err != nil {
-		return fmt.Errorf("projection %s: save offset: %w", s.p.id, err)
+	last := group[len(group)-1]
+	if !s.offsetSaved {
+		if err := s.p.store.SaveOffset(ctx, s.p.id, last.Offset); err != nil {
+			return fmt.Errorf("projection %s: save offset: %w", s.p.id, err)
+		}
 	}
 	s.group = nil
+	s.p.saved(last.Offset, last.Timestamp)
 	return nil
 }
 

@@ -130,6 +130,11 @@ type Config struct {
 	// (defaults 20 and 100 ms).
 	GroupSize   int
 	GroupWithin time.Duration
+	// Hooks are called on the projection's events: each value for the hook
+	// interfaces it implements (HookStarted, HookStopped,
+	// HookHandlerError, HookOffsetSaved, HookPaused, HookResumed,
+	// HookRestartScheduled).
+	Hooks []any
 	// PausedRecheck is how often a paused projection reads its paused flag,
 	// for pauses and resumes made by other processes (default 1 s).
 	PausedRecheck time.Duration
@@ -192,6 +197,8 @@ type Projection struct {
 	cfg     Config
 	newSink func() sink
 	control query.Signal // pause, resume or reset happened in this process
+	hooks   hooks
+	paused  bool // the last run found the projection paused (for the hooks)
 }
 
 func newProjection(id ID, src Source, store OffsetStore, cfg Config, newSink func(*Projection) sink) (*Projection, error) {
@@ -201,7 +208,7 @@ func newProjection(id ID, src Source, store OffsetStore, cfg Config, newSink fun
 	if src.Events == nil || store == nil {
 		return nil, fmt.Errorf("projection %s: source and offset store are required", id)
 	}
-	p := &Projection{id: id, src: src, store: store, cfg: cfg.withDefaults()}
+	p := &Projection{id: id, src: src, store: store, cfg: cfg.withDefaults(), hooks: newHooks(cfg.Hooks)}
 	p.newSink = func() sink { return newSink(p) }
 	return p, nil
 }
@@ -313,15 +320,21 @@ func (p *Projection) applyResets(ctx context.Context) {
 // a source that ends, until it has handled everything (and returns nil). A
 // failed run restarts from the stored offset after a backoff that doubles
 // per consecutive failure, from RestartMin up to RestartMax.
-func (p *Projection) Run(ctx context.Context) error {
+func (p *Projection) Run(ctx context.Context) (err error) {
 	p.mu.Lock()
 	p.running = true
 	p.mu.Unlock()
+	for _, x := range p.hooks.started {
+		x.OnStarted(p.id)
+	}
 	defer func() {
 		p.mu.Lock()
 		p.running = false
 		p.mu.Unlock()
 		p.applyResets(ctx)
+		for _, x := range p.hooks.stopped {
+			x.OnStopped(p.id, err)
+		}
 	}()
 	failures := 0
 	for {
@@ -346,6 +359,9 @@ func (p *Projection) Run(ctx context.Context) error {
 		}
 		delay = min(delay, p.cfg.RestartMax)
 		p.cfg.Logger.Warn("projection failed; restarting", "projection", p.id.String(), "err", err, "in", delay)
+		for _, x := range p.hooks.restart {
+			x.OnRestartScheduled(p.id, err, delay)
+		}
 		t := time.NewTimer(delay)
 		select {
 		case <-ctx.Done():
@@ -365,6 +381,18 @@ func (p *Projection) runOnce(ctx context.Context) (ended, progressed bool, err e
 	st, err := p.store.Load(ctx, p.id)
 	if err != nil {
 		return false, false, fmt.Errorf("projection %s: load offset: %w", p.id, err)
+	}
+	if st.Paused != p.paused {
+		p.paused = st.Paused
+		if st.Paused {
+			for _, x := range p.hooks.paused {
+				x.OnPaused(p.id)
+			}
+		} else {
+			for _, x := range p.hooks.resumed {
+				x.OnResumed(p.id)
+			}
+		}
 	}
 	if st.Paused {
 		t := time.NewTimer(p.cfg.PausedRecheck)
@@ -512,6 +540,18 @@ func (p *Projection) attempt(ctx context.Context, what string, fn func() error) 
 		}
 		if err = fn(); err == nil {
 			return nil
+		}
+		if len(p.hooks.handlerError) > 0 {
+			decision := DecisionRetry
+			if try == r.retries {
+				decision = DecisionFail
+				if r.skip {
+					decision = DecisionSkip
+				}
+			}
+			for _, x := range p.hooks.handlerError {
+				x.OnHandlerError(p.id, what, err, decision)
+			}
 		}
 	}
 	if r.skip {

@@ -641,3 +641,93 @@ func TestBehind(t *testing.T) {
 		t.Errorf("Behind without a current query: %v, want ErrNoCurrentQuery", err)
 	}
 }
+
+// projectionHookLog records every projection hook as a line.
+type projectionHookLog struct {
+	mu    sync.Mutex
+	lines []string
+}
+
+func (h *projectionHookLog) add(format string, args ...any) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.lines = append(h.lines, fmt.Sprintf(format, args...))
+}
+
+func (h *projectionHookLog) all() []string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return slices.Clone(h.lines)
+}
+
+func (h *projectionHookLog) OnStarted(id projection.ID)          { h.add("started %s", id) }
+func (h *projectionHookLog) OnStopped(id projection.ID, e error) { h.add("stopped %s (%v)", id, e) }
+func (h *projectionHookLog) OnHandlerError(id projection.ID, what string, err error, d projection.Decision) {
+	h.add("error %s on %s: %v: %s", id, what, err, d)
+}
+func (h *projectionHookLog) OnOffsetSaved(id projection.ID, o query.Offset, lag time.Duration) {
+	h.add("saved %s %s lag %v", id, o, lag)
+}
+func (h *projectionHookLog) OnPaused(id projection.ID)  { h.add("paused %s", id) }
+func (h *projectionHookLog) OnResumed(id projection.ID) { h.add("resumed %s", id) }
+func (h *projectionHookLog) OnRestartScheduled(id projection.ID, err error, d time.Duration) {
+	h.add("restart %s in %v", id, d)
+}
+
+// TestProjectionHooks: the hooks fire with the right values, on fake time:
+// start, each saved offset with its lag, a handler error with its retries
+// and the skip the strategy decides, pause and resume, stop.
+func TestProjectionHooks(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := memory.New()
+		defer s.Close()
+		write(t, s.Journal(), "H|1", 1, 3)
+		time.Sleep(2 * time.Second) // the events are 2 s old when handled
+		log := &projectionHookLog{}
+		handled := make(chan int64, 10)
+		cfg := projection.Config{SaveAfter: 1, Recovery: projection.RetryThenSkip(1, time.Second), Hooks: []any{log}, Logger: quiet.Logger}
+		p, err := projection.AtLeastOnce(projection.ID{Name: "hooks", Key: "k"}, allSlices(s.Queries(), "H"), s.Projections(),
+			func(_ context.Context, env query.Envelope) error {
+				if env.SequenceNr == 2 {
+					return errors.New("bad event")
+				}
+				handled <- env.SequenceNr
+				return nil
+			}, cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithCancel(t.Context())
+		done := make(chan error, 1)
+		go func() { done <- p.Run(ctx) }()
+		<-handled
+		<-handled
+		synctest.Wait()
+		if err := p.Pause(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+		synctest.Wait()
+		if err := p.Resume(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+		synctest.Wait()
+		cancel()
+		if err := <-done; !errors.Is(err, context.Canceled) {
+			t.Fatal(err)
+		}
+		want := []string{
+			"started hooks/k",
+			"saved hooks/k seq:1 lag 2s",
+			"error hooks/k on H|1#2: bad event: retry",
+			"error hooks/k on H|1#2: bad event: skip",
+			"saved hooks/k seq:2 lag 3s",
+			"saved hooks/k seq:3 lag 3s",
+			"paused hooks/k",
+			"resumed hooks/k",
+			"stopped hooks/k (context canceled)",
+		}
+		if got := log.all(); !slices.Equal(got, want) {
+			t.Errorf("hooks said\n%q\nwant\n%q", got, want)
+		}
+	})
+}

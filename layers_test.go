@@ -26,6 +26,7 @@ var layers = map[string][]string{
 	"storetest":  {".", "journal", "offsets", "query", "recovery", "snapshot"},
 	"entity":     {".", "engine", "journal", "recovery", "serialization", "snapshot"},
 	"projection": {".", "offsets", "query", "serialization"},
+	"otelannals": {"engine", "entity", "projection", "query"},
 
 	"store/memory":                  {".", "journal", "offsets", "query", "snapshot"},
 	"store/sqlite":                  {".", "admin", "journal", "offsets", "query", "recovery", "snapshot"},

@@ -1,0 +1,262 @@
+// Package otelannals reports what Annals does as OpenTelemetry metrics and
+// spans, built on the hooks of the journal front (engine.Config.Hooks), the
+// entity host (entity.HostConfig.Hooks) and projections
+// (projection.Config.Hooks). It is a package of its own so that a program
+// that does not use OpenTelemetry does not link it.
+//
+//	tel, err := otelannals.New(otel.GetMeterProvider(), otel.GetTracerProvider())
+//	host, err := entity.NewHost(behavior, entity.HostConfig{
+//		Journal: store.Journal(), Registry: reg,
+//		Front: engine.Config{Hooks: []any{tel}}, Hooks: []any{tel},
+//	})
+//	p, err := projection.ExactlyOnce(id, src, store.Projections(), handler, projection.Config{Hooks: []any{tel}})
+//
+// Metrics (instrument names; units in brackets):
+//
+//	annals.journal.writes                    atomic writes sent to the store
+//	annals.journal.events                    events in them
+//	annals.journal.rejections                atomic writes the store refused
+//	annals.journal.call.duration     [s]     one store call, attribute outcome (ok, circuit_open, timeout, error)
+//	annals.journal.call.events               events per store call
+//	annals.journal.queue                     atomic writes waiting when a call was sent
+//	annals.journal.breaker.state             0 closed, 1 half-open, 2 open
+//	annals.entity.recoveries                 attribute outcome (ok, error)
+//	annals.entity.recovery.duration  [s]
+//	annals.entity.recovery.events            events replayed per recovery
+//	annals.entity.live                       entities recovered and not yet passivated or stopped
+//	annals.entity.passivations
+//	annals.entity.stops
+//	annals.entity.restarts                   restarts scheduled
+//	annals.entity.snapshots                  attribute outcome (ok, error)
+//	annals.entity.overflows                  attribute what (mailbox, stash)
+//	annals.projection.lag            [s]     age of the last event an offset save covers, per projection
+//	annals.projection.offsets.saved
+//	annals.projection.handler.errors         attribute decision (retry, skip, fail)
+//	annals.projection.paused                 1 while paused
+//
+// Spans: one per journal store call ("annals.journal.write", with its
+// writes, events and outcome), started and ended at the call's times.
+package otelannals
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/annals-go/annals/engine"
+	"github.com/annals-go/annals/entity"
+	"github.com/annals-go/annals/projection"
+	"github.com/annals-go/annals/query"
+)
+
+// Name is the instrumentation scope's name.
+const Name = "github.com/annals-go/annals/otelannals"
+
+// Telemetry implements the hooks of the engine, entity and projection
+// packages; give the same value to each. It is safe for concurrent use.
+type Telemetry struct {
+	tracer trace.Tracer
+
+	writes, events, rejections                metric.Int64Counter
+	callDuration                              metric.Float64Histogram
+	callEvents, queue                         metric.Int64Histogram
+	breaker                                   metric.Int64Gauge
+	recoveries, passivations, stops, restarts metric.Int64Counter
+	snapshots, overflows                      metric.Int64Counter
+	recoveryDuration                          metric.Float64Histogram
+	recoveryEvents                            metric.Int64Histogram
+	live                                      metric.Int64UpDownCounter
+	lag                                       metric.Float64Histogram
+	offsetsSaved, handlerErrors               metric.Int64Counter
+	paused                                    metric.Int64Gauge
+
+	mu      sync.Mutex
+	liveIDs map[string]bool // entities counted in live
+}
+
+// New makes the instruments on meters and the tracer on tracers.
+func New(meters metric.MeterProvider, tracers trace.TracerProvider) (*Telemetry, error) {
+	m := meters.Meter(Name)
+	t := &Telemetry{tracer: tracers.Tracer(Name), liveIDs: map[string]bool{}}
+	var errs []error
+	counter := func(name, desc string) metric.Int64Counter {
+		c, err := m.Int64Counter(name, metric.WithDescription(desc))
+		errs = append(errs, err)
+		return c
+	}
+	seconds := func(name, desc string) metric.Float64Histogram {
+		h, err := m.Float64Histogram(name, metric.WithDescription(desc), metric.WithUnit("s"))
+		errs = append(errs, err)
+		return h
+	}
+	histogram := func(name, desc string) metric.Int64Histogram {
+		h, err := m.Int64Histogram(name, metric.WithDescription(desc))
+		errs = append(errs, err)
+		return h
+	}
+	gauge := func(name, desc string) metric.Int64Gauge {
+		g, err := m.Int64Gauge(name, metric.WithDescription(desc))
+		errs = append(errs, err)
+		return g
+	}
+	t.writes = counter("annals.journal.writes", "atomic writes sent to the store")
+	t.events = counter("annals.journal.events", "events sent to the store")
+	t.rejections = counter("annals.journal.rejections", "atomic writes the store refused")
+	t.callDuration = seconds("annals.journal.call.duration", "duration of one store call")
+	t.callEvents = histogram("annals.journal.call.events", "events per store call")
+	t.queue = histogram("annals.journal.queue", "atomic writes waiting when a call was sent")
+	t.breaker = gauge("annals.journal.breaker.state", "the circuit breaker: 0 closed, 1 half-open, 2 open")
+	t.recoveries = counter("annals.entity.recoveries", "entity recoveries")
+	t.recoveryDuration = seconds("annals.entity.recovery.duration", "duration of one recovery")
+	t.recoveryEvents = histogram("annals.entity.recovery.events", "events replayed per recovery")
+	live, err := m.Int64UpDownCounter("annals.entity.live", metric.WithDescription("entities recovered and not yet passivated or stopped"))
+	errs = append(errs, err)
+	t.live = live
+	t.passivations = counter("annals.entity.passivations", "entities passivated")
+	t.stops = counter("annals.entity.stops", "entities stopped")
+	t.restarts = counter("annals.entity.restarts", "entity restarts scheduled")
+	t.snapshots = counter("annals.entity.snapshots", "snapshots taken")
+	t.overflows = counter("annals.entity.overflows", "commands refused for a full mailbox or stash")
+	t.lag = seconds("annals.projection.lag", "age of the last event an offset save covers")
+	t.offsetsSaved = counter("annals.projection.offsets.saved", "offsets saved")
+	t.handlerErrors = counter("annals.projection.handler.errors", "projection handler errors")
+	t.paused = gauge("annals.projection.paused", "1 while the projection is paused")
+	if err := errors.Join(errs...); err != nil {
+		return nil, fmt.Errorf("otelannals: %w", err)
+	}
+	return t, nil
+}
+
+var (
+	_ engine.HookWriteCall          = (*Telemetry)(nil)
+	_ engine.HookBreakerStateChange = (*Telemetry)(nil)
+	_ entity.HookRecovered          = (*Telemetry)(nil)
+	_ entity.HookPassivated         = (*Telemetry)(nil)
+	_ entity.HookStopped            = (*Telemetry)(nil)
+	_ entity.HookRestartScheduled   = (*Telemetry)(nil)
+	_ entity.HookSnapshot           = (*Telemetry)(nil)
+	_ entity.HookOverflow           = (*Telemetry)(nil)
+	_ projection.HookOffsetSaved    = (*Telemetry)(nil)
+	_ projection.HookHandlerError   = (*Telemetry)(nil)
+	_ projection.HookPaused         = (*Telemetry)(nil)
+	_ projection.HookResumed        = (*Telemetry)(nil)
+)
+
+// The hooks are called without a context; the measurements carry none.
+var bg = context.Background()
+
+func outcome(err error) string {
+	switch {
+	case err == nil:
+		return "ok"
+	case errors.Is(err, engine.ErrCircuitOpen):
+		return "circuit_open"
+	case errors.Is(err, engine.ErrCallTimeout):
+		return "timeout"
+	}
+	return "error"
+}
+
+// OnWriteCall implements engine.HookWriteCall.
+func (t *Telemetry) OnWriteCall(c engine.WriteCall) {
+	out := metric.WithAttributes(attribute.String("outcome", outcome(c.Err)))
+	t.writes.Add(bg, int64(c.Writes))
+	t.events.Add(bg, int64(c.Events))
+	t.rejections.Add(bg, int64(c.Rejected))
+	t.callDuration.Record(bg, c.Duration.Seconds(), out)
+	t.callEvents.Record(bg, int64(c.Events))
+	t.queue.Record(bg, int64(c.Queued))
+	end := time.Now()
+	_, span := t.tracer.Start(bg, "annals.journal.write", trace.WithTimestamp(end.Add(-c.Duration)), trace.WithSpanKind(trace.SpanKindClient),
+		trace.WithAttributes(attribute.Int("annals.writes", c.Writes), attribute.Int("annals.events", c.Events),
+			attribute.Int("annals.rejected", c.Rejected), attribute.String("annals.outcome", outcome(c.Err))))
+	if c.Err != nil {
+		span.RecordError(c.Err)
+		span.SetStatus(codes.Error, c.Err.Error())
+	}
+	span.End(trace.WithTimestamp(end))
+}
+
+// OnBreakerStateChange implements engine.HookBreakerStateChange.
+func (t *Telemetry) OnBreakerStateChange(_, to engine.BreakerState) {
+	t.breaker.Record(bg, int64(to))
+}
+
+// OnRecovered implements entity.HookRecovered.
+func (t *Telemetry) OnRecovered(r entity.Recovered) {
+	t.recoveries.Add(bg, 1, metric.WithAttributes(attribute.String("outcome", map[bool]string{true: "ok", false: "error"}[r.Err == nil])))
+	t.recoveryDuration.Record(bg, r.Duration.Seconds())
+	t.recoveryEvents.Record(bg, r.Events)
+	if r.Err == nil {
+		t.mu.Lock()
+		if !t.liveIDs[r.PersistenceID] {
+			t.liveIDs[r.PersistenceID] = true
+			t.live.Add(bg, 1)
+		}
+		t.mu.Unlock()
+	}
+}
+
+// gone counts an entity out of the live ones.
+func (t *Telemetry) gone(pid string) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.liveIDs[pid] {
+		delete(t.liveIDs, pid)
+		t.live.Add(bg, -1)
+	}
+}
+
+// OnPassivated implements entity.HookPassivated.
+func (t *Telemetry) OnPassivated(pid string) {
+	t.passivations.Add(bg, 1)
+	t.gone(pid)
+}
+
+// OnStopped implements entity.HookStopped.
+func (t *Telemetry) OnStopped(pid string, _ error) {
+	t.stops.Add(bg, 1)
+	t.gone(pid)
+}
+
+// OnRestartScheduled implements entity.HookRestartScheduled.
+func (t *Telemetry) OnRestartScheduled(string, error, time.Duration) { t.restarts.Add(bg, 1) }
+
+// OnSnapshot implements entity.HookSnapshot.
+func (t *Telemetry) OnSnapshot(_ string, _ int64, err error) {
+	t.snapshots.Add(bg, 1, metric.WithAttributes(attribute.String("outcome", map[bool]string{true: "ok", false: "error"}[err == nil])))
+}
+
+// OnOverflow implements entity.HookOverflow.
+func (t *Telemetry) OnOverflow(_ string, what entity.Overflow) {
+	t.overflows.Add(bg, 1, metric.WithAttributes(attribute.String("what", what.String())))
+}
+
+func projectionAttrs(id projection.ID) metric.MeasurementOption {
+	return metric.WithAttributes(attribute.String("projection", id.Name), attribute.String("key", id.Key))
+}
+
+// OnOffsetSaved implements projection.HookOffsetSaved.
+func (t *Telemetry) OnOffsetSaved(id projection.ID, _ query.Offset, lag time.Duration) {
+	attrs := projectionAttrs(id)
+	t.offsetsSaved.Add(bg, 1, attrs)
+	t.lag.Record(bg, lag.Seconds(), attrs)
+}
+
+// OnHandlerError implements projection.HookHandlerError.
+func (t *Telemetry) OnHandlerError(id projection.ID, _ string, _ error, d projection.Decision) {
+	t.handlerErrors.Add(bg, 1, metric.WithAttributes(attribute.String("projection", id.Name), attribute.String("key", id.Key), attribute.String("decision", d.String())))
+}
+
+// OnPaused implements projection.HookPaused.
+func (t *Telemetry) OnPaused(id projection.ID) { t.paused.Record(bg, 1, projectionAttrs(id)) }
+
+// OnResumed implements projection.HookResumed.
+func (t *Telemetry) OnResumed(id projection.ID) { t.paused.Record(bg, 0, projectionAttrs(id)) }

@@ -22,11 +22,12 @@ var layers = map[string][]string{
 	"offsets":       {"query"},
 	"admin":         {"journal", "offsets", "query"},
 
-	"engine":     {"journal", "recovery", "snapshot"},
-	"storetest":  {".", "journal", "offsets", "query", "recovery", "snapshot"},
-	"entity":     {".", "engine", "journal", "recovery", "serialization", "snapshot"},
-	"projection": {".", "offsets", "query", "serialization"},
-	"otelannals": {"engine", "entity", "projection", "query"},
+	"internal/hooks": {},
+	"engine":         {"internal/hooks", "journal", "recovery", "snapshot"},
+	"storetest":      {".", "journal", "offsets", "query", "recovery", "snapshot"},
+	"entity":         {".", "engine", "internal/hooks", "journal", "recovery", "serialization", "snapshot"},
+	"projection":     {".", "internal/hooks", "offsets", "query", "serialization"},
+	"otelannals":     {"engine", "entity", "projection", "query"},
 
 	"store/memory":                  {".", "journal", "offsets", "query", "snapshot"},
 	"store/sqlite":                  {".", "admin", "journal", "offsets", "query", "recovery", "snapshot"},

@@ -4,6 +4,8 @@ import (
 	"context"
 	"log/slog"
 	"time"
+
+	hookset "github.com/annals-go/annals/internal/hooks"
 )
 
 // Hooks: a value given in Config.Hooks is called for each event whose
@@ -71,16 +73,7 @@ type hooks struct {
 }
 
 func newHooks(values []any) hooks {
-	var h hooks
-	for _, v := range values {
-		if x, ok := v.(HookWriteCall); ok {
-			h.writeCall = append(h.writeCall, x)
-		}
-		if x, ok := v.(HookBreakerStateChange); ok {
-			h.breaker = append(h.breaker, x)
-		}
-	}
-	return h
+	return hooks{writeCall: hookset.Select[HookWriteCall](values), breaker: hookset.Select[HookBreakerStateChange](values)}
 }
 
 // breakerChanged logs a state change (a warning when the breaker opens)

@@ -1,6 +1,10 @@
 package entity
 
-import "time"
+import (
+	"time"
+
+	hookset "github.com/annals-go/annals/internal/hooks"
+)
 
 // Hooks: a value given in HostConfig.Hooks is called for each event whose
 // interface it implements, as franz-go's kgo.Hook values are. A host with
@@ -86,28 +90,14 @@ type hooks struct {
 }
 
 func newHooks(values []any) hooks {
-	var h hooks
-	for _, v := range values {
-		if x, ok := v.(HookRecovered); ok {
-			h.recovered = append(h.recovered, x)
-		}
-		if x, ok := v.(HookPassivated); ok {
-			h.passivated = append(h.passivated, x)
-		}
-		if x, ok := v.(HookStopped); ok {
-			h.stopped = append(h.stopped, x)
-		}
-		if x, ok := v.(HookRestartScheduled); ok {
-			h.restart = append(h.restart, x)
-		}
-		if x, ok := v.(HookSnapshot); ok {
-			h.snapshot = append(h.snapshot, x)
-		}
-		if x, ok := v.(HookOverflow); ok {
-			h.overflow = append(h.overflow, x)
-		}
+	return hooks{
+		recovered:  hookset.Select[HookRecovered](values),
+		passivated: hookset.Select[HookPassivated](values),
+		stopped:    hookset.Select[HookStopped](values),
+		restart:    hookset.Select[HookRestartScheduled](values),
+		snapshot:   hookset.Select[HookSnapshot](values),
+		overflow:   hookset.Select[HookOverflow](values),
 	}
-	return h
 }
 
 // left calls the passivation or stop hooks.

@@ -3,6 +3,7 @@ package projection
 import (
 	"time"
 
+	hookset "github.com/annals-go/annals/internal/hooks"
 	"github.com/annals-go/annals/query"
 )
 
@@ -88,31 +89,15 @@ type hooks struct {
 }
 
 func newHooks(values []any) hooks {
-	var h hooks
-	for _, v := range values {
-		if x, ok := v.(HookStarted); ok {
-			h.started = append(h.started, x)
-		}
-		if x, ok := v.(HookStopped); ok {
-			h.stopped = append(h.stopped, x)
-		}
-		if x, ok := v.(HookHandlerError); ok {
-			h.handlerError = append(h.handlerError, x)
-		}
-		if x, ok := v.(HookOffsetSaved); ok {
-			h.offsetSaved = append(h.offsetSaved, x)
-		}
-		if x, ok := v.(HookPaused); ok {
-			h.paused = append(h.paused, x)
-		}
-		if x, ok := v.(HookResumed); ok {
-			h.resumed = append(h.resumed, x)
-		}
-		if x, ok := v.(HookRestartScheduled); ok {
-			h.restart = append(h.restart, x)
-		}
+	return hooks{
+		started:      hookset.Select[HookStarted](values),
+		stopped:      hookset.Select[HookStopped](values),
+		handlerError: hookset.Select[HookHandlerError](values),
+		offsetSaved:  hookset.Select[HookOffsetSaved](values),
+		paused:       hookset.Select[HookPaused](values),
+		resumed:      hookset.Select[HookResumed](values),
+		restart:      hookset.Select[HookRestartScheduled](values),
 	}
-	return h
 }
 
 // saved calls the offset hooks for an offset covering an event written at

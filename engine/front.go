@@ -606,6 +606,12 @@ func (f *Front) send(batch []*request) {
 		f.mu.Unlock()
 		return
 	}
+	queued := 0
+	if len(f.hooks.writeCall) > 0 {
+		f.mu.Lock()
+		queued = f.queued
+		f.mu.Unlock()
+	}
 	start := time.Now()
 	ctx, cancel := context.WithTimeout(context.Background(), f.cfg.CallTimeout)
 	defer cancel()
@@ -620,7 +626,6 @@ func (f *Front) send(batch []*request) {
 	err = breakerError(err)
 	took := time.Since(start)
 	f.mu.Lock()
-	queued := f.queued
 	f.lastCall = took
 	f.calls--
 	f.flying -= n
@@ -628,6 +633,16 @@ func (f *Front) send(batch []*request) {
 	f.landed(writes)
 	f.wakeLingering(true)
 	f.mu.Unlock()
+	at := 0
+	for _, r := range live {
+		res := result{err: err}
+		if err == nil && errs != nil {
+			res.errs = journal.Results(errs[at : at+len(r.writes)])
+		}
+		at += len(r.writes)
+		r.done <- res
+	}
+	// The hooks run once the callers have their answers.
 	if len(f.hooks.writeCall) > 0 {
 		call := WriteCall{Writes: len(writes), Queued: queued, Duration: took, Err: err}
 		for _, w := range writes {
@@ -641,15 +656,6 @@ func (f *Front) send(batch []*request) {
 		for _, h := range f.hooks.writeCall {
 			h.OnWriteCall(call)
 		}
-	}
-	at := 0
-	for _, r := range live {
-		res := result{err: err}
-		if err == nil && errs != nil {
-			res.errs = journal.Results(errs[at : at+len(r.writes)])
-		}
-		at += len(r.writes)
-		r.done <- res
 	}
 }
 

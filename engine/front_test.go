@@ -605,6 +605,7 @@ func TestHooks(t *testing.T) {
 		if err := f.Persist(ctx, one("c", 1)); err != nil {
 			t.Fatal(err)
 		}
+		synctest.Wait() // the last call's hook runs after its caller has the answer
 
 		h.mu.Lock()
 		defer h.mu.Unlock()

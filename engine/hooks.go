@@ -32,7 +32,8 @@ type WriteCall struct {
 	Rejected int
 }
 
-// HookWriteCall is called after each Write call to the store.
+// HookWriteCall is called after each Write call to the store, once its
+// callers have their answers.
 type HookWriteCall interface {
 	OnWriteCall(WriteCall)
 }
@@ -61,7 +62,8 @@ func (s BreakerState) String() string {
 	return "unknown"
 }
 
-// HookBreakerStateChange is called when the circuit breaker changes state.
+// HookBreakerStateChange is called when the circuit breaker changes state,
+// while the breaker holds its lock: store calls wait until it returns.
 type HookBreakerStateChange interface {
 	OnBreakerStateChange(from, to BreakerState)
 }

@@ -32,8 +32,10 @@ type HostConfig struct {
 	// (an *engine.Front: group commit, per-id ordering and waits, call
 	// timeouts, the circuit breaker), tuned by Front, and closes that
 	// front when it has shut down (the journal itself stays open). An
-	// *engine.Front given here is used as it is and not closed: pass one
-	// to share it between the hosts of one store. When the store reads
+	// *engine.Front given here is used as it is and not closed: the hosts
+	// of one store should share one, so that their writes share commits
+	// and their reads one bound (engine.Config.MaxReads is sized for one
+	// front per connection pool). When the store reads
 	// recoveries for Snapshots (SQLite or PostgreSQL, with that store's
 	// snapshots or none), an entity recovers in one read: its highest
 	// number, snapshot and first events together.
@@ -352,11 +354,6 @@ func (h *Host[C, E, S]) deliver(id string, env envelope[C]) error {
 	if id == "" {
 		return errors.New("entity: empty entity id")
 	}
-	if len(h.cfg.SliceRanges) > 0 {
-		if err := h.owns(id); err != nil {
-			return err
-		}
-	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.closed {
@@ -364,6 +361,13 @@ func (h *Host[C, E, S]) deliver(id string, env envelope[C]) error {
 	}
 	inst := h.live[id]
 	if inst == nil {
+		// Only owned entities have instances: the check is made once, when
+		// one is made.
+		if len(h.cfg.SliceRanges) > 0 {
+			if err := h.owns(id); err != nil {
+				return err
+			}
+		}
 		inst = h.spawn(id)
 	}
 	if !inst.put(env) {

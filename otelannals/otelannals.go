@@ -78,13 +78,13 @@ type Telemetry struct {
 	paused                                    metric.Int64Gauge
 
 	mu      sync.Mutex
-	liveIDs map[string]bool // entities counted in live
+	liveIDs map[string]int // instances counted in live, per id (a new one may recover before the old one's stop is reported)
 }
 
 // New makes the instruments on meters and the tracer on tracers.
 func New(meters metric.MeterProvider, tracers trace.TracerProvider) (*Telemetry, error) {
 	m := meters.Meter(Name)
-	t := &Telemetry{tracer: tracers.Tracer(Name), liveIDs: map[string]bool{}}
+	t := &Telemetry{tracer: tracers.Tracer(Name), liveIDs: map[string]int{}}
 	var errs []error
 	counter := func(name, desc string) metric.Int64Counter {
 		c, err := m.Int64Counter(name, metric.WithDescription(desc))
@@ -196,20 +196,23 @@ func (t *Telemetry) OnRecovered(r entity.Recovered) {
 	t.recoveryEvents.Record(bg, r.Events)
 	if r.Err == nil {
 		t.mu.Lock()
-		if !t.liveIDs[r.PersistenceID] {
-			t.liveIDs[r.PersistenceID] = true
-			t.live.Add(bg, 1)
-		}
+		t.liveIDs[r.PersistenceID]++
 		t.mu.Unlock()
+		t.live.Add(bg, 1)
 	}
 }
 
 // gone counts an entity out of the live ones.
 func (t *Telemetry) gone(pid string) {
 	t.mu.Lock()
-	defer t.mu.Unlock()
-	if t.liveIDs[pid] {
+	n := t.liveIDs[pid]
+	if n > 1 {
+		t.liveIDs[pid] = n - 1
+	} else {
 		delete(t.liveIDs, pid)
+	}
+	t.mu.Unlock()
+	if n > 0 {
 		t.live.Add(bg, -1)
 	}
 }

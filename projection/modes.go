@@ -2,6 +2,7 @@ package projection
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -28,10 +29,10 @@ func (s *atLeastOnce) interval() time.Duration { return s.p.cfg.SaveEvery }
 func (s *atLeastOnce) pending() bool           { return s.unsaved > 0 }
 
 func (s *atLeastOnce) take(ctx context.Context, env query.Envelope) error {
-	if err := s.p.attempt(ctx, describe(env), func() error { return s.handler(ctx, env) }); err != nil {
+	if err := s.p.attempt(ctx, describe(env), func() error { return s.handler(ctx, env) }); err != nil && !errors.Is(err, errSkipped) {
 		return err
 	}
-	s.unsaved++
+	s.unsaved++ // a skipped envelope's offset is saved too: it is done with
 	s.offset, s.written = env.Offset, env.Timestamp
 	if s.unsaved >= s.p.cfg.SaveAfter {
 		return s.tick(ctx)
@@ -80,7 +81,12 @@ func (s *exactlyOnce[Tx]) take(ctx context.Context, env query.Envelope) error {
 			return s.store.SaveOffsetTx(ctx, tx, s.p.id, env.Offset)
 		})
 	})
-	if err != nil {
+	switch {
+	case errors.Is(err, errSkipped):
+		// Rolled back with the handler's writes: the offset moves with
+		// the next envelope's commit.
+		return nil
+	case err != nil:
 		return err
 	}
 	s.p.saved(env.Offset, env.Timestamp)
@@ -127,10 +133,17 @@ func (s *grouped) tick(ctx context.Context) error {
 	}
 	group := s.group
 	what := fmt.Sprintf("group of %d from %s", len(group), describe(group[0]))
-	if err := s.p.attempt(ctx, what, func() error { return s.handler(ctx, group) }); err != nil {
+	err := s.p.attempt(ctx, what, func() error { return s.handler(ctx, group) })
+	if err != nil && !errors.Is(err, errSkipped) {
 		return err
 	}
 	last := group[len(group)-1]
+	if errors.Is(err, errSkipped) && s.offsetSaved {
+		// Rolled back with the handler's writes: the offset moves with
+		// the next group's commit.
+		s.group = nil
+		return nil
+	}
 	if !s.offsetSaved {
 		if err := s.p.store.SaveOffset(ctx, s.p.id, last.Offset); err != nil {
 			return fmt.Errorf("projection %s: save offset: %w", s.p.id, err)

@@ -523,8 +523,13 @@ func (p *Projection) accept(ctx context.Context, s sink, last map[string]int64, 
 	return nil
 }
 
+// errSkipped is what attempt returns when the strategy skipped: the
+// caller goes on, without counting the envelope (or group) as handled.
+var errSkipped = errors.New("projection: skipped")
+
 // attempt runs fn under the recovery strategy. It returns nil when fn
-// succeeded or the strategy skips, the last error when it fails.
+// succeeded, errSkipped when the strategy skips, the last error when it
+// fails.
 func (p *Projection) attempt(ctx context.Context, what string, fn func() error) error {
 	r := p.cfg.Recovery
 	var err error
@@ -556,7 +561,7 @@ func (p *Projection) attempt(ctx context.Context, what string, fn func() error) 
 	}
 	if r.skip {
 		p.cfg.Logger.Warn("projection handler failed; skipping", "projection", p.id.String(), "envelope", what, "err", err)
-		return nil
+		return errSkipped
 	}
 	return fmt.Errorf("projection %s: handler failed on %s: %w", p.id, what, err)
 }

@@ -111,9 +111,12 @@ func runCheckChild(e *env, url string, asJSON bool, timeout time.Duration) error
 	defer cancel()
 	cmd := exec.CommandContext(ctx, exe, os.Args[1:]...)
 	cmd.Env = append(os.Environ(), checkChildEnv+"="+results)
-	// An interrupt reaches the child from the terminal too; it cleans up.
+	// The child runs in a process group of its own: an interrupt of this
+	// program is forwarded to it once, and it ends its store calls, removes
+	// what the kit wrote (within 5 minutes) and writes its results.
+	ownGroup(cmd)
 	cmd.Cancel = func() error { return cmd.Process.Signal(os.Interrupt) }
-	cmd.WaitDelay = time.Minute
+	cmd.WaitDelay = 6 * time.Minute
 	r, w, err := os.Pipe()
 	if err != nil {
 		return err
@@ -129,6 +132,7 @@ func runCheckChild(e *env, url string, asJSON bool, timeout time.Duration) error
 				fmt.Fprintln(e.stderr, line)
 			}
 		}
+		_, _ = io.Copy(e.stderr, r) // the rest, after a line too long to scan
 	}()
 	runErr := cmd.Run()
 	w.Close()
@@ -166,6 +170,9 @@ type checkResult struct {
 	Suites     []suiteJSON `json:"suites"`
 	RemovedIDs int         `json:"removed_ids"`
 	Cleaned    bool        `json:"cleaned"`
+	// Interrupted: the command was interrupted; the rules that were
+	// running failed.
+	Interrupted bool `json:"interrupted"`
 }
 
 // print prints the summary: a table, or with asJSON {"store", "ok",
@@ -199,6 +206,8 @@ func (res checkResult) print(out io.Writer, asJSON bool) error {
 		fmt.Fprintf(out, "removed the kit's %s persistence ids\n", num(int64(res.RemovedIDs)))
 	}
 	switch {
+	case res.Interrupted:
+		fmt.Fprintf(out, "check INTERRUPTED: %s (the rules that were running failed)\n", res.Where)
 	case res.TimedOut:
 		fmt.Fprintf(out, "check TIMED OUT: %s (--timeout ended the kit's store calls; the rules that were running failed)\n", res.Where)
 	case res.OK:
@@ -380,6 +389,7 @@ func (k *kit) summary(t *testing.T, removed int, cleaned bool) {
 		res.Suites = append(res.Suites, sj)
 	}
 	res.TimedOut = !res.OK && time.Now().After(k.deadline)
+	res.Interrupted = !res.OK && k.e.ctx.Err() != nil
 	data, err := json.Marshal(res)
 	if err == nil {
 		err = os.WriteFile(k.results, data, 0o600)
@@ -407,9 +417,12 @@ type recordingJournal struct {
 	closes bool // Close closes the journal (one opened for the rule)
 }
 
-// bound ends ctx at the kit's deadline.
+// bound ends ctx at the kit's deadline, or when the command is
+// interrupted.
 func (k *kit) bound(ctx context.Context) (context.Context, context.CancelFunc) {
-	return context.WithDeadline(ctx, k.deadline)
+	ctx, cancel := context.WithDeadline(ctx, k.deadline)
+	stop := context.AfterFunc(k.e.ctx, cancel)
+	return ctx, func() { stop(); cancel() }
 }
 
 func (j *recordingJournal) Write(ctx context.Context, ws []journal.AtomicWrite) ([]error, error) {

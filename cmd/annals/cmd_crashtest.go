@@ -305,13 +305,16 @@ func runCrashTest(e *env, url string, c crashConfig, asJSON, keep bool) (err err
 	}()
 
 	acks := map[string][]crashAck{}
-	var cycle atomic.Int64
+	var cycle, shownAcks, shownLost atomic.Int64 // for the status line's goroutine
 	stopStatus := statusLine(e.stderr, func() string {
-		return fmt.Sprintf("cycle %d/%d  acknowledged %s writes  lost %d", cycle.Load(), c.cycles, num(t.ackWrites), t.lost)
+		return fmt.Sprintf("cycle %d/%d  acknowledged %s writes  lost %d", cycle.Load(), c.cycles, num(shownAcks.Load()), shownLost.Load())
 	})
-	for i := 1; i <= c.cycles && e.ctx.Err() == nil; i++ {
+	for i := 1; i <= c.cycles; i++ {
 		cycle.Store(int64(i))
 		got, err := crashCycle(e, exe, scratch, c, i)
+		if e.ctx.Err() != nil {
+			break // interrupted: the summary covers the cycles checked
+		}
 		if err != nil {
 			stopStatus()
 			return err
@@ -324,10 +327,15 @@ func runCrashTest(e *env, url string, c crashConfig, asJSON, keep bool) (err err
 			}
 		}
 		if err := crashVerify(e.ctx, s, c, acks, t); err != nil {
+			if e.ctx.Err() != nil {
+				break
+			}
 			stopStatus()
 			return err
 		}
 		t.cycles++
+		shownAcks.Store(t.ackWrites)
+		shownLost.Store(t.lost)
 	}
 	stopStatus()
 	if err := e.ctx.Err(); err != nil && t.cycles == 0 {
@@ -342,6 +350,7 @@ func crashCycle(e *env, exe, scratch string, c crashConfig, cycle int) (map[stri
 	cmd := exec.Command(exe, "crash-test", "--store", scratch, "--entities", strconv.Itoa(c.entities),
 		"--snapshot-every", strconv.FormatInt(c.snapshotEvery, 10), "--writers", strconv.Itoa(c.writers))
 	cmd.Env = append(os.Environ(), crashWriterEnv+"="+strconv.Itoa(cycle))
+	ownGroup(cmd) // a Ctrl-C stops this program, which kills the writer
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	pipe, err := cmd.StdoutPipe()
@@ -372,13 +381,21 @@ func crashCycle(e *env, exe, scratch string, c crashConfig, cycle int) (map[stri
 		}
 		read <- sc.Err()
 	}()
+	notReady := time.NewTimer(2 * time.Minute)
+	defer notReady.Stop()
 	select {
 	case <-ready:
 	case err := <-read:
 		_ = cmd.Wait()
 		return nil, fmt.Errorf("the writer ended before it was ready (%v): %s", err, strings.TrimSpace(stderr.String()))
+	case <-notReady.C:
+		_ = cmd.Process.Kill()
+		<-read
+		_ = cmd.Wait()
+		return nil, fmt.Errorf("the writer was not ready after 2 minutes (opening the store): %s", strings.TrimSpace(stderr.String()))
 	case <-e.ctx.Done():
 		_ = cmd.Process.Kill()
+		<-read
 		_ = cmd.Wait()
 		return nil, e.ctx.Err()
 	}

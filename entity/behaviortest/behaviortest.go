@@ -19,6 +19,7 @@ import (
 	"reflect"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/annals-go/annals"
 	"github.com/annals-go/annals/entity"
@@ -130,13 +131,24 @@ type Result[E, S, R any] struct {
 	Err error
 }
 
-// Run sends the command mk builds to entity id, waits for its reply, and
-// returns what it did. It fails the test when an event it persisted, or
-// the state after it (when the behavior takes snapshots), does not
-// round-trip through the registry.
+// RunTimeout bounds how long Run waits for a command's reply (a command
+// the behavior stashes and never unstashes would wait for good).
+const RunTimeout = time.Minute
+
+// Run sends the command mk builds to entity id, waits for its reply (at
+// most RunTimeout), and returns what it did. It fails the test when an
+// event it persisted, or the state after it (when the behavior takes
+// snapshots), does not round-trip through the registry. A command the
+// handler never saw (refused before it, or stashed) has no events and the
+// zero State.
 func Run[R, C, E, S any](k *Kit[C, E, S], id string, mk func(entity.ReplyTo[R]) C) Result[E, S, R] {
 	k.t.Helper()
-	ctx := context.Background()
+	ctx, cancel := context.WithTimeout(context.Background(), RunTimeout)
+	defer cancel()
+	k.mu.Lock()
+	var zero S
+	k.applied, k.after = nil, zero
+	k.mu.Unlock()
 	pid := annals.PersistenceID(k.b.EntityType, id)
 	from, err := k.store.Journal().HighestSequenceNr(ctx, pid, 0)
 	if err != nil {

@@ -2,10 +2,13 @@ package kafka
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/annals-go/annals/store/kafka/eventual"
 )
@@ -58,24 +61,78 @@ func newHeadCache(j *Journal, max int) *headCache {
 	return &headCache{j: j, max: max, topics: map[string]*topicCache{}}
 }
 
-// topic returns the cache of topic, starting its consumer (at the end of
-// each partition) on first use.
-func (c *headCache) topic(topic string) (*topicCache, error) {
+// topic returns the cache of topic, starting its consumer on first use at
+// the end offsets of the topic's partitions, read first: each partition's
+// cache then holds [end, end) at once, so that a read right after the
+// start waits for the cache to reach its mark instead of finding no cache
+// for the partition (which a consumer told only "at the end" would not
+// have until its first records arrive).
+func (c *headCache) topic(ctx context.Context, topic string) (*topicCache, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if t, ok := c.topics[topic]; ok {
 		return t, nil
 	}
-	cl, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(c.j.brokers...), kgo.ConsumeTopics(topic),
-		kgo.ConsumeResetOffset(kgo.NewOffset().AtEnd()), kgo.FetchMaxWait(100 * time.Millisecond),
+	ends, err := endOffsets(ctx, c.j.cl, topic)
+	if err != nil {
+		return nil, err
+	}
+	start := map[int32]kgo.Offset{}
+	t := &topicCache{parts: map[int32]*partCache{}, moved: make(chan struct{})}
+	for p, end := range ends {
+		start[p] = kgo.NewOffset().At(end)
+		t.parts[p] = &partCache{from: end, next: end}
+	}
+	cl, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(c.j.brokers...),
+		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{topic: start}), kgo.FetchMaxWait(100 * time.Millisecond),
 		kgo.FetchMaxBytes(readerFetchBytes), kgo.FetchMaxPartitionBytes(readerFetchBytes)}, c.j.cfg.clientOpts...)...)
 	if err != nil {
 		return nil, err
 	}
-	t := &topicCache{cl: cl, parts: map[int32]*partCache{}, moved: make(chan struct{})}
+	t.cl = cl
 	c.topics[topic] = t
 	go t.follow(c.max)
 	return t, nil
+}
+
+// endOffsets returns the end offset of each partition of topic.
+func endOffsets(ctx context.Context, cl *kgo.Client, topic string) (map[int32]int64, error) {
+	meta := kmsg.NewPtrMetadataRequest()
+	mt := kmsg.NewMetadataRequestTopic()
+	mt.Topic = kmsg.StringPtr(topic)
+	meta.Topics = append(meta.Topics, mt)
+	mresp, err := meta.RequestWith(ctx, cl)
+	if err != nil {
+		return nil, fmt.Errorf("kafka journal: partitions of %s: %w", topic, err)
+	}
+	req := kmsg.NewPtrListOffsetsRequest()
+	rt := kmsg.NewListOffsetsRequestTopic()
+	rt.Topic = topic
+	for _, t := range mresp.Topics {
+		if err := kerr.ErrorForCode(t.ErrorCode); err != nil {
+			return nil, fmt.Errorf("kafka journal: partitions of %s: %w", topic, err)
+		}
+		for _, p := range t.Partitions {
+			rp := kmsg.NewListOffsetsRequestTopicPartition()
+			rp.Partition, rp.Timestamp = p.Partition, -1 // -1: the end
+			rt.Partitions = append(rt.Partitions, rp)
+		}
+	}
+	req.Topics = append(req.Topics, rt)
+	resp, err := req.RequestWith(ctx, cl)
+	if err != nil {
+		return nil, fmt.Errorf("kafka journal: end offsets of %s: %w", topic, err)
+	}
+	ends := map[int32]int64{}
+	for _, t := range resp.Topics {
+		for _, p := range t.Partitions {
+			if err := kerr.ErrorForCode(p.ErrorCode); err != nil {
+				return nil, fmt.Errorf("kafka journal: end offset of %s/%d: %w", topic, p.Partition, err)
+			}
+			ends[p.Partition] = p.Offset
+		}
+	}
+	return ends, nil
 }
 
 // follow reads the topic until the client closes.
@@ -91,7 +148,7 @@ func (t *topicCache) follow(max int) {
 				return
 			}
 			pc := t.parts[p.Partition]
-			if pc == nil {
+			if pc == nil { // a partition added since the start
 				pc = &partCache{from: p.Records[0].Offset, next: p.Records[0].Offset}
 				t.parts[p.Partition] = pc
 			}

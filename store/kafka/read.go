@@ -82,7 +82,7 @@ func (j *Journal) readKey(ctx context.Context, key eventual.Key) (view, error) {
 		return v, nil
 	}
 	if j.cache != nil {
-		if t, err := j.cache.topic(key.Topic); err == nil {
+		if t, err := j.cache.topic(ctx, key.Topic); err == nil {
 			p := int64(-1)
 			if ok {
 				p = pointer

@@ -12,7 +12,6 @@ import (
 	"cmp"
 	"context"
 	"iter"
-	"math"
 	"slices"
 	"sync"
 	"time"
@@ -205,60 +204,55 @@ func (l *idLog) insert(evs []journal.Repr) {
 	l.highest = max(l.highest, last)
 }
 
-// Replay implements journal.Journal.Replay. It copies at most 256 events at a
-// time under the store's lock, so a replay holds bounded memory and never
-// blocks writers while the consumer runs.
+// Replay implements journal.Journal.Replay with journal.Pager. It copies
+// at most 256 events at a time under the store's lock, so a replay holds
+// bounded memory and never blocks writers while the consumer runs.
 func (j *Journal) Replay(ctx context.Context, persistenceID string, from, to, limit int64) iter.Seq2[journal.Repr, error] {
-	return func(yield func(journal.Repr, error) bool) {
-		if err := journal.CheckReplay(persistenceID, from, to, limit); err != nil {
-			yield(journal.Repr{}, err)
-			return
-		}
-		from = max(from, 1)
-		page := make([]journal.Repr, 0, replayPage)
-		for from <= to && limit > 0 {
-			if err := ctx.Err(); err != nil {
-				yield(journal.Repr{}, err)
-				return
-			}
-			page = page[:0]
-			j.s.mu.RLock()
-			if j.s.closed {
-				j.s.mu.RUnlock()
-				yield(journal.Repr{}, journal.ErrClosed)
-				return
-			}
-			if log := j.s.logs[persistenceID]; log != nil {
-				i, _ := log.find(from)
-				for ; i < len(log.events) && len(page) < replayPage && int64(len(page)) < limit; i++ {
-					e := log.events[i]
-					if e.SequenceNr > to {
-						break
-					}
-					page = append(page, cloneRepr(e))
-				}
-			}
-			j.s.mu.RUnlock()
-			if len(page) == 0 {
-				return
+	if err := journal.CheckReplay(persistenceID, from, to, limit); err != nil {
+		return func(yield func(journal.Repr, error) bool) { yield(journal.Repr{}, err) }
+	}
+	var page []journal.Repr // reused: a page is yielded before the next is read
+	return journal.Pager[journal.Repr]{
+		Size: replayPage,
+		ReadPage: func(_ context.Context, p journal.Page, yield func(journal.Repr) bool) (bool, error) {
+			page = j.page(page[:0], persistenceID, p)
+			if page == nil {
+				return true, journal.ErrClosed
 			}
 			for _, e := range page {
-				if err := ctx.Err(); err != nil {
-					yield(journal.Repr{}, err)
-					return
-				}
-				if !yield(e, nil) {
-					return
+				if !yield(e) {
+					return true, nil
 				}
 			}
-			limit -= int64(len(page))
-			last := page[len(page)-1].SequenceNr
-			if last == math.MaxInt64 {
-				return // the top of the range: last+1 would wrap around
+			return int64(len(page)) < p.Limit, nil
+		},
+		SequenceNr: func(e journal.Repr) int64 { return e.SequenceNr },
+		Errors:     journal.StoreErrors{Store: "memory"},
+	}.Replay(ctx, from, to, limit)
+}
+
+// page appends to buf copies of the events of persistenceID the page p
+// asks for, taken under the read lock; nil when the store is closed.
+func (j *Journal) page(buf []journal.Repr, persistenceID string, p journal.Page) []journal.Repr {
+	j.s.mu.RLock()
+	defer j.s.mu.RUnlock()
+	if j.s.closed {
+		return nil
+	}
+	if buf == nil {
+		buf = make([]journal.Repr, 0, p.Limit)
+	}
+	if log := j.s.logs[persistenceID]; log != nil {
+		i, _ := log.find(p.From)
+		for ; i < len(log.events) && int64(len(buf)) < p.Limit; i++ {
+			e := log.events[i]
+			if e.SequenceNr > p.To {
+				break
 			}
-			from = last + 1
+			buf = append(buf, cloneRepr(e))
 		}
 	}
+	return buf
 }
 
 // HighestSequenceNr implements journal.Journal.HighestSequenceNr.

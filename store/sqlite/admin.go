@@ -229,7 +229,7 @@ func (s *Store) Stats(ctx context.Context) (admin.Stats, error) {
 		return rows.Err()
 	})
 	if err != nil {
-		return admin.Stats{}, s.ctxErr(ctx, "stats", err)
+		return admin.Stats{}, s.errs.Map(ctx, "stats", err, journal.ErrClosed)
 	}
 	var st admin.Stats
 	for _, ts := range byType {
@@ -277,7 +277,7 @@ func (s *Store) ListProjections(ctx context.Context) ([]admin.ProjectionInstance
 		return rows.Err()
 	})
 	if err != nil {
-		return nil, s.ctxErr(ctx, "list projections", err)
+		return nil, s.errs.Map(ctx, "list projections", err, journal.ErrClosed)
 	}
 	return out, nil
 }
@@ -297,7 +297,7 @@ func (s *Store) Backlog(ctx context.Context, after query.Offset, f admin.EventFi
 			from, f.EntityType, f.MinSlice, f.MaxSlice, f.Tag).Scan(&b.Events, &lo, &up)
 	})
 	if err != nil {
-		return admin.Backlog{}, s.ctxErr(ctx, "backlog", err)
+		return admin.Backlog{}, s.errs.Map(ctx, "backlog", err, journal.ErrClosed)
 	}
 	if lo.Valid {
 		b.Oldest, b.Newest = time.Unix(0, lo.Int64).UTC(), time.Unix(0, up.Int64).UTC()
@@ -312,7 +312,7 @@ func (s *Store) Purge(ctx context.Context, persistenceIDs []string) error {
 	}
 	tx, release, err := s.writeTxn(ctx)
 	if err != nil {
-		return s.ctxErr(ctx, "begin purge", err)
+		return s.errs.Map(ctx, "begin purge", err, journal.ErrClosed)
 	}
 	defer release()
 	dctx := context.WithoutCancel(ctx)
@@ -327,12 +327,12 @@ func (s *Store) Purge(ctx context.Context, persistenceIDs []string) error {
 			`DELETE FROM snapshot WHERE persistence_id = ?`,
 		} {
 			if _, err := tx.ExecContext(dctx, q, pid); err != nil {
-				return s.ctxErr(ctx, "purge", err)
+				return s.errs.Map(ctx, "purge", err, journal.ErrClosed)
 			}
 		}
 	}
 	if err := tx.Commit(); err != nil {
-		return s.ctxErr(ctx, "commit purge", err)
+		return s.errs.Map(ctx, "commit purge", err, journal.ErrClosed)
 	}
 	return nil
 }

@@ -119,7 +119,7 @@ func (s *Store) writeTx(ctx context.Context, writes []journal.AtomicWrite, resul
 	dctx := context.WithoutCancel(ctx)
 	tx, release, err := s.writeTxn(ctx)
 	if err != nil {
-		return -1, s.ctxErr(ctx, "begin write", err)
+		return -1, s.errs.Map(ctx, "begin write", err, journal.ErrClosed)
 	}
 	defer release()
 	insert := tx.StmtContext(dctx, s.stmts.insert)
@@ -159,21 +159,21 @@ func (s *Store) writeTx(ctx context.Context, writes []journal.AtomicWrite, resul
 				return i, nil // the deferred rollback undoes the transaction
 			}
 			if err != nil {
-				return -1, s.callErr("write", err)
+				return -1, s.errs.Map(ctx, "write", err, journal.ErrClosed)
 			}
 			if len(e.Tags) == 0 {
 				continue
 			}
 			ordering, err := res.LastInsertId()
 			if err != nil {
-				return -1, s.callErr("write", err)
+				return -1, s.errs.Map(ctx, "write", err, journal.ErrClosed)
 			}
 			if insertTag == nil {
 				insertTag = tx.StmtContext(dctx, s.stmts.insertTag)
 			}
 			for _, tag := range uniqueTags(e.Tags) {
 				if _, err := insertTag.ExecContext(dctx, tag, ordering); err != nil {
-					return -1, s.callErr("write tags", err)
+					return -1, s.errs.Map(ctx, "write tags", err, journal.ErrClosed)
 				}
 			}
 		}
@@ -182,7 +182,7 @@ func (s *Store) writeTx(ctx context.Context, writes []journal.AtomicWrite, resul
 		return -1, err
 	}
 	if err := tx.Commit(); err != nil {
-		return -1, s.callErr("commit", err)
+		return -1, s.errs.Map(ctx, "commit", err, journal.ErrClosed)
 	}
 	s.signal.Notify() // wake live queries of this process
 	return -1, nil
@@ -209,51 +209,35 @@ func uniqueTags(tags []string) []string {
 	return slices.Compact(slices.Sorted(slices.Values(tags)))
 }
 
-// callErr wraps a database error; after Close it is journal.ErrClosed.
-func (s *Store) callErr(op string, err error) error {
-	if s.isClosed() {
-		return journal.ErrClosed
-	}
-	return fmt.Errorf("sqlite: %s: %w", op, err)
-}
-
 // replayPage is how many events Replay reads per query.
 const replayPage = 1000
 
-// Replay implements journal.Journal.Replay. It reads pages of at most
-// replayPage events, each in a short read transaction that ends before the
-// events are yielded: memory stays bounded whatever the journal's length,
-// and a slow consumer holds no connection and no read snapshot (which would
-// keep the write-ahead log from being reset).
+// Replay implements journal.Journal.Replay with journal.Pager. It reads
+// pages of at most replayPage events, each in a short read transaction
+// that ends before the events are yielded: memory stays bounded whatever
+// the journal's length, and a slow consumer holds no connection and no
+// read snapshot (which would keep the write-ahead log from being reset).
 func (j *Journal) Replay(ctx context.Context, persistenceID string, from, to, limit int64) iter.Seq2[journal.Repr, error] {
-	return func(yield func(journal.Repr, error) bool) {
-		if err := journal.CheckReplay(persistenceID, from, to, limit); err != nil {
-			yield(journal.Repr{}, err)
-			return
-		}
-		from = max(from, 1)
-		for from <= to && limit > 0 {
-			page, err := readPage(ctx, j.s, j.s.stmts.replay, replayScanner(persistenceID), persistenceID, from, to, min(limit, replayPage))
+	if err := journal.CheckReplay(persistenceID, from, to, limit); err != nil {
+		return func(yield func(journal.Repr, error) bool) { yield(journal.Repr{}, err) }
+	}
+	return journal.Pager[journal.Repr]{
+		Size: replayPage,
+		ReadPage: func(ctx context.Context, p journal.Page, yield func(journal.Repr) bool) (bool, error) {
+			page, err := readPage(ctx, j.s, j.s.stmts.replay, replayScanner(persistenceID), persistenceID, p.From, p.To, p.Limit)
 			if err != nil {
-				yield(journal.Repr{}, j.s.ctxErr(ctx, "replay", err))
-				return
+				return true, err
 			}
 			for _, e := range page {
-				if err := ctx.Err(); err != nil {
-					yield(journal.Repr{}, err)
-					return
-				}
-				if !yield(e, nil) {
-					return
+				if !yield(e) {
+					return true, nil
 				}
 			}
-			if int64(len(page)) < min(limit, replayPage) {
-				return
-			}
-			limit -= int64(len(page))
-			from = page[len(page)-1].SequenceNr + 1
-		}
-	}
+			return int64(len(page)) < p.Limit, nil
+		},
+		SequenceNr: func(e journal.Repr) int64 { return e.SequenceNr },
+		Errors:     j.s.errs,
+	}.Replay(ctx, from, to, limit)
 }
 
 // replayScanner returns the scanner of the replay statement's rows, the
@@ -299,14 +283,6 @@ func readPage[T any](ctx context.Context, s *Store, stmt *sql.Stmt, scan func(*s
 	return page, rows.Err()
 }
 
-// ctxErr prefers the context's error, then ErrClosed, then the wrapped err.
-func (s *Store) ctxErr(ctx context.Context, op string, err error) error {
-	if ctx.Err() != nil {
-		return ctx.Err()
-	}
-	return s.callErr(op, err)
-}
-
 // ConcurrentReads implements engine.ReadCapacity: the connections of the
 // read pool (WithReaders). A front before the journal then queues a burst
 // of reads itself, instead of letting them wait for a connection inside
@@ -325,7 +301,7 @@ func (j *Journal) HighestSequenceNr(ctx context.Context, persistenceID string, f
 	}
 	var n int64
 	if err := j.s.stmts.highest.QueryRowContext(ctx, persistenceID).Scan(&n); err != nil {
-		return 0, j.s.ctxErr(ctx, "highest sequence number", err)
+		return 0, j.s.errs.Map(ctx, "highest sequence number", err, journal.ErrClosed)
 	}
 	return n, nil
 }
@@ -340,17 +316,17 @@ func (j *Journal) DeleteTo(ctx context.Context, persistenceID string, to int64) 
 	s := j.s
 	tx, release, err := s.writeTxn(ctx)
 	if err != nil {
-		return s.ctxErr(ctx, "begin delete", err)
+		return s.errs.Map(ctx, "begin delete", err, journal.ErrClosed)
 	}
 	defer release()
 	dctx := context.WithoutCancel(ctx)
 	for _, st := range []*sql.Stmt{s.stmts.keepHighest, s.stmts.deleteTags, s.stmts.deleteEvents} {
 		if _, err := tx.StmtContext(dctx, st).ExecContext(dctx, persistenceID, to); err != nil {
-			return s.ctxErr(ctx, "delete", err)
+			return s.errs.Map(ctx, "delete", err, journal.ErrClosed)
 		}
 	}
 	if err := tx.Commit(); err != nil {
-		return s.ctxErr(ctx, "commit delete", err)
+		return s.errs.Map(ctx, "commit delete", err, journal.ErrClosed)
 	}
 	return nil
 }

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/annals-go/annals/journal"
 	"github.com/annals-go/annals/offsets"
 	"github.com/annals-go/annals/query"
 )
@@ -24,10 +25,6 @@ var _ offsets.TxStore[*sql.Tx] = (*Projections)(nil)
 // Projections returns the store's projection offset store.
 func (s *Store) Projections() *Projections { return &Projections{s: s} }
 
-func (p *Projections) err(ctx context.Context, op string, err error) error {
-	return p.s.ctxErr(ctx, "projection "+op, err)
-}
-
 // Load implements offsets.Store.
 func (p *Projections) Load(ctx context.Context, id offsets.ID) (offsets.State, error) {
 	var st offsets.State
@@ -38,7 +35,7 @@ func (p *Projections) Load(ctx context.Context, id offsets.ID) (offsets.State, e
 		       (SELECT paused FROM projection_management WHERE projection_name = ?1 AND projection_key = ?2)`,
 		id.Name, id.Key).Scan(&raw, &paused)
 	if err != nil {
-		return st, p.err(ctx, "load", err)
+		return st, p.s.errs.Map(ctx, "projection load", err, journal.ErrClosed)
 	}
 	if raw.Valid {
 		if err := json.Unmarshal([]byte(raw.String), &st.Offset); err != nil {
@@ -67,7 +64,7 @@ func saveOffset(ctx context.Context, db execer, id offsets.ID, o query.Offset) e
 // SaveOffset implements offsets.Store.
 func (p *Projections) SaveOffset(ctx context.Context, id offsets.ID, o query.Offset) error {
 	if err := saveOffset(context.WithoutCancel(ctx), p.s.writer, id, o); err != nil {
-		return p.err(ctx, "save offset", err)
+		return p.s.errs.Map(ctx, "projection save offset", err, journal.ErrClosed)
 	}
 	return nil
 }
@@ -78,7 +75,7 @@ func (p *Projections) SetPaused(ctx context.Context, id offsets.ID, paused bool)
 		ON CONFLICT (projection_name, projection_key) DO UPDATE SET paused = excluded.paused, last_updated = excluded.last_updated`,
 		id.Name, id.Key, paused, time.Now().UnixNano())
 	if err != nil {
-		return p.err(ctx, "set paused", err)
+		return p.s.errs.Map(ctx, "projection set paused", err, journal.ErrClosed)
 	}
 	return nil
 }
@@ -86,7 +83,7 @@ func (p *Projections) SetPaused(ctx context.Context, id offsets.ID, paused bool)
 // Reset implements offsets.Store.
 func (p *Projections) Reset(ctx context.Context, id offsets.ID) error {
 	if _, err := p.s.writer.ExecContext(context.WithoutCancel(ctx), `DELETE FROM projection_offset WHERE projection_name = ? AND projection_key = ?`, id.Name, id.Key); err != nil {
-		return p.err(ctx, "reset", err)
+		return p.s.errs.Map(ctx, "projection reset", err, journal.ErrClosed)
 	}
 	return nil
 }
@@ -96,14 +93,14 @@ func (p *Projections) Reset(ctx context.Context, id offsets.ID) error {
 func (p *Projections) InTx(ctx context.Context, fn func(tx *sql.Tx) error) error {
 	tx, release, err := p.s.writeTxn(ctx)
 	if err != nil {
-		return p.err(ctx, "begin", err)
+		return p.s.errs.Map(ctx, "projection begin", err, journal.ErrClosed)
 	}
 	defer release()
 	if err := fn(tx); err != nil {
 		return err // release rolls back
 	}
 	if err := tx.Commit(); err != nil {
-		return p.err(ctx, "commit", err)
+		return p.s.errs.Map(ctx, "projection commit", err, journal.ErrClosed)
 	}
 	return nil
 }
@@ -111,7 +108,7 @@ func (p *Projections) InTx(ctx context.Context, fn func(tx *sql.Tx) error) error
 // SaveOffsetTx implements offsets.TxStore.
 func (p *Projections) SaveOffsetTx(ctx context.Context, tx *sql.Tx, id offsets.ID, o query.Offset) error {
 	if err := saveOffset(context.WithoutCancel(ctx), tx, id, o); err != nil {
-		return p.err(ctx, "save offset", err)
+		return p.s.errs.Map(ctx, "projection save offset", err, journal.ErrClosed)
 	}
 	return nil
 }

@@ -81,13 +81,13 @@ func (q *Queries) scan(ctx context.Context, after query.Offset, stmt *sql.Stmt, 
 		}
 		var bound int64
 		if err := q.s.stmts.maxOrdering.QueryRowContext(ctx).Scan(&bound); err != nil {
-			yield(query.Envelope{}, q.s.ctxErr(ctx, "query", err))
+			yield(query.Envelope{}, q.s.errs.Map(ctx, "query", err, journal.ErrClosed))
 			return
 		}
 		for from < bound {
 			page, err := readPage(ctx, q.s, stmt, scanEnvelope, append(args, from, bound, queryPage)...)
 			if err != nil {
-				yield(query.Envelope{}, q.s.ctxErr(ctx, "query", err))
+				yield(query.Envelope{}, q.s.errs.Map(ctx, "query", err, journal.ErrClosed))
 				return
 			}
 			for _, env := range page {
@@ -166,7 +166,7 @@ func (q *Queries) CurrentPersistenceIDs(ctx context.Context, entityType, afterID
 	}
 	rows, release, err := q.s.readRows(ctx, q.s.stmts.persistenceIDs, lo, hi, limit, exact, afterID)
 	if err != nil {
-		return nil, q.s.ctxErr(ctx, "persistence ids", err)
+		return nil, q.s.errs.Map(ctx, "persistence ids", err, journal.ErrClosed)
 	}
 	defer release()
 	var ids []string
@@ -181,7 +181,7 @@ func (q *Queries) CurrentPersistenceIDs(ctx context.Context, entityType, afterID
 		ids = append(ids, id)
 	}
 	if err := rows.Err(); err != nil {
-		return nil, q.s.ctxErr(ctx, "persistence ids", err)
+		return nil, q.s.errs.Map(ctx, "persistence ids", err, journal.ErrClosed)
 	}
 	return ids, nil
 }
@@ -219,7 +219,7 @@ const newIDsSQL = `SELECT ` + envelopeColumns + ` FROM event_journal e
 func (q *Queries) PersistenceIDs(ctx context.Context, entityType string) *query.Stream[string] {
 	var after int64
 	if err := q.s.stmts.maxOrdering.QueryRowContext(ctx).Scan(&after); err != nil {
-		err = q.s.ctxErr(ctx, "persistence ids", err)
+		err = q.s.errs.Map(ctx, "persistence ids", err, journal.ErrClosed)
 		return query.NewStream(func(func(string) bool) error { return err })
 	}
 	ids, err := q.CurrentPersistenceIDs(ctx, entityType, "", 0)

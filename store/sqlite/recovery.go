@@ -6,6 +6,7 @@ import (
 	"errors"
 	"time"
 
+	"github.com/annals-go/annals/journal"
 	"github.com/annals-go/annals/recovery"
 	"github.com/annals-go/annals/snapshot"
 )
@@ -36,7 +37,7 @@ func (j *Journal) ReadRecovery(ctx context.Context, req recovery.Request) (recov
 	}
 	res, err := j.readRecovery(ctx, req)
 	if err != nil {
-		return recovery.Result{}, j.s.ctxErr(ctx, "read recovery", err)
+		return recovery.Result{}, j.s.errs.Map(ctx, "read recovery", err, journal.ErrClosed)
 	}
 	return res, nil
 }

@@ -21,16 +21,6 @@ func criteriaArgs(pid string, c snapshot.Criteria) []any {
 	return []any{pid, c.MinSequenceNr, c.MaxSequenceNr, minTS, maxTS}
 }
 
-func (ss *Snapshots) err(ctx context.Context, op string, err error) error {
-	if ctx.Err() != nil {
-		return ctx.Err()
-	}
-	if ss.s.isClosed() {
-		return snapshot.ErrClosed
-	}
-	return fmt.Errorf("sqlite: %s: %w", op, err)
-}
-
 // Load implements snapshot.Store.Load.
 func (ss *Snapshots) Load(ctx context.Context, persistenceID string, c snapshot.Criteria) (snapshot.Snapshot, bool, error) {
 	if err := snapshot.CheckID("load", persistenceID, 0); err != nil {
@@ -43,7 +33,7 @@ func (ss *Snapshots) Load(ctx context.Context, persistenceID string, c snapshot.
 		return snapshot.Snapshot{}, false, nil
 	}
 	if err != nil {
-		return snapshot.Snapshot{}, false, ss.err(ctx, "load snapshot", err)
+		return snapshot.Snapshot{}, false, ss.s.errs.Map(ctx, "load snapshot", err, snapshot.ErrClosed)
 	}
 	snap.Metadata.Timestamp = time.Unix(0, created).UTC()
 	return snap, true, nil
@@ -68,7 +58,7 @@ func (ss *Snapshots) Save(ctx context.Context, snap snapshot.Snapshot) error {
 		payload = []byte{}
 	}
 	if _, err := ss.s.stmts.saveSnap.ExecContext(ctx, m.PersistenceID, m.SequenceNr, nanos, snap.SerializerID, snap.Manifest, payload); err != nil {
-		return ss.err(ctx, "save snapshot", err)
+		return ss.s.errs.Map(ctx, "save snapshot", err, snapshot.ErrClosed)
 	}
 	return nil
 }
@@ -86,7 +76,7 @@ func (ss *Snapshots) Delete(ctx context.Context, m snapshot.Metadata) error {
 		}
 	}
 	if _, err := ss.s.stmts.deleteSnap.ExecContext(ctx, m.PersistenceID, m.SequenceNr, ts); err != nil {
-		return ss.err(ctx, "delete snapshot", err)
+		return ss.s.errs.Map(ctx, "delete snapshot", err, snapshot.ErrClosed)
 	}
 	return nil
 }
@@ -97,7 +87,7 @@ func (ss *Snapshots) DeleteMatching(ctx context.Context, persistenceID string, c
 		return err
 	}
 	if _, err := ss.s.stmts.deleteSnaps.ExecContext(ctx, criteriaArgs(persistenceID, c)...); err != nil {
-		return ss.err(ctx, "delete snapshots", err)
+		return ss.s.errs.Map(ctx, "delete snapshots", err, snapshot.ErrClosed)
 	}
 	return nil
 }

@@ -36,6 +36,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/annals-go/annals/journal"
 	"github.com/annals-go/annals/query"
 )
 
@@ -139,7 +140,8 @@ type Store struct {
 	reader *sql.DB // pool of query-only connections
 
 	stmts  statements
-	signal query.Signal // notified after every commit of events
+	signal query.Signal        // notified after every commit of events
+	errs   journal.StoreErrors // maps every error of the driver
 
 	closed    atomic.Bool
 	closeOnce sync.Once
@@ -167,6 +169,7 @@ func Open(ctx context.Context, dsn string, opts ...Option) (*Store, error) {
 		return nil, err
 	}
 	s := &Store{path: path, cfg: cfg}
+	s.errs = journal.StoreErrors{Store: "sqlite", Closed: s.isClosed}
 	var err error
 	if s.writer, err = openPool(path, "rwc", cfg.sync, cfg.busyTimeout.Milliseconds(), 1); err != nil {
 		return nil, fmt.Errorf("sqlite: open %s: %w", path, err)
@@ -334,12 +337,12 @@ func (s *Store) writeTxn(ctx context.Context) (tx *sql.Tx, release func(), err e
 func (s *Store) ReadTx(ctx context.Context, fn func(tx *sql.Tx) error) error {
 	conn, err := s.reader.Conn(ctx)
 	if err != nil {
-		return s.ctxErr(ctx, "read", err)
+		return s.errs.Map(ctx, "read", err, journal.ErrClosed)
 	}
 	defer conn.Close()
 	tx, err := conn.BeginTx(ctx, nil)
 	if err != nil {
-		return s.ctxErr(ctx, "read", err)
+		return s.errs.Map(ctx, "read", err, journal.ErrClosed)
 	}
 	defer tx.Rollback()
 	return fn(tx)

@@ -613,7 +613,9 @@ func (f *Front) send(batch []*request) {
 		f.mu.Unlock()
 	}
 	start := time.Now()
-	ctx, cancel := context.WithTimeout(context.Background(), f.cfg.CallTimeout)
+	// The call carries its first caller's values (a tracer's span, for a
+	// driver that traces), never a caller's cancellation: it is shared.
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(live[0].ctx), f.cfg.CallTimeout)
 	defer cancel()
 	out, err := f.breaker.Execute(func() (any, error) {
 		errs, err := f.j.Write(ctx, writes)
@@ -633,6 +635,13 @@ func (f *Front) send(batch []*request) {
 	f.landed(writes)
 	f.wakeLingering(true)
 	f.mu.Unlock()
+	var contexts []context.Context
+	if len(f.hooks.writeCall) > 0 {
+		contexts = make([]context.Context, len(live))
+		for i, r := range live {
+			contexts[i] = r.ctx
+		}
+	}
 	at := 0
 	for _, r := range live {
 		res := result{err: err}
@@ -644,7 +653,7 @@ func (f *Front) send(batch []*request) {
 	}
 	// The hooks run once the callers have their answers.
 	if len(f.hooks.writeCall) > 0 {
-		call := WriteCall{Writes: len(writes), Queued: queued, Duration: took, Err: err}
+		call := WriteCall{Writes: len(writes), Queued: queued, Duration: took, Err: err, Contexts: contexts}
 		for _, w := range writes {
 			call.Events += len(w.Events)
 		}

@@ -623,8 +623,11 @@ func TestHooks(t *testing.T) {
 		for i, c := range h.calls {
 			errWant := map[int]error{2: storeDown, 3: storeDown, 4: engine.ErrCircuitOpen}[i]
 			got := c
-			got.Err = nil
-			if got != want[i] || !errors.Is(c.Err, errWant) || (errWant == nil && c.Err != nil) {
+			got.Err, got.Contexts = nil, nil
+			if len(c.Contexts) == 0 || len(c.Contexts) > c.Writes {
+				t.Errorf("call %d: %d caller contexts for %d writes", i, len(c.Contexts), c.Writes)
+			}
+			if !reflect.DeepEqual(got, want[i]) || !errors.Is(c.Err, errWant) || (errWant == nil && c.Err != nil) {
 				t.Errorf("call %d: %+v, want %+v with error %v", i, c, want[i], errWant)
 			}
 		}

@@ -30,6 +30,11 @@ type WriteCall struct {
 	Err error
 	// Rejected counts the atomic writes the store refused.
 	Rejected int
+	// Contexts are the contexts of the Write and Persist calls whose
+	// writes the call carried, in order (a tracer parents the call's span
+	// on the first and links the others). The store call itself runs with
+	// the first one's values, never its cancellation.
+	Contexts []context.Context
 }
 
 // HookWriteCall is called after each Write call to the store, once its

@@ -243,7 +243,7 @@ func NewHost[C, E, S any](b Behavior[C, E, S], cfg HostConfig) (*Host[C, E, S], 
 // Tell sends cmd to entity id without waiting. It fails at once with
 // ErrMailboxFull or ErrHostClosed; otherwise the command will be handled.
 func (h *Host[C, E, S]) Tell(id string, cmd C) error {
-	return h.deliver(id, envelope[C]{cmd: cmd})
+	return h.submit(nil, id, envelope[C]{cmd: cmd})
 }
 
 // Send sends cmd to entity id and waits until it has been handled: nil when
@@ -251,7 +251,7 @@ func (h *Host[C, E, S]) Tell(id string, cmd C) error {
 // or ctx's error (the command is still handled, as with Ask).
 func (h *Host[C, E, S]) Send(ctx context.Context, id string, cmd C) error {
 	done := make(chan error, 1)
-	if err := h.deliver(id, envelope[C]{cmd: cmd, done: done}); err != nil {
+	if err := h.submit(ctx, id, envelope[C]{cmd: cmd, done: done}); err != nil {
 		return err
 	}
 	select {
@@ -272,7 +272,7 @@ func Ask[R, C, E, S any](ctx context.Context, h *Host[C, E, S], id string, mk fu
 	var zero R
 	reply := newReplyTo[R]()
 	done := make(chan error, 1)
-	if err := h.deliver(id, envelope[C]{cmd: mk(reply), done: done}); err != nil {
+	if err := h.submit(ctx, id, envelope[C]{cmd: mk(reply), done: done}); err != nil {
 		return zero, err
 	}
 	select {
@@ -347,6 +347,26 @@ func (h *Host[C, E, S]) Shutdown(ctx context.Context) error {
 		h.cancel() // abandon recoveries and snapshots still running
 		return ctx.Err()
 	}
+}
+
+// submit delivers env with the sender's context ctx (nil for Tell): the
+// command's persist runs with its values. With command hooks, it reports
+// the command's start, and its end when it is refused here.
+func (h *Host[C, E, S]) submit(ctx context.Context, id string, env envelope[C]) error {
+	if !h.hooks.commands() {
+		env.ctx = ctx
+		return h.deliver(id, env)
+	}
+	if ctx == nil {
+		ctx = context.Background()
+	}
+	pid := annals.PersistenceID(h.b.EntityType, id)
+	env.ctx = h.hooks.commandStarted(ctx, pid)
+	err := h.deliver(id, env)
+	if err != nil {
+		h.hooks.commandEnded(env.ctx, pid, err)
+	}
+	return err
 }
 
 // deliver routes env to id's live instance, spawning it if needed.

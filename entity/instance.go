@@ -20,11 +20,19 @@ import (
 type envelope[C any] struct {
 	cmd  C
 	done chan error // buffered; nil for Tell
+	// ctx is the sender's context (nil for Tell), or with command hooks
+	// the one the start hooks returned.
+	ctx context.Context
 }
 
-func (e envelope[C]) finish(err error) {
-	if e.done != nil {
-		e.done <- err
+// finish answers env with err, reporting the command's end to the hooks
+// first.
+func (inst *instance[C, E, S]) finish(env envelope[C], err error) {
+	if inst.h.hooks.commands() {
+		inst.h.hooks.commandEnded(env.ctx, inst.pid, err)
+	}
+	if env.done != nil {
+		env.done <- err
 	}
 }
 
@@ -160,7 +168,7 @@ func (inst *instance[C, E, S]) touch() {
 // answerFailed answers the command whose handling failed, with the cause.
 func (inst *instance[C, E, S]) answerFailed(err error) {
 	if inst.failed != nil {
-		inst.failed.finish(errors.Unwrap(err))
+		inst.finish(*inst.failed, errors.Unwrap(err))
 		inst.failed = nil
 	}
 }
@@ -179,15 +187,15 @@ func (inst *instance[C, E, S]) backoff(d time.Duration, cause error) error {
 		cause = f.cause
 	}
 	restarting := &RestartingError{PersistenceID: inst.pid, Cause: cause, At: time.Now().Add(d)}
-	inst.stash = refuseCallers(inst.stash, restarting)
-	inst.unstashed = refuseCallers(inst.unstashed, restarting)
+	inst.stash = inst.refuseCallers(inst.stash, restarting)
+	inst.unstashed = inst.refuseCallers(inst.unstashed, restarting)
 	wake := inst.mailbox.waiter()
 	for {
 		if !inst.pollSignals() {
 			return ErrHostClosed
 		}
 		for _, env := range inst.mailbox.takeCallers() {
-			env.finish(restarting)
+			inst.finish(env, restarting)
 		}
 		if inst.passivate && inst.h.remove(inst, false) {
 			return ErrStopped
@@ -202,11 +210,11 @@ func (inst *instance[C, E, S]) backoff(d time.Duration, cause error) error {
 
 // refuseCallers answers the commands in envs that have a caller with err
 // and returns the others, in order.
-func refuseCallers[C any](envs []envelope[C], err error) []envelope[C] {
+func (inst *instance[C, E, S]) refuseCallers(envs []envelope[C], err error) []envelope[C] {
 	kept := envs[:0]
 	for _, env := range envs {
 		if env.done != nil {
-			env.finish(err)
+			inst.finish(env, err)
 			continue
 		}
 		kept = append(kept, env)
@@ -248,10 +256,10 @@ func (inst *instance[C, E, S]) stopWith(cause error) {
 		err = fmt.Errorf("%w: %w", ErrStopped, cause)
 	}
 	for _, env := range inst.unstashed {
-		env.finish(err)
+		inst.finish(env, err)
 	}
 	for _, env := range inst.stash {
-		env.finish(err)
+		inst.finish(env, err)
 	}
 	inst.unstashed, inst.stash = nil, nil
 	for {
@@ -259,7 +267,7 @@ func (inst *instance[C, E, S]) stopWith(cause error) {
 		if !ok {
 			return
 		}
-		env.finish(err)
+		inst.finish(env, err)
 	}
 }
 
@@ -271,7 +279,7 @@ func (inst *instance[C, E, S]) failWaiting(err error) {
 		if !ok {
 			return
 		}
-		env.finish(err)
+		inst.finish(env, err)
 	}
 }
 
@@ -584,12 +592,12 @@ func (inst *instance[C, E, S]) handle(env envelope[C]) (err error) {
 	eff = b.Command(inst.state, env.cmd).effect
 	switch {
 	case eff.unhandled:
-		env.finish(ErrUnhandled)
+		inst.finish(env, ErrUnhandled)
 		return nil
 	case eff.stash:
 		if len(inst.stash) >= inst.h.cfg.StashCapacity {
 			inst.h.hooks.overflowed(inst.pid, OverflowStash)
-			env.finish(fmt.Errorf("%w: %d commands stashed by %s", ErrStashOverflow, len(inst.stash), inst.pid))
+			inst.finish(env, fmt.Errorf("%w: %d commands stashed by %s", ErrStashOverflow, len(inst.stash), inst.pid))
 			return nil
 		}
 		inst.stash = append(inst.stash, env)
@@ -598,9 +606,9 @@ func (inst *instance[C, E, S]) handle(env envelope[C]) (err error) {
 	snap := false
 	if eff.persist {
 		var err error
-		if snap, err = inst.persist(eff.events); err != nil {
+		if snap, err = inst.persist(env.ctx, eff.events); err != nil {
 			if errors.Is(err, journal.ErrRejected) && !isConflict(err) {
-				env.finish(err)
+				inst.finish(env, err)
 				return nil // not stored: the entity goes on
 			}
 			inst.failed = &env
@@ -617,7 +625,7 @@ func (inst *instance[C, E, S]) handle(env envelope[C]) (err error) {
 	for _, fn := range eff.after {
 		fn(inst.state)
 	}
-	env.finish(nil)
+	inst.finish(env, nil)
 	answered = true
 	if snap {
 		inst.snapshot() // after the reply; the next command waits for it
@@ -631,8 +639,9 @@ func (inst *instance[C, E, S]) handle(env envelope[C]) (err error) {
 
 // persist stores events as one atomic write and applies them. It reports
 // whether the snapshot policy asks for a snapshot. A serialization failure
-// is a rejection.
-func (inst *instance[C, E, S]) persist(events []E) (bool, error) {
+// is a rejection. The write runs with the values of the command's context
+// cctx (nil: none), never its cancellation.
+func (inst *instance[C, E, S]) persist(cctx context.Context, events []E) (bool, error) {
 	h, b := inst.h, &inst.h.b
 	w := journal.AtomicWrite{PersistenceID: inst.pid, Events: make([]journal.Repr, len(events))}
 	for i, e := range events {
@@ -647,12 +656,11 @@ func (inst *instance[C, E, S]) persist(events []E) (bool, error) {
 		w.Events[i] = journal.Repr{PersistenceID: inst.pid, SequenceNr: inst.seq + int64(i) + 1, Payload: payload, SerializerID: id, Manifest: manifest, WriterID: inst.writer, Tags: tags}
 	}
 	ctx := context.Background()
-	errs, err := h.cfg.Journal.Write(ctx, []journal.AtomicWrite{w})
-	if err != nil {
-		return false, fmt.Errorf("entity %s: persist events %d..%d: outcome unknown: %w", inst.pid, inst.seq+1, inst.seq+int64(len(events)), err)
+	if cctx != nil {
+		ctx = context.WithoutCancel(cctx)
 	}
-	if errs != nil && errs[0] != nil {
-		return false, errs[0]
+	if err := inst.write(ctx, w); err != nil {
+		return false, err
 	}
 	snap := false
 	for _, e := range events {
@@ -664,6 +672,30 @@ func (inst *instance[C, E, S]) persist(events []E) (bool, error) {
 		}
 	}
 	return snap && h.cfg.Snapshots != nil, nil
+}
+
+// write stores w, reporting it to the persist hooks.
+func (inst *instance[C, E, S]) write(ctx context.Context, w journal.AtomicWrite) (err error) {
+	h := inst.h
+	if len(h.hooks.persistStart) > 0 || len(h.hooks.persistEnd) > 0 {
+		p := Persist{PersistenceID: inst.pid, FromSequenceNr: inst.seq + 1, ToSequenceNr: inst.seq + int64(len(w.Events))}
+		for _, x := range h.hooks.persistStart {
+			ctx = x.OnPersistStart(ctx, p)
+		}
+		defer func() {
+			for _, x := range h.hooks.persistEnd {
+				x.OnPersistEnd(ctx, p, err)
+			}
+		}()
+	}
+	errs, err := h.cfg.Journal.Write(ctx, []journal.AtomicWrite{w})
+	if err != nil {
+		return fmt.Errorf("entity %s: persist events %d..%d: outcome unknown: %w", inst.pid, inst.seq+1, inst.seq+int64(len(w.Events)), err)
+	}
+	if errs != nil && errs[0] != nil {
+		return errs[0]
+	}
+	return nil
 }
 
 // snapshot saves the state and applies retention. Failures are logged; the

@@ -34,8 +34,18 @@
 //	annals.projection.handler.errors         attribute decision (retry, skip, fail)
 //	annals.projection.paused                 1 while paused
 //
-// Spans: one per journal store call ("annals.journal.write", with its
-// writes, events and outcome), started and ended at the call's times.
+// Spans:
+//
+//	annals.command        one per command, from Tell, Send or Ask to its answer; a child of
+//	                      the span in the sender's context; attribute annals.persistence_id
+//	annals.persist        one per atomic write of a command's events, a child of the command's
+//	annals.journal.write  one per journal store call, with its writes, events and outcome,
+//	                      started and ended at the call's times; a child of the first persist
+//	                      it carried, linked to the others (the front batches several
+//	                      commands' writes into one call)
+//
+// A span ends with an error status when its command, write or call
+// failed; the error is recorded on it.
 package otelannals
 
 import (
@@ -135,6 +145,10 @@ func New(meters metric.MeterProvider, tracers trace.TracerProvider) (*Telemetry,
 }
 
 var (
+	_ entity.HookCommandStart       = (*Telemetry)(nil)
+	_ entity.HookCommandEnd         = (*Telemetry)(nil)
+	_ entity.HookPersistStart       = (*Telemetry)(nil)
+	_ entity.HookPersistEnd         = (*Telemetry)(nil)
 	_ engine.HookWriteCall          = (*Telemetry)(nil)
 	_ engine.HookBreakerStateChange = (*Telemetry)(nil)
 	_ entity.HookRecovered          = (*Telemetry)(nil)
@@ -174,14 +188,58 @@ func (t *Telemetry) OnWriteCall(c engine.WriteCall) {
 	t.callEvents.Record(bg, int64(c.Events))
 	t.queue.Record(bg, int64(c.Queued))
 	end := time.Now()
-	_, span := t.tracer.Start(bg, "annals.journal.write", trace.WithTimestamp(end.Add(-c.Duration)), trace.WithSpanKind(trace.SpanKindClient),
+	parent := bg
+	var links []trace.Link
+	for i, ctx := range c.Contexts {
+		if i == 0 {
+			parent = ctx
+			continue
+		}
+		if sc := trace.SpanContextFromContext(ctx); sc.IsValid() {
+			links = append(links, trace.Link{SpanContext: sc})
+		}
+	}
+	_, span := t.tracer.Start(parent, "annals.journal.write", trace.WithTimestamp(end.Add(-c.Duration)), trace.WithSpanKind(trace.SpanKindClient),
+		trace.WithLinks(links...),
 		trace.WithAttributes(attribute.Int("annals.writes", c.Writes), attribute.Int("annals.events", c.Events),
 			attribute.Int("annals.rejected", c.Rejected), attribute.String("annals.outcome", outcome(c.Err))))
-	if c.Err != nil {
-		span.RecordError(c.Err)
-		span.SetStatus(codes.Error, c.Err.Error())
+	endSpan(span, c.Err, trace.WithTimestamp(end))
+}
+
+// endSpan ends span, with an error status when err is not nil.
+func endSpan(span trace.Span, err error, opts ...trace.SpanEndOption) {
+	if err != nil {
+		span.RecordError(err)
+		span.SetStatus(codes.Error, err.Error())
 	}
-	span.End(trace.WithTimestamp(end))
+	span.End(opts...)
+}
+
+// OnCommandStart implements entity.HookCommandStart: it starts the
+// command's span.
+func (t *Telemetry) OnCommandStart(ctx context.Context, pid string) context.Context {
+	ctx, _ = t.tracer.Start(ctx, "annals.command", trace.WithAttributes(attribute.String("annals.persistence_id", pid)))
+	return ctx
+}
+
+// OnCommandEnd implements entity.HookCommandEnd: it ends the command's
+// span.
+func (t *Telemetry) OnCommandEnd(ctx context.Context, _ string, err error) {
+	endSpan(trace.SpanFromContext(ctx), err)
+}
+
+// OnPersistStart implements entity.HookPersistStart: it starts the
+// persist's span.
+func (t *Telemetry) OnPersistStart(ctx context.Context, p entity.Persist) context.Context {
+	ctx, _ = t.tracer.Start(ctx, "annals.persist", trace.WithAttributes(attribute.String("annals.persistence_id", p.PersistenceID),
+		attribute.Int64("annals.from_sequence_nr", p.FromSequenceNr), attribute.Int64("annals.to_sequence_nr", p.ToSequenceNr)))
+	return ctx
+}
+
+// OnPersistEnd implements entity.HookPersistEnd: it ends the persist's
+// span.
+func (t *Telemetry) OnPersistEnd(ctx context.Context, _ entity.Persist, err error) {
+	endSpan(trace.SpanFromContext(ctx), err)
 }
 
 // OnBreakerStateChange implements engine.HookBreakerStateChange.

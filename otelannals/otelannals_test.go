@@ -4,9 +4,11 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"strings"
 	"testing"
 	"time"
 
+	"go.opentelemetry.io/otel/codes"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
@@ -161,5 +163,86 @@ func TestMetricsAndSpans(t *testing.T) {
 	}
 	if writes < 4 || failed != 1 {
 		t.Errorf("%d write spans, %d failed; want one per store call (4), one failed", writes, failed)
+	}
+}
+
+// TestCommandTrace: one command's trace is the sender's span, the command's
+// span under it, the persist under that and the store call under the
+// persist.
+func TestCommandTrace(t *testing.T) {
+	spans := tracetest.NewSpanRecorder()
+	tracers := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(spans))
+	tel, err := otelannals.New(sdkmetric.NewMeterProvider(), tracers)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := memory.New()
+	defer s.Close()
+	reg := serialization.NewRegistry()
+	if err := bank.Register(reg); err != nil {
+		t.Fatal(err)
+	}
+	h, err := entity.NewHost(bank.Behavior(), entity.HostConfig{Journal: s.Journal(), Snapshots: s.Snapshots(), Registry: reg,
+		Front: engine.Config{Hooks: []any{tel}}, Hooks: []any{tel}, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, request := tracers.Tracer("test").Start(t.Context(), "request")
+	if _, err := entity.Ask(ctx, h, "a", func(r entity.ReplyTo[int64]) bank.Command { return bank.Deposit{Amount: 5, Reply: r} }); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := entity.Ask(ctx, h, "", func(r entity.ReplyTo[int64]) bank.Command { return bank.Deposit{Amount: 5, Reply: r} }); err == nil {
+		t.Fatal("a command for the empty id was accepted")
+	}
+	request.End()
+	if err := h.Shutdown(t.Context()); err != nil { // the front's hooks have run once it is closed
+		t.Fatal(err)
+	}
+
+	byName := map[string][]sdktrace.ReadOnlySpan{}
+	for _, sp := range spans.Ended() {
+		byName[sp.Name()] = append(byName[sp.Name()], sp)
+	}
+	if len(byName["annals.command"]) != 2 || len(byName["annals.persist"]) != 1 || len(byName["annals.journal.write"]) != 1 {
+		t.Fatalf("spans %v; want 2 commands, 1 persist, 1 store call", byName)
+	}
+	want := request.SpanContext().TraceID()
+	parentOf := func(sp sdktrace.ReadOnlySpan) string {
+		for _, other := range spans.Ended() {
+			if other.SpanContext().SpanID() == sp.Parent().SpanID() {
+				return other.Name()
+			}
+		}
+		return "none"
+	}
+	for name, list := range byName {
+		for _, sp := range list {
+			if sp.SpanContext().TraceID() != want {
+				t.Errorf("%s is in another trace", name)
+			}
+		}
+	}
+	for _, c := range []struct{ span, parent string }{
+		{"annals.command", "request"},
+		{"annals.persist", "annals.command"},
+		{"annals.journal.write", "annals.persist"},
+	} {
+		for _, sp := range byName[c.span] {
+			if got := parentOf(sp); got != c.parent {
+				t.Errorf("%s's parent is %s, want %s", c.span, got, c.parent)
+			}
+		}
+	}
+	var failed int
+	for _, sp := range byName["annals.command"] {
+		if sp.Status().Code == codes.Error {
+			failed++
+		}
+		if a := sp.Attributes(); len(a) != 1 || a[0].Key != "annals.persistence_id" || !strings.HasPrefix(a[0].Value.AsString(), bank.EntityType+"|") {
+			t.Errorf("command span attributes %v", a)
+		}
+	}
+	if failed != 1 {
+		t.Errorf("%d command spans failed, want the refused one's", failed)
 	}
 }

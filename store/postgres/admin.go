@@ -153,7 +153,7 @@ func (s *Store) Stats(ctx context.Context) (admin.Stats, error) {
 			JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = $1 AND c.relkind = 'r'`, sc).Scan(&st.StorageBytes)
 	})
 	if err != nil {
-		return admin.Stats{}, s.ctxErr(ctx, "stats", err, journal.ErrClosed)
+		return admin.Stats{}, s.errs.Map(ctx, "stats", err, journal.ErrClosed)
 	}
 	for _, t := range byType {
 		st.EntityTypes = append(st.EntityTypes, *t)
@@ -170,7 +170,7 @@ func (s *Store) ListProjections(ctx context.Context) ([]admin.ProjectionInstance
 		FULL JOIN `+table(s.cfg.schema, "projection_management")+` m ON m.projection_name = o.projection_name AND m.projection_key = o.projection_key
 		ORDER BY 1, 2`)
 	if err != nil {
-		return nil, s.ctxErr(ctx, "list projections", err, journal.ErrClosed)
+		return nil, s.errs.Map(ctx, "list projections", err, journal.ErrClosed)
 	}
 	defer rows.Close()
 	var out []admin.ProjectionInstance
@@ -194,7 +194,7 @@ func (s *Store) ListProjections(ctx context.Context) ([]admin.ProjectionInstance
 		out = append(out, p)
 	}
 	if err := rows.Err(); err != nil {
-		return nil, s.ctxErr(ctx, "list projections", err, journal.ErrClosed)
+		return nil, s.errs.Map(ctx, "list projections", err, journal.ErrClosed)
 	}
 	return out, nil
 }
@@ -223,7 +223,7 @@ func (s *Store) Backlog(ctx context.Context, after query.Offset, f admin.EventFi
 			WHERE seen.pid = e.persistence_id AND e.seq_nr <= seen.seq))`,
 		from, f.EntityType, f.MinSlice, f.MaxSlice, f.Tag, seenIDs, seenSeqs).Scan(&b.Events, &lo, &hi)
 	if err != nil {
-		return admin.Backlog{}, s.ctxErr(ctx, "backlog", err, journal.ErrClosed)
+		return admin.Backlog{}, s.errs.Map(ctx, "backlog", err, journal.ErrClosed)
 	}
 	if lo != nil {
 		b.Oldest, b.Newest = lo.UTC(), hi.UTC()
@@ -241,7 +241,7 @@ func (s *Store) Purge(ctx context.Context, persistenceIDs []string) error {
 		b.Queue(`DELETE FROM `+table(s.cfg.schema, name)+` WHERE persistence_id = ANY($1)`, persistenceIDs)
 	}
 	if err := s.pool.SendBatch(ctx, b).Close(); err != nil {
-		return s.ctxErr(ctx, "purge", err, journal.ErrClosed)
+		return s.errs.Map(ctx, "purge", err, journal.ErrClosed)
 	}
 	return nil
 }

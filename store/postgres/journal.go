@@ -202,18 +202,6 @@ func (s *Store) Journal() *Journal { return &Journal{s: s} }
 // Close closes the store.
 func (j *Journal) Close() error { return j.s.Close() }
 
-// ctxErr turns a failed call's error into the caller's context error, the
-// closed error, or a wrapped error naming the operation.
-func (s *Store) ctxErr(ctx context.Context, op string, err error, closed error) error {
-	if ctx.Err() != nil {
-		return ctx.Err()
-	}
-	if s.isClosed() {
-		return closed
-	}
-	return fmt.Errorf("postgres: %s: %w", op, err)
-}
-
 // insertArgs returns the arguments of the insert statements for the
 // atomic writes writes[pending...] in ordering o, and whether any event has
 // tags.
@@ -416,7 +404,7 @@ func (j *Journal) send(ctx context.Context, writes []journal.AtomicWrite, pendin
 		sendErr = closeErr
 	}
 	if sendErr != nil {
-		return failed, s.ctxErr(ctx, "write", sendErr, journal.ErrClosed)
+		return failed, s.errs.Map(ctx, "write", sendErr, journal.ErrClosed)
 	}
 	s.signal.Notify()
 	return failed, nil
@@ -457,44 +445,29 @@ func classify(writes []journal.AtomicWrite, carried []int, err error) (f failedW
 	return failedWrite{}, false
 }
 
-// Replay implements journal.Journal, reading a page of rows per round trip
-// and yielding none while it holds a connection.
+// Replay implements journal.Journal with journal.Pager, reading a page of
+// rows per round trip and yielding none while it holds a connection.
 func (j *Journal) Replay(ctx context.Context, persistenceID string, from, to, max int64) iter.Seq2[journal.Repr, error] {
-	return func(yield func(journal.Repr, error) bool) {
-		if err := journal.CheckReplay(persistenceID, from, to, max); err != nil {
-			yield(journal.Repr{}, err)
-			return
-		}
-		if j.s.isClosed() {
-			yield(journal.Repr{}, journal.ErrClosed)
-			return
-		}
-		if from < 1 {
-			from = 1
-		}
-		for from <= to && max > 0 {
-			limit := min(max, replayPages*int64(j.s.cfg.pageSize))
-			page, err := j.s.readRows(ctx, int(limit), j.s.sql.replay, persistenceID, from, to, limit)
-			if err != nil {
-				yield(journal.Repr{}, j.s.ctxErr(ctx, "replay", err, journal.ErrClosed))
-				return
-			}
-			for _, r := range page {
-				if err := ctx.Err(); err != nil {
-					yield(journal.Repr{}, err)
-					return
-				}
-				if !yield(r.Repr, nil) {
-					return
-				}
-			}
-			if int64(len(page)) < limit {
-				return
-			}
-			max -= int64(len(page))
-			from = page[len(page)-1].SequenceNr + 1
-		}
+	if err := journal.CheckReplay(persistenceID, from, to, max); err != nil {
+		return func(yield func(journal.Repr, error) bool) { yield(journal.Repr{}, err) }
 	}
+	return journal.Pager[journal.Repr]{
+		Size: replayPages * int64(j.s.cfg.pageSize),
+		ReadPage: func(ctx context.Context, p journal.Page, yield func(journal.Repr) bool) (bool, error) {
+			page, err := j.s.readRows(ctx, int(p.Limit), j.s.sql.replay, persistenceID, p.From, p.To, p.Limit)
+			if err != nil {
+				return true, err
+			}
+			for i := range page {
+				if !yield(page[i].Repr) {
+					return true, nil
+				}
+			}
+			return int64(len(page)) < p.Limit, nil
+		},
+		SequenceNr: func(e journal.Repr) int64 { return e.SequenceNr },
+		Errors:     j.s.errs,
+	}.Replay(ctx, from, to, max)
 }
 
 // row is one event row with its db_timestamp.
@@ -620,7 +593,7 @@ func (j *Journal) HighestSequenceNr(ctx context.Context, persistenceID string, f
 	}
 	var n int64
 	if err := j.s.pool.QueryRow(ctx, j.s.sql.highest, persistenceID).Scan(&n); err != nil {
-		return 0, j.s.ctxErr(ctx, "highest sequence number", err, journal.ErrClosed)
+		return 0, j.s.errs.Map(ctx, "highest sequence number", err, journal.ErrClosed)
 	}
 	return n, nil
 }
@@ -640,7 +613,7 @@ func (j *Journal) DeleteTo(ctx context.Context, persistenceID string, to int64) 
 	b.Queue(j.s.sql.deleteTags, persistenceID, to)
 	b.Queue(j.s.sql.deleteEvents, persistenceID, to)
 	if err := j.s.pool.SendBatch(ctx, b).Close(); err != nil {
-		return j.s.ctxErr(ctx, "delete", err, journal.ErrClosed)
+		return j.s.errs.Map(ctx, "delete", err, journal.ErrClosed)
 	}
 	return nil
 }

@@ -57,7 +57,7 @@ func (q *Queries) live(ctx context.Context, after query.Offset, read pageReader,
 			wake := s.signal.Wait() // before reading: a commit during the round wakes the next
 			full, stop, err := l.round(ctx, yield)
 			if err != nil {
-				return s.ctxErr(ctx, "live query", err, journal.ErrClosed)
+				return s.errs.Map(ctx, "live query", err, journal.ErrClosed)
 			}
 			if stop {
 				return nil

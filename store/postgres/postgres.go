@@ -62,6 +62,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/annals-go/annals/journal"
 	"github.com/annals-go/annals/query"
 )
 
@@ -190,6 +191,7 @@ type Store struct {
 	channel string       // the NOTIFY channel of the schema
 
 	closed     atomic.Bool
+	errs       journal.StoreErrors // maps every error of the driver
 	listenMu   sync.Mutex
 	stopListen context.CancelFunc // ends the LISTEN goroutine; nil until a live query starts it
 	listenDone chan struct{}
@@ -266,7 +268,9 @@ func connect(ctx context.Context, dsn string, opts []Option) (*Store, error) {
 		}
 		return nil, fmt.Errorf("%w at %s:%d (is it running? scripts/services up postgres starts a local one): %v", ErrUnreachable, pc.ConnConfig.Host, pc.ConnConfig.Port, err)
 	}
-	return &Store{pool: pool, cfg: cfg, sql: newStatements(cfg.schema, cfg.ordering), channel: channelName(cfg.schema)}, nil
+	s := &Store{pool: pool, cfg: cfg, sql: newStatements(cfg.schema, cfg.ordering), channel: channelName(cfg.schema)}
+	s.errs = journal.StoreErrors{Store: "postgres", Closed: s.isClosed}
+	return s, nil
 }
 
 func (c *config) validate() error {

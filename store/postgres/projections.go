@@ -24,10 +24,6 @@ var _ offsets.TxStore[pgx.Tx] = (*Projections)(nil)
 // Projections returns the store's projection offset store.
 func (s *Store) Projections() *Projections { return &Projections{s: s} }
 
-func (p *Projections) err(ctx context.Context, op string, err error) error {
-	return p.s.ctxErr(ctx, "projection "+op, err, journal.ErrClosed)
-}
-
 func nowMillis() int64 { return time.Now().UnixMilli() }
 
 // Load implements offsets.Store.
@@ -36,7 +32,7 @@ func (p *Projections) Load(ctx context.Context, id offsets.ID) (offsets.State, e
 	var raw *string
 	var paused *bool
 	if err := p.s.pool.QueryRow(ctx, p.s.sql.loadOffset, id.Name, id.Key).Scan(&raw, &paused); err != nil {
-		return st, p.err(ctx, "load", err)
+		return st, p.s.errs.Map(ctx, "projection load", err, journal.ErrClosed)
 	}
 	if raw != nil {
 		if err := json.Unmarshal([]byte(*raw), &st.Offset); err != nil {
@@ -61,7 +57,7 @@ func (p *Projections) save(ctx context.Context, tx pgx.Tx, id offsets.ID, o quer
 		_, err = p.s.pool.Exec(ctx, p.s.sql.saveOffset, id.Name, id.Key, string(b), nowMillis())
 	}
 	if err != nil {
-		return p.err(ctx, "save offset", err)
+		return p.s.errs.Map(ctx, "projection save offset", err, journal.ErrClosed)
 	}
 	return nil
 }
@@ -82,7 +78,7 @@ func (p *Projections) SetPaused(ctx context.Context, id offsets.ID, paused bool)
 		return err
 	}
 	if _, err := p.s.pool.Exec(context.WithoutCancel(ctx), p.s.sql.setPaused, id.Name, id.Key, paused, nowMillis()); err != nil {
-		return p.err(ctx, "set paused", err)
+		return p.s.errs.Map(ctx, "projection set paused", err, journal.ErrClosed)
 	}
 	return nil
 }
@@ -90,7 +86,7 @@ func (p *Projections) SetPaused(ctx context.Context, id offsets.ID, paused bool)
 // Reset implements offsets.Store.
 func (p *Projections) Reset(ctx context.Context, id offsets.ID) error {
 	if _, err := p.s.pool.Exec(context.WithoutCancel(ctx), p.s.sql.resetOffset, id.Name, id.Key); err != nil {
-		return p.err(ctx, "reset", err)
+		return p.s.errs.Map(ctx, "projection reset", err, journal.ErrClosed)
 	}
 	return nil
 }
@@ -100,14 +96,14 @@ func (p *Projections) Reset(ctx context.Context, id offsets.ID) error {
 func (p *Projections) InTx(ctx context.Context, fn func(tx pgx.Tx) error) error {
 	tx, err := p.s.pool.Begin(ctx)
 	if err != nil {
-		return p.err(ctx, "begin", err)
+		return p.s.errs.Map(ctx, "projection begin", err, journal.ErrClosed)
 	}
 	defer tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck // after Commit it is a no-op
 	if err := fn(tx); err != nil {
 		return err
 	}
 	if err := tx.Commit(ctx); err != nil {
-		return p.err(ctx, "commit", err)
+		return p.s.errs.Map(ctx, "projection commit", err, journal.ErrClosed)
 	}
 	return nil
 }

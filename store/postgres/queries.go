@@ -151,7 +151,7 @@ func (q *Queries) current(ctx context.Context, after query.Offset, read pageRead
 		}
 		upper, err := q.s.dbNow(ctx)
 		if err != nil {
-			yield(query.Envelope{}, q.s.ctxErr(ctx, "query", err, journal.ErrClosed))
+			yield(query.Envelope{}, q.s.errs.Map(ctx, "query", err, journal.ErrClosed))
 			return
 		}
 		// Pages grow while they come back full (a catch-up), up to
@@ -166,7 +166,7 @@ func (q *Queries) current(ctx context.Context, after query.Offset, read pageRead
 				return
 			}
 			if err != nil {
-				yield(query.Envelope{}, q.s.ctxErr(ctx, "query", err, journal.ErrClosed))
+				yield(query.Envelope{}, q.s.errs.Map(ctx, "query", err, journal.ErrClosed))
 				return
 			}
 			if n < size {
@@ -271,7 +271,7 @@ func (q *Queries) CurrentPersistenceIDs(ctx context.Context, entityType, afterID
 	}
 	rows, err := q.s.pool.Query(ctx, q.s.sql.persistenceIDs, entityType, afterID, lim)
 	if err != nil {
-		return nil, q.s.ctxErr(ctx, "persistence ids", err, journal.ErrClosed)
+		return nil, q.s.errs.Map(ctx, "persistence ids", err, journal.ErrClosed)
 	}
 	defer rows.Close()
 	var ids []string
@@ -283,7 +283,7 @@ func (q *Queries) CurrentPersistenceIDs(ctx context.Context, entityType, afterID
 		ids = append(ids, id)
 	}
 	if err := rows.Err(); err != nil {
-		return nil, q.s.ctxErr(ctx, "persistence ids", err, journal.ErrClosed)
+		return nil, q.s.errs.Map(ctx, "persistence ids", err, journal.ErrClosed)
 	}
 	return ids, nil
 }
@@ -299,7 +299,7 @@ func (q *Queries) PersistenceIDs(ctx context.Context, entityType string) *query.
 	}
 	now, err := q.s.dbNow(ctx)
 	if err != nil {
-		return fail(q.s.ctxErr(ctx, "persistence ids", err, journal.ErrClosed))
+		return fail(q.s.errs.Map(ctx, "persistence ids", err, journal.ErrClosed))
 	}
 	ids, err := q.CurrentPersistenceIDs(ctx, entityType, "", 0)
 	if err != nil {

@@ -51,7 +51,7 @@ func (j *Journal) ReadRecovery(ctx context.Context, req recovery.Request) (recov
 	b.Queue(`COMMIT`)
 	res, err := j.readRecovery(ctx, b, req)
 	if err != nil {
-		return recovery.Result{}, j.s.ctxErr(ctx, "read recovery", err, journal.ErrClosed)
+		return recovery.Result{}, j.s.errs.Map(ctx, "read recovery", err, journal.ErrClosed)
 	}
 	return res, nil
 }

@@ -44,7 +44,7 @@ func (ss *Snapshots) Load(ctx context.Context, persistenceID string, c snapshot.
 		return snapshot.Snapshot{}, false, nil
 	}
 	if err != nil {
-		return snapshot.Snapshot{}, false, ss.s.ctxErr(ctx, "load snapshot", err, snapshot.ErrClosed)
+		return snapshot.Snapshot{}, false, ss.s.errs.Map(ctx, "load snapshot", err, snapshot.ErrClosed)
 	}
 	snap.Metadata.Timestamp = time.Unix(0, created).UTC()
 	return snap, true, nil
@@ -72,7 +72,7 @@ func (ss *Snapshots) Save(ctx context.Context, snap snapshot.Snapshot) error {
 		payload = []byte{}
 	}
 	if _, err := ss.s.pool.Exec(ctx, ss.s.sql.saveSnap, annals.Slice(m.PersistenceID), annals.EntityType(m.PersistenceID), m.PersistenceID, m.SequenceNr, nanos, snap.SerializerID, snap.Manifest, payload); err != nil {
-		return ss.s.ctxErr(ctx, "save snapshot", err, snapshot.ErrClosed)
+		return ss.s.errs.Map(ctx, "save snapshot", err, snapshot.ErrClosed)
 	}
 	return nil
 }
@@ -93,7 +93,7 @@ func (ss *Snapshots) Delete(ctx context.Context, m snapshot.Metadata) error {
 		}
 	}
 	if _, err := ss.s.pool.Exec(ctx, ss.s.sql.deleteSnap, m.PersistenceID, m.SequenceNr, ts); err != nil {
-		return ss.s.ctxErr(ctx, "delete snapshot", err, snapshot.ErrClosed)
+		return ss.s.errs.Map(ctx, "delete snapshot", err, snapshot.ErrClosed)
 	}
 	return nil
 }
@@ -107,7 +107,7 @@ func (ss *Snapshots) DeleteMatching(ctx context.Context, persistenceID string, c
 		return snapshot.ErrClosed
 	}
 	if _, err := ss.s.pool.Exec(ctx, ss.s.sql.deleteSnaps, criteriaArgs(persistenceID, c)...); err != nil {
-		return ss.s.ctxErr(ctx, "delete snapshots", err, snapshot.ErrClosed)
+		return ss.s.errs.Map(ctx, "delete snapshots", err, snapshot.ErrClosed)
 	}
 	return nil
 }

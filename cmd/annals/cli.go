@@ -28,7 +28,7 @@ type env struct {
 	mux            *stores.Mux
 }
 
-// command is one of annals' commands (demo is dispatched on its own).
+// command is one of annals' commands.
 type command struct {
 	name     string
 	args     string // the arguments after the flags, for the synopsis
@@ -44,7 +44,7 @@ type command struct {
 
 func commands() []*command {
 	return []*command{
-		{name: "demo", summary: "run a bank of event-sourced accounts, restart it and verify every balance"},
+		demoCommand(),
 		initCommand(), migrateCommand(),
 		idsCommand(), eventsCommand(), snapshotsCommand(), statsCommand(),
 		tailCommand(),

@@ -2,17 +2,18 @@
 // stores, reads their journals, snapshots and statistics, deletes events
 // and snapshots, copies stores, manages projections, follows live queries,
 // benchmarks a store beside its raw driver and runs the compliance kit
-// against a live store. Its demo runs a bank of event-sourced accounts on
-// the embedded SQLite store, restarts it, and verifies every balance
-// against an independent model:
+// against a live store. Its demo runs a bank of event-sourced accounts (on
+// the embedded SQLite store unless told otherwise), restarts it, and
+// verifies every balance against an independent model:
 //
 //	go run ./cmd/annals demo                       # 1,000 accounts, 100,000 operations, ./annals-demo.db
 //	go run ./cmd/annals demo --store memory:       # the in-memory store
 //	go run ./cmd/annals help                       # every command
 //	go run ./cmd/annals stats --store sqlite:./annals-demo.db
 //
-// Every command but demo names its store with --store URL or the
-// ANNALS_STORE environment variable: sqlite:PATH, postgres://… or memory:.
+// Every command names its store with --store URL or the ANNALS_STORE
+// environment variable: sqlite:PATH, postgres://… or memory: (the demo
+// alone has a default, the file ./annals-demo.db).
 // Tables are printed for people; --json prints a stable shape for scripts
 // (each command's help describes it). Exit codes: 0 ok, 1 failure, 2 bad
 // command line.
@@ -70,10 +71,11 @@ func usage(w io.Writer) {
 	}
 	fmt.Fprint(w, `  help [COMMAND]    print this help, or a command's flags and examples
 
-Every command but demo takes --store URL (or the ANNALS_STORE environment
+Every command takes --store URL (or the ANNALS_STORE environment
 variable): sqlite:PATH, postgres://USER@HOST/DB, or memory: (a new, empty
-store in this process). --json prints a stable shape for scripts instead
-of a table. Exit codes: 0 ok, 1 failure, 2 bad command line.
+store in this process); demo alone has a default, sqlite:annals-demo.db.
+--json prints a stable shape for scripts instead of a table. Exit codes:
+0 ok, 1 failure, 2 bad command line.
 
 Examples:
   annals init --store sqlite:./annals.db
@@ -96,16 +98,9 @@ func dispatch(e *env, args []string) int {
 	}
 	name, rest := args[0], args[1:]
 	switch name {
-	case "demo":
-		return exitCode(e.stderr, "annals demo", runDemo(e.ctx, e.stdout, e.stderr, rest))
 	case "help", "-h", "-help", "--help":
 		if len(rest) == 0 {
 			usage(e.stdout)
-			return exitOK
-		}
-		if rest[0] == "demo" {
-			fs, _ := demoFlags(e.stdout)
-			fs.Usage()
 			return exitOK
 		}
 		if c := findCommand(rest[0]); c != nil {

@@ -17,36 +17,52 @@ import (
 	"github.com/annals-go/annals/journal"
 )
 
-// JournalHarness gives the journal suite its store.
-type JournalHarness struct {
+// JournalHarnessFor gives the journal suite its store. TB is the type
+// the harness's functions get for the rule they serve: *testing.T under
+// go test (JournalHarness, RunJournal), T under Check (JournalSuite).
+type JournalHarnessFor[TB any] struct {
 	// New returns the journal a subtest runs against: a fresh store, or a
 	// shared one (every subtest uses ids of its own). New registers any
 	// cleanup with t.Cleanup. It is called once per subtest, possibly from
 	// parallel subtests.
-	New func(t *testing.T) journal.Journal
+	New func(t TB) journal.Journal
 	// Own returns a journal no other subtest uses, which the CloseEndsCalls
 	// rule closes; nil skips that rule (a harness whose New shares one
 	// store cannot let a rule close it).
-	Own func(t *testing.T) journal.Journal
+	Own func(t TB) journal.Journal
 	// Capabilities declares what the store supports beyond the contract.
 	Capabilities Capabilities
 }
 
+// JournalHarness gives the journal suite its store under go test.
+type JournalHarness = JournalHarnessFor[*testing.T]
+
 type journalRule struct {
 	name string
 	rule string
-	run  func(t *testing.T, j journal.Journal, h JournalHarness)
+	run  func(t T, j journal.Journal, h JournalHarnessFor[T])
 }
 
 // RunJournal runs every rule of the journal contract against the journals
-// h.New makes, one named, parallel subtest per rule.
+// h.New makes, one named, parallel subtest of t per rule.
 func RunJournal(t *testing.T, h JournalHarness) {
+	t.Helper()
+	runJournal(testingT{t}, JournalHarnessFor[T]{New: forTesting(h.New), Own: forTesting(h.Own), Capabilities: h.Capabilities})
+}
+
+// JournalSuite is the journal suite (RunJournal's rules) for Check, named
+// "journal".
+func JournalSuite(h JournalHarnessFor[T]) Suite {
+	return Suite{name: "journal", run: func(t T) { runJournal(t, h) }}
+}
+
+func runJournal(t T, h JournalHarnessFor[T]) {
 	t.Helper()
 	if h.New == nil {
 		t.Fatal("storetest: JournalHarness.New is nil")
 	}
 	for _, r := range journalRules() {
-		t.Run(r.name, func(t *testing.T) {
+		t.Run(r.name, func(t T) {
 			t.Parallel()
 			j := h.New(t)
 			defer func() {
@@ -57,7 +73,7 @@ func RunJournal(t *testing.T, h JournalHarness) {
 			r.run(t, j, h)
 		})
 	}
-	t.Run("CloseEndsCalls", func(t *testing.T) {
+	t.Run("CloseEndsCalls", func(t T) {
 		t.Parallel()
 		if h.Own == nil {
 			t.Skip("JournalHarness.Own is nil")
@@ -71,7 +87,7 @@ func RunJournal(t *testing.T, h JournalHarness) {
 	})
 }
 
-func closeEndsCalls(t *testing.T, j journal.Journal) {
+func closeEndsCalls(t T, j journal.Journal) {
 	pid := uniqueID(t, "KitClose")
 	ctx := testContext(t)
 	mustWrite(t, j, single(pid, 1))
@@ -127,7 +143,7 @@ func atomicRange(pid string, from, to int64) journal.AtomicWrite {
 }
 
 // mustWrite writes ws in one call and fails the test unless all are stored.
-func mustWrite(t *testing.T, j journal.Journal, ws ...journal.AtomicWrite) {
+func mustWrite(t T, j journal.Journal, ws ...journal.AtomicWrite) {
 	t.Helper()
 	res, err := j.Write(testContext(t), ws)
 	if err != nil {
@@ -145,7 +161,7 @@ func mustWrite(t *testing.T, j journal.Journal, ws ...journal.AtomicWrite) {
 
 // writeFive stores events 1..5 of a new id as five atomic writes in one call,
 // as Akka's JournalSpec does before each case.
-func writeFive(t *testing.T, j journal.Journal) string {
+func writeFive(t T, j journal.Journal) string {
 	t.Helper()
 	pid := uniqueID(t, "KitJournal")
 	ws := make([]journal.AtomicWrite, 5)
@@ -157,7 +173,7 @@ func writeFive(t *testing.T, j journal.Journal) string {
 }
 
 // replaySeqs collects the sequence numbers a replay yields.
-func replaySeqs(t *testing.T, j journal.Journal, pid string, from, to, limit int64) []int64 {
+func replaySeqs(t T, j journal.Journal, pid string, from, to, limit int64) []int64 {
 	t.Helper()
 	var got []int64
 	for e, err := range j.Replay(testContext(t), pid, from, to, limit) {
@@ -169,7 +185,7 @@ func replaySeqs(t *testing.T, j journal.Journal, pid string, from, to, limit int
 	return got
 }
 
-func highest(t *testing.T, j journal.Journal, pid string, from int64) int64 {
+func highest(t T, j journal.Journal, pid string, from int64) int64 {
 	t.Helper()
 	n, err := j.HighestSequenceNr(testContext(t), pid, from)
 	if err != nil {
@@ -178,7 +194,7 @@ func highest(t *testing.T, j journal.Journal, pid string, from int64) int64 {
 	return n
 }
 
-func deleteTo(t *testing.T, j journal.Journal, pid string, to int64) {
+func deleteTo(t T, j journal.Journal, pid string, to int64) {
 	t.Helper()
 	if err := j.DeleteTo(testContext(t), pid, to); err != nil {
 		t.Fatalf("DeleteTo(%d): %v", to, err)
@@ -222,7 +238,7 @@ func journalRules() []journalRule {
 		{"DeletedPrefixRangeInsidePrefix", "a replay whose whole range was deleted yields nothing", 3, 1, 3, maxSeq, nil},
 	}
 	for _, c := range replays {
-		rules = append(rules, journalRule{c.name, c.rule, func(t *testing.T, j journal.Journal, _ JournalHarness) {
+		rules = append(rules, journalRule{c.name, c.rule, func(t T, j journal.Journal, _ JournalHarnessFor[T]) {
 			pid := writeFive(t, j)
 			if c.deleteTo > 0 {
 				deleteTo(t, j, pid, c.deleteTo)
@@ -257,7 +273,7 @@ func journalRules() []journalRule {
 }
 
 // unknownIDHighestIsZero: the highest sequence number of an id never written is 0, and its replay is empty.
-func unknownIDHighestIsZero(t *testing.T, j journal.Journal, _ JournalHarness) {
+func unknownIDHighestIsZero(t T, j journal.Journal, _ JournalHarnessFor[T]) {
 	pid := uniqueID(t, "KitJournal")
 	if n := highest(t, j, pid, 0); n != 0 {
 		t.Errorf("HighestSequenceNr of unknown id = %d, want 0", n)
@@ -268,7 +284,7 @@ func unknownIDHighestIsZero(t *testing.T, j journal.Journal, _ JournalHarness) {
 }
 
 // topOfRange: events numbered up to math.MaxInt64 are stored, and a replay to the top of the range ends after the last of them.
-func topOfRange(t *testing.T, j journal.Journal, h JournalHarness) {
+func topOfRange(t T, j journal.Journal, h JournalHarnessFor[T]) {
 	if h.Capabilities.ScansFromFirst {
 		t.Skip("store declares ScansFromFirst: it cannot read a journal that starts at the top of the range")
 	}
@@ -299,7 +315,7 @@ func topOfRange(t *testing.T, j journal.Journal, h JournalHarness) {
 }
 
 // highestWithoutReplay: HighestSequenceNr returns the highest stored number without a replay, whatever the from hint.
-func highestWithoutReplay(t *testing.T, j journal.Journal, _ JournalHarness) {
+func highestWithoutReplay(t T, j journal.Journal, _ JournalHarnessFor[T]) {
 	pid := writeFive(t, j)
 	for _, from := range []int64{0, 3, 5} {
 		if n := highest(t, j, pid, from); n != 5 {
@@ -309,7 +325,7 @@ func highestWithoutReplay(t *testing.T, j journal.Journal, _ JournalHarness) {
 }
 
 // highestKeptAfterPartialDelete: deleting some events does not lower the highest sequence number.
-func highestKeptAfterPartialDelete(t *testing.T, j journal.Journal, _ JournalHarness) {
+func highestKeptAfterPartialDelete(t T, j journal.Journal, _ JournalHarnessFor[T]) {
 	pid := writeFive(t, j)
 	deleteTo(t, j, pid, 3)
 	if n := highest(t, j, pid, 0); n != 5 {
@@ -318,7 +334,7 @@ func highestKeptAfterPartialDelete(t *testing.T, j journal.Journal, _ JournalHar
 }
 
 // highestKeptAfterDeletingAll: deleting every event keeps the highest sequence number, also when to is beyond it.
-func highestKeptAfterDeletingAll(t *testing.T, j journal.Journal, _ JournalHarness) {
+func highestKeptAfterDeletingAll(t T, j journal.Journal, _ JournalHarnessFor[T]) {
 	pid := writeFive(t, j)
 	deleteTo(t, j, pid, 5)
 	if n := highest(t, j, pid, 0); n != 5 {
@@ -334,7 +350,7 @@ func highestKeptAfterDeletingAll(t *testing.T, j journal.Journal, _ JournalHarne
 }
 
 // writeAfterDeletingAll: after deleting every event, writing continues from the kept highest number.
-func writeAfterDeletingAll(t *testing.T, j journal.Journal, _ JournalHarness) {
+func writeAfterDeletingAll(t T, j journal.Journal, _ JournalHarnessFor[T]) {
 	pid := writeFive(t, j)
 	deleteTo(t, j, pid, 5)
 	mustWrite(t, j, single(pid, 6))
@@ -347,7 +363,7 @@ func writeAfterDeletingAll(t *testing.T, j journal.Journal, _ JournalHarness) {
 }
 
 // deleteIsIdempotent: deleting an already deleted range, or an id never written, is not an error.
-func deleteIsIdempotent(t *testing.T, j journal.Journal, _ JournalHarness) {
+func deleteIsIdempotent(t T, j journal.Journal, _ JournalHarnessFor[T]) {
 	pid := writeFive(t, j)
 	deleteTo(t, j, pid, 2)
 	deleteTo(t, j, pid, 2)
@@ -359,7 +375,7 @@ func deleteIsIdempotent(t *testing.T, j journal.Journal, _ JournalHarness) {
 }
 
 // metadataRoundTrip: event metadata is replayed byte for byte; an event without metadata replays with none.
-func metadataRoundTrip(t *testing.T, j journal.Journal, _ JournalHarness) {
+func metadataRoundTrip(t T, j journal.Journal, _ JournalHarnessFor[T]) {
 	pid := uniqueID(t, "KitJournal")
 	e1, e2 := ev(pid, 1), ev(pid, 2)
 	e1.Metadata = []byte{0, 1, 2, 0xff, 'm'}
@@ -371,7 +387,7 @@ func metadataRoundTrip(t *testing.T, j journal.Journal, _ JournalHarness) {
 }
 
 // zeroTimestampFilledByStore: a zero timestamp is replaced by the store's clock at write.
-func zeroTimestampFilledByStore(t *testing.T, j journal.Journal, _ JournalHarness) {
+func zeroTimestampFilledByStore(t T, j journal.Journal, _ JournalHarnessFor[T]) {
 	pid := uniqueID(t, "KitJournal")
 	before := time.Now().Add(-time.Minute)
 	mustWrite(t, j, single(pid, 1))
@@ -382,7 +398,7 @@ func zeroTimestampFilledByStore(t *testing.T, j journal.Journal, _ JournalHarnes
 }
 
 // globalOrderingGrows: where the store assigns Ordering, it is positive and grows in write order across ids.
-func globalOrderingGrows(t *testing.T, j journal.Journal, h JournalHarness) {
+func globalOrderingGrows(t T, j journal.Journal, h JournalHarnessFor[T]) {
 	if !h.Capabilities.GlobalOrdering {
 		t.Skip("store does not declare GlobalOrdering")
 	}
@@ -399,7 +415,7 @@ func globalOrderingGrows(t *testing.T, j journal.Journal, h JournalHarness) {
 }
 
 // atomicWriteAllOrNothing: an atomic write whose later event conflicts stores none of its events.
-func atomicWriteAllOrNothing(t *testing.T, j journal.Journal, _ JournalHarness) {
+func atomicWriteAllOrNothing(t T, j journal.Journal, _ JournalHarnessFor[T]) {
 	pid := writeFive(t, j)
 	// Events 6..8 are new, 5 is stored: the whole write must fail.
 	w := atomicRange(pid, 5, 8)
@@ -419,7 +435,7 @@ func atomicWriteAllOrNothing(t *testing.T, j journal.Journal, _ JournalHarness) 
 }
 
 // secondWriterConflict: a second write of a stored (id, seq) fails with a *ConflictError wrapping ErrSequenceConflict and ErrRejected, and the stored event is unchanged.
-func secondWriterConflict(t *testing.T, j journal.Journal, _ JournalHarness) {
+func secondWriterConflict(t T, j journal.Journal, _ JournalHarnessFor[T]) {
 	pid := writeFive(t, j)
 	dup := ev(pid, 3)
 	dup.Payload, dup.WriterID = []byte("from the second writer"), "writer-2"
@@ -441,7 +457,7 @@ func secondWriterConflict(t *testing.T, j journal.Journal, _ JournalHarness) {
 }
 
 // rejectedWriteKeepsNeighbours: one rejected atomic write in a batch is reported at its index and its neighbours are stored.
-func rejectedWriteKeepsNeighbours(t *testing.T, j journal.Journal, _ JournalHarness) {
+func rejectedWriteKeepsNeighbours(t T, j journal.Journal, _ JournalHarnessFor[T]) {
 	a, b, c, d := uniqueID(t, "KitJournal"), uniqueID(t, "KitJournal"), uniqueID(t, "KitJournal"), writeFive(t, j)
 	bad := journal.AtomicWrite{PersistenceID: b, Events: []journal.Repr{ev(b, 1), ev(b, 3)}}
 	res, err := j.Write(testContext(t), []journal.AtomicWrite{single(a, 1), bad, atomicRange(c, 1, 2), single(d, 2), single(d, 6)})
@@ -467,7 +483,7 @@ func rejectedWriteKeepsNeighbours(t *testing.T, j journal.Journal, _ JournalHarn
 	}
 }
 
-func replayAll(t *testing.T, j journal.Journal, pid string) []journal.Repr {
+func replayAll(t T, j journal.Journal, pid string) []journal.Repr {
 	t.Helper()
 	var got []journal.Repr
 	for e, err := range j.Replay(testContext(t), pid, 1, maxSeq, maxSeq) {
@@ -495,7 +511,7 @@ func timestampsOf(es []journal.Repr) []time.Time {
 	return ts
 }
 
-func roundTrip(t *testing.T, j journal.Journal, _ JournalHarness) {
+func roundTrip(t T, j journal.Journal, _ JournalHarnessFor[T]) {
 	pid := uniqueID(t, "KitRound")
 	ts := time.Date(2024, 2, 29, 13, 14, 15, 123456000, time.FixedZone("X", 3600))
 	in := []journal.Repr{
@@ -537,7 +553,7 @@ func roundTrip(t *testing.T, j journal.Journal, _ JournalHarness) {
 	}
 }
 
-func invalidArguments(t *testing.T, j journal.Journal, _ JournalHarness) {
+func invalidArguments(t T, j journal.Journal, _ JournalHarnessFor[T]) {
 	ctx := testContext(t)
 	pid, other := uniqueID(t, "KitInvalid"), uniqueID(t, "KitInvalid")
 	writes := []struct {
@@ -609,7 +625,7 @@ func containsFold(s, sub string) bool {
 	return bytes.Contains(bytes.ToLower([]byte(s)), bytes.ToLower([]byte(sub)))
 }
 
-func concurrentWriters(t *testing.T, j journal.Journal, _ JournalHarness) {
+func concurrentWriters(t T, j journal.Journal, _ JournalHarnessFor[T]) {
 	const ids, perID = 100, 20
 	ctx := testContext(t)
 	pids := make([]string, ids)
@@ -647,7 +663,7 @@ func concurrentWriters(t *testing.T, j journal.Journal, _ JournalHarness) {
 	}
 }
 
-func cancellation(t *testing.T, j journal.Journal, _ JournalHarness) {
+func cancellation(t T, j journal.Journal, _ JournalHarnessFor[T]) {
 	pid := uniqueID(t, "KitCancel")
 	mustWrite(t, j, atomicRange(pid, 1, 50))
 	ctx, cancel := context.WithCancel(testContext(t))
@@ -675,11 +691,11 @@ func cancellation(t *testing.T, j journal.Journal, _ JournalHarness) {
 	}
 }
 
-func largeReplay(t *testing.T, j journal.Journal, h JournalHarness) {
+func largeReplay(t T, j journal.Journal, h JournalHarnessFor[T]) {
 	if h.Capabilities.SkipLargeReplay {
 		t.Skip("store declares SkipLargeReplay")
 	}
-	if testing.Short() {
+	if t.short() {
 		t.Skip("-short: skipping the 100,000-event replay")
 	}
 	const total, batch, payload = 100_000, 1_000, 512

@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/annals-go/annals/journal"
+	"github.com/annals-go/annals/offsets"
 	"github.com/annals-go/annals/query"
 	"github.com/annals-go/annals/snapshot"
 	"github.com/annals-go/annals/store/memory"
@@ -118,19 +119,28 @@ func TestBrokenJournal(t *testing.T) {
 	})
 }
 
-func TestKitCatchesBrokenJournals(t *testing.T) {
-	tests := []struct {
-		broken   string
-		mustFail []string
-		rule     string
-	}{
+// brokenJournal is a broken journal and the rules the kit must fail it on.
+type brokenJournal struct {
+	broken   string
+	mustFail []string
+	rule     string // the start of the first rule's statement
+}
+
+func brokenJournals() []brokenJournal {
+	return []brokenJournal{
 		{"skipsDuplicates", []string{"SecondWriterConflict", "AtomicWriteAllOrNothing", "RejectedWriteKeepsNeighbours"}, "a second write of a stored (id, seq) fails"},
 		{"ignoresMax", []string{"ReplayCountLimit", "ReplayBoundsWithLimit", "ReplaySingleByLimitOne", "DeletedPrefixLimitCountsKeptEvents"}, "a replay yields at most max events"},
 		{"forgetsHighest", []string{"HighestKeptAfterDeletingAll"}, "deleting every event keeps the highest sequence number"},
 		{"materializes", []string{"LargeReplayStreams"}, "a replay of 100,000 events streams with bounded memory"},
 		{"keepsYielded", []string{"LargeReplayStreams"}, "a replay of 100,000 events streams with bounded memory"},
 	}
-	for _, tt := range tests {
+}
+
+// TestKitCatchesBrokenJournals runs the journal suite under go test (in a
+// child go test process: the suite fails its test) against each broken
+// journal.
+func TestKitCatchesBrokenJournals(t *testing.T) {
+	for _, tt := range brokenJournals() {
 		t.Run(tt.broken, func(t *testing.T) {
 			cmd := exec.CommandContext(t.Context(), os.Args[0], "-test.run", "^TestBrokenJournal$", "-test.v")
 			cmd.Env = append(os.Environ(), "ANNALS_KIT_BROKEN="+tt.broken)
@@ -151,6 +161,64 @@ func TestKitCatchesBrokenJournals(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestCheckCatchesBrokenJournals runs the journal suite through Check, in
+// this process, against each broken journal.
+func TestCheckCatchesBrokenJournals(t *testing.T) {
+	for _, tt := range brokenJournals() {
+		t.Run(tt.broken, func(t *testing.T) {
+			rep, err := storetest.Check(t.Context(), storetest.Options{}, storetest.JournalSuite(storetest.JournalHarnessFor[storetest.T]{
+				New: func(t storetest.T) journal.Journal {
+					s := memory.New()
+					t.Cleanup(func() { _ = s.Close() })
+					return broken[tt.broken](s.Journal())
+				},
+				Capabilities: storetest.Capabilities{GlobalOrdering: true, SkipLargeReplay: tt.broken != "materializes" && tt.broken != "keepsYielded"},
+			}))
+			if err != nil {
+				t.Fatal(err)
+			}
+			mustFail(t, rep, "journal", tt.mustFail, tt.rule)
+			if r := result(rep, "journal/ReplayLowerBound"); r.Outcome != storetest.Passed && tt.broken != "ignoresMax" {
+				t.Errorf("an unrelated rule %v: %q; the kit must pinpoint the broken rule", r.Outcome, r.Messages)
+			}
+		})
+	}
+}
+
+// mustFail fails the test unless each of the rules named failed in the
+// suite, each saying the rule it checks, the first rule (which starts
+// with rule).
+func mustFail(t *testing.T, rep storetest.Report, suite string, rules []string, rule string) {
+	t.Helper()
+	if !rep.Failed() {
+		t.Fatalf("the kit passed a broken store: %+v", rep.Results)
+	}
+	for i, name := range rules {
+		r := result(rep, suite+"/"+name)
+		if r.Outcome != storetest.Failed {
+			t.Errorf("%s/%s: %v, want failed", suite, name, r.Outcome)
+		}
+		want := "rule: "
+		if i == 0 {
+			want += rule
+		}
+		if !slices.ContainsFunc(r.Messages, func(m string) bool { return strings.Contains(m, want) }) {
+			t.Errorf("%s's messages %q do not state the rule (%q)", name, r.Messages, want)
+		}
+	}
+}
+
+// result returns the result named name in rep (the zero Result, whose
+// name is empty, if none).
+func result(rep storetest.Report, name string) storetest.Result {
+	for _, r := range rep.Results {
+		if r.Name == name {
+			return r
+		}
+	}
+	return storetest.Result{}
 }
 
 // Broken snapshot stores, each breaking one rule of the snapshot contract.
@@ -194,15 +262,15 @@ func TestBrokenSnapshots(t *testing.T) {
 	})
 }
 
-func TestKitCatchesBrokenSnapshotStores(t *testing.T) {
-	for _, tt := range []struct {
-		broken   string
-		mustFail []string
-		rule     string
-	}{
+func brokenSnapshotStores() []brokenJournal {
+	return []brokenJournal{
 		{"ignoresMaxSequence", []string{"LoadUpperSequenceBound"}, "the youngest snapshot at or below MaxSequenceNr is loaded"},
 		{"deletesEverything", []string{"DeleteMatching"}, "DeleteMatching removes every snapshot within the criteria's upper sequence and timestamp bounds"},
-	} {
+	}
+}
+
+func TestKitCatchesBrokenSnapshotStores(t *testing.T) {
+	for _, tt := range brokenSnapshotStores() {
 		t.Run(tt.broken, func(t *testing.T) {
 			cmd := exec.CommandContext(t.Context(), os.Args[0], "-test.run", "^TestBrokenSnapshots$", "-test.v")
 			cmd.Env = append(os.Environ(), "ANNALS_KIT_BROKEN_SNAPSHOTS="+tt.broken)
@@ -218,6 +286,24 @@ func TestKitCatchesBrokenSnapshotStores(t *testing.T) {
 			if !strings.Contains(string(out), "rule: "+tt.rule) {
 				t.Errorf("failure output does not state the rule %q", tt.rule)
 			}
+		})
+	}
+}
+
+func TestCheckCatchesBrokenSnapshotStores(t *testing.T) {
+	for _, tt := range brokenSnapshotStores() {
+		t.Run(tt.broken, func(t *testing.T) {
+			rep, err := storetest.Check(t.Context(), storetest.Options{}, storetest.SnapshotSuite(storetest.SnapshotHarnessFor[storetest.T]{
+				New: func(t storetest.T) snapshot.Store {
+					s := memory.New()
+					t.Cleanup(func() { _ = s.Close() })
+					return brokenSnapshots[tt.broken](s.Snapshots())
+				},
+			}))
+			if err != nil {
+				t.Fatal(err)
+			}
+			mustFail(t, rep, "snapshots", tt.mustFail, tt.rule)
 		})
 	}
 }
@@ -260,5 +346,62 @@ func TestKitCatchesBrokenQueries(t *testing.T) {
 	}
 	if !strings.Contains(string(out), "rule: a query from the offset of an envelope returns the events after it, not it") {
 		t.Errorf("failure output does not state the rule")
+	}
+}
+
+func TestCheckCatchesBrokenQueries(t *testing.T) {
+	rep, err := storetest.Check(t.Context(), storetest.Options{}, storetest.QuerySuite(storetest.QueryHarnessFor[storetest.T]{
+		New: func(t storetest.T) (journal.Journal, any) {
+			s := memory.New()
+			t.Cleanup(func() { _ = s.Close() })
+			return s.Journal(), inclusiveByTag{s.Queries()}
+		},
+	}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	mustFail(t, rep, "queries", []string{"OffsetsAreExclusive"}, "a query from the offset of an envelope returns the events after it, not it")
+}
+
+// TestCheckPassesTheMemoryStore: every suite the memory store offers
+// passes through Check as it does under go test, every rule reported.
+func TestCheckPassesTheMemoryStore(t *testing.T) {
+	newStore := func(t storetest.T) *memory.Store {
+		s := memory.New()
+		t.Cleanup(func() { _ = s.Close() })
+		return s
+	}
+	newJournal := func(t storetest.T) journal.Journal { return newStore(t).Journal() }
+	newSnapshots := func(t storetest.T) snapshot.Store { return newStore(t).Snapshots() }
+	rep, err := storetest.Check(t.Context(), storetest.Options{Short: true},
+		storetest.JournalSuite(storetest.JournalHarnessFor[storetest.T]{New: newJournal, Own: newJournal, Capabilities: storetest.Capabilities{GlobalOrdering: true}}),
+		storetest.SnapshotSuite(storetest.SnapshotHarnessFor[storetest.T]{New: newSnapshots, Own: newSnapshots}),
+		storetest.QuerySuite(storetest.QueryHarnessFor[storetest.T]{New: func(t storetest.T) (journal.Journal, any) {
+			s := newStore(t)
+			return s.Journal(), s.Queries()
+		}}),
+		storetest.TxOffsetsSuite(storetest.TxOffsetsHarnessFor[storetest.T, *memory.Tx]{New: func(t storetest.T) offsets.TxStore[*memory.Tx] {
+			return newStore(t).Projections()
+		}}),
+	)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rules := map[string]int{}
+	for _, r := range rep.Results {
+		if r.Outcome == storetest.Failed {
+			t.Errorf("%s failed: %q", r.Name, r.Messages)
+		}
+		if suite, _, ok := strings.Cut(r.Name, "/"); ok && strings.Count(r.Name, "/") == 1 {
+			rules[suite]++
+		}
+	}
+	if result(rep, "journal/LargeReplayStreams").Outcome != storetest.Skipped {
+		t.Error("Options.Short did not skip LargeReplayStreams")
+	}
+	for _, suite := range []string{"journal", "snapshots", "queries", "offsets"} {
+		if rules[suite] < 7 {
+			t.Errorf("suite %s reported %d rules", suite, rules[suite])
+		}
 	}
 }

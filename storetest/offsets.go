@@ -12,24 +12,35 @@ import (
 	"github.com/annals-go/annals/query"
 )
 
-// OffsetsHarness gives the offsets suite its stores.
-type OffsetsHarness struct {
+// OffsetsHarnessFor gives the offsets suite its stores. TB is *testing.T
+// under go test (OffsetsHarness, RunOffsets), T under Check
+// (OffsetsSuite).
+type OffsetsHarnessFor[TB any] struct {
 	// New returns an offset store for one rule. The rules use projection
 	// ids of their own, so the stores may share a database.
-	New func(t *testing.T) offsets.Store
+	New func(t TB) offsets.Store
 }
 
-// TxOffsetsHarness gives the transactional offsets suite its stores.
-type TxOffsetsHarness[Tx any] struct {
+// OffsetsHarness gives the offsets suite its stores under go test.
+type OffsetsHarness = OffsetsHarnessFor[*testing.T]
+
+// TxOffsetsHarnessFor gives the transactional offsets suite its stores.
+// TB is *testing.T under go test (TxOffsetsHarness, RunTxOffsets), T under
+// Check (TxOffsetsSuite).
+type TxOffsetsHarnessFor[TB, Tx any] struct {
 	// New returns a transactional offset store for one rule; the rules
 	// use projection ids of their own.
-	New func(t *testing.T) offsets.TxStore[Tx]
+	New func(t TB) offsets.TxStore[Tx]
 }
+
+// TxOffsetsHarness gives the transactional offsets suite its stores under
+// go test.
+type TxOffsetsHarness[Tx any] = TxOffsetsHarnessFor[*testing.T, Tx]
 
 // offsetRule is one rule of the offsets contract.
 type offsetRule struct {
 	name, rule string
-	run        func(t *testing.T, s offsets.Store)
+	run        func(t T, s offsets.Store)
 }
 
 // offsetRules is the index of the offsets suite's rules.
@@ -46,14 +57,25 @@ func offsetRules() []offsetRule {
 }
 
 // RunOffsets runs every rule of the offsets.Store contract against
-// the stores h.New makes, one named, parallel subtest per rule.
+// the stores h.New makes, one named, parallel subtest of t per rule.
 func RunOffsets(t *testing.T, h OffsetsHarness) {
+	t.Helper()
+	runOffsets(testingT{t}, OffsetsHarnessFor[T]{New: forTesting(h.New)})
+}
+
+// OffsetsSuite is the offsets suite (RunOffsets' rules) for Check, named
+// "offsets".
+func OffsetsSuite(h OffsetsHarnessFor[T]) Suite {
+	return Suite{name: "offsets", run: func(t T) { runOffsets(t, h) }}
+}
+
+func runOffsets(t T, h OffsetsHarnessFor[T]) {
 	t.Helper()
 	if h.New == nil {
 		t.Fatal("storetest: OffsetsHarness.New is nil")
 	}
 	for _, r := range offsetRules() {
-		t.Run(r.name, func(t *testing.T) {
+		t.Run(r.name, func(t T) {
 			t.Parallel()
 			s := h.New(t)
 			defer func() {
@@ -71,11 +93,22 @@ func RunOffsets(t *testing.T, h OffsetsHarness) {
 // the transaction commits and not when it rolls back.
 func RunTxOffsets[Tx any](t *testing.T, h TxOffsetsHarness[Tx]) {
 	t.Helper()
+	runTxOffsets(testingT{t}, TxOffsetsHarnessFor[T, Tx]{New: forTesting(h.New)})
+}
+
+// TxOffsetsSuite is the transactional offsets suite (RunTxOffsets' rules)
+// for Check, named "offsets".
+func TxOffsetsSuite[Tx any](h TxOffsetsHarnessFor[T, Tx]) Suite {
+	return Suite{name: "offsets", run: func(t T) { runTxOffsets(t, h) }}
+}
+
+func runTxOffsets[Tx any](t T, h TxOffsetsHarnessFor[T, Tx]) {
+	t.Helper()
 	if h.New == nil {
 		t.Fatal("storetest: TxOffsetsHarness.New is nil")
 	}
-	RunOffsets(t, OffsetsHarness{New: func(t *testing.T) offsets.Store { return h.New(t) }})
-	t.Run("TxCommitsTheOffset", func(t *testing.T) {
+	runOffsets(t, OffsetsHarnessFor[T]{New: func(t T) offsets.Store { return h.New(t) }})
+	t.Run("TxCommitsTheOffset", func(t T) {
 		t.Parallel()
 		s, id, ctx := h.New(t), offsetID(t, "k"), testContext(t)
 		o := query.SequenceOffset(7)
@@ -86,7 +119,7 @@ func RunTxOffsets[Tx any](t *testing.T, h TxOffsetsHarness[Tx]) {
 			t.Errorf("after a committed transaction: %+v, want offset %v", st, o)
 		}
 	})
-	t.Run("TxRollbackKeepsTheOffset", func(t *testing.T) {
+	t.Run("TxRollbackKeepsTheOffset", func(t T) {
 		t.Parallel()
 		s, id, ctx := h.New(t), offsetID(t, "k"), testContext(t)
 		before := query.SequenceOffset(3)
@@ -110,11 +143,11 @@ func RunTxOffsets[Tx any](t *testing.T, h TxOffsetsHarness[Tx]) {
 }
 
 // offsetID returns a projection id no other test uses.
-func offsetID(t *testing.T, key string) offsets.ID {
+func offsetID(t T, key string) offsets.ID {
 	return offsets.ID{Name: uniqueID(t, "KitOffsets"), Key: key}
 }
 
-func loadState(t *testing.T, s offsets.Store, id offsets.ID) offsets.State {
+func loadState(t T, s offsets.Store, id offsets.ID) offsets.State {
 	t.Helper()
 	st, err := s.Load(testContext(t), id)
 	if err != nil {
@@ -129,13 +162,13 @@ func sameOffset(a, b query.Offset) bool {
 		a.TimeUUID == b.TimeUUID && maps.Equal(a.Seen, b.Seen)
 }
 
-func unsavedIsZero(t *testing.T, s offsets.Store) {
+func unsavedIsZero(t T, s offsets.Store) {
 	if st := loadState(t, s, offsetID(t, "never")); st.Paused || st.Offset.Kind != query.KindNone {
 		t.Errorf("an instance never saved: %+v, want the zero State", st)
 	}
 }
 
-func offsetsRoundTrip(t *testing.T, s offsets.Store) {
+func offsetsRoundTrip(t T, s offsets.Store) {
 	ctx := testContext(t)
 	ts := time.Date(2026, 11, 23, 17, 4, 5, 123456000, time.UTC)
 	for _, o := range []query.Offset{
@@ -156,7 +189,7 @@ func offsetsRoundTrip(t *testing.T, s offsets.Store) {
 	}
 }
 
-func saveKeepsPaused(t *testing.T, s offsets.Store) {
+func saveKeepsPaused(t T, s offsets.Store) {
 	ctx, id := testContext(t), offsetID(t, "k")
 	if err := s.SetPaused(ctx, id, true); err != nil {
 		t.Fatal(err)
@@ -169,7 +202,7 @@ func saveKeepsPaused(t *testing.T, s offsets.Store) {
 	}
 }
 
-func setPausedKeepsOffset(t *testing.T, s offsets.Store) {
+func setPausedKeepsOffset(t T, s offsets.Store) {
 	ctx, id := testContext(t), offsetID(t, "k")
 	if err := s.SaveOffset(ctx, id, query.SequenceOffset(5)); err != nil {
 		t.Fatal(err)
@@ -184,7 +217,7 @@ func setPausedKeepsOffset(t *testing.T, s offsets.Store) {
 	}
 }
 
-func resetKeepsPaused(t *testing.T, s offsets.Store) {
+func resetKeepsPaused(t T, s offsets.Store) {
 	ctx, id := testContext(t), offsetID(t, "k")
 	if err := s.SaveOffset(ctx, id, query.SequenceOffset(5)); err != nil {
 		t.Fatal(err)
@@ -203,7 +236,7 @@ func resetKeepsPaused(t *testing.T, s offsets.Store) {
 	}
 }
 
-func instancesAreSeparate(t *testing.T, s offsets.Store) {
+func instancesAreSeparate(t T, s offsets.Store) {
 	ctx := testContext(t)
 	a := offsetID(t, "0-511")
 	b := offsets.ID{Name: a.Name, Key: "512-1023"}
@@ -223,7 +256,7 @@ func instancesAreSeparate(t *testing.T, s offsets.Store) {
 	}
 }
 
-func concurrentSaves(t *testing.T, s offsets.Store) {
+func concurrentSaves(t T, s offsets.Store) {
 	ctx := testContext(t)
 	const n, saves = 8, 20
 	ids := make([]offsets.ID, n)

@@ -14,14 +14,15 @@ import (
 	"github.com/annals-go/annals/query"
 )
 
-// QueryHarness gives the query suite its store.
-type QueryHarness struct {
+// QueryHarnessFor gives the query suite its store. TB is *testing.T
+// under go test (QueryHarness, RunQueries), T under Check (QuerySuite).
+type QueryHarnessFor[TB any] struct {
 	// New returns a journal and the read journal over the same store. The
 	// read journal implements any of the query capabilities
 	// (query.EventsByTagQuery, ...); rules for the others are skipped. New
 	// registers any cleanup with t.Cleanup; it may be called from parallel
 	// subtests and may return a shared store.
-	New func(t *testing.T) (journal.Journal, any)
+	New func(t TB) (journal.Journal, any)
 	// IDsInStoreOrder declares that CurrentPersistenceIDs lists ids in an
 	// order of the store's own (Cassandra's token order) rather than
 	// ascending; paging by the last id returned must still list each id
@@ -29,20 +30,39 @@ type QueryHarness struct {
 	IDsInStoreOrder bool
 }
 
+// QueryHarness gives the query suite its store under go test.
+type QueryHarness = QueryHarnessFor[*testing.T]
+
 type queryRule struct {
 	name, rule string
-	run        func(t *testing.T, j journal.Journal, rj any, h QueryHarness)
+	run        func(t T, j journal.Journal, rj any, h QueryHarnessFor[T])
 }
 
 // RunQueries runs every query rule against the stores h.New makes, one
-// named, parallel subtest per rule.
+// named, parallel subtest of t per rule.
 func RunQueries(t *testing.T, h QueryHarness) {
+	t.Helper()
+	var hh QueryHarnessFor[T]
+	if h.New != nil {
+		hh.New = func(t T) (journal.Journal, any) { return h.New(t.(testingT).T) }
+	}
+	hh.IDsInStoreOrder = h.IDsInStoreOrder
+	runQueries(testingT{t}, hh)
+}
+
+// QuerySuite is the query suite (RunQueries' rules) for Check, named
+// "queries".
+func QuerySuite(h QueryHarnessFor[T]) Suite {
+	return Suite{name: "queries", run: func(t T) { runQueries(t, h) }}
+}
+
+func runQueries(t T, h QueryHarnessFor[T]) {
 	t.Helper()
 	if h.New == nil {
 		t.Fatal("storetest: QueryHarness.New is nil")
 	}
 	for _, r := range queryRules() {
-		t.Run(r.name, func(t *testing.T) {
+		t.Run(r.name, func(t T) {
 			t.Parallel()
 			j, rj := h.New(t)
 			defer func() {
@@ -55,7 +75,7 @@ func RunQueries(t *testing.T, h QueryHarness) {
 	}
 }
 
-func capability[Q any](t *testing.T, rj any) Q {
+func capability[Q any](t T, rj any) Q {
 	t.Helper()
 	q, ok := rj.(Q)
 	if !ok {
@@ -66,7 +86,7 @@ func capability[Q any](t *testing.T, rj any) Q {
 }
 
 // taggedEvents writes n events of pid (from seq 1), each tagged with tags.
-func taggedEvents(t *testing.T, j journal.Journal, pid string, from, to int64, tags ...string) {
+func taggedEvents(t T, j journal.Journal, pid string, from, to int64, tags ...string) {
 	t.Helper()
 	w := journal.AtomicWrite{PersistenceID: pid}
 	for s := from; s <= to; s++ {
@@ -77,7 +97,7 @@ func taggedEvents(t *testing.T, j journal.Journal, pid string, from, to int64, t
 	mustWrite(t, j, w)
 }
 
-func collect(t *testing.T, seq func(func(query.Envelope, error) bool)) []query.Envelope {
+func collect(t T, seq func(func(query.Envelope, error) bool)) []query.Envelope {
 	t.Helper()
 	var out []query.Envelope
 	for env, err := range seq {
@@ -131,14 +151,14 @@ func offsetQueries(rj any, et, tag string) []offsetQuery {
 
 // eachOffsetQuery runs f as a subtest for each offset-ordered query rj
 // offers, each over an entity type and tag of its own.
-func eachOffsetQuery(t *testing.T, rj any, f func(t *testing.T, q offsetQuery, et, tag string)) {
+func eachOffsetQuery(t T, rj any, f func(t T, q offsetQuery, et, tag string)) {
 	_, probe := rj.(query.EventsByTagQuery)
 	_, probe2 := rj.(query.EventsBySlicesQuery)
 	if !probe && !probe2 {
 		t.Skip("store offers neither events by tag nor by slices")
 	}
 	for _, name := range []string{"by tag", "by slices"} {
-		t.Run(name, func(t *testing.T) {
+		t.Run(name, func(t T) {
 			et, tag := uniqueType(t)
 			qs := offsetQueries(rj, et, tag)
 			for _, q := range qs {
@@ -153,7 +173,7 @@ func eachOffsetQuery(t *testing.T, rj any, f func(t *testing.T, q offsetQuery, e
 }
 
 // uniqueType returns an entity type and a tag no other test uses.
-func uniqueType(t *testing.T) (string, string) {
+func uniqueType(t T) (string, string) {
 	id := uniqueID(t, "KitQ")
 	typ := "KitQ" + id[len("KitQ|"):]
 	typ = fmt.Sprintf("T%x", annals.Slice(typ)) + typ[len(typ)-12:]
@@ -176,7 +196,7 @@ func queryRules() []queryRule {
 }
 
 // offsetsAreExclusive: a query from the offset of an envelope returns the events after it, not it.
-func offsetsAreExclusive(t *testing.T, j journal.Journal, rj any, h QueryHarness) {
+func offsetsAreExclusive(t T, j journal.Journal, rj any, h QueryHarnessFor[T]) {
 	et, tag := uniqueType(t)
 	qs := offsetQueries(rj, et, tag)
 	if len(qs) == 0 {
@@ -200,8 +220,8 @@ func offsetsAreExclusive(t *testing.T, j journal.Journal, rj any, h QueryHarness
 }
 
 // currentQueriesEnd: a current query ends, and does not return events stored after it started.
-func currentQueriesEnd(t *testing.T, j journal.Journal, rj any, h QueryHarness) {
-	eachOffsetQuery(t, rj, func(t *testing.T, q offsetQuery, et, tag string) {
+func currentQueriesEnd(t T, j journal.Journal, rj any, h QueryHarnessFor[T]) {
+	eachOffsetQuery(t, rj, func(t T, q offsetQuery, et, tag string) {
 		pid := et + "|c"
 		taggedEvents(t, j, pid, 1, 3, tag)
 		n := 0
@@ -221,7 +241,7 @@ func currentQueriesEnd(t *testing.T, j journal.Journal, rj any, h QueryHarness) 
 }
 
 // liveQueriesFollow: a live query returns events stored after it started, and ends with its context's error.
-func liveQueriesFollow(t *testing.T, j journal.Journal, rj any, h QueryHarness) {
+func liveQueriesFollow(t T, j journal.Journal, rj any, h QueryHarnessFor[T]) {
 	et, tag := uniqueType(t)
 	qs := offsetQueries(rj, et, tag)
 	if len(qs) == 0 {
@@ -260,7 +280,7 @@ func liveQueriesFollow(t *testing.T, j journal.Journal, rj any, h QueryHarness) 
 }
 
 // envelopesCarryMetadata: envelopes carry the persistence id, sequence number, tags, timestamp, entity type and slice.
-func envelopesCarryMetadata(t *testing.T, j journal.Journal, rj any, h QueryHarness) {
+func envelopesCarryMetadata(t T, j journal.Journal, rj any, h QueryHarnessFor[T]) {
 	et, tag := uniqueType(t)
 	qs := offsetQueries(rj, et, tag)
 	if len(qs) == 0 {
@@ -281,7 +301,7 @@ func envelopesCarryMetadata(t *testing.T, j journal.Journal, rj any, h QueryHarn
 }
 
 // byIDSkipsDeletedEvents: events by persistence id does not return deleted events.
-func byIDSkipsDeletedEvents(t *testing.T, j journal.Journal, rj any, h QueryHarness) {
+func byIDSkipsDeletedEvents(t T, j journal.Journal, rj any, h QueryHarnessFor[T]) {
 	q := capability[query.EventsByPersistenceIDQuery](t, rj)
 	pid := writeFive(t, j)
 	deleteTo(t, j, pid, 3)
@@ -292,7 +312,7 @@ func byIDSkipsDeletedEvents(t *testing.T, j journal.Journal, rj any, h QueryHarn
 }
 
 // byIDLiveEndsAtUpperBound: live events by persistence id follows new events and ends after the one at its upper bound.
-func byIDLiveEndsAtUpperBound(t *testing.T, j journal.Journal, rj any, h QueryHarness) {
+func byIDLiveEndsAtUpperBound(t T, j journal.Journal, rj any, h QueryHarnessFor[T]) {
 	q := capability[query.EventsByPersistenceIDQuery](t, rj)
 	pid := uniqueID(t, "KitQ")
 	mustWrite(t, j, single(pid, 1))
@@ -316,7 +336,7 @@ func byIDLiveEndsAtUpperBound(t *testing.T, j journal.Journal, rj any, h QueryHa
 }
 
 // persistenceIDsListedOnce: persistence ids are listed once each, ascending (or in the store's declared order), paged by after-id and limit, filtered by entity type.
-func persistenceIDsListedOnce(t *testing.T, j journal.Journal, rj any, h QueryHarness) {
+func persistenceIDsListedOnce(t T, j journal.Journal, rj any, h QueryHarnessFor[T]) {
 	q := capability[query.PersistenceIDsQuery](t, rj)
 	et, _ := uniqueType(t)
 	var want []string
@@ -370,7 +390,7 @@ func persistenceIDsListedOnce(t *testing.T, j journal.Journal, rj any, h QueryHa
 }
 
 // queriesFilter: by slices returns only the entity type and slice range asked, by tag only events with that tag, persistence ids only the type asked (including an id without a separator).
-func queriesFilter(t *testing.T, j journal.Journal, rj any, h QueryHarness) {
+func queriesFilter(t T, j journal.Journal, rj any, h QueryHarnessFor[T]) {
 	et, tag := uniqueType(t)
 	other, _ := uniqueType(t)
 	var inLow int
@@ -422,8 +442,8 @@ func queriesFilter(t *testing.T, j journal.Journal, rj any, h QueryHarness) {
 }
 
 // pagesAreCrossed: a query over more events than a store reads at once returns every event once, in order, and ends.
-func pagesAreCrossed(t *testing.T, j journal.Journal, rj any, h QueryHarness) {
-	eachOffsetQuery(t, rj, func(t *testing.T, q offsetQuery, et, tag string) {
+func pagesAreCrossed(t T, j journal.Journal, rj any, h QueryHarnessFor[T]) {
+	eachOffsetQuery(t, rj, func(t T, q offsetQuery, et, tag string) {
 		pid := et + "|big"
 		taggedEvents(t, j, pid, 1, 2500, tag)
 		n := 0
@@ -452,10 +472,10 @@ func pagesAreCrossed(t *testing.T, j journal.Journal, rj any, h QueryHarness) {
 	})
 }
 
-func concurrentLive(t *testing.T, j journal.Journal, rj any, _ QueryHarness) {
+func concurrentLive(t T, j journal.Journal, rj any, _ QueryHarnessFor[T]) {
 	const writers, ids, perID = 16, 200, 5
 	const total = ids * perID
-	eachOffsetQuery(t, rj, func(t *testing.T, q offsetQuery, et, tag string) {
+	eachOffsetQuery(t, rj, func(t T, q offsetQuery, et, tag string) {
 		ctx := testContext(t)
 		// The first query stops after a third of the events; the second
 		// resumes from its last offset.

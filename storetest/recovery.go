@@ -13,26 +13,30 @@ import (
 	"github.com/annals-go/annals/snapshot"
 )
 
-// RecoveryHarness gives the recovery suite its store, for stores whose
-// journal implements recovery.Reader.
-type RecoveryHarness struct {
+// RecoveryHarnessFor gives the recovery suite its store, for stores whose
+// journal implements recovery.Reader. TB is *testing.T under go test
+// (RecoveryHarness, RunRecovery), T under Check (RecoverySuite).
+type RecoveryHarnessFor[TB any] struct {
 	// New returns the reader a subtest reads with, the journal it writes
 	// events through and the snapshot store it saves snapshots to (the one
 	// the reader reads its snapshots from). The reader may be the journal
 	// itself or stand before it (an engine.Front). New registers any
 	// cleanup with t.Cleanup; it may be called from parallel subtests.
-	New func(t *testing.T) (recovery.Reader, journal.Journal, snapshot.Store)
+	New func(t TB) (recovery.Reader, journal.Journal, snapshot.Store)
 	// Foreign, when set, returns a snapshot store of another database,
 	// which the reader must not claim to read (ReadsSnapshotsOf false).
-	Foreign func(t *testing.T) snapshot.Store
+	Foreign func(t TB) snapshot.Store
 }
+
+// RecoveryHarness gives the recovery suite its store under go test.
+type RecoveryHarness = RecoveryHarnessFor[*testing.T]
 
 // recoveryCase is one recovery read and its expected result.
 type recoveryCase struct {
 	name string
 	rule string
 	// setup writes the id's history: events, snapshots, deletions.
-	setup func(t *testing.T, j journal.Journal, s snapshot.Store, pid string)
+	setup func(t T, j journal.Journal, s snapshot.Store, pid string)
 	req   recovery.Request // PersistenceID is filled in
 	// want: the highest number, the snapshot's number (0: none), the
 	// events' numbers and More.
@@ -42,25 +46,41 @@ type recoveryCase struct {
 }
 
 // RunRecovery runs every rule of the recovery.Reader contract, one named,
-// parallel subtest per rule. Each case also checks that the reader's
+// parallel subtest of t per rule. Each case also checks that the reader's
 // answer equals the three-call read (recovery.Read) of the same history.
 func RunRecovery(t *testing.T, h RecoveryHarness) {
+	t.Helper()
+	var hh RecoveryHarnessFor[T]
+	if h.New != nil {
+		hh.New = func(t T) (recovery.Reader, journal.Journal, snapshot.Store) { return h.New(t.(testingT).T) }
+	}
+	hh.Foreign = forTesting(h.Foreign)
+	runRecovery(testingT{t}, hh)
+}
+
+// RecoverySuite is the recovery suite (RunRecovery's rules) for Check,
+// named "recovery".
+func RecoverySuite(h RecoveryHarnessFor[T]) Suite {
+	return Suite{name: "recovery", run: func(t T) { runRecovery(t, h) }}
+}
+
+func runRecovery(t T, h RecoveryHarnessFor[T]) {
 	t.Helper()
 	if h.New == nil {
 		t.Fatal("storetest: RecoveryHarness.New is nil")
 	}
 	latest, upTo := snapshot.Latest(), func(n int64) *snapshot.Criteria { return &snapshot.Criteria{MaxSequenceNr: n} }
-	tenWithSnapshots := func(t *testing.T, j journal.Journal, s snapshot.Store, pid string) {
+	tenWithSnapshots := func(t T, j journal.Journal, s snapshot.Store, pid string) {
 		mustWrite(t, j, atomicRange(pid, 1, 4), atomicRange(pid, 5, 10))
 		saveSnapshot(t, s, pid, 3)
 		saveSnapshot(t, s, pid, 6)
 	}
-	ten := func(t *testing.T, j journal.Journal, _ snapshot.Store, pid string) {
+	ten := func(t T, j journal.Journal, _ snapshot.Store, pid string) {
 		mustWrite(t, j, atomicRange(pid, 1, 10))
 	}
 	cases := []recoveryCase{
 		{name: "UnknownID", rule: "an unknown id reads highest 0, no snapshot, no events",
-			setup: func(*testing.T, journal.Journal, snapshot.Store, string) {}, req: recovery.Request{Snapshot: &latest}},
+			setup: func(T, journal.Journal, snapshot.Store, string) {}, req: recovery.Request{Snapshot: &latest}},
 		{name: "EventsOnly", rule: "without snapshot criteria no snapshot is read and the events start at 1",
 			setup: tenWithSnapshots, req: recovery.Request{}, highest: 10, events: seqs(1, 10)},
 		{name: "LatestSnapshot", rule: "the youngest matching snapshot, then the events after it",
@@ -72,7 +92,7 @@ func RunRecovery(t *testing.T, h RecoveryHarness) {
 		{name: "ToSequenceNr", rule: "events stop at ToSequenceNr; the highest number does not",
 			setup: tenWithSnapshots, req: recovery.Request{Snapshot: &latest, ToSequenceNr: 8}, highest: 10, snapshot: 6, events: seqs(7, 8)},
 		{name: "SnapshotAtTheEnd", rule: "a snapshot of the last event leaves no events to read",
-			setup: func(t *testing.T, j journal.Journal, s snapshot.Store, pid string) {
+			setup: func(t T, j journal.Journal, s snapshot.Store, pid string) {
 				ten(t, j, s, pid)
 				saveSnapshot(t, s, pid, 10)
 			}, req: recovery.Request{Snapshot: &latest}, highest: 10, snapshot: 10},
@@ -83,19 +103,19 @@ func RunRecovery(t *testing.T, h RecoveryHarness) {
 		{name: "MaxEventsReachingTheBound", rule: "no More when the last event read is ToSequenceNr",
 			setup: ten, req: recovery.Request{MaxEvents: 3, ToSequenceNr: 3}, highest: 10, events: seqs(1, 3)},
 		{name: "DeletedPrefix", rule: "deleted events are not read; the highest number counts them",
-			setup: func(t *testing.T, j journal.Journal, s snapshot.Store, pid string) {
+			setup: func(t T, j journal.Journal, s snapshot.Store, pid string) {
 				ten(t, j, s, pid)
 				saveSnapshot(t, s, pid, 4)
 				deleteTo(t, j, pid, 4)
 			}, req: recovery.Request{Snapshot: &latest}, highest: 10, snapshot: 4, events: seqs(5, 10)},
 		{name: "AllDeleted", rule: "an id whose events were all deleted keeps its highest number",
-			setup: func(t *testing.T, j journal.Journal, s snapshot.Store, pid string) {
+			setup: func(t T, j journal.Journal, s snapshot.Store, pid string) {
 				ten(t, j, s, pid)
 				deleteTo(t, j, pid, 10)
 			}, req: recovery.Request{Snapshot: &latest}, highest: 10},
 	}
 	for _, c := range cases {
-		t.Run(c.name, func(t *testing.T) {
+		t.Run(c.name, func(t T) {
 			t.Parallel()
 			r, j, s := h.New(t)
 			defer func() {
@@ -121,7 +141,7 @@ func RunRecovery(t *testing.T, h RecoveryHarness) {
 			}
 		})
 	}
-	t.Run("InvalidArguments", func(t *testing.T) {
+	t.Run("InvalidArguments", func(t T) {
 		t.Parallel()
 		r, _, _ := h.New(t)
 		for _, req := range []recovery.Request{{}, {PersistenceID: "Kit|x", ToSequenceNr: -1}, {PersistenceID: "Kit|x", MaxEvents: -1}} {
@@ -130,7 +150,7 @@ func RunRecovery(t *testing.T, h RecoveryHarness) {
 			}
 		}
 	})
-	t.Run("ReadsOwnSnapshots", func(t *testing.T) {
+	t.Run("ReadsOwnSnapshots", func(t T) {
 		t.Parallel()
 		r, _, s := h.New(t)
 		if !r.ReadsSnapshotsOf(s) || !r.ReadsSnapshotsOf(nil) {
@@ -145,7 +165,7 @@ func RunRecovery(t *testing.T, h RecoveryHarness) {
 }
 
 // saveSnapshot saves a snapshot of pid at seq whose payload names both.
-func saveSnapshot(t *testing.T, s snapshot.Store, pid string, seq int64) {
+func saveSnapshot(t T, s snapshot.Store, pid string, seq int64) {
 	t.Helper()
 	snap := snapshot.Snapshot{
 		Metadata:     snapshot.Metadata{PersistenceID: pid, SequenceNr: seq, Timestamp: time.Now()},
@@ -162,7 +182,7 @@ func snapshotPayload(pid string, seq int64) []byte { return fmt.Appendf(nil, "%s
 
 // checkRecovery compares a reader's answer with the case's expectation,
 // field by field for the snapshot and the events.
-func checkRecovery(t *testing.T, got recovery.Result, c recoveryCase, pid string) {
+func checkRecovery(t T, got recovery.Result, c recoveryCase, pid string) {
 	t.Helper()
 	if got.Highest != c.highest {
 		t.Errorf("Highest = %d, want %d", got.Highest, c.highest)

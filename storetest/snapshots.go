@@ -11,32 +11,48 @@ import (
 	"github.com/annals-go/annals/snapshot"
 )
 
-// SnapshotHarness gives the snapshot suite its store.
-type SnapshotHarness struct {
+// SnapshotHarnessFor gives the snapshot suite its store. TB is
+// *testing.T under go test (SnapshotHarness, RunSnapshots), T under Check
+// (SnapshotSuite).
+type SnapshotHarnessFor[TB any] struct {
 	// New returns the snapshot store a subtest runs against: a fresh store,
 	// or a shared one (every subtest uses ids of its own). New registers any
 	// cleanup with t.Cleanup. It may be called from parallel subtests.
-	New func(t *testing.T) snapshot.Store
+	New func(t TB) snapshot.Store
 	// Own returns a store no other subtest uses, which the CloseEndsCalls
 	// rule closes; nil skips that rule.
-	Own func(t *testing.T) snapshot.Store
+	Own func(t TB) snapshot.Store
 }
+
+// SnapshotHarness gives the snapshot suite its store under go test.
+type SnapshotHarness = SnapshotHarnessFor[*testing.T]
 
 type snapshotRule struct {
 	name string
 	rule string
-	run  func(t *testing.T, s snapshot.Store)
+	run  func(t T, s snapshot.Store)
 }
 
 // RunSnapshots runs every rule of the snapshot store contract against the
-// stores h.New makes, one named, parallel subtest per rule.
+// stores h.New makes, one named, parallel subtest of t per rule.
 func RunSnapshots(t *testing.T, h SnapshotHarness) {
+	t.Helper()
+	runSnapshots(testingT{t}, SnapshotHarnessFor[T]{New: forTesting(h.New), Own: forTesting(h.Own)})
+}
+
+// SnapshotSuite is the snapshot suite (RunSnapshots' rules) for Check,
+// named "snapshots".
+func SnapshotSuite(h SnapshotHarnessFor[T]) Suite {
+	return Suite{name: "snapshots", run: func(t T) { runSnapshots(t, h) }}
+}
+
+func runSnapshots(t T, h SnapshotHarnessFor[T]) {
 	t.Helper()
 	if h.New == nil {
 		t.Fatal("storetest: SnapshotHarness.New is nil")
 	}
 	for _, r := range snapshotRules() {
-		t.Run(r.name, func(t *testing.T) {
+		t.Run(r.name, func(t T) {
 			t.Parallel()
 			s := h.New(t)
 			defer func() {
@@ -47,7 +63,7 @@ func RunSnapshots(t *testing.T, h SnapshotHarness) {
 			r.run(t, s)
 		})
 	}
-	t.Run("CloseEndsCalls", func(t *testing.T) {
+	t.Run("CloseEndsCalls", func(t T) {
 		t.Parallel()
 		if h.Own == nil {
 			t.Skip("SnapshotHarness.Own is nil")
@@ -83,7 +99,7 @@ func RunSnapshots(t *testing.T, h SnapshotHarness) {
 // saveFive saves snapshots at sequence numbers 1..5 of a new id, one second
 // apart, as Akka's SnapshotStoreSpec does before each case, and returns their
 // metadata (index i holds sequence number i+1).
-func saveFive(t *testing.T, s snapshot.Store) (string, []snapshot.Metadata) {
+func saveFive(t T, s snapshot.Store) (string, []snapshot.Metadata) {
 	t.Helper()
 	pid := uniqueID(t, "KitSnapshot")
 	base := time.Now().Add(-time.Hour).Truncate(time.Microsecond).UTC()
@@ -99,7 +115,7 @@ func payloadFor(m snapshot.Metadata) []byte {
 	return fmt.Appendf(nil, "state-%s-%d", m.PersistenceID, m.SequenceNr)
 }
 
-func save(t *testing.T, s snapshot.Store, snap snapshot.Snapshot) {
+func save(t T, s snapshot.Store, snap snapshot.Snapshot) {
 	t.Helper()
 	if err := s.Save(testContext(t), snap); err != nil {
 		t.Fatalf("Save(%s, %d): %v", snap.Metadata.PersistenceID, snap.Metadata.SequenceNr, err)
@@ -107,7 +123,7 @@ func save(t *testing.T, s snapshot.Store, snap snapshot.Snapshot) {
 }
 
 // load returns the sequence number of the snapshot c selects, 0 for none.
-func load(t *testing.T, s snapshot.Store, pid string, c snapshot.Criteria) (snapshot.Snapshot, int64) {
+func load(t T, s snapshot.Store, pid string, c snapshot.Criteria) (snapshot.Snapshot, int64) {
 	t.Helper()
 	got, ok, err := s.Load(testContext(t), pid, c)
 	if err != nil {
@@ -150,7 +166,7 @@ func snapshotRules() []snapshotRule {
 	}
 	var rules []snapshotRule
 	for _, c := range loads {
-		rules = append(rules, snapshotRule{c.name, c.rule, func(t *testing.T, s snapshot.Store) {
+		rules = append(rules, snapshotRule{c.name, c.rule, func(t T, s snapshot.Store) {
 			pid, md := saveFive(t, s)
 			crit := c.criteria(md)
 			got, seq := load(t, s, pid, crit)
@@ -181,7 +197,7 @@ func snapshotRules() []snapshotRule {
 }
 
 // invalidID: no snapshot is loaded for an id that has none.
-func invalidID(t *testing.T, s snapshot.Store) {
+func invalidID(t T, s snapshot.Store) {
 	saveFive(t, s)
 	if _, seq := load(t, s, uniqueID(t, "KitSnapshot"), snapshot.Latest()); seq != 0 {
 		t.Errorf("loaded sequence number %d for an unknown id, want none", seq)
@@ -189,7 +205,7 @@ func invalidID(t *testing.T, s snapshot.Store) {
 }
 
 // deleteOneByMetadata: Delete removes the one snapshot its metadata names.
-func deleteOneByMetadata(t *testing.T, s snapshot.Store) {
+func deleteOneByMetadata(t T, s snapshot.Store) {
 	pid, md := saveFive(t, s)
 	if err := s.Delete(testContext(t), md[1]); err != nil {
 		t.Fatal(err)
@@ -203,7 +219,7 @@ func deleteOneByMetadata(t *testing.T, s snapshot.Store) {
 }
 
 // deleteBySequenceWithZeroTimestamp: Delete with a zero timestamp removes the snapshot at that sequence number whatever its timestamp.
-func deleteBySequenceWithZeroTimestamp(t *testing.T, s snapshot.Store) {
+func deleteBySequenceWithZeroTimestamp(t T, s snapshot.Store) {
 	pid, _ := saveFive(t, s)
 	if err := s.Delete(testContext(t), snapshot.Metadata{PersistenceID: pid, SequenceNr: 5}); err != nil {
 		t.Fatal(err)
@@ -214,7 +230,7 @@ func deleteBySequenceWithZeroTimestamp(t *testing.T, s snapshot.Store) {
 }
 
 // deleteWithOtherTimestampKeeps: Delete with a timestamp that differs from the stored one removes nothing.
-func deleteWithOtherTimestampKeeps(t *testing.T, s snapshot.Store) {
+func deleteWithOtherTimestampKeeps(t T, s snapshot.Store) {
 	pid, md := saveFive(t, s)
 	m := md[4]
 	m.Timestamp = m.Timestamp.Add(time.Millisecond)
@@ -227,7 +243,7 @@ func deleteWithOtherTimestampKeeps(t *testing.T, s snapshot.Store) {
 }
 
 // deleteMatching: DeleteMatching removes every snapshot within the criteria's upper sequence and timestamp bounds.
-func deleteMatching(t *testing.T, s snapshot.Store) {
+func deleteMatching(t T, s snapshot.Store) {
 	pid, md := saveFive(t, s)
 	c := snapshot.Criteria{MaxSequenceNr: md[2].SequenceNr, MaxTimestamp: md[2].Timestamp}
 	if err := s.DeleteMatching(testContext(t), pid, c); err != nil {
@@ -245,7 +261,7 @@ func deleteMatching(t *testing.T, s snapshot.Store) {
 }
 
 // deleteMatchingKeepsNonMatchingTimestamps: DeleteMatching keeps snapshots outside its upper timestamp bound.
-func deleteMatchingKeepsNonMatchingTimestamps(t *testing.T, s snapshot.Store) {
+func deleteMatchingKeepsNonMatchingTimestamps(t T, s snapshot.Store) {
 	pid, md := saveFive(t, s)
 	c := snapshot.Criteria{MaxSequenceNr: md[2].SequenceNr, MaxTimestamp: md[1].Timestamp.Add(-time.Millisecond)}
 	if err := s.DeleteMatching(testContext(t), pid, c); err != nil {
@@ -260,7 +276,7 @@ func deleteMatchingKeepsNonMatchingTimestamps(t *testing.T, s snapshot.Store) {
 }
 
 // overwriteSameSequenceNr: saving a snapshot with a stored id and sequence number overwrites it.
-func overwriteSameSequenceNr(t *testing.T, s snapshot.Store) {
+func overwriteSameSequenceNr(t T, s snapshot.Store) {
 	pid, md := saveFive(t, s)
 	m := md[3]
 	m.Timestamp = m.Timestamp.Add(time.Minute)
@@ -272,7 +288,7 @@ func overwriteSameSequenceNr(t *testing.T, s snapshot.Store) {
 }
 
 // largeSnapshot: a 10,000-byte snapshot is stored and loaded byte for byte.
-func largeSnapshot(t *testing.T, s snapshot.Store) {
+func largeSnapshot(t T, s snapshot.Store) {
 	pid := uniqueID(t, "KitSnapshot")
 	payload := make([]byte, 10_000)
 	for i := range payload {
@@ -289,7 +305,7 @@ func largeSnapshot(t *testing.T, s snapshot.Store) {
 }
 
 // extremeTimestampBounds: criteria with timestamps far in the past or future select as their meaning says.
-func extremeTimestampBounds(t *testing.T, s snapshot.Store) {
+func extremeTimestampBounds(t T, s snapshot.Store) {
 	pid, _ := saveFive(t, s)
 	future, past := time.Date(3000, 1, 1, 0, 0, 0, 0, time.UTC), time.Date(1000, 1, 1, 0, 0, 0, 0, time.UTC)
 	if _, seq := load(t, s, pid, snapshot.Criteria{MaxSequenceNr: 10, MaxTimestamp: future}); seq != 5 {
@@ -310,7 +326,7 @@ func extremeTimestampBounds(t *testing.T, s snapshot.Store) {
 }
 
 // snapshotInvalidArguments: invalid arguments fail with ErrInvalidArgument and change nothing.
-func snapshotInvalidArguments(t *testing.T, s snapshot.Store) {
+func snapshotInvalidArguments(t T, s snapshot.Store) {
 	ctx := testContext(t)
 	pid := uniqueID(t, "KitSnapshot")
 	calls := []struct {

@@ -2,9 +2,9 @@
 // counterpart of the Akka persistence TCK. A store plugin proves it keeps the
 // storage contract by running the suites from its own tests:
 //
-//	func TestJournal(t *testing.T) {
+//	func TestJournal(t T) {
 //		storetest.RunJournal(t, storetest.JournalHarness{
-//			New: func(t *testing.T) journal.Journal { ... a fresh or shared store ... },
+//			New: func(t T) journal.Journal { ... a fresh or shared store ... },
 //			Capabilities: storetest.Capabilities{GlobalOrdering: true},
 //		})
 //	}
@@ -20,7 +20,6 @@ import (
 	"encoding/hex"
 	"fmt"
 	"strings"
-	"testing"
 	"time"
 )
 
@@ -43,7 +42,7 @@ type Capabilities struct {
 
 // uniqueID returns a persistence id that no other test uses:
 // "Kit<name>|<test>-<random>".
-func uniqueID(t *testing.T, entityType string) string {
+func uniqueID(t T, entityType string) string {
 	var b [6]byte
 	_, _ = rand.Read(b[:])
 	name := strings.NewReplacer("/", ".", " ", "_", "|", "_").Replace(t.Name())
@@ -52,9 +51,9 @@ func uniqueID(t *testing.T, entityType string) string {
 
 // testContext returns a context that ends with the test, bounded by the
 // test's deadline when it has one.
-func testContext(t *testing.T) context.Context {
+func testContext(t T) context.Context {
 	ctx := t.Context()
-	if d, ok := t.Deadline(); ok {
+	if d, ok := t.deadline(); ok {
 		c, cancel := context.WithDeadline(ctx, d.Add(-5*time.Second))
 		t.Cleanup(cancel)
 		return c

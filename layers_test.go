@@ -23,10 +23,11 @@ var layers = map[string][]string{
 	"admin":         {"journal", "offsets", "query"},
 
 	"internal/hooks": {},
+	"restart":        {},
 	"engine":         {"internal/hooks", "journal", "recovery", "snapshot"},
 	"storetest":      {".", "journal", "offsets", "query", "recovery", "snapshot"},
-	"entity":         {".", "engine", "internal/hooks", "journal", "recovery", "serialization", "snapshot"},
-	"projection":     {".", "internal/hooks", "offsets", "query", "serialization"},
+	"entity":         {".", "engine", "internal/hooks", "journal", "recovery", "restart", "serialization", "snapshot"},
+	"projection":     {".", "internal/hooks", "offsets", "query", "restart", "serialization"},
 	"otelannals":     {"engine", "entity", "projection", "query"},
 
 	"store/memory":                  {".", "journal", "offsets", "query", "snapshot"},

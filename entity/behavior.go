@@ -30,6 +30,7 @@ import (
 
 	"github.com/annals-go/annals"
 	"github.com/annals-go/annals/journal"
+	"github.com/annals-go/annals/restart"
 	"github.com/annals-go/annals/serialization"
 	"github.com/annals-go/annals/snapshot"
 )
@@ -211,19 +212,18 @@ func (b *Behavior[C, E, S]) empty() S {
 	return s
 }
 
-// Backoff is a restart schedule: the delay starts at Min, doubles per
-// consecutive failure up to Max.
-type Backoff struct {
-	Min, Max time.Duration
-}
+// Backoff is the restart schedule of HostConfig.Restart, the one
+// projections use too: the delay starts at Min, doubles per consecutive
+// failure up to Max, and is stretched by a random share of up to
+// RandomFactor (Akka's RestartSettings). Zero Min and Max take
+// DefaultRestartMin and DefaultRestartMax.
+type Backoff = restart.Backoff
 
-func (b Backoff) delay(failures int) time.Duration {
-	d := b.Min
-	for i := 1; i < failures && d < b.Max; i++ {
-		d *= 2
-	}
-	return min(d, b.Max)
-}
+// The restart schedule's defaults, as projection's.
+const (
+	DefaultRestartMin = time.Second
+	DefaultRestartMax = 30 * time.Second
+)
 
 // isConflict reports a write that met another writer's sequence number.
 func isConflict(err error) bool { return errors.Is(err, journal.ErrSequenceConflict) }

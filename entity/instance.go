@@ -122,7 +122,7 @@ func (inst *instance[C, E, S]) run() {
 			inst.failures = 0 // the delay doubles per consecutive failure
 		}
 		inst.failures++
-		delay := h.cfg.Restart.delay(inst.failures)
+		delay := h.cfg.Restart.Delay(inst.failures)
 		for _, x := range h.hooks.restart {
 			x.OnRestartScheduled(inst.pid, err, delay)
 		}

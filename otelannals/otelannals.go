@@ -87,6 +87,12 @@ type Telemetry struct {
 	offsetsSaved, handlerErrors               metric.Int64Counter
 	paused                                    metric.Int64Gauge
 
+	// attribute options made once: measurement options with attributes
+	// cost an allocation each when made per call
+	outcomes    map[string]metric.MeasurementOption // by outcome()
+	okOrError   [2]metric.MeasurementOption         // ok, error
+	overflowOpt [2]metric.MeasurementOption         // by entity.Overflow
+
 	mu      sync.Mutex
 	liveIDs map[string]int // instances counted in live, per id (a new one may recover before the old one's stop is reported)
 }
@@ -94,7 +100,14 @@ type Telemetry struct {
 // New makes the instruments on meters and the tracer on tracers.
 func New(meters metric.MeterProvider, tracers trace.TracerProvider) (*Telemetry, error) {
 	m := meters.Meter(Name)
-	t := &Telemetry{tracer: tracers.Tracer(Name), liveIDs: map[string]int{}}
+	t := &Telemetry{tracer: tracers.Tracer(Name), liveIDs: map[string]int{}, outcomes: map[string]metric.MeasurementOption{}}
+	for _, o := range []string{"ok", "circuit_open", "timeout", "error"} {
+		t.outcomes[o] = metric.WithAttributeSet(attribute.NewSet(attribute.String("outcome", o)))
+	}
+	t.okOrError = [2]metric.MeasurementOption{t.outcomes["ok"], t.outcomes["error"]}
+	for _, o := range []entity.Overflow{entity.OverflowMailbox, entity.OverflowStash} {
+		t.overflowOpt[o] = metric.WithAttributeSet(attribute.NewSet(attribute.String("what", o.String())))
+	}
 	var errs []error
 	counter := func(name, desc string) metric.Int64Counter {
 		c, err := m.Int64Counter(name, metric.WithDescription(desc))
@@ -180,7 +193,7 @@ func outcome(err error) string {
 
 // OnWriteCall implements engine.HookWriteCall.
 func (t *Telemetry) OnWriteCall(c engine.WriteCall) {
-	out := metric.WithAttributes(attribute.String("outcome", outcome(c.Err)))
+	out := t.outcomes[outcome(c.Err)]
 	t.writes.Add(bg, int64(c.Writes))
 	t.events.Add(bg, int64(c.Events))
 	t.rejections.Add(bg, int64(c.Rejected))
@@ -249,7 +262,7 @@ func (t *Telemetry) OnBreakerStateChange(_, to engine.BreakerState) {
 
 // OnRecovered implements entity.HookRecovered.
 func (t *Telemetry) OnRecovered(r entity.Recovered) {
-	t.recoveries.Add(bg, 1, metric.WithAttributes(attribute.String("outcome", map[bool]string{true: "ok", false: "error"}[r.Err == nil])))
+	t.recoveries.Add(bg, 1, t.okOr(r.Err))
 	t.recoveryDuration.Record(bg, r.Duration.Seconds())
 	t.recoveryEvents.Record(bg, r.Events)
 	if r.Err == nil {
@@ -258,6 +271,14 @@ func (t *Telemetry) OnRecovered(r entity.Recovered) {
 		t.mu.Unlock()
 		t.live.Add(bg, 1)
 	}
+}
+
+// okOr is the outcome attribute of err: ok or error.
+func (t *Telemetry) okOr(err error) metric.MeasurementOption {
+	if err == nil {
+		return t.okOrError[0]
+	}
+	return t.okOrError[1]
 }
 
 // gone counts an entity out of the live ones.
@@ -292,12 +313,14 @@ func (t *Telemetry) OnRestartScheduled(string, error, time.Duration) { t.restart
 
 // OnSnapshot implements entity.HookSnapshot.
 func (t *Telemetry) OnSnapshot(_ string, _ int64, err error) {
-	t.snapshots.Add(bg, 1, metric.WithAttributes(attribute.String("outcome", map[bool]string{true: "ok", false: "error"}[err == nil])))
+	t.snapshots.Add(bg, 1, t.okOr(err))
 }
 
 // OnOverflow implements entity.HookOverflow.
 func (t *Telemetry) OnOverflow(_ string, what entity.Overflow) {
-	t.overflows.Add(bg, 1, metric.WithAttributes(attribute.String("what", what.String())))
+	if int(what) < len(t.overflowOpt) {
+		t.overflows.Add(bg, 1, t.overflowOpt[what])
+	}
 }
 
 func projectionAttrs(id projection.ID) metric.MeasurementOption {

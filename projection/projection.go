@@ -39,6 +39,7 @@ import (
 
 	"github.com/annals-go/annals"
 	"github.com/annals-go/annals/query"
+	"github.com/annals-go/annals/restart"
 )
 
 // Source is where a projection reads: a live query after an offset, and
@@ -119,9 +120,12 @@ const (
 type Config struct {
 	// Recovery is the strategy for handler errors (default Fail()).
 	Recovery Strategy
-	// RestartMin and RestartMax bound the backoff before a failed
-	// projection restarts (defaults 1 s and 30 s; it doubles per failure).
-	RestartMin, RestartMax time.Duration
+	// Restart is the backoff before a failed run restarts from the stored
+	// offset: it doubles per consecutive failure from Restart.Min up to
+	// Restart.Max (defaults DefaultRestartMin and DefaultRestartMax),
+	// stretched by up to Restart.RandomFactor (default 0). It is the
+	// schedule entity hosts use (entity.HostConfig.Restart).
+	Restart restart.Backoff
 	// SaveAfter and SaveEvery: at-least-once offsets are saved after this
 	// many envelopes or this long, whichever first (defaults 100 and 1 s).
 	SaveAfter int
@@ -143,25 +147,41 @@ type Config struct {
 	Logger *slog.Logger
 }
 
+// check refuses negative settings, naming the first.
+func (c Config) check() error {
+	for _, f := range []struct {
+		name     string
+		negative bool
+	}{
+		{"SaveAfter", c.SaveAfter < 0}, {"SaveEvery", c.SaveEvery < 0},
+		{"GroupSize", c.GroupSize < 0}, {"GroupWithin", c.GroupWithin < 0},
+		{"PausedRecheck", c.PausedRecheck < 0},
+	} {
+		if f.negative {
+			return fmt.Errorf("projection: Config.%s is negative", f.name)
+		}
+	}
+	if err := c.Restart.Check(); err != nil {
+		return fmt.Errorf("projection: Config.Restart: %w", err)
+	}
+	return nil
+}
+
 func (c Config) withDefaults() Config {
 	def := func(v *time.Duration, d time.Duration) {
-		if *v <= 0 {
+		if *v == 0 {
 			*v = d
 		}
 	}
 	def(&c.SaveEvery, DefaultSaveEvery)
 	def(&c.GroupWithin, DefaultGroupWithin)
-	def(&c.RestartMin, DefaultRestartMin)
-	def(&c.RestartMax, DefaultRestartMax)
 	def(&c.PausedRecheck, DefaultPausedRecheck)
-	if c.SaveAfter <= 0 {
+	c.Restart = c.Restart.WithDefaults(DefaultRestartMin, DefaultRestartMax)
+	if c.SaveAfter == 0 {
 		c.SaveAfter = DefaultSaveAfter
 	}
-	if c.GroupSize <= 0 {
+	if c.GroupSize == 0 {
 		c.GroupSize = DefaultGroupSize
-	}
-	if c.RestartMax < c.RestartMin {
-		c.RestartMax = c.RestartMin
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
@@ -207,6 +227,9 @@ func newProjection(id ID, src Source, store OffsetStore, cfg Config, newSink fun
 	}
 	if src.Events == nil || store == nil {
 		return nil, fmt.Errorf("projection %s: source and offset store are required", id)
+	}
+	if err := cfg.check(); err != nil {
+		return nil, err
 	}
 	p := &Projection{id: id, src: src, store: store, cfg: cfg.withDefaults(), hooks: newHooks(cfg.Hooks)}
 	p.newSink = func() sink { return newSink(p) }
@@ -319,7 +342,7 @@ func (p *Projection) applyResets(ctx context.Context) {
 // Run runs the projection until ctx ends (and returns ctx's error) or, for
 // a source that ends, until it has handled everything (and returns nil). A
 // failed run restarts from the stored offset after a backoff that doubles
-// per consecutive failure, from RestartMin up to RestartMax.
+// per consecutive failure (Config.Restart).
 func (p *Projection) Run(ctx context.Context) (err error) {
 	p.mu.Lock()
 	p.running = true
@@ -353,11 +376,7 @@ func (p *Projection) Run(ctx context.Context) (err error) {
 			failures = 0
 		}
 		failures++
-		delay := p.cfg.RestartMin
-		for i := 1; i < failures && delay < p.cfg.RestartMax; i++ {
-			delay *= 2
-		}
-		delay = min(delay, p.cfg.RestartMax)
+		delay := p.cfg.Restart.Delay(failures)
 		p.cfg.Logger.Warn("projection failed; restarting", "projection", p.id.String(), "err", err, "in", delay)
 		for _, x := range p.hooks.restart {
 			x.OnRestartScheduled(p.id, err, delay)

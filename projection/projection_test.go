@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -18,6 +19,7 @@ import (
 	"github.com/annals-go/annals/journal"
 	"github.com/annals-go/annals/projection"
 	"github.com/annals-go/annals/query"
+	"github.com/annals-go/annals/restart"
 	"github.com/annals-go/annals/store/memory"
 	"github.com/annals-go/annals/store/sqlite"
 )
@@ -730,4 +732,34 @@ func TestProjectionHooks(t *testing.T) {
 			t.Errorf("hooks said\n%q\nwant\n%q", got, want)
 		}
 	})
+}
+
+// TestNegativeSettingsRefused: a negative setting is an error naming it,
+// zero takes the default.
+func TestNegativeSettingsRefused(t *testing.T) {
+	s := memory.New()
+	defer s.Close()
+	handler := func(context.Context, query.Envelope) error { return nil }
+	for _, c := range []struct {
+		cfg  projection.Config
+		want string // "" valid
+	}{
+		{projection.Config{}, ""},
+		{projection.Config{Restart: restart.Backoff{Min: time.Second, RandomFactor: 0.2}}, ""},
+		{projection.Config{SaveAfter: -1}, "SaveAfter"},
+		{projection.Config{SaveEvery: -time.Second}, "SaveEvery"},
+		{projection.Config{GroupSize: -1}, "GroupSize"},
+		{projection.Config{GroupWithin: -1}, "GroupWithin"},
+		{projection.Config{PausedRecheck: -1}, "PausedRecheck"},
+		{projection.Config{Restart: restart.Backoff{Max: -time.Second}}, "Restart: restart: invalid backoff: Max"},
+		{projection.Config{Restart: restart.Backoff{RandomFactor: -1}}, "RandomFactor"},
+	} {
+		_, err := projection.AtLeastOnce(projection.ID{Name: "cfg"}, allSlices(s.Queries(), "C"), s.Projections(), handler, c.cfg)
+		switch {
+		case c.want == "" && err != nil:
+			t.Errorf("%+v: %v, want accepted", c.cfg, err)
+		case c.want != "" && (err == nil || !strings.Contains(err.Error(), c.want)):
+			t.Errorf("%+v: %v, want an error naming %s", c.cfg, err, c.want)
+		}
+	}
 }

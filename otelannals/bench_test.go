@@ -11,9 +11,9 @@ import (
 	"github.com/annals-go/annals/engine"
 	"github.com/annals-go/annals/entity"
 	"github.com/annals-go/annals/examples/bank"
-	"github.com/annals-go/annals/serialization"
 	"github.com/annals-go/annals/journal"
 	"github.com/annals-go/annals/otelannals"
+	"github.com/annals-go/annals/serialization"
 	"github.com/annals-go/annals/store/memory"
 )
 

@@ -30,9 +30,10 @@ type Page struct {
 //     yields nothing and reads no page (a store checks Replay's arguments
 //     with [CheckReplay] before). At most maxEvents events are yielded,
 //     none above to.
-//   - Pages: each page asks for at most Size events (Size ≤ 0: no bound
-//     but maxEvents; the store bounds its memory itself, as one that streams a
-//     page does), and never for more than the events still wanted.
+//   - Pages: a page asks for at most Size events (Size ≤ 0: no bound but
+//     maxEvents; the store bounds its memory itself, as one that streams
+//     a page does), never for more than the events still wanted, from one
+//     past the last event yielded.
 //   - ReadPage calls yield with the page's events, ascending by sequence
 //     number, From ≤ SequenceNr ≤ To, at most Limit, and returns last =
 //     true when no later page can hold an event (a store that reads pages
@@ -40,12 +41,12 @@ type Page struct {
 //     last (a store's empty partition before the next one); the pager then
 //     asks for the next Index with the same From. When yield returns
 //     false, ReadPage stops at once, releases what it holds and returns;
-//     what it returns then is ignored.
-//   - The replay ends after maxEvents events, after the event at to
-//     (also at math.MaxInt64, whose successor does not exist), after a
-//     last page,
-//     and when the consumer breaks: then no further event is read and no
-//     further page is asked for.
+//     what it returns then is ignored. A page that yielded Limit events
+//     is followed by the next one while events are still wanted.
+//   - The replay ends after maxEvents events, after the event at to (also
+//     at math.MaxInt64, whose successor does not exist), after a last
+//     page, and when the consumer breaks: then no further event is read
+//     and no further page is asked for.
 //   - Context: ctx is checked before each page and before each event is
 //     yielded; once it has ended, the replay yields ctx.Err() and ends.
 //   - Closed: when Errors.Closed reports true before a page, the replay

@@ -48,7 +48,7 @@ func (s *Store) Stats(ctx context.Context) (admin.Stats, error) {
 			row()
 		}
 		if err := it.Close(); err != nil {
-			return s.wrap(ctx, "stats", err, errClosed)
+			return s.errs.Map(ctx, "stats", err, errClosed)
 		}
 		return nil
 	}
@@ -113,7 +113,7 @@ func utcOrZero(t time.Time) time.Time {
 // Drop removes the migrator's keyspace and everything in it.
 func (m *Migrator) Drop(ctx context.Context) error {
 	if err := m.s.session.Query(`DROP KEYSPACE IF EXISTS ` + m.s.cfg.keyspace).WithContext(ctx).Consistency(gocql.All).Exec(); err != nil {
-		return m.s.wrap(ctx, "drop keyspace", err, errClosed)
+		return m.s.errs.Map(ctx, "drop keyspace", err, errClosed)
 	}
 	return nil
 }

@@ -86,7 +86,7 @@ func (s *Store) fixBucketSize(ctx context.Context) error {
 	applied, err := s.session.Query(s.sql.insertSetting, settingBucketSize, want.String()).
 		WithContext(ctx).SerialConsistency(gocql.LocalSerial).MapScanCAS(prev)
 	if err != nil {
-		return s.wrap(ctx, "record the tag bucket size", err, errClosed)
+		return s.errs.Map(ctx, "record the tag bucket size", err, errClosed)
 	}
 	if applied {
 		s.bucket = want

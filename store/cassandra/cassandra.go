@@ -60,6 +60,7 @@ import (
 
 	gocql "github.com/apache/cassandra-gocql-driver/v2"
 
+	"github.com/annals-go/annals/journal"
 	"github.com/annals-go/annals/query"
 )
 
@@ -222,6 +223,7 @@ type Store struct {
 	cfg     config
 	session *gocql.Session
 	closed  atomic.Bool
+	errs    journal.StoreErrors // maps every error of the driver
 	sql     statements
 	bucket  BucketSize
 	tags    *tagWriters
@@ -285,6 +287,7 @@ func dial(ctx context.Context, rawURL string, opts []Option) (*Store, error) {
 		return nil, err
 	}
 	s := &Store{cfg: cfg, sql: newStatements(cfg.keyspace)}
+	s.errs = journal.StoreErrors{Store: "cassandra", Closed: s.isClosed}
 	session, err := s.connect(ctx, "")
 	if err != nil {
 		return nil, err
@@ -361,18 +364,6 @@ func (s *Store) Close() error {
 }
 
 func (s *Store) isClosed() bool { return s.closed.Load() }
-
-// wrap returns ctx's error when it ended, closed when the store is closed,
-// and err wrapped with the operation otherwise.
-func (s *Store) wrap(ctx context.Context, op string, err error, closed error) error {
-	if ctx.Err() != nil {
-		return ctx.Err()
-	}
-	if s.isClosed() {
-		return closed
-	}
-	return fmt.Errorf("cassandra: %s: %w", op, err)
-}
 
 func (c *config) validate() error {
 	switch {

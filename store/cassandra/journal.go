@@ -150,7 +150,7 @@ func (j *Journal) Write(ctx context.Context, writes []journal.AtomicWrite) ([]er
 	wg.Wait()
 	j.s.written.Notify()
 	if unknown != nil {
-		return nil, j.s.wrap(ctx, "write", unknown, journal.ErrClosed)
+		return nil, j.s.errs.Map(ctx, "write", unknown, journal.ErrClosed)
 	}
 	return journal.Results(results), nil
 }
@@ -282,7 +282,8 @@ type storedEvent struct {
 }
 
 // events reads pid's events from..to (at most max of them, after the
-// deleted-to mark); see Replay.
+// deleted-to mark) with journal.Pager, a page per partition, each streamed
+// as the driver pages it; see Replay.
 func (s *Store) events(ctx context.Context, persistenceID string, from, to, max int64) iter.Seq2[storedEvent, error] {
 	return func(yield func(storedEvent, error) bool) {
 		if s.isClosed() {
@@ -294,58 +295,56 @@ func (s *Store) events(ctx context.Context, persistenceID string, from, to, max 
 		}
 		deleted, err := s.deletedTo(ctx, persistenceID)
 		if err != nil {
-			yield(storedEvent{}, s.wrap(ctx, "replay", err, journal.ErrClosed))
+			yield(storedEvent{}, s.errs.Map(ctx, "replay", err, journal.ErrClosed))
 			return
 		}
 		from = atLeast(from, deleted+1, 1)
-		if from > to {
-			return
-		}
-		slice, entityType := annals.Slice(persistenceID), annals.EntityType(persistenceID)
 		home := s.partition(from)
-		for pnr := atLeast(home-1, 0, 0); ; pnr++ {
-			n := int64(0)
-			iter := s.session.Query(s.sql.replay, persistenceID, pnr, from, to).WithContext(ctx).Consistency(s.cfg.readCL).Iter()
-			// The driver may scan into the slices it was given: every
-			// yielded slice is a copy of its own.
-			var (
-				ev            storedEvent
-				payload, meta []byte
-				tags          []string
-			)
-			r := &ev.repr
-			for iter.Scan(&r.SequenceNr, &ev.uuid, &r.WriterID, &r.SerializerID, &r.Manifest, &payload, &meta, &tags) {
-				if err := ctx.Err(); err != nil {
-					_ = iter.Close()
-					yield(storedEvent{}, err)
-					return
+		first := atLeast(home-1, 0, 0)
+		slice, entityType := annals.Slice(persistenceID), annals.EntityType(persistenceID)
+		pages := journal.Pager[storedEvent]{
+			// Page p.Index is partition first+p.Index, read from the
+			// number after the last one seen; an empty partition after
+			// home ends the replay.
+			ReadPage: func(ctx context.Context, p journal.Page, yield func(storedEvent) bool) (bool, error) {
+				pnr := first + int64(p.Index)
+				iter := s.session.Query(s.sql.replay, persistenceID, pnr, p.From, p.To).WithContext(ctx).Consistency(s.cfg.readCL).Iter()
+				// The driver may scan into the slices it was given: every
+				// yielded slice is a copy of its own.
+				var (
+					ev            storedEvent
+					payload, meta []byte
+					tags          []string
+					n             int
+				)
+				r := &ev.repr
+				for iter.Scan(&r.SequenceNr, &ev.uuid, &r.WriterID, &r.SerializerID, &r.Manifest, &payload, &meta, &tags) {
+					r.PersistenceID, r.Slice, r.EntityType = persistenceID, slice, entityType
+					r.Timestamp = ev.uuid.Time().UTC()
+					r.Metadata, r.Tags = nil, nil
+					if meta != nil {
+						r.Metadata = slices.Clone(meta)
+					}
+					if len(tags) > 0 {
+						r.Tags = slices.Clone(tags)
+					}
+					r.Payload = append([]byte{}, payload...)
+					n++
+					if !yield(ev) {
+						_ = iter.Close()
+						return true, nil
+					}
 				}
-				r.PersistenceID, r.Slice, r.EntityType = persistenceID, slice, entityType
-				r.Timestamp = ev.uuid.Time().UTC()
-				r.Metadata, r.Tags = nil, nil
-				if meta != nil {
-					r.Metadata = slices.Clone(meta)
+				if err := iter.Close(); err != nil {
+					return true, err
 				}
-				if len(tags) > 0 {
-					r.Tags = slices.Clone(tags)
-				}
-				r.Payload = append([]byte{}, payload...)
-				n++
-				from = r.SequenceNr + 1
-				if !yield(ev, nil) {
-					_ = iter.Close()
-					return
-				}
-				if max--; max == 0 || from > to {
-					_ = iter.Close()
-					return
-				}
-			}
-			if err := iter.Close(); err != nil {
-				yield(storedEvent{}, s.wrap(ctx, "replay", err, journal.ErrClosed))
-				return
-			}
-			if n == 0 && pnr > home {
+				return n == 0 && pnr > home, nil
+			},
+			SequenceNr: func(ev storedEvent) int64 { return ev.repr.SequenceNr },
+			Errors:     s.errs,
+		}
+		for ev, err := range pages.Replay(ctx, from, to, max) {
+			if !yield(ev, err) {
 				return
 			}
 		}
@@ -381,7 +380,7 @@ func (j *Journal) HighestSequenceNr(ctx context.Context, persistenceID string, f
 func (s *Store) highest(ctx context.Context, persistenceID string, from int64) (int64, error) {
 	deleted, err := s.deletedTo(ctx, persistenceID)
 	if err != nil {
-		return 0, s.wrap(ctx, "highest sequence number", err, journal.ErrClosed)
+		return 0, s.errs.Map(ctx, "highest sequence number", err, journal.ErrClosed)
 	}
 	highest := deleted
 	home := s.partition(max(from, deleted+1))
@@ -395,7 +394,7 @@ func (s *Store) highest(ctx context.Context, persistenceID string, from int64) (
 			continue
 		}
 		if err != nil {
-			return 0, s.wrap(ctx, "highest sequence number", err, journal.ErrClosed)
+			return 0, s.errs.Map(ctx, "highest sequence number", err, journal.ErrClosed)
 		}
 		highest = max(highest, seq)
 	}
@@ -420,20 +419,20 @@ func (j *Journal) DeleteTo(ctx context.Context, persistenceID string, to int64) 
 	}
 	deleted, err := s.deletedTo(ctx, persistenceID)
 	if err != nil {
-		return s.wrap(ctx, "delete", err, journal.ErrClosed)
+		return s.errs.Map(ctx, "delete", err, journal.ErrClosed)
 	}
 	to = min(to, highest)
 	if to <= deleted {
 		return nil
 	}
 	if err := s.session.Query(s.sql.setDeletedTo, persistenceID, to).WithContext(ctx).Consistency(s.cfg.writeCL).Exec(); err != nil {
-		return s.wrap(ctx, "delete", err, journal.ErrClosed)
+		return s.errs.Map(ctx, "delete", err, journal.ErrClosed)
 	}
 	// Events ≤ to live in partitions up to to's, or the next one (akka puts
 	// a write that crosses a boundary in its last event's partition).
 	for pnr := max(s.partition(deleted+1)-1, 0); pnr <= s.partition(to)+1; pnr++ {
 		if err := s.session.Query(s.sql.deleteRange, persistenceID, pnr, to).WithContext(ctx).Consistency(s.cfg.writeCL).Exec(); err != nil {
-			return s.wrap(ctx, "delete", err, journal.ErrClosed)
+			return s.errs.Map(ctx, "delete", err, journal.ErrClosed)
 		}
 	}
 	return nil

@@ -144,7 +144,7 @@ func (s *Store) scanIDs(ctx context.Context, afterID string, f func(string) bool
 		}
 	}
 	if err := it.Close(); err != nil {
-		return s.wrap(ctx, "persistence ids", err, journal.ErrClosed)
+		return s.errs.Map(ctx, "persistence ids", err, journal.ErrClosed)
 	}
 	return nil
 }

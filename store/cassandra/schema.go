@@ -156,7 +156,7 @@ func (s *Store) inspect(ctx context.Context) (tables map[string]bool, columns ma
 	var n int
 	if err := s.session.Query(`SELECT count(*) FROM system_schema.keyspaces WHERE keyspace_name = ?`, s.cfg.keyspace).
 		WithContext(ctx).Consistency(gocql.One).Scan(&n); err != nil {
-		return nil, nil, false, s.wrap(ctx, "read schema", err, errClosed)
+		return nil, nil, false, s.errs.Map(ctx, "read schema", err, errClosed)
 	}
 	iter := s.session.Query(`SELECT table_name FROM system_schema.tables WHERE keyspace_name = ?`, s.cfg.keyspace).
 		WithContext(ctx).Consistency(gocql.One).Iter()
@@ -165,7 +165,7 @@ func (s *Store) inspect(ctx context.Context) (tables map[string]bool, columns ma
 		tables[name] = true
 	}
 	if err := iter.Close(); err != nil {
-		return nil, nil, false, s.wrap(ctx, "read schema", err, errClosed)
+		return nil, nil, false, s.errs.Map(ctx, "read schema", err, errClosed)
 	}
 	iter = s.session.Query(`SELECT table_name, column_name FROM system_schema.columns WHERE keyspace_name = ?`, s.cfg.keyspace).
 		WithContext(ctx).Consistency(gocql.One).Iter()
@@ -177,7 +177,7 @@ func (s *Store) inspect(ctx context.Context) (tables map[string]bool, columns ma
 		columns[table][name] = true
 	}
 	if err := iter.Close(); err != nil {
-		return nil, nil, false, s.wrap(ctx, "read schema", err, errClosed)
+		return nil, nil, false, s.errs.Map(ctx, "read schema", err, errClosed)
 	}
 	return tables, columns, n > 0, nil
 }
@@ -193,12 +193,12 @@ func (s *Store) migrate(ctx context.Context) error {
 	}
 	for _, st := range stmts {
 		if err := s.session.Query(st).WithContext(ctx).Consistency(gocql.All).Exec(); err != nil {
-			return s.wrap(ctx, "migrate", fmt.Errorf("%s: %w", firstLine(st), err), errClosed)
+			return s.errs.Map(ctx, "migrate", fmt.Errorf("%s: %w", firstLine(st), err), errClosed)
 		}
 	}
 	if len(stmts) > 0 {
 		if err := s.session.AwaitSchemaAgreement(ctx); err != nil {
-			return s.wrap(ctx, "migrate: schema agreement", err, errClosed)
+			return s.errs.Map(ctx, "migrate: schema agreement", err, errClosed)
 		}
 	}
 	return nil

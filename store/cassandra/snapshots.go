@@ -54,7 +54,7 @@ func (ss *Snapshots) Load(ctx context.Context, persistenceID string, c snapshot.
 		}
 	}
 	if err := iter.Close(); err != nil {
-		return snapshot.Snapshot{}, false, ss.s.wrap(ctx, "load snapshot", err, snapshot.ErrClosed)
+		return snapshot.Snapshot{}, false, ss.s.errs.Map(ctx, "load snapshot", err, snapshot.ErrClosed)
 	}
 	return snapshot.Snapshot{}, false, nil
 }
@@ -93,7 +93,7 @@ func (ss *Snapshots) Save(ctx context.Context, snap snapshot.Snapshot) error {
 	m := snap.Metadata
 	if err := ss.s.session.Query(ss.s.sql.saveSnap, m.PersistenceID, m.SequenceNr, ts.UnixMilli(), np, snap.SerializerID, snap.Manifest, payload).
 		WithContext(ctx).Consistency(ss.s.cfg.writeCL).Exec(); err != nil {
-		return ss.s.wrap(ctx, "save snapshot", err, snapshot.ErrClosed)
+		return ss.s.errs.Map(ctx, "save snapshot", err, snapshot.ErrClosed)
 	}
 	return nil
 }
@@ -118,7 +118,7 @@ func (ss *Snapshots) Delete(ctx context.Context, m snapshot.Metadata) error {
 	}
 	if err := ss.s.session.Query(ss.s.sql.deleteSnap, m.PersistenceID, m.SequenceNr).
 		WithContext(ctx).Consistency(ss.s.cfg.writeCL).Exec(); err != nil {
-		return ss.s.wrap(ctx, "delete snapshot", err, snapshot.ErrClosed)
+		return ss.s.errs.Map(ctx, "delete snapshot", err, snapshot.ErrClosed)
 	}
 	return nil
 }
@@ -141,7 +141,7 @@ func (ss *Snapshots) DeleteMatching(ctx context.Context, persistenceID string, c
 	if c.MinTimestamp.IsZero() && c.MaxTimestamp.IsZero() {
 		if err := ss.s.session.Query(ss.s.sql.deleteSnaps, persistenceID, c.MinSequenceNr, c.MaxSequenceNr).
 			WithContext(ctx).Consistency(ss.s.cfg.writeCL).Exec(); err != nil {
-			return ss.s.wrap(ctx, "delete snapshots", err, snapshot.ErrClosed)
+			return ss.s.errs.Map(ctx, "delete snapshots", err, snapshot.ErrClosed)
 		}
 		return nil
 	}
@@ -161,12 +161,12 @@ func (ss *Snapshots) DeleteMatching(ctx context.Context, persistenceID string, c
 		}
 	}
 	if err := iter.Close(); err != nil {
-		return ss.s.wrap(ctx, "delete snapshots", err, snapshot.ErrClosed)
+		return ss.s.errs.Map(ctx, "delete snapshots", err, snapshot.ErrClosed)
 	}
 	for _, seq := range doomed {
 		if err := ss.s.session.Query(ss.s.sql.deleteSnap, persistenceID, seq).
 			WithContext(ctx).Consistency(ss.s.cfg.writeCL).Exec(); err != nil {
-			return ss.s.wrap(ctx, "delete snapshots", err, snapshot.ErrClosed)
+			return ss.s.errs.Map(ctx, "delete snapshots", err, snapshot.ErrClosed)
 		}
 	}
 	return nil

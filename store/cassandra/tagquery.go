@@ -128,7 +128,7 @@ func (c *tagCursor) run(ctx context.Context, end time.Time, yield func(query.Env
 			}
 		}
 		if err := iter.Close(); err != nil {
-			return false, s.wrap(ctx, "events by tag", err, journal.ErrClosed)
+			return false, s.errs.Map(ctx, "events by tag", err, journal.ErrClosed)
 		}
 		if c.bucket >= endBucket {
 			return false, nil
@@ -239,7 +239,7 @@ func (c *tagCursor) search(ctx context.Context, r viewRow, cur idCursor) ([]view
 				}
 			}
 			if err := iter.Close(); err != nil {
-				return nil, s.wrap(ctx, "events by tag: search for missing events", err, journal.ErrClosed)
+				return nil, s.errs.Map(ctx, "events by tag: search for missing events", err, journal.ErrClosed)
 			}
 		}
 		if int64(len(found)) == want {
@@ -284,7 +284,7 @@ func (c *tagCursor) scanLowest(ctx context.Context, endUUID gocql.UUID) error {
 		}
 	}
 	if err := iter.Close(); err != nil {
-		return s.wrap(ctx, "events by tag: scan the current bucket", err, journal.ErrClosed)
+		return s.errs.Map(ctx, "events by tag: scan the current bucket", err, journal.ErrClosed)
 	}
 	return nil
 }
@@ -313,7 +313,7 @@ func (c *tagCursor) nextBucket(ctx context.Context, from, last int64) (int64, er
 			}
 		}
 		if err := iter.Close(); err != nil {
-			return 0, s.wrap(ctx, "events by tag: find the next bucket", err, journal.ErrClosed)
+			return 0, s.errs.Map(ctx, "events by tag: find the next bucket", err, journal.ErrClosed)
 		}
 		if any {
 			return found, nil

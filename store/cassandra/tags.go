@@ -218,11 +218,11 @@ func (tw *tagWriters) repair(ctx context.Context, pid string, st *idTags, upTo i
 		progress[tag] = p
 	}
 	if err := iter.Close(); err != nil {
-		return s.wrap(ctx, "read tag progress", err, journal.ErrClosed)
+		return s.errs.Map(ctx, "read tag progress", err, journal.ErrClosed)
 	}
 	var scanned int64
 	if err := s.session.Query(s.sql.loadScanning, pid).WithContext(ctx).Consistency(s.cfg.readCL).Scan(&scanned); err != nil && !errors.Is(err, gocql.ErrNotFound) {
-		return s.wrap(ctx, "read tag scanning", err, journal.ErrClosed)
+		return s.errs.Map(ctx, "read tag scanning", err, journal.ErrClosed)
 	}
 	if upTo > scanned {
 		var (
@@ -244,7 +244,7 @@ func (tw *tagWriters) repair(ctx context.Context, pid string, st *idTags, upTo i
 			return err
 		}
 		if err := s.session.Query(s.sql.saveScanning, pid, upTo).WithContext(ctx).Consistency(s.cfg.writeCL).Exec(); err != nil {
-			return s.wrap(ctx, "write tag scanning", err, journal.ErrClosed)
+			return s.errs.Map(ctx, "write tag scanning", err, journal.ErrClosed)
 		}
 	}
 	st.progress, st.loaded = progress, true
@@ -278,7 +278,7 @@ func (tw *tagWriters) write(ctx context.Context, rows []tagRow) error {
 		}
 	}
 	if first != nil {
-		return tw.s.wrap(ctx, "write tag views", first, journal.ErrClosed)
+		return tw.s.errs.Map(ctx, "write tag views", first, journal.ErrClosed)
 	}
 	return nil
 }

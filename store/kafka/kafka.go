@@ -139,6 +139,7 @@ type Journal struct {
 	written query.Signal // notified after each write, for live queries
 
 	closed atomic.Bool
+	errs   journal.StoreErrors // maps the errors of the eventual store's reads
 }
 
 // Open returns a journal on the Kafka cluster at brokers (host:port), with
@@ -169,6 +170,7 @@ func Open(ctx context.Context, brokers []string, tables eventual.Tables, opts ..
 		return nil, fmt.Errorf("kafka journal: no broker at %v answers: %w", brokers, err)
 	}
 	j := &Journal{cfg: cfg, brokers: brokers, tables: tables, cl: cl, known: map[string]int64{}}
+	j.errs = journal.StoreErrors{Store: "kafka journal", Closed: j.closed.Load}
 	if cfg.cacheSize > 0 {
 		j.cache = newHeadCache(j, cfg.cacheSize)
 	}

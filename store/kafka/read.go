@@ -64,10 +64,10 @@ func (j *Journal) readKey(ctx context.Context, key eventual.Key) (view, error) {
 	// between would be in neither the head nor the range read from Kafka.)
 	pointer, ok, err := j.tables.Pointer(ctx, key.Topic, partition)
 	if err != nil {
-		return view{}, fmt.Errorf("kafka journal: reading the pointer of %s/%d: %w", key.Topic, partition, err)
+		return view{}, j.errs.Map(ctx, fmt.Sprintf("reading the pointer of %s/%d", key.Topic, partition), err, journal.ErrClosed)
 	}
 	if v.head, v.has, err = j.tables.Head(ctx, key); err != nil {
-		return view{}, fmt.Errorf("kafka journal: reading the head of %q: %w", pid, err)
+		return view{}, j.errs.Map(ctx, fmt.Sprintf("reading the head of %q", pid), err, journal.ErrClosed)
 	}
 	v.seqNr, v.deleteTo = v.head.SeqNr, v.head.DeleteTo
 	from := int64(-1) // the start of the partition
@@ -183,18 +183,37 @@ func (j *Journal) stream(ctx context.Context, v view, persistenceID string, from
 		if v.has && !v.purged && start <= min(to, v.head.SeqNr) {
 			end := min(to, v.head.SeqNr)
 			size := v.head.SegmentSize
-			for seg := eventual.JournalSegment(start, size); seg <= eventual.JournalSegment(end, size); seg++ {
-				for r, err := range j.tables.Records(ctx, v.key, seg, start, end) {
-					if err != nil {
-						yield(journal.Repr{}, fmt.Errorf("kafka journal: reading %q from the eventual store: %w", persistenceID, err))
-						return
+			first, lastSeg := eventual.JournalSegment(start, size), eventual.JournalSegment(end, size)
+			segments := journal.Pager[eventual.Record]{
+				// Page p.Index is segment first+p.Index, read from the
+				// number after the last one seen; the segment of end is
+				// the last.
+				ReadPage: func(ctx context.Context, p journal.Page, yield func(eventual.Record) bool) (bool, error) {
+					seg := first + int64(p.Index)
+					for r, err := range j.tables.Records(ctx, v.key, seg, p.From, p.To) {
+						if err != nil {
+							return true, err
+						}
+						if r.Event.SeqNr < p.From {
+							continue
+						}
+						if !yield(r) {
+							return true, nil
+						}
 					}
-					if r.Event.SeqNr <= last || r.Event.SeqNr < start {
-						continue
-					}
-					if !emit(r) {
-						return
-					}
+					return seg >= lastSeg, nil
+				},
+				SequenceNr: func(r eventual.Record) int64 { return r.Event.SeqNr },
+				Errors:     j.errs,
+				Op:         fmt.Sprintf("reading %q from the eventual store", persistenceID),
+			}
+			for r, err := range segments.Replay(ctx, start, end, maxEvents) {
+				if err != nil {
+					yield(journal.Repr{}, err)
+					return
+				}
+				if !emit(r) {
+					return
 				}
 			}
 		}

@@ -142,7 +142,7 @@ func (j *Journal) produce(ctx context.Context, key eventual.Key, h wire.Header) 
 	}
 	r := record(key, nil, map[string][]byte{wire.HeaderKey: header}, time.Now())
 	if err := j.cl.ProduceSync(ctx, r).FirstErr(); err != nil {
-		return 0, 0, fmt.Errorf("kafka journal: producing a %v for %s: %w", h.Kind, key.ID, err)
+		return 0, 0, j.errs.Map(ctx, fmt.Sprintf("producing a %v for %s", h.Kind, key.ID), err, journal.ErrClosed)
 	}
 	return r.Partition, r.Offset, nil
 }

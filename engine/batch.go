@@ -1,0 +1,428 @@
+package engine
+
+// Group commit: the queue of callers' writes, the leaders that take
+// batches from it, and the store calls that carry them.
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"time"
+
+	"github.com/annals-go/annals/journal"
+)
+
+// writeQueue holds the requests no leader has taken yet, in arrival
+// order. Invariant: writes is the number of atomic writes in reqs.
+type writeQueue struct {
+	reqs   []*request
+	writes int
+}
+
+// flights is the state of the leaders and their store calls.
+// Invariants: 0 ≤ calls ≤ leaders ≤ Config.MaxCalls; flying is the number
+// of atomic writes in the calls in flight (0 when calls is 0); each
+// lingering leader is counted in leaders and waits on its wake channel,
+// which is closed once, by wakeLingering.
+type flights struct {
+	leaders   int           // running leaders
+	calls     int           // store calls in flight
+	flying    int           // atomic writes in calls in flight
+	expected  int           // writes expected back after the last call (see run)
+	lastCall  time.Duration // duration of the last call
+	lingering []*linger     // leaders waiting for the queue to hold want writes, or for a call to end
+}
+
+// request is one caller's writes in the queue. Requests are recycled
+// through Front.requests once their caller has its result.
+type request struct {
+	ctx    context.Context
+	writes []journal.AtomicWrite
+	one    [1]journal.AtomicWrite // Persist's write, without an allocation
+	done   chan result
+	taken  bool // guarded by Front.mu: in a batch, no longer cancellable
+}
+
+type result struct {
+	errs []error
+	err  error
+}
+
+// linger is a leader waiting for the queue to hold want writes.
+type linger struct {
+	want int
+	wake chan struct{}
+}
+
+// Write implements journal.Journal.Write through the group-commit queue: the
+// writes of this call are sent in one store call, possibly together with
+// other callers' writes. Results follow the journal contract; a whole-call
+// error wraps ErrCircuitOpen (not sent), ErrCallTimeout (outcome unknown) or
+// the store's error (outcome unknown), or is ErrClosed or ctx's error.
+func (f *Front) Write(ctx context.Context, writes []journal.AtomicWrite) ([]error, error) {
+	if len(writes) == 0 {
+		return nil, nil
+	}
+	req := f.requests.Get().(*request)
+	req.writes = writes
+	return f.write(ctx, req)
+}
+
+// Persist writes one atomic write and returns nil when it is stored; an
+// error wrapping journal.ErrRejected when it is definitely not stored; any
+// other error when the outcome is unknown or the write was not sent.
+func (f *Front) Persist(ctx context.Context, w journal.AtomicWrite) error {
+	req := f.requests.Get().(*request)
+	req.one[0] = w
+	req.writes = req.one[:]
+	errs, err := f.write(ctx, req)
+	if err != nil {
+		return err
+	}
+	if errs != nil {
+		return errs[0]
+	}
+	return nil
+}
+
+// write queues req (from f.requests, with its writes set), waits for its
+// result and recycles it unless its call may still answer it.
+func (f *Front) write(ctx context.Context, req *request) ([]error, error) {
+	if err := ctx.Err(); err != nil {
+		f.recycle(req)
+		return nil, err
+	}
+	req.ctx = ctx
+	writes := req.writes
+	f.mu.Lock()
+	if f.closed {
+		f.mu.Unlock()
+		f.recycle(req)
+		return nil, ErrClosed
+	}
+	f.q.reqs = append(f.q.reqs, req)
+	f.q.writes += len(writes)
+	for _, w := range writes {
+		f.ids.pending[w.PersistenceID]++
+	}
+	f.wakeLingering(false)
+	switch {
+	case f.fl.leaders == 0:
+		f.fl.leaders++
+		batch := f.take()
+		f.mu.Unlock()
+		f.send(batch)
+		f.handOff()
+		r := <-req.done
+		f.recycle(req)
+		return r.errs, r.err
+	case f.fl.leaders < f.cfg.MaxCalls:
+		f.fl.leaders++
+		go f.run()
+	}
+	f.mu.Unlock()
+	select {
+	case r := <-req.done:
+		f.recycle(req)
+		return r.errs, r.err
+	case <-ctx.Done():
+		f.mu.Lock()
+		select {
+		case r := <-req.done: // answered meanwhile: the outcome is known
+			f.mu.Unlock()
+			f.recycle(req)
+			return r.errs, r.err
+		default:
+		}
+		if req.taken { // its call will still answer it: not recycled
+			f.mu.Unlock()
+			return nil, fmt.Errorf("engine: write abandoned, outcome unknown: %w", ctx.Err())
+		}
+		for i, r := range f.q.reqs {
+			if r == req {
+				f.q.reqs = append(f.q.reqs[:i], f.q.reqs[i+1:]...)
+				f.q.writes -= len(writes)
+				break
+			}
+		}
+		f.ids.answered(writes)
+		f.mu.Unlock()
+		f.recycle(req)
+		return nil, ctx.Err()
+	}
+}
+
+// recycle returns a request whose result has been taken (or that was never
+// queued) to the pool.
+func (f *Front) recycle(req *request) {
+	req.ctx, req.writes, req.one[0], req.taken = nil, nil, journal.AtomicWrite{}, false
+	f.requests.Put(req)
+}
+
+// wakeLingering wakes the lingering leaders whose batch is full, or all of
+// them when all. f.mu is held.
+func (f *Front) wakeLingering(all bool) {
+	kept := f.fl.lingering[:0]
+	for _, l := range f.fl.lingering {
+		if all || f.q.writes >= l.want {
+			close(l.wake)
+			continue
+		}
+		kept = append(kept, l)
+	}
+	clear(f.fl.lingering[len(kept):])
+	f.fl.lingering = kept
+}
+
+// take removes the next batch from the queue: in queue order, the requests
+// none of whose ids has a write in flight or in a request passed over, at
+// most MaxBatchSize atomic writes, never splitting one caller's writes. It
+// marks their ids in flight. f.mu is held.
+func (f *Front) take() []*request {
+	var batch []*request
+	var passed map[string]bool // ids of requests passed over
+	kept, size := f.q.reqs[:0], 0
+	for i, r := range f.q.reqs {
+		if len(batch) > 0 && size+len(r.writes) > f.cfg.MaxBatchSize {
+			kept = append(kept, f.q.reqs[i:]...)
+			break
+		}
+		if f.blocked(r, passed) {
+			if passed == nil {
+				passed = map[string]bool{}
+			}
+			for _, w := range r.writes {
+				passed[w.PersistenceID] = true
+			}
+			kept = append(kept, r)
+			continue
+		}
+		r.taken = true
+		batch = append(batch, r)
+		size += len(r.writes)
+		for _, w := range r.writes {
+			f.ids.inFlight[w.PersistenceID]++
+		}
+	}
+	clear(f.q.reqs[len(kept):])
+	f.q.reqs = kept
+	f.q.writes -= size
+	if len(batch) > 0 {
+		f.fl.calls++
+		f.fl.flying += size
+	}
+	return batch
+}
+
+// blocked reports whether one of r's ids has a write in flight or was
+// passed over. f.mu is held.
+func (f *Front) blocked(r *request, passed map[string]bool) bool {
+	if len(f.ids.inFlight) == 0 && passed == nil {
+		return false
+	}
+	for _, w := range r.writes {
+		if f.ids.inFlight[w.PersistenceID] > 0 || passed[w.PersistenceID] {
+			return true
+		}
+	}
+	return false
+}
+
+// handOff ends the call of a caller that led it: with writes queued, a new
+// goroutine leads on; otherwise the leader stops.
+func (f *Front) handOff() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if len(f.q.reqs) > 0 {
+		go f.run()
+		return
+	}
+	f.stop()
+}
+
+// stop ends a leader. f.mu is held.
+func (f *Front) stop() {
+	if f.fl.leaders--; f.fl.leaders == 0 {
+		f.idle.Broadcast()
+	}
+}
+
+// splitAt is the fewest writes a call must expect for the writes to be
+// split across more than one call in flight: below it, the commit that
+// each call pays costs more than the wait for the writers, that a second
+// call in flight hides.
+const splitAt = 200
+
+// run leads batches while writes keep coming.
+//
+// Lingering: the callers answered by a call tend to write again at once. So
+// a leader aims for a batch of its share of the writes expected back (the
+// writes of the call that ended last, of the calls still in flight then,
+// and of the queue then), shared among as many calls in flight as allowed
+// (at most MaxCalls, and one per splitAt expected writes); and at most
+// MaxBatchSize. It takes the batch once the queue holds that many, or after
+// a linger of half the last call's duration (at most MaxLinger). Without
+// this, a steady load of n writers would split into ever smaller batches,
+// each paying a commit; and a fast store is never kept waiting long. A
+// leader waits for a call to end while as many calls as allowed are in
+// flight, or while every queued write waits for a write of its id in
+// flight.
+func (f *Front) run() {
+	f.mu.Lock()
+	for {
+		target := f.target()
+		if f.q.writes < target && !f.closed && f.fl.lastCall > 0 {
+			f.wait(target, min(f.cfg.MaxLinger, f.fl.lastCall/2))
+		}
+		if f.fl.calls >= f.allowed() && len(f.q.reqs) > 0 {
+			f.wait(math.MaxInt, 0) // until a call ends
+			continue
+		}
+		batch := f.take()
+		if len(batch) == 0 {
+			if len(f.q.reqs) == 0 {
+				f.stop()
+				f.mu.Unlock()
+				return
+			}
+			f.wait(f.q.writes+1, 0) // every queued write waits for one in flight
+			continue
+		}
+		f.mu.Unlock()
+		f.send(batch)
+		f.mu.Lock()
+	}
+}
+
+// allowed is how many calls may be in flight now: one per splitAt writes
+// expected, at least one, at most MaxCalls. f.mu is held.
+func (f *Front) allowed() int {
+	return min(f.cfg.MaxCalls, max(1, f.fl.expected/splitAt))
+}
+
+// target is the batch a leader aims for. f.mu is held.
+func (f *Front) target() int {
+	n := f.allowed()
+	return min(f.cfg.MaxBatchSize, (f.fl.expected+n-1)/n)
+}
+
+// wait releases f.mu until the queue holds want writes, a call ends, or
+// (when d > 0) d has passed. f.mu is held.
+func (f *Front) wait(want int, d time.Duration) {
+	l := &linger{want: want, wake: make(chan struct{})}
+	f.fl.lingering = append(f.fl.lingering, l)
+	f.mu.Unlock()
+	if d > 0 {
+		timer := time.NewTimer(d)
+		select {
+		case <-l.wake:
+		case <-timer.C:
+		}
+		timer.Stop()
+	} else {
+		<-l.wake
+	}
+	f.mu.Lock()
+	for i, x := range f.fl.lingering {
+		if x == l {
+			f.fl.lingering = append(f.fl.lingering[:i], f.fl.lingering[i+1:]...)
+			break
+		}
+	}
+}
+
+// send makes one store call for the live requests of batch, ends their
+// in-flight counts, answers each and wakes the lingering leaders.
+func (f *Front) send(batch []*request) {
+	live := batch[:0:0]
+	n := 0
+	for _, r := range batch {
+		n += len(r.writes)
+	}
+	writes := make([]journal.AtomicWrite, 0, n)
+	for _, r := range batch {
+		if err := r.ctx.Err(); err != nil {
+			f.finish(r, result{err: err})
+			continue
+		}
+		live = append(live, r)
+		writes = append(writes, r.writes...)
+	}
+	if len(live) == 0 {
+		f.mu.Lock()
+		f.fl.calls--
+		f.fl.flying -= n
+		f.wakeLingering(true)
+		f.mu.Unlock()
+		return
+	}
+	queued := 0
+	if len(f.hooks.writeCall) > 0 {
+		f.mu.Lock()
+		queued = f.q.writes
+		f.mu.Unlock()
+	}
+	start := time.Now()
+	// The call carries its first caller's values (a tracer's span, for a
+	// driver that traces), never a caller's cancellation: it is shared.
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(live[0].ctx), f.cfg.CallTimeout)
+	defer cancel()
+	out, err := f.breaker.Execute(func() (any, error) {
+		errs, err := f.j.Write(ctx, writes)
+		if err == nil && errs != nil && len(errs) != len(writes) {
+			err = fmt.Errorf("engine: store returned %d results for %d atomic writes: outcome unknown", len(errs), len(writes))
+		}
+		return errs, f.callError(ctx, err)
+	})
+	errs, _ := out.([]error)
+	err = breakerError(err)
+	took := time.Since(start)
+	f.mu.Lock()
+	f.fl.lastCall = took
+	f.fl.calls--
+	f.fl.flying -= n
+	f.fl.expected = n + f.fl.flying + f.q.writes
+	f.ids.landed(writes)
+	f.wakeLingering(true)
+	f.mu.Unlock()
+	var contexts []context.Context
+	if len(f.hooks.writeCall) > 0 {
+		contexts = make([]context.Context, len(live))
+		for i, r := range live {
+			contexts[i] = r.ctx
+		}
+	}
+	at := 0
+	for _, r := range live {
+		res := result{err: err}
+		if err == nil && errs != nil {
+			res.errs = journal.Results(errs[at : at+len(r.writes)])
+		}
+		at += len(r.writes)
+		r.done <- res
+	}
+	// The hooks run once the callers have their answers.
+	if len(f.hooks.writeCall) > 0 {
+		call := WriteCall{Writes: len(writes), Queued: queued, Duration: took, Err: err, Contexts: contexts}
+		for _, w := range writes {
+			call.Events += len(w.Events)
+		}
+		for _, e := range errs {
+			if e != nil {
+				call.Rejected++
+			}
+		}
+		for _, h := range f.hooks.writeCall {
+			h.OnWriteCall(call)
+		}
+	}
+}
+
+// finish ends the in-flight count of a request that is not sent, and
+// answers it.
+func (f *Front) finish(r *request, res result) {
+	f.mu.Lock()
+	f.ids.landed(r.writes)
+	f.mu.Unlock()
+	r.done <- res
+}

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -31,11 +32,17 @@ continues the first.
 
 The store is --store, else $ANNALS_STORE, else the SQLite file
 ./annals-demo.db (created if missing). An interrupt stops issuing
-operations; the run still shuts down, recovers and verifies.`,
+operations; the run still shuts down, recovers and verifies.
+
+--metrics ADDR serves the demo's live figures in the Prometheus text
+format at http://ADDR/metrics while it runs (package otelannals: the
+journal's writes, events and call durations, live entities, recoveries,
+snapshots, the projections' lag and offsets saved, ...).`,
 		examples: []string{
 			"annals demo",
 			"annals demo --store memory: --ops 1000000",
 			"annals demo --store postgres://annals@localhost/annals --concurrency 256",
+			"annals demo --metrics :9464   # and meanwhile: curl -s localhost:9464/metrics | grep ^annals_",
 		},
 		maxArgs: -1, // checked by the demo, to name the extra arguments
 		setup: func(fs *flag.FlagSet) func(*env, []string) error {
@@ -52,12 +59,19 @@ operations; the run still shuts down, recovers and verifies.`,
 // demoCmd is one run of annals demo: its flags, and the printing of the
 // demo's reports.
 type demoCmd struct {
-	fs    *flag.FlagSet
-	store string
-	cfg   demo.Config
+	fs        *flag.FlagSet
+	store     string
+	cfg       demo.Config
+	metrics   string // --metrics: the address to serve them on
+	telemetry bool   // --telemetry: the adapter without the server
 
-	e        *env
-	progress *progress
+	// reported, when set (tests), is called after each report is printed,
+	// with the URL of the metrics ("" when not served).
+	reported func(r demo.Report, metricsURL string)
+
+	e          *env
+	progress   *progress
+	metricsURL string
 }
 
 // flags registers the demo's flags on fs.
@@ -68,11 +82,13 @@ func (d *demoCmd) flags(fs *flag.FlagSet) {
 	fs.IntVar(&d.cfg.Ops, "ops", 100_000, "`N` random operations (deposits, withdrawals, transfers)")
 	fs.IntVar(&d.cfg.Concurrency, "concurrency", 64, "`N` client goroutines sending commands")
 	fs.Uint64Var(&d.cfg.Seed, "seed", 0, "random `SEED` (default: time-based, printed)")
+	fs.StringVar(&d.metrics, "metrics", "", "serve live metrics in the Prometheus text format at http://`ADDR`/metrics while the demo runs (such as :9464)")
+	fs.BoolVar(&d.telemetry, "telemetry", false, "(hidden) run with the OpenTelemetry adapter on the Prometheus exporter, without serving it (to measure its cost)")
 }
 
 // run checks the command line, opens the store and runs the demo,
 // printing its reports.
-func (d *demoCmd) run(e *env, args []string) (demo.Result, error) {
+func (d *demoCmd) run(e *env, args []string) (res demo.Result, err error) {
 	d.e = e
 	if len(args) > 0 {
 		return demo.Result{}, usagef("unexpected arguments: %s", strings.Join(args, " "))
@@ -96,7 +112,16 @@ func (d *demoCmd) run(e *env, args []string) (demo.Result, error) {
 	if err != nil {
 		return demo.Result{}, err
 	}
-	defer st.Close()
+	defer func() { err = errors.Join(err, st.Close()) }()
+	if d.metrics != "" || d.telemetry {
+		m, err := startDemoMetrics(d.metrics)
+		if err != nil {
+			return demo.Result{}, err
+		}
+		defer func() { err = errors.Join(err, m.close()) }()
+		d.cfg.Hooks = append(d.cfg.Hooks, m.tel)
+		d.metricsURL = m.url
+	}
 
 	d.progress = newProgress(e.stderr)
 	// Entity logs and progress reports share stderr, synchronized.
@@ -105,6 +130,12 @@ func (d *demoCmd) run(e *env, args []string) (demo.Result, error) {
 	fmt.Fprintf(e.stdout, "annals demo: %s accounts, %s operations, %d clients, seed %d\n",
 		num(int64(d.cfg.Accounts)), num(int64(d.cfg.Ops)), d.cfg.Concurrency, d.cfg.Seed)
 	fmt.Fprintf(e.stdout, "store        %s\n", storeText(st))
+	switch {
+	case d.metricsURL != "":
+		fmt.Fprintf(e.stdout, "metrics      %s (Prometheus text format, while the demo runs)\n", d.metricsURL)
+	case d.telemetry:
+		fmt.Fprintf(e.stdout, "metrics      OpenTelemetry adapter on the Prometheus exporter, not served\n")
+	}
 	return demo.Run(e.ctx, st, d.cfg)
 }
 
@@ -123,6 +154,13 @@ func storeText(st *stores.Store) string {
 
 // print prints one of the demo's reports.
 func (d *demoCmd) print(r demo.Report) {
+	d.printReport(r)
+	if d.reported != nil {
+		d.reported(r, d.metricsURL)
+	}
+}
+
+func (d *demoCmd) printReport(r demo.Report) {
 	out := d.e.stdout
 	switch r := r.(type) {
 	case demo.ReadModelSkipped:

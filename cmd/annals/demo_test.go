@@ -23,7 +23,11 @@ import (
 
 // runDemo runs annals demo with args (flags only) and returns its result.
 func runDemo(ctx context.Context, stdout, stderr io.Writer, args []string) (demo.Result, error) {
-	d := &demoCmd{}
+	return runDemoCmd(ctx, &demoCmd{}, stdout, stderr, args)
+}
+
+// runDemoCmd runs d with args (flags only).
+func runDemoCmd(ctx context.Context, d *demoCmd, stdout, stderr io.Writer, args []string) (demo.Result, error) {
 	fs := flag.NewFlagSet("annals demo", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	d.flags(fs)

@@ -2,9 +2,9 @@
 // counterpart of the Akka persistence TCK. A store plugin proves it keeps the
 // storage contract by running the suites from its own tests:
 //
-//	func TestJournal(t T) {
+//	func TestJournal(t *testing.T) {
 //		storetest.RunJournal(t, storetest.JournalHarness{
-//			New: func(t T) journal.Journal { ... a fresh or shared store ... },
+//			New: func(t *testing.T) journal.Journal { ... a fresh or shared store ... },
 //			Capabilities: storetest.Capabilities{GlobalOrdering: true},
 //		})
 //	}
@@ -12,6 +12,12 @@
 // Each rule is one named subtest; a failure message states the rule it
 // checks. Every subtest uses persistence ids of its own, so the suites may
 // share one store (or one database) and run in parallel.
+//
+// Check runs the same rules without go test, for a program that checks a
+// store as deployed (annals check): the suites are bound to their stores
+// by JournalSuite and the others, whose harnesses' functions get a T (the
+// part of *testing.T the kit uses) instead of a *testing.T, and Check
+// returns a Report of every rule's outcome and messages.
 package storetest
 
 import (

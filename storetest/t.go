@@ -8,9 +8,9 @@ import (
 
 // T is what a rule of the kit, and a harness's functions, get for the
 // rule they serve: the subset of *testing.T the kit uses. Under go test
-// (RunJournal and the other Run functions) it is the test's *testing.T;
-// under Check it is Check's own runner. The methods behave as
-// *testing.T's do:
+// (RunJournal and the other Run functions) it wraps the test's
+// *testing.T (and a harness's functions get that *testing.T); under Check
+// it is Check's own runner. The methods behave as *testing.T's do:
 //
 //   - Fail, Error and Errorf mark the rule failed and let it go on; the
 //     failure of a subtest fails its parents too.

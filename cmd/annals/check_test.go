@@ -1,8 +1,14 @@
 package main
 
 import (
+	"bufio"
+	"bytes"
 	"database/sql"
 	"encoding/json"
+	"errors"
+	"io"
+	"os"
+	"os/exec"
 	"path/filepath"
 	"reflect"
 	"slices"
@@ -42,6 +48,51 @@ func TestCheckTimesOutCleanly(t *testing.T) {
 	}
 	equalContents(t, "before and after a check that timed out", before, contents(t, st.url))
 	cli(t, nil, "check", "--store", st.url, "--timeout", "1s").want(t, 1, []string{"check TIMED OUT"}, nil)
+}
+
+// TestCheckInterruptedCleansUp: an interrupt while the kit runs ends its
+// store calls; the command removes what the kit wrote, says so and exits
+// 1.
+func TestCheckInterruptedCleansUp(t *testing.T) {
+	t.Parallel()
+	st := fixture(t, sqliteKind)
+	before := contents(t, st.url)
+	cmd := exec.CommandContext(t.Context(), annalsBin, "check", "--store", st.url, "-v")
+	cmd.Env = cleanEnv()
+	var stdout bytes.Buffer
+	cmd.Stdout = &stdout
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	// The first rule's result: the kit is running (and still has the
+	// 100,000-event replay ahead).
+	r := bufio.NewReader(stderr)
+	for {
+		line, err := r.ReadString('\n')
+		if err != nil {
+			t.Fatalf("check -v ended before a rule passed: %v", err)
+		}
+		if strings.HasPrefix(line, "--- PASS: Check/") {
+			break
+		}
+	}
+	if err := cmd.Process.Signal(os.Interrupt); err != nil {
+		t.Fatal(err)
+	}
+	rest, _ := io.ReadAll(r)
+	err = cmd.Wait()
+	if ee := (*exec.ExitError)(nil); !errors.As(err, &ee) || ee.ExitCode() != 1 {
+		t.Errorf("check interrupted: %v, want exit 1", err)
+	}
+	out := stdout.String()
+	if !strings.Contains(out, "check INTERRUPTED") || !strings.Contains(out, "removed the kit's") || strings.Contains(string(rest), "panic") {
+		t.Errorf("check interrupted printed\n%s\nstderr (after the first rule):\n%s", out, rest)
+	}
+	equalContents(t, "before and after an interrupted check", before, contents(t, st.url))
 }
 
 func TestCheckPassesAndLeavesTheStoreAsItWas(t *testing.T) {

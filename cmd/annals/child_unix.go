@@ -9,7 +9,7 @@ import (
 
 // ownGroup puts cmd's process in a process group of its own, so that a
 // terminal's Ctrl-C reaches only this program, which then decides what the
-// child gets (check forwards one interrupt; crash-test kills its writer).
+// child gets (crash-test kills its writer).
 func ownGroup(cmd *exec.Cmd) {
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 }

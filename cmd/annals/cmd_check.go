@@ -1,22 +1,14 @@
 package main
 
 import (
-	"bufio"
 	"context"
-	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
-	"iter"
-	"os"
-	"os/exec"
-	"path/filepath"
-	"regexp"
 	"slices"
 	"strings"
 	"sync"
-	"testing"
 	"time"
 
 	"github.com/annals-go/annals/admin"
@@ -60,10 +52,9 @@ messages for failures on stderr; exit code 1 when a rule fails.
 			verbose := fs.Bool("v", false, "print every rule's result and log, as go test -v")
 			timeout := fs.Duration("timeout", 10*time.Minute, "fail if the kit takes longer than `DURATION`")
 			return func(e *env, _ []string) error {
-				if *run != "" {
-					if _, err := regexp.Compile(*run); err != nil {
-						return usagef("--run: %v", err)
-					}
+				// Check refuses a --run it cannot compile, before any rule.
+				if _, err := storetest.Check(e.ctx, storetest.Options{Run: *run}); err != nil {
+					return usagef("--run: %v", err)
 				}
 				url, err := e.storeURL(*store)
 				if err != nil {
@@ -73,106 +64,41 @@ messages for failures on stderr; exit code 1 when a rule fails.
 				if err != nil {
 					return err
 				}
-				results := e.getenv(checkChildEnv)
-				if results == "" {
-					// The store opens: the child runs the kit on it.
-					s.Close()
-					return runCheckChild(e, url, *asJSON, *timeout)
-				}
-				k := &kit{e: e, url: url, s: s, short: *short, results: results}
-				return k.main(*run, *verbose, *timeout)
+				k := &kit{e: e, url: url, s: s, written: map[string]bool{}}
+				return k.run(checkOptions{run: *run, short: *short, verbose: *verbose, asJSON: *asJSON, timeout: *timeout})
 			}
 		},
 	}
 }
 
-// checkChildEnv, set to the path of a results file, makes check the child
-// that runs the kit.
-const checkChildEnv = "ANNALS_CHECK_RESULTS"
-
-// runCheckChild runs the kit in a child process (this program, with the
-// same arguments): the testing package's runner, which the kit needs,
-// ends its process and prints a bare PASS or FAIL. The child's output (the
-// kit's messages) goes to stderr without those lines, then the summary the
-// child left in a results file is printed. The child is killed if it runs
-// 3 minutes past the timeout.
-func runCheckChild(e *env, url string, asJSON bool, timeout time.Duration) error {
-	exe, err := os.Executable()
-	if err != nil {
-		return fmt.Errorf("finding this program to run the kit: %w", err)
-	}
-	dir, err := os.MkdirTemp("", "annals-check-")
-	if err != nil {
-		return err
-	}
-	defer os.RemoveAll(dir)
-	results := filepath.Join(dir, "results.json")
-	ctx, cancel := context.WithTimeout(e.ctx, timeout+3*time.Minute)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, exe, os.Args[1:]...)
-	cmd.Env = append(os.Environ(), checkChildEnv+"="+results)
-	// The child runs in a process group of its own: an interrupt of this
-	// program is forwarded to it once, and it ends its store calls, removes
-	// what the kit wrote (within 5 minutes) and writes its results.
-	ownGroup(cmd)
-	cmd.Cancel = func() error { return cmd.Process.Signal(os.Interrupt) }
-	cmd.WaitDelay = 6 * time.Minute
-	r, w, err := os.Pipe()
-	if err != nil {
-		return err
-	}
-	cmd.Stdout, cmd.Stderr = w, w
-	copied := make(chan struct{})
-	go func() {
-		defer close(copied)
-		sc := bufio.NewScanner(r)
-		sc.Buffer(nil, 1<<20)
-		for sc.Scan() {
-			if line := sc.Text(); line != "PASS" && line != "FAIL" {
-				fmt.Fprintln(e.stderr, line)
-			}
-		}
-		_, _ = io.Copy(e.stderr, r) // the rest, after a line too long to scan
-	}()
-	runErr := cmd.Run()
-	w.Close()
-	<-copied
-	r.Close()
-	data, err := os.ReadFile(results)
-	if err != nil {
-		return fmt.Errorf("the kit's run ended without its results (%v)", runErr)
-	}
-	var res checkResult
-	if err := json.Unmarshal(data, &res); err != nil {
-		return fmt.Errorf("the kit's results: %w", err)
-	}
-	if err := res.print(e.stdout, asJSON); err != nil {
-		return err
-	}
-	if res.TimedOut {
-		return fmt.Errorf("%w: timed out after %v", errCheckFailed, timeout)
-	}
-	if !res.OK {
-		return errCheckFailed
-	}
-	return nil
+// checkOptions are check's flags.
+type checkOptions struct {
+	run            string
+	short, verbose bool
+	asJSON         bool
+	timeout        time.Duration
 }
+
+// checkStopWait is how long check waits, once --timeout or an interrupt
+// has ended the kit's context, for rules that do not end with it; past
+// it, the summary reports them failed (and the command exits).
+const checkStopWait = 2 * time.Minute
 
 // errCheckFailed is check's failure; the summary has said what failed.
 var errCheckFailed = errors.New("the store failed the compliance kit")
 
-// checkResult is what the kit's run found, as the child hands it over.
+// checkResult is what the kit's run found.
 type checkResult struct {
-	Store      string      `json:"store"`
-	Where      string      `json:"where"`
-	OK         bool        `json:"ok"`
-	TimedOut   bool        `json:"timed_out"`
-	Suites     []suiteJSON `json:"suites"`
-	RemovedIDs int         `json:"removed_ids"`
-	Cleaned    bool        `json:"cleaned"`
+	Store      string
+	Where      string
+	OK         bool
+	TimedOut   bool
+	Suites     []suiteJSON
+	RemovedIDs int
+	Cleaned    bool
 	// Interrupted: the command was interrupted; the rules that were
 	// running failed.
-	Interrupted bool `json:"interrupted"`
+	Interrupted bool
 }
 
 // print prints the summary: a table, or with asJSON {"store", "ok",
@@ -218,25 +144,16 @@ func (res checkResult) print(out io.Writer, asJSON bool) error {
 	return nil
 }
 
-// kit runs the compliance kit in this process (the child of check),
-// through the testing package's own runner (testing.Main), which exits the
-// process: 0 when every rule passed, 1 otherwise. The results go to a
-// file for the parent.
+// kit runs the compliance kit (storetest.Check) in this process against
+// the store check opened, noting every id it writes so that they can be
+// removed afterwards.
 type kit struct {
-	e       *env
-	url     string
-	s       *stores.Store
-	short   bool
-	results string // the results file
-
-	// deadline ends every journal and snapshot call the kit makes
-	// (--timeout): past it, the rules fail at once and the run ends with
-	// the clean-up and the summary.
-	deadline time.Time
+	e   *env
+	url string
+	s   *stores.Store
 
 	mu      sync.Mutex
-	written map[string]bool              // ids the kit wrote or deleted
-	rules   map[string]map[string]string // suite → rule → passed, failed, skipped
+	written map[string]bool // ids the kit wrote or deleted
 }
 
 // suiteJSON is the JSON shape of one suite's results.
@@ -248,83 +165,115 @@ type suiteJSON struct {
 	Skipped []string `json:"skipped"`
 }
 
-func (k *kit) main(run string, verbose bool, timeout time.Duration) error {
-	k.written, k.rules = map[string]bool{}, map[string]map[string]string{}
-	testing.Init()
-	pattern := "^Check$"
-	if run != "" {
-		pattern += "/" + run
-	}
-	// The kit's calls end at the deadline; the testing package's own
-	// timeout, which ends the process with a stack dump, is only a
-	// backstop for a rule that waits on something else.
-	k.deadline = time.Now().Add(timeout)
-	for name, value := range map[string]string{"test.run": pattern, "test.v": fmt.Sprint(verbose), "test.timeout": (timeout + 2*time.Minute).String()} {
-		if err := flag.Set(name, value); err != nil {
-			return err
-		}
-	}
-	os.Args = os.Args[:1]
-	testing.Main(regexp.MatchString, []testing.InternalTest{{Name: "Check", F: k.check}}, nil, nil)
-	return nil // not reached: testing.Main exits
-}
-
-// check is the one top-level test: the suites, then the clean-up and the
-// summary.
-func (k *kit) check(t *testing.T) {
-	defer k.s.Close()
+// run runs the suites the store offers, bounded by --timeout and ended by
+// an interrupt (the first; a second one ends the program), removes the
+// ids the kit wrote and prints the summary. The rules' messages go to
+// stderr as go test prints them, under names starting with "Check/": the
+// failures', or with --v every rule's result.
+func (k *kit) run(o checkOptions) error {
+	ctx, cancel := context.WithTimeout(k.e.ctx, o.timeout)
+	defer cancel()
 	j := &recordingJournal{Journal: k.s.Journal, k: k}
 	ss := &recordingSnapshots{Store: k.s.Snapshots, k: k}
-	t.Run("journal", func(t *testing.T) {
-		storetest.RunJournal(t, storetest.JournalHarness{
-			New: func(t *testing.T) journal.Journal { k.rule(t, "journal"); return j },
-			Own: func(t *testing.T) journal.Journal {
-				k.rule(t, "journal")
+	suites := []storetest.Suite{
+		storetest.JournalSuite(storetest.JournalHarnessFor[storetest.T]{
+			New: func(storetest.T) journal.Journal { return j },
+			Own: func(t storetest.T) journal.Journal {
 				return &recordingJournal{Journal: k.another(t).Journal, k: k, closes: true}
 			},
-			Capabilities: storetest.Capabilities{GlobalOrdering: k.s.GlobalOrdering, SkipLargeReplay: k.short, ScansFromFirst: k.s.ScansFromFirst},
-		})
-	})
-	t.Run("snapshots", func(t *testing.T) {
-		storetest.RunSnapshots(t, storetest.SnapshotHarness{
-			New: func(t *testing.T) snapshot.Store { k.rule(t, "snapshots"); return ss },
-			Own: func(t *testing.T) snapshot.Store {
-				k.rule(t, "snapshots")
+			Capabilities: storetest.Capabilities{GlobalOrdering: k.s.GlobalOrdering, ScansFromFirst: k.s.ScansFromFirst},
+		}),
+		storetest.SnapshotSuite(storetest.SnapshotHarnessFor[storetest.T]{
+			New: func(storetest.T) snapshot.Store { return ss },
+			Own: func(t storetest.T) snapshot.Store {
 				return &recordingSnapshots{Store: k.another(t).Snapshots, k: k, closes: true}
 			},
-		})
-	})
+		}),
+	}
 	if k.s.Queries != nil {
-		t.Run("queries", func(t *testing.T) {
-			storetest.RunQueries(t, storetest.QueryHarness{New: func(t *testing.T) (journal.Journal, any) { k.rule(t, "queries"); return j, k.s.Queries },
-				IDsInStoreOrder: k.s.IDsInStoreOrder})
-		})
+		suites = append(suites, storetest.QuerySuite(storetest.QueryHarnessFor[storetest.T]{
+			New:             func(storetest.T) (journal.Journal, any) { return j, k.s.Queries },
+			IDsInStoreOrder: k.s.IDsInStoreOrder,
+		}))
 	}
-	removed, err := k.cleanUp()
+	rep, err := storetest.Check(ctx, storetest.Options{
+		Run: o.run, Short: o.short, StopWait: checkStopWait,
+		Progress: func(r storetest.Result) { k.progress(r, o.verbose) },
+	}, suites...)
 	if err != nil {
-		t.Errorf("remove the kit's persistence ids: %v", err)
+		k.s.Close()
+		return usagef("--run: %v", err)
 	}
-	k.summary(t, removed, err == nil)
+	removed, cleanErr := k.cleanUp()
+	if cleanErr != nil {
+		fmt.Fprintf(k.e.stderr, "annals check: removing the kit's persistence ids: %v\n", cleanErr)
+	}
+	k.s.Close()
+	res := k.summary(rep)
+	res.Cleaned = cleanErr == nil
+	res.RemovedIDs = removed
+	res.OK = res.OK && cleanErr == nil
+	res.Interrupted = !res.OK && k.e.ctx.Err() != nil
+	res.TimedOut = !res.OK && !res.Interrupted && errors.Is(ctx.Err(), context.DeadlineExceeded)
+	if err := res.print(k.e.stdout, o.asJSON); err != nil {
+		return err
+	}
+	if res.TimedOut {
+		return fmt.Errorf("%w: timed out after %v", errCheckFailed, o.timeout)
+	}
+	if !res.OK {
+		return errCheckFailed
+	}
+	return nil
 }
 
-// rule records the outcome of the rule t when it ends.
-func (k *kit) rule(t *testing.T, suite string) {
-	name := strings.TrimPrefix(t.Name(), "Check/"+suite+"/")
-	t.Cleanup(func() {
-		outcome := "passed"
-		switch {
-		case t.Failed():
-			outcome = "failed"
-		case t.Skipped():
-			outcome = "skipped"
+// progress prints a rule's result as go test does: a failure with its
+// messages; with verbose, every result.
+func (k *kit) progress(r storetest.Result, verbose bool) {
+	if r.Outcome != storetest.Failed && !verbose {
+		return
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "--- %s: Check/%s (%.2fs)\n", map[storetest.Outcome]string{storetest.Passed: "PASS", storetest.Failed: "FAIL", storetest.Skipped: "SKIP"}[r.Outcome], r.Name, r.Duration.Seconds())
+	for _, m := range r.Messages {
+		fmt.Fprintf(&b, "    %s\n", strings.ReplaceAll(m, "\n", "\n        "))
+	}
+	_, _ = io.WriteString(k.e.stderr, b.String())
+}
+
+// summary counts the rules of each suite (the results named suite/rule)
+// by outcome.
+func (k *kit) summary(rep storetest.Report) checkResult {
+	res := checkResult{Store: stores.Redact(k.url), Where: k.s.Where, OK: !rep.Failed(), Suites: []suiteJSON{}}
+	suites := map[string]*suiteJSON{}
+	for _, r := range rep.Results {
+		suite, rule, ok := strings.Cut(r.Name, "/")
+		if !ok || strings.Contains(rule, "/") {
+			continue // a suite, or a rule's subtest
 		}
-		k.mu.Lock()
-		defer k.mu.Unlock()
-		if k.rules[suite] == nil {
-			k.rules[suite] = map[string]string{}
+		sj := suites[suite]
+		if sj == nil {
+			sj = &suiteJSON{Suite: suite, Failed: []string{}, Skipped: []string{}}
+			suites[suite] = sj
 		}
-		k.rules[suite][name] = outcome
-	})
+		sj.Rules++
+		switch r.Outcome {
+		case storetest.Passed:
+			sj.Passed++
+		case storetest.Failed:
+			sj.Failed = append(sj.Failed, rule)
+		default:
+			sj.Skipped = append(sj.Skipped, rule)
+		}
+	}
+	for _, name := range []string{"journal", "snapshots", "queries"} {
+		if sj := suites[name]; sj != nil {
+			slices.Sort(sj.Failed)
+			slices.Sort(sj.Skipped)
+			res.Suites = append(res.Suites, *sj)
+		}
+	}
+	return res
 }
 
 func (k *kit) wrote(pid string) {
@@ -350,58 +299,22 @@ func (k *kit) cleanUp() (int, error) {
 	case k.s.Kind == "memory":
 		return len(ids), nil // gone with the process
 	case !ok:
-		fmt.Fprintf(os.Stderr, "annals check: the %s store cannot remove ids; the kit's %d ids remain (entity types starting with Kit and T)\n", k.s.Kind, len(ids))
+		fmt.Fprintf(k.e.stderr, "annals check: the %s store cannot remove ids; the kit's %d ids remain (entity types starting with Kit and T)\n", k.s.Kind, len(ids))
 		return 0, nil
 	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(k.e.ctx), 5*time.Minute)
 	defer cancel()
 	for chunk := range slices.Chunk(ids, 500) {
 		if err := p.Purge(ctx, chunk); err != nil {
-			return 0, err
+			return 0, fmt.Errorf("purging: %w", err)
 		}
 	}
 	return len(ids), nil
 }
 
-func (k *kit) summary(t *testing.T, removed int, cleaned bool) {
-	k.mu.Lock()
-	defer k.mu.Unlock()
-	res := checkResult{Store: stores.Redact(k.url), Where: k.s.Where, OK: !t.Failed(), Suites: []suiteJSON{}, RemovedIDs: removed, Cleaned: cleaned}
-	for _, name := range []string{"journal", "snapshots", "queries"} {
-		rules, ran := k.rules[name]
-		if !ran {
-			continue
-		}
-		sj := suiteJSON{Suite: name, Rules: len(rules), Failed: []string{}, Skipped: []string{}}
-		for rule, outcome := range rules {
-			switch outcome {
-			case "passed":
-				sj.Passed++
-			case "failed":
-				sj.Failed = append(sj.Failed, rule)
-				res.OK = false
-			default:
-				sj.Skipped = append(sj.Skipped, rule)
-			}
-		}
-		slices.Sort(sj.Failed)
-		slices.Sort(sj.Skipped)
-		res.Suites = append(res.Suites, sj)
-	}
-	res.TimedOut = !res.OK && time.Now().After(k.deadline)
-	res.Interrupted = !res.OK && k.e.ctx.Err() != nil
-	data, err := json.Marshal(res)
-	if err == nil {
-		err = os.WriteFile(k.results, data, 0o600)
-	}
-	if err != nil {
-		t.Errorf("writing the results for annals check: %v", err)
-	}
-}
-
 // another opens the store again, for a rule that closes what it is given;
 // it is closed when the rule ends.
-func (k *kit) another(t *testing.T) *stores.Store {
+func (k *kit) another(t storetest.T) *stores.Store {
 	s, err := k.e.mux.Open(context.WithoutCancel(k.e.ctx), k.url, stores.Existing)
 	if err != nil {
 		t.Fatalf("opening the store again: %v", err)
@@ -410,19 +323,13 @@ func (k *kit) another(t *testing.T) *stores.Store {
 	return s
 }
 
-// recordingJournal notes every id the kit writes or deletes.
+// recordingJournal notes every id the kit writes or deletes. The kit's
+// calls end with the context Check gives each rule, which ends with
+// --timeout or an interrupt.
 type recordingJournal struct {
 	journal.Journal
 	k      *kit
 	closes bool // Close closes the journal (one opened for the rule)
-}
-
-// bound ends ctx at the kit's deadline, or when the command is
-// interrupted.
-func (k *kit) bound(ctx context.Context) (context.Context, context.CancelFunc) {
-	ctx, cancel := context.WithDeadline(ctx, k.deadline)
-	stop := context.AfterFunc(k.e.ctx, cancel)
-	return ctx, func() { stop(); cancel() }
 }
 
 func (j *recordingJournal) Write(ctx context.Context, ws []journal.AtomicWrite) ([]error, error) {
@@ -432,34 +339,12 @@ func (j *recordingJournal) Write(ctx context.Context, ws []journal.AtomicWrite) 
 			j.k.wrote(e.PersistenceID)
 		}
 	}
-	ctx, cancel := j.k.bound(ctx)
-	defer cancel()
 	return j.Journal.Write(ctx, ws)
 }
 
 func (j *recordingJournal) DeleteTo(ctx context.Context, pid string, to int64) error {
 	j.k.wrote(pid)
-	ctx, cancel := j.k.bound(ctx)
-	defer cancel()
 	return j.Journal.DeleteTo(ctx, pid, to)
-}
-
-func (j *recordingJournal) HighestSequenceNr(ctx context.Context, pid string, from int64) (int64, error) {
-	ctx, cancel := j.k.bound(ctx)
-	defer cancel()
-	return j.Journal.HighestSequenceNr(ctx, pid, from)
-}
-
-func (j *recordingJournal) Replay(ctx context.Context, pid string, from, to, max int64) iter.Seq2[journal.Repr, error] {
-	return func(yield func(journal.Repr, error) bool) {
-		ctx, cancel := j.k.bound(ctx)
-		defer cancel()
-		for r, err := range j.Journal.Replay(ctx, pid, from, to, max) {
-			if !yield(r, err) {
-				return
-			}
-		}
-	}
 }
 
 // Close does not close the shared store (the kit may ask), only one
@@ -480,28 +365,16 @@ type recordingSnapshots struct {
 
 func (s *recordingSnapshots) Save(ctx context.Context, snap snapshot.Snapshot) error {
 	s.k.wrote(snap.Metadata.PersistenceID)
-	ctx, cancel := s.k.bound(ctx)
-	defer cancel()
 	return s.Store.Save(ctx, snap)
-}
-
-func (s *recordingSnapshots) Load(ctx context.Context, pid string, c snapshot.Criteria) (snapshot.Snapshot, bool, error) {
-	ctx, cancel := s.k.bound(ctx)
-	defer cancel()
-	return s.Store.Load(ctx, pid, c)
 }
 
 func (s *recordingSnapshots) Delete(ctx context.Context, m snapshot.Metadata) error {
 	s.k.wrote(m.PersistenceID)
-	ctx, cancel := s.k.bound(ctx)
-	defer cancel()
 	return s.Store.Delete(ctx, m)
 }
 
 func (s *recordingSnapshots) DeleteMatching(ctx context.Context, pid string, c snapshot.Criteria) error {
 	s.k.wrote(pid)
-	ctx, cancel := s.k.bound(ctx)
-	defer cancel()
 	return s.Store.DeleteMatching(ctx, pid, c)
 }
 

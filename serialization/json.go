@@ -1,8 +1,11 @@
 package serialization
 
 import (
+	"bytes"
+	"compress/gzip"
 	"encoding/json"
 	"fmt"
+	"io"
 	"reflect"
 	"sync"
 )
@@ -17,6 +20,12 @@ import (
 // as that type (a T, not a *T); an unknown manifest wraps
 // [ErrUnknownManifest]. Unknown JSON fields are ignored, so fields may be
 // added to a type without breaking the decoding of old payloads.
+//
+// Payloads that begin with gzip's magic bytes are decompressed first:
+// Akka's and Pekko's jackson-json gzips payloads over 32 KiB by default
+// (compression.algorithm = gzip, compress-larger-than = 32 KiB), and JSON
+// text never begins with those bytes. Marshal never compresses; Akka and
+// Pekko read uncompressed payloads of any size.
 //
 // The serializer is safe for concurrent use, also while types are added.
 // Every [Registry] that registers the same JSON serializer shares its types.
@@ -88,7 +97,38 @@ func (s *jsonSerializer) Unmarshal(data []byte, manifest string) (any, error) {
 	if !ok {
 		return nil, fmt.Errorf("%w: JSON manifest %q", ErrUnknownManifest, manifest)
 	}
+	if IsGzip(data) {
+		plain, err := gunzip(data)
+		if err != nil {
+			return nil, fmt.Errorf("serialization: JSON payload of %s: gzip: %w", manifest, err)
+		}
+		data = plain
+	}
 	return jt.decode(data)
+}
+
+// IsGzip reports whether data begins with gzip's magic bytes, as the
+// payloads Akka's and Pekko's jackson serializers compress do.
+func IsGzip(data []byte) bool {
+	return len(data) >= 2 && data[0] == 0x1f && data[1] == 0x8b
+}
+
+// Gunzip returns the decompressed payload of data when IsGzip(data), and
+// data itself otherwise.
+func Gunzip(data []byte) ([]byte, error) {
+	if !IsGzip(data) {
+		return data, nil
+	}
+	return gunzip(data)
+}
+
+func gunzip(data []byte) ([]byte, error) {
+	zr, err := gzip.NewReader(bytes.NewReader(data))
+	if err != nil {
+		return nil, err
+	}
+	defer zr.Close()
+	return io.ReadAll(zr)
 }
 
 // RegisterJSON makes values of type T serializable as JSON with the

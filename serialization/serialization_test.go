@@ -2,9 +2,12 @@ package serialization_test
 
 import (
 	"bytes"
+	"compress/gzip"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"os"
 	"reflect"
 	"strconv"
 	"strings"
@@ -560,5 +563,95 @@ func TestLegacyJSONIDIsRead(t *testing.T) {
 		if err != nil || v != (Legacy{N: 7}) {
 			t.Errorf("Deserialize with id %d = %v, %v; want {7}", id, v, err)
 		}
+	}
+}
+
+// Pekko's fixture types (../shared/fixtures/pekko-r2dbc): Java records
+// serialized by jackson-json under their class names.
+type (
+	pekkoAdded struct {
+		N    int    `json:"n"`
+		Text string `json:"text"`
+	}
+	pekkoRenamed struct {
+		Name string `json:"name"`
+	}
+)
+
+// TestPekkoJSONPayloads: the event payloads a real Pekko R2DBC service
+// wrote (jackson-json, id 31, the class name as manifest) decode into Go
+// types registered under the class names, the emoji Jackson escaped as a
+// surrogate pair included; and a payload over 32 KiB gzipped as Pekko's
+// jackson-json does decodes too.
+func TestPekkoJSONPayloads(t *testing.T) {
+	r := serialization.NewRegistry()
+	if err := serialization.RegisterJSON[pekkoAdded](r, "anchor.Fixture$Added"); err != nil {
+		t.Fatal(err)
+	}
+	if err := serialization.RegisterJSON[pekkoRenamed](r, "anchor.Fixture$Renamed"); err != nil {
+		t.Fatal(err)
+	}
+	data, err := os.ReadFile("../../shared/fixtures/pekko-r2dbc/event_journal.jsonl")
+	if err != nil {
+		t.Skipf("Pekko fixtures: %v", err)
+	}
+	decoded := map[string]any{}
+	for line := range strings.Lines(string(data)) {
+		var row struct {
+			PersistenceID string `json:"persistence_id"`
+			SeqNr         int64  `json:"seq_nr"`
+			SerID         int32  `json:"event_ser_id"`
+			Manifest      string `json:"event_ser_manifest"`
+			Payload       string `json:"event_payload"`
+			Deleted       bool   `json:"deleted"`
+		}
+		if err := json.Unmarshal([]byte(line), &row); err != nil {
+			t.Fatal(err)
+		}
+		if row.Deleted {
+			continue // a delete marker: no payload
+		}
+		payload, err := hex.DecodeString(row.Payload)
+		if err != nil {
+			t.Fatal(err)
+		}
+		v, err := r.Deserialize(payload, row.SerID, row.Manifest)
+		if err != nil {
+			t.Errorf("%s #%d: %v", row.PersistenceID, row.SeqNr, err)
+			continue
+		}
+		decoded[fmt.Sprintf("%s#%d", row.PersistenceID, row.SeqNr)] = v
+	}
+	for key, want := range map[string]any{
+		"Fixture|f-1#1":    pekkoAdded{N: 1, Text: "one"},
+		"Fixture|f-1#3":    pekkoRenamed{Name: "alpha"},
+		"Fixture|ünï-ç#1":  pekkoAdded{N: 1, Text: "ünï-ç 日本 😀"},
+		"Fixture|ünï-ç#2":  pekkoAdded{N: 2, Text: "second ß"},
+		"FixtureR|r-1|A#2": pekkoRenamed{Name: "gamma"},
+	} {
+		if got := decoded[key]; got != want {
+			t.Errorf("%s decoded to %#v, want %#v", key, got, want)
+		}
+	}
+
+	big := pekkoAdded{N: 9, Text: strings.Repeat("x", 40<<10)}
+	plain, _ := json.Marshal(big)
+	var zipped bytes.Buffer
+	zw := gzip.NewWriter(&zipped)
+	zw.Write(plain)
+	zw.Close()
+	if !serialization.IsGzip(zipped.Bytes()) || serialization.IsGzip(plain) {
+		t.Fatal("IsGzip does not tell gzip from JSON")
+	}
+	v, err := r.Deserialize(zipped.Bytes(), serialization.JSONID, "anchor.Fixture$Added")
+	if err != nil || v != big {
+		t.Errorf("a gzipped payload of %d bytes: %v", len(plain), err)
+	}
+	if _, err := r.Deserialize([]byte{0x1f, 0x8b, 1, 2, 3}, serialization.JSONID, "anchor.Fixture$Added"); err == nil || !strings.Contains(err.Error(), "gzip") {
+		t.Errorf("a broken gzip payload: %v, want an error naming gzip", err)
+	}
+	out, _, _, err := r.Serialize(big)
+	if err != nil || serialization.IsGzip(out) {
+		t.Errorf("Serialize compressed a large payload (%v): Annals writes plain JSON", err)
 	}
 }

@@ -9,7 +9,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/annals-go/annals"
 	"github.com/annals-go/annals/cmd/annals/internal/demo"
 	"github.com/annals-go/annals/cmd/annals/internal/stores"
 )
@@ -245,13 +244,4 @@ func printMismatches(out io.Writer, ms []demo.Mismatch, what string) bool {
 		fmt.Fprintf(out, "MISMATCH     %s: %s %d, model %d (off by %d)\n", m.ID, what, m.Have, m.Want, m.Have-m.Want)
 	}
 	return len(ms) > 0
-}
-
-// rangeList formats slice ranges as "0-255, 256-511".
-func rangeList(rs []annals.SliceRange) string {
-	s := make([]string, len(rs))
-	for i, r := range rs {
-		s[i] = r.String()
-	}
-	return strings.Join(s, ", ")
 }

@@ -230,13 +230,6 @@ func (p *projectionsCmd) list(status bool) error {
 	return tw.Flush()
 }
 
-func yesNo(b bool) string {
-	if b {
-		return "yes"
-	}
-	return "no"
-}
-
 func (p *projectionsCmd) setPaused(paused bool) error {
 	var ids []offsets.ID
 	if p.hasKey {

@@ -14,7 +14,6 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
-	"time"
 
 	"github.com/annals-go/annals/cmd/annals/internal/demo"
 	"github.com/annals-go/annals/cmd/annals/internal/stores"
@@ -170,29 +169,6 @@ func TestRunExitCodes(t *testing.T) {
 		code := run(ctx, tc.args, &stdout, &stderr)
 		if code != tc.code || !strings.Contains(stdout.String(), tc.stdout) || !strings.Contains(stderr.String(), tc.errs) {
 			t.Errorf("run %q: exit %d, want %d\nstdout:\n%s\nstderr:\n%s", tc.args, code, tc.code, &stdout, &stderr)
-		}
-	}
-}
-
-func TestPercentile(t *testing.T) {
-	var d []time.Duration
-	for i := 1; i <= 100; i++ {
-		d = append(d, time.Duration(i))
-	}
-	for q, want := range map[float64]time.Duration{0.5: 50, 0.9: 90, 0.99: 99, 1: 100, 0.001: 1} {
-		if got := percentile(d, q); got != want {
-			t.Errorf("percentile(1..100, %v) = %d, want %d", q, got, want)
-		}
-	}
-	if percentile(nil, 0.5) != 0 {
-		t.Error("percentile of nothing is not 0")
-	}
-}
-
-func TestNum(t *testing.T) {
-	for n, want := range map[int64]string{0: "0", 999: "999", 1000: "1,000", -1234567: "-1,234,567", 100000: "100,000"} {
-		if got := num(n); got != want {
-			t.Errorf("num(%d) = %q, want %q", n, got, want)
 		}
 	}
 }

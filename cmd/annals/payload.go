@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"strconv"
-	"strings"
 	"time"
 	"unicode"
 	"unicode/utf8"
@@ -121,20 +120,6 @@ func serializerText(id int32) string {
 		return "protobuf"
 	}
 	return fmt.Sprint(id)
-}
-
-func tagsText(tags []string) string {
-	if len(tags) == 0 {
-		return "-"
-	}
-	return strings.Join(tags, ",")
-}
-
-func textOr(s, dflt string) string {
-	if s == "" {
-		return dflt
-	}
-	return s
 }
 
 // offsetText is an offset as JSON (what --from-offset and --offset take).

@@ -181,11 +181,3 @@ func statusLine(stderr io.Writer, line func() string) (stop func()) {
 	}()
 	return func() { close(quit); <-ended }
 }
-
-// rate is n per second over d.
-func rate(n int64, d time.Duration) int64 {
-	if d <= 0 {
-		return 0
-	}
-	return int64(float64(n) / d.Seconds())
-}

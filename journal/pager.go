@@ -34,8 +34,11 @@ type Page struct {
 //     maxEvents; the store bounds its memory itself, as one that streams
 //     a page does), never for more than the events still wanted, from one
 //     past the last event yielded.
-//   - ReadPage calls yield with the page's events, ascending by sequence
-//     number, From ≤ SequenceNr ≤ To, at most Limit, and returns last =
+//   - ReadPage calls yield with each of the page's events, ascending by
+//     sequence number, From ≤ SequenceNr ≤ To, at most Limit (a pointer,
+//     so that a large event is not copied twice: the pager copies it for
+//     the consumer, and the store may reuse it once yield has returned),
+//     and returns last =
 //     true when no later page can hold an event (a store that reads pages
 //     of Limit rows: the page held fewer). A page may be empty and not
 //     last (a store's empty partition before the next one); the pager then
@@ -62,9 +65,9 @@ type Pager[T any] struct {
 	// replay's maxEvents.
 	Size int64
 	// ReadPage reads one page; see the rules above.
-	ReadPage func(ctx context.Context, p Page, yield func(T) bool) (last bool, err error)
-	// SequenceNr returns an event's sequence number.
-	SequenceNr func(T) int64
+	ReadPage func(ctx context.Context, p Page, yield func(*T) bool) (last bool, err error)
+	// SequenceNr returns the sequence number of the event given.
+	SequenceNr func(*T) int64
 	// Errors maps ReadPage's errors and tells whether the store is closed.
 	Errors StoreErrors
 	// Op names the operation in mapped errors; "replay" when empty.
@@ -96,7 +99,7 @@ func (p Pager[T]) Replay(ctx context.Context, from, to, maxEvents int64) iter.Se
 				ended  bool // the consumer broke, or ctx's end was yielded
 				told   bool // yield returned false: ReadPage's results are ignored
 			)
-			last, err := p.ReadPage(ctx, Page{Index: index, From: from, To: to, Limit: limit}, func(v T) bool {
+			last, err := p.ReadPage(ctx, Page{Index: index, From: from, To: to, Limit: limit}, func(v *T) bool {
 				if told {
 					return false // a page that goes on after being told to stop
 				}
@@ -106,7 +109,7 @@ func (p Pager[T]) Replay(ctx context.Context, from, to, maxEvents int64) iter.Se
 					return false
 				}
 				n, seq = n+1, p.SequenceNr(v)
-				if !yield(v, nil) {
+				if !yield(*v, nil) {
 					ended, told = true, true
 					return false
 				}

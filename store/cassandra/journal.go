@@ -306,7 +306,7 @@ func (s *Store) events(ctx context.Context, persistenceID string, from, to, max 
 			// Page p.Index is partition first+p.Index, read from the
 			// number after the last one seen; an empty partition after
 			// home ends the replay.
-			ReadPage: func(ctx context.Context, p journal.Page, yield func(storedEvent) bool) (bool, error) {
+			ReadPage: func(ctx context.Context, p journal.Page, yield func(*storedEvent) bool) (bool, error) {
 				pnr := first + int64(p.Index)
 				iter := s.session.Query(s.sql.replay, persistenceID, pnr, p.From, p.To).WithContext(ctx).Consistency(s.cfg.readCL).Iter()
 				// The driver may scan into the slices it was given: every
@@ -330,7 +330,7 @@ func (s *Store) events(ctx context.Context, persistenceID string, from, to, max 
 					}
 					r.Payload = append([]byte{}, payload...)
 					n++
-					if !yield(ev) {
+					if !yield(&ev) {
 						_ = iter.Close()
 						return true, nil
 					}
@@ -340,7 +340,7 @@ func (s *Store) events(ctx context.Context, persistenceID string, from, to, max 
 				}
 				return n == 0 && pnr > home, nil
 			},
-			SequenceNr: func(ev storedEvent) int64 { return ev.repr.SequenceNr },
+			SequenceNr: func(ev *storedEvent) int64 { return ev.repr.SequenceNr },
 			Errors:     s.errs,
 		}
 		for ev, err := range pages.Replay(ctx, from, to, max) {

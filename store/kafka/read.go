@@ -188,8 +188,9 @@ func (j *Journal) stream(ctx context.Context, v view, persistenceID string, from
 				// Page p.Index is segment first+p.Index, read from the
 				// number after the last one seen; the segment of end is
 				// the last.
-				ReadPage: func(ctx context.Context, p journal.Page, yield func(eventual.Record) bool) (bool, error) {
+				ReadPage: func(ctx context.Context, p journal.Page, yield func(*eventual.Record) bool) (bool, error) {
 					seg := first + int64(p.Index)
+					var cur eventual.Record // one per page: yield takes its address
 					for r, err := range j.tables.Records(ctx, v.key, seg, p.From, p.To) {
 						if err != nil {
 							return true, err
@@ -197,13 +198,13 @@ func (j *Journal) stream(ctx context.Context, v view, persistenceID string, from
 						if r.Event.SeqNr < p.From {
 							continue
 						}
-						if !yield(r) {
+						if cur = r; !yield(&cur) {
 							return true, nil
 						}
 					}
 					return seg >= lastSeg, nil
 				},
-				SequenceNr: func(r eventual.Record) int64 { return r.Event.SeqNr },
+				SequenceNr: func(r *eventual.Record) int64 { return r.Event.SeqNr },
 				Errors:     j.errs,
 				Op:         fmt.Sprintf("reading %q from the eventual store", persistenceID),
 			}

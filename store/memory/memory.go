@@ -214,19 +214,19 @@ func (j *Journal) Replay(ctx context.Context, persistenceID string, from, to, li
 	var page []journal.Repr // reused: a page is yielded before the next is read
 	return journal.Pager[journal.Repr]{
 		Size: replayPage,
-		ReadPage: func(_ context.Context, p journal.Page, yield func(journal.Repr) bool) (bool, error) {
+		ReadPage: func(_ context.Context, p journal.Page, yield func(*journal.Repr) bool) (bool, error) {
 			page = j.page(page[:0], persistenceID, p)
 			if page == nil {
 				return true, journal.ErrClosed
 			}
-			for _, e := range page {
-				if !yield(e) {
+			for i := range page {
+				if !yield(&page[i]) {
 					return true, nil
 				}
 			}
 			return int64(len(page)) < p.Limit, nil
 		},
-		SequenceNr: func(e journal.Repr) int64 { return e.SequenceNr },
+		SequenceNr: func(e *journal.Repr) int64 { return e.SequenceNr },
 		Errors:     journal.StoreErrors{Store: "memory"},
 	}.Replay(ctx, from, to, limit)
 }

@@ -453,19 +453,19 @@ func (j *Journal) Replay(ctx context.Context, persistenceID string, from, to, ma
 	}
 	return journal.Pager[journal.Repr]{
 		Size: replayPages * int64(j.s.cfg.pageSize),
-		ReadPage: func(ctx context.Context, p journal.Page, yield func(journal.Repr) bool) (bool, error) {
+		ReadPage: func(ctx context.Context, p journal.Page, yield func(*journal.Repr) bool) (bool, error) {
 			page, err := j.s.readRows(ctx, int(p.Limit), j.s.sql.replay, persistenceID, p.From, p.To, p.Limit)
 			if err != nil {
 				return true, err
 			}
 			for i := range page {
-				if !yield(page[i].Repr) {
+				if !yield(&page[i].Repr) {
 					return true, nil
 				}
 			}
 			return int64(len(page)) < p.Limit, nil
 		},
-		SequenceNr: func(e journal.Repr) int64 { return e.SequenceNr },
+		SequenceNr: func(e *journal.Repr) int64 { return e.SequenceNr },
 		Errors:     j.s.errs,
 	}.Replay(ctx, from, to, max)
 }

@@ -223,19 +223,19 @@ func (j *Journal) Replay(ctx context.Context, persistenceID string, from, to, li
 	}
 	return journal.Pager[journal.Repr]{
 		Size: replayPage,
-		ReadPage: func(ctx context.Context, p journal.Page, yield func(journal.Repr) bool) (bool, error) {
+		ReadPage: func(ctx context.Context, p journal.Page, yield func(*journal.Repr) bool) (bool, error) {
 			page, err := readPage(ctx, j.s, j.s.stmts.replay, replayScanner(persistenceID), persistenceID, p.From, p.To, p.Limit)
 			if err != nil {
 				return true, err
 			}
-			for _, e := range page {
-				if !yield(e) {
+			for i := range page {
+				if !yield(&page[i]) {
 					return true, nil
 				}
 			}
 			return int64(len(page)) < p.Limit, nil
 		},
-		SequenceNr: func(e journal.Repr) int64 { return e.SequenceNr },
+		SequenceNr: func(e *journal.Repr) int64 { return e.SequenceNr },
 		Errors:     j.s.errs,
 	}.Replay(ctx, from, to, limit)
 }

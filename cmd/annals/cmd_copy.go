@@ -49,101 +49,112 @@ with --verify=false), "mismatches": ["..."]}.`,
 		},
 		maxArgs: 0,
 		setup: func(fs *flag.FlagSet) func(*env, []string) error {
-			var c copier
-			from := fs.String("from", "", "the source store `URL`")
-			to := fs.String("to", "", "the target store `URL` (created if missing)")
+			c := &copier{}
+			fs.StringVar(&c.from, "from", "", "the source store `URL`")
+			fs.StringVar(&c.to, "to", "", "the target store `URL` (created if missing)")
 			fs.StringVar(&c.entityType, "type", "", "copy only the ids of this entity `TYPE`")
 			fs.IntVar(&c.batch, "batch", 1000, "`N` events per write")
 			fs.BoolVar(&c.snapshots, "snapshots", true, "copy snapshots too (--snapshots=false: events only)")
-			verify := fs.Bool("verify", true, "compare the stores at the end (--verify=false: do not)")
-			asJSON := jsonFlag(fs)
+			fs.BoolVar(&c.verifying, "verify", true, "compare the stores at the end (--verify=false: do not)")
+			c.asJSON = jsonFlag(fs)
 			fs.Int64Var(&c.limit, "limit-events", 0, "(hidden) stop after copying about this many events, as an interruption would")
-			return func(e *env, _ []string) error {
-				if *from == "" || *to == "" {
-					return usagef("set both --from URL and --to URL")
-				}
-				if c.batch < 1 {
-					return usagef("--batch must be at least 1")
-				}
-				src, err := e.mux.Open(e.ctx, *from, stores.Existing)
-				if err != nil {
-					return fmt.Errorf("source: %w", err)
-				}
-				defer src.Close()
-				tgt, err := e.mux.Open(e.ctx, *to, stores.Create)
-				if err != nil {
-					return fmt.Errorf("target: %w", err)
-				}
-				defer tgt.Close()
-				if sameStore(src, tgt) {
-					return usagef("--from and --to name the same store (%s)", src.Where)
-				}
-				c.src, c.tgt = src, tgt
-				ids, ok := src.Queries.(query.PersistenceIDsQuery)
-				if !ok {
-					return fmt.Errorf("the source (%s) cannot list its persistence ids", src.Kind)
-				}
-				c.ids = ids
-				out := struct {
-					From            string   `json:"from"`
-					To              string   `json:"to"`
-					IDs             int64    `json:"ids"`
-					IDsCopied       int64    `json:"ids_copied"`
-					EventsCopied    int64    `json:"events_copied"`
-					SnapshotsCopied int64    `json:"snapshots_copied"`
-					Seconds         float64  `json:"seconds"`
-					EventsPerSecond int64    `json:"events_per_second"`
-					Verified        bool     `json:"verified"`
-					Mismatches      []string `json:"mismatches"`
-				}{From: stores.Redact(*from), To: stores.Redact(*to), Mismatches: []string{}}
-				start := time.Now()
-				stop := statusLine(e.stderr, func() string { return c.status(time.Since(start)) })
-				err = c.run(e.ctx)
-				stop()
-				elapsed := time.Since(start)
-				out.IDs, out.IDsCopied, out.EventsCopied, out.SnapshotsCopied = c.seen.Load(), c.idsCopied, c.events.Load(), c.snapsCopied
-				out.Seconds, out.EventsPerSecond = elapsed.Seconds(), rate(out.EventsCopied, elapsed)
-				if err != nil {
-					if errors.Is(err, errStopped) || e.ctx.Err() != nil {
-						return fmt.Errorf("interrupted after copying %s events of %s ids; run the same command again to resume", num(out.EventsCopied), num(out.IDsCopied))
-					}
-					return err
-				}
-				if *verify {
-					if out.Mismatches, err = c.verify(e.ctx); err != nil {
-						return fmt.Errorf("verify: %w", err)
-					}
-					out.Verified = len(out.Mismatches) == 0
-				}
-				if *asJSON {
-					if err := writeJSON(e.stdout, out); err != nil {
-						return err
-					}
-				} else {
-					fmt.Fprintf(e.stdout, "copied %s events of %s ids (%s ids in the source) and %s snapshots in %s (%s events/s)\n",
-						num(out.EventsCopied), num(out.IDsCopied), num(out.IDs), num(out.SnapshotsCopied), dur(elapsed), num(out.EventsPerSecond))
-					switch {
-					case !*verify:
-						fmt.Fprintln(e.stdout, "not verified (--verify=false)")
-					case out.Verified:
-						fmt.Fprintf(e.stdout, "verified %s ids: event counts, highest sequence numbers and snapshots equal\n", num(out.IDs))
-					default:
-						for i, m := range out.Mismatches {
-							if i == 20 {
-								fmt.Fprintf(e.stdout, "... and %d more\n", len(out.Mismatches)-i)
-								break
-							}
-							fmt.Fprintln(e.stdout, "differs: "+m)
-						}
-					}
-				}
-				if len(out.Mismatches) > 0 {
-					return fmt.Errorf("verification failed: %d ids differ between the stores", len(out.Mismatches))
-				}
-				return nil
-			}
+			return c.command
 		},
 	}
+}
+
+// copyReport is the --json shape of copy.
+type copyReport struct {
+	From            string   `json:"from"` // the URLs, passwords redacted
+	To              string   `json:"to"`
+	IDs             int64    `json:"ids"` // ids in the source
+	IDsCopied       int64    `json:"ids_copied"`
+	EventsCopied    int64    `json:"events_copied"`
+	SnapshotsCopied int64    `json:"snapshots_copied"`
+	Seconds         float64  `json:"seconds"`
+	EventsPerSecond int64    `json:"events_per_second"`
+	Verified        bool     `json:"verified"` // false with --verify=false
+	Mismatches      []string `json:"mismatches"`
+}
+
+// command opens the stores, copies, verifies and prints the report.
+func (c *copier) command(e *env, _ []string) error {
+	if c.from == "" || c.to == "" {
+		return usagef("set both --from URL and --to URL")
+	}
+	if c.batch < 1 {
+		return usagef("--batch must be at least 1")
+	}
+	src, err := e.mux.Open(e.ctx, c.from, stores.Existing)
+	if err != nil {
+		return fmt.Errorf("source: %w", err)
+	}
+	defer src.Close()
+	tgt, err := e.mux.Open(e.ctx, c.to, stores.Create)
+	if err != nil {
+		return fmt.Errorf("target: %w", err)
+	}
+	defer tgt.Close()
+	if sameStore(src, tgt) {
+		return usagef("--from and --to name the same store (%s)", src.Where)
+	}
+	c.src, c.tgt = src, tgt
+	ids, ok := src.Queries.(query.PersistenceIDsQuery)
+	if !ok {
+		return fmt.Errorf("the source (%s) cannot list its persistence ids", src.Kind)
+	}
+	c.ids = ids
+	out := copyReport{From: stores.Redact(c.from), To: stores.Redact(c.to), Mismatches: []string{}}
+	start := time.Now()
+	stop := statusLine(e.stderr, func() string { return c.status(time.Since(start)) })
+	err = c.run(e.ctx)
+	stop()
+	elapsed := time.Since(start)
+	out.IDs, out.IDsCopied, out.EventsCopied, out.SnapshotsCopied = c.seen.Load(), c.idsCopied, c.events.Load(), c.snapsCopied
+	out.Seconds, out.EventsPerSecond = elapsed.Seconds(), rate(out.EventsCopied, elapsed)
+	if err != nil {
+		if errors.Is(err, errStopped) || e.ctx.Err() != nil {
+			return fmt.Errorf("interrupted after copying %s events of %s ids; run the same command again to resume", num(out.EventsCopied), num(out.IDsCopied))
+		}
+		return err
+	}
+	if c.verifying {
+		if out.Mismatches, err = c.verify(e.ctx); err != nil {
+			return fmt.Errorf("verify: %w", err)
+		}
+		out.Verified = len(out.Mismatches) == 0
+	}
+	if err := c.report(e, out, elapsed); err != nil {
+		return err
+	}
+	if len(out.Mismatches) > 0 {
+		return fmt.Errorf("verification failed: %d ids differ between the stores", len(out.Mismatches))
+	}
+	return nil
+}
+
+// report prints out, as JSON or for people.
+func (c *copier) report(e *env, out copyReport, elapsed time.Duration) error {
+	if *c.asJSON {
+		return writeJSON(e.stdout, out)
+	}
+	fmt.Fprintf(e.stdout, "copied %s events of %s ids (%s ids in the source) and %s snapshots in %s (%s events/s)\n",
+		num(out.EventsCopied), num(out.IDsCopied), num(out.IDs), num(out.SnapshotsCopied), dur(elapsed), num(out.EventsPerSecond))
+	switch {
+	case !c.verifying:
+		fmt.Fprintln(e.stdout, "not verified (--verify=false)")
+	case out.Verified:
+		fmt.Fprintf(e.stdout, "verified %s ids: event counts, highest sequence numbers and snapshots equal\n", num(out.IDs))
+	default:
+		for i, m := range out.Mismatches {
+			if i == 20 {
+				fmt.Fprintf(e.stdout, "... and %d more\n", len(out.Mismatches)-i)
+				break
+			}
+			fmt.Fprintln(e.stdout, "differs: "+m)
+		}
+	}
+	return nil
 }
 
 // sameStore reports whether a and b are one store (memory stores never
@@ -170,6 +181,10 @@ const idsPage = 1000
 
 // copier copies one store into another.
 type copier struct {
+	from, to  string // --from, --to
+	verifying bool   // --verify
+	asJSON    *bool
+
 	src, tgt   *stores.Store
 	ids        query.PersistenceIDsQuery
 	entityType string

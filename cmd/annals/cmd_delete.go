@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"flag"
 	"fmt"
 	"math"
@@ -35,105 +36,130 @@ deleted events), "dry_run", "deleted"}.`,
 		},
 		minArgs: 2, maxArgs: 2,
 		setup: func(fs *flag.FlagSet) func(*env, []string) error {
-			store, asJSON := storeFlag(fs), jsonFlag(fs)
-			yes := fs.Bool("yes", false, "delete without asking")
-			dry := fs.Bool("dry-run", false, "show what would be deleted; change nothing")
-			uncovered := fs.Bool("allow-uncovered", false, "delete even when no snapshot covers the deleted events (the entity can then not recover its state)")
-			return func(e *env, args []string) error {
-				pid := args[0]
-				to, err := strconv.ParseInt(args[1], 10, 64)
-				if err != nil || to < 0 {
-					return usagef("SEQ %q: want a sequence number (0 or more)", args[1])
-				}
-				s, err := e.open(*store, stores.Existing)
-				if err != nil {
-					return err
-				}
-				defer s.Close()
-				highest, err := s.Journal.HighestSequenceNr(e.ctx, pid, 0)
-				if err != nil {
-					return err
-				}
-				var n, first, last, kept int64
-				for r, err := range s.Journal.Replay(e.ctx, pid, 1, math.MaxInt64, math.MaxInt64) {
-					if err != nil {
-						return err
-					}
-					if r.SequenceNr > to {
-						kept++
-						continue
-					}
-					if n == 0 {
-						first = r.SequenceNr
-					}
-					n, last = n+1, r.SequenceNr
-				}
-				var snapSeq int64
-				if s.Snapshots != nil {
-					snap, ok, err := s.Snapshots.Load(e.ctx, pid, snapshot.Latest())
-					if err != nil {
-						return err
-					}
-					if ok {
-						snapSeq = snap.Metadata.SequenceNr
-					}
-				}
-				covered := n == 0 || snapSeq >= last
-				where := s.Kind + " " + s.Where
-				out := struct {
-					PersistenceID string `json:"persistence_id"`
-					Store         string `json:"store"`
-					To            int64  `json:"to"`
-					Events        int64  `json:"events"`
-					First         int64  `json:"first"`
-					Last          int64  `json:"last"`
-					Highest       int64  `json:"highest_sequence_nr"`
-					Kept          int64  `json:"kept"`
-					Snapshot      int64  `json:"snapshot_sequence_nr"`
-					Covered       bool   `json:"covered"`
-					DryRun        bool   `json:"dry_run"`
-					Deleted       bool   `json:"deleted"`
-				}{pid, where, to, n, first, last, highest, kept, snapSeq, covered, *dry, false}
-				coverage := fmt.Sprintf("the snapshot at %d covers them: recovery starts from it", snapSeq)
-				if !covered {
-					coverage = fmt.Sprintf("no snapshot covers them (the latest is at %d): %s could no longer recover its state", snapSeq, pid)
-					if snapSeq == 0 {
-						coverage = fmt.Sprintf("no snapshot covers them (%s has none): %s could no longer recover its state", pid, pid)
-					}
-				}
-				report := func() error {
-					if *asJSON {
-						return writeJSON(e.stdout, out)
-					}
-					verb := "deleted"
-					if !out.Deleted {
-						verb = "would delete"
-					}
-					if n == 0 {
-						fmt.Fprintf(e.stdout, "nothing to delete: %q has no events up to %d in %s (highest sequence number %d)\n", pid, to, where, highest)
-						return nil
-					}
-					fmt.Fprintf(e.stdout, "%s %s events of %q in %s (sequence numbers %d–%d); %s kept; the highest sequence number stays %d;\n%s\n",
-						verb, num(n), pid, where, first, last, num(kept), highest, coverage)
-					return nil
-				}
-				if n == 0 || *dry {
-					return report()
-				}
-				if !covered && !*uncovered {
-					return usagef("refusing: %s; take a snapshot at or after %d first, or pass --allow-uncovered if the entity does not need its history", coverage, last)
-				}
-				if err := e.confirm(fmt.Sprintf("Delete %s events of %s up to %d in %s? %s.", num(n), pid, to, where, coverage), *yes); err != nil {
-					return err
-				}
-				if err := s.Journal.DeleteTo(e.ctx, pid, to); err != nil {
-					return err
-				}
-				out.Deleted = true
-				return report()
-			}
+			c := &deleteToCmd{}
+			c.store, c.asJSON = storeFlag(fs), jsonFlag(fs)
+			fs.BoolVar(&c.yes, "yes", false, "delete without asking")
+			fs.BoolVar(&c.dry, "dry-run", false, "show what would be deleted; change nothing")
+			fs.BoolVar(&c.uncovered, "allow-uncovered", false, "delete even when no snapshot covers the deleted events (the entity can then not recover its state)")
+			return c.run
 		},
 	}
+}
+
+// deleteToCmd is annals delete-to: its flags.
+type deleteToCmd struct {
+	store               *string
+	asJSON              *bool
+	yes, dry, uncovered bool
+}
+
+// deleteToReport is the --json shape of delete-to: what goes (or went).
+type deleteToReport struct {
+	PersistenceID string `json:"persistence_id"`
+	Store         string `json:"store"`
+	To            int64  `json:"to"`
+	Events        int64  `json:"events"` // how many go
+	First         int64  `json:"first"`  // their sequence numbers, 0 when none
+	Last          int64  `json:"last"`
+	Highest       int64  `json:"highest_sequence_nr"`
+	Kept          int64  `json:"kept"`                 // events after To
+	Snapshot      int64  `json:"snapshot_sequence_nr"` // the latest snapshot's, 0 when none
+	Covered       bool   `json:"covered"`              // a snapshot covers the deleted events
+	DryRun        bool   `json:"dry_run"`
+	Deleted       bool   `json:"deleted"`
+}
+
+func (c *deleteToCmd) run(e *env, args []string) error {
+	pid := args[0]
+	to, err := strconv.ParseInt(args[1], 10, 64)
+	if err != nil || to < 0 {
+		return usagef("SEQ %q: want a sequence number (0 or more)", args[1])
+	}
+	s, err := e.open(*c.store, stores.Existing)
+	if err != nil {
+		return err
+	}
+	defer s.Close()
+	out, err := c.plan(e.ctx, s, pid, to)
+	if err != nil {
+		return err
+	}
+	if out.Events == 0 || c.dry {
+		return c.report(e, out)
+	}
+	if !out.Covered && !c.uncovered {
+		return usagef("refusing: %s; take a snapshot at or after %d first, or pass --allow-uncovered if the entity does not need its history", out.coverage(), out.Last)
+	}
+	if err := e.confirm(fmt.Sprintf("Delete %s events of %s up to %d in %s? %s.", num(out.Events), pid, to, out.Store, out.coverage()), c.yes); err != nil {
+		return err
+	}
+	if err := s.Journal.DeleteTo(e.ctx, pid, to); err != nil {
+		return err
+	}
+	out.Deleted = true
+	return c.report(e, out)
+}
+
+// plan reads what deleting the events of pid up to to would remove.
+func (c *deleteToCmd) plan(ctx context.Context, s *stores.Store, pid string, to int64) (deleteToReport, error) {
+	out := deleteToReport{PersistenceID: pid, Store: s.Kind + " " + s.Where, To: to, DryRun: c.dry}
+	highest, err := s.Journal.HighestSequenceNr(ctx, pid, 0)
+	if err != nil {
+		return out, err
+	}
+	out.Highest = highest
+	for r, err := range s.Journal.Replay(ctx, pid, 1, math.MaxInt64, math.MaxInt64) {
+		if err != nil {
+			return out, err
+		}
+		if r.SequenceNr > to {
+			out.Kept++
+			continue
+		}
+		if out.Events == 0 {
+			out.First = r.SequenceNr
+		}
+		out.Events, out.Last = out.Events+1, r.SequenceNr
+	}
+	if s.Snapshots != nil {
+		snap, ok, err := s.Snapshots.Load(ctx, pid, snapshot.Latest())
+		if err != nil {
+			return out, err
+		}
+		if ok {
+			out.Snapshot = snap.Metadata.SequenceNr
+		}
+	}
+	out.Covered = out.Events == 0 || out.Snapshot >= out.Last
+	return out, nil
+}
+
+// coverage says whether a snapshot covers the deleted events.
+func (r deleteToReport) coverage() string {
+	switch {
+	case r.Covered:
+		return fmt.Sprintf("the snapshot at %d covers them: recovery starts from it", r.Snapshot)
+	case r.Snapshot == 0:
+		return fmt.Sprintf("no snapshot covers them (%s has none): %s could no longer recover its state", r.PersistenceID, r.PersistenceID)
+	}
+	return fmt.Sprintf("no snapshot covers them (the latest is at %d): %s could no longer recover its state", r.Snapshot, r.PersistenceID)
+}
+
+func (c *deleteToCmd) report(e *env, out deleteToReport) error {
+	if *c.asJSON {
+		return writeJSON(e.stdout, out)
+	}
+	verb := "deleted"
+	if !out.Deleted {
+		verb = "would delete"
+	}
+	if out.Events == 0 {
+		fmt.Fprintf(e.stdout, "nothing to delete: %q has no events up to %d in %s (highest sequence number %d)\n", out.PersistenceID, out.To, out.Store, out.Highest)
+		return nil
+	}
+	fmt.Fprintf(e.stdout, "%s %s events of %q in %s (sequence numbers %d–%d); %s kept; the highest sequence number stays %d;\n%s\n",
+		verb, num(out.Events), out.PersistenceID, out.Store, out.First, out.Last, num(out.Kept), out.Highest, out.coverage())
+	return nil
 }
 
 func deleteSnapshotsCommand() *command {

@@ -33,72 +33,96 @@ page (--after the last id printed).
 		},
 		maxArgs: 0,
 		setup: func(fs *flag.FlagSet) func(*env, []string) error {
-			store, asJSON := storeFlag(fs), jsonFlag(fs)
-			typ := fs.String("type", "", "only ids of this entity `TYPE`")
-			after := fs.String("after", "", "start after this `ID` (the next_after of the previous page)")
-			limit := fs.Int("limit", 100, "`N` ids per page; 0 for all")
-			return func(e *env, _ []string) error {
-				if *limit < 0 {
-					return usagef("--limit must not be negative")
-				}
-				s, err := e.open(*store, stores.Existing)
-				if err != nil {
-					return err
-				}
-				defer s.Close()
-				q, ok := s.Queries.(query.PersistenceIDsQuery)
-				if !ok {
-					return fmt.Errorf("the %s store cannot list persistence ids", s.Kind)
-				}
-				ask := *limit
-				if ask > 0 {
-					ask++ // one more, to know whether there is a next page
-				}
-				ids, err := q.CurrentPersistenceIDs(e.ctx, *typ, *after, ask)
-				if err != nil {
-					return err
-				}
-				next := ""
-				if *limit > 0 && len(ids) > *limit {
-					ids = ids[:*limit]
-					next = ids[len(ids)-1]
-				}
-				type idJSON struct {
-					PersistenceID string `json:"persistence_id"`
-					Highest       int64  `json:"highest_sequence_nr"`
-				}
-				out := struct {
-					IDs       []idJSON `json:"ids"`
-					NextAfter string   `json:"next_after"`
-				}{IDs: []idJSON{}, NextAfter: next}
-				for _, id := range ids {
-					h, err := s.Journal.HighestSequenceNr(e.ctx, id, 0)
-					if err != nil {
-						return err
-					}
-					out.IDs = append(out.IDs, idJSON{id, h})
-				}
-				if *asJSON {
-					return writeJSON(e.stdout, out)
-				}
-				if len(ids) == 0 {
-					fmt.Fprintln(e.stderr, "no persistence ids")
-					return nil
-				}
-				tw := table(e.stdout, "PERSISTENCE ID", "HIGHEST SEQ")
-				for _, id := range out.IDs {
-					row(tw, id.PersistenceID, id.Highest)
-				}
-				if err := tw.Flush(); err != nil {
-					return err
-				}
-				if next != "" {
-					fmt.Fprintf(e.stderr, "more ids: add --after '%s'\n", next)
-				}
-				return nil
-			}
+			c := &idsCmd{}
+			c.store, c.asJSON = storeFlag(fs), jsonFlag(fs)
+			fs.StringVar(&c.entityType, "type", "", "only ids of this entity `TYPE`")
+			fs.StringVar(&c.after, "after", "", "start after this `ID` (the next_after of the previous page)")
+			fs.IntVar(&c.limit, "limit", 100, "`N` ids per page; 0 for all")
+			return c.run
 		},
 	}
+}
+
+// idsCmd is annals ids: its flags.
+type idsCmd struct {
+	store             *string
+	asJSON            *bool
+	entityType, after string
+	limit             int
+}
+
+// idsReport is the --json shape of ids: a page of them.
+type idsReport struct {
+	IDs       []idEntry `json:"ids"`
+	NextAfter string    `json:"next_after"` // "" on the last page
+}
+
+// idEntry is one persistence id of idsReport.
+type idEntry struct {
+	PersistenceID string `json:"persistence_id"`
+	Highest       int64  `json:"highest_sequence_nr"`
+}
+
+func (c *idsCmd) run(e *env, _ []string) error {
+	if c.limit < 0 {
+		return usagef("--limit must not be negative")
+	}
+	s, err := e.open(*c.store, stores.Existing)
+	if err != nil {
+		return err
+	}
+	defer s.Close()
+	out, err := c.page(e.ctx, s)
+	if err != nil {
+		return err
+	}
+	if *c.asJSON {
+		return writeJSON(e.stdout, out)
+	}
+	if len(out.IDs) == 0 {
+		fmt.Fprintln(e.stderr, "no persistence ids")
+		return nil
+	}
+	tw := table(e.stdout, "PERSISTENCE ID", "HIGHEST SEQ")
+	for _, id := range out.IDs {
+		row(tw, id.PersistenceID, id.Highest)
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	if out.NextAfter != "" {
+		fmt.Fprintf(e.stderr, "more ids: add --after '%s'\n", out.NextAfter)
+	}
+	return nil
+}
+
+// page lists one page of ids with their highest sequence numbers.
+func (c *idsCmd) page(ctx context.Context, s *stores.Store) (idsReport, error) {
+	out := idsReport{IDs: []idEntry{}}
+	q, ok := s.Queries.(query.PersistenceIDsQuery)
+	if !ok {
+		return out, fmt.Errorf("the %s store cannot list persistence ids", s.Kind)
+	}
+	ask := c.limit
+	if ask > 0 {
+		ask++ // one more, to know whether there is a next page
+	}
+	ids, err := q.CurrentPersistenceIDs(ctx, c.entityType, c.after, ask)
+	if err != nil {
+		return out, err
+	}
+	if c.limit > 0 && len(ids) > c.limit {
+		ids = ids[:c.limit]
+		out.NextAfter = ids[len(ids)-1]
+	}
+	for _, id := range ids {
+		h, err := s.Journal.HighestSequenceNr(ctx, id, 0)
+		if err != nil {
+			return out, err
+		}
+		out.IDs = append(out.IDs, idEntry{id, h})
+	}
+	return out, nil
 }
 
 func eventsCommand() *command {
@@ -123,75 +147,98 @@ tail --from-offset takes it), "timestamp", "entity_type", "slice",
 		},
 		minArgs: 1, maxArgs: 1,
 		setup: func(fs *flag.FlagSet) func(*env, []string) error {
-			store, asJSON := storeFlag(fs), jsonFlag(fs)
-			from := fs.Int64("from", 1, "first sequence number `SEQ`")
-			to := fs.Int64("to", math.MaxInt64, "last sequence number `SEQ`")
-			limit := fs.Int64("limit", 0, "at most `N` events; 0 for all")
-			full := fs.Bool("full", false, "print whole payloads in the table")
-			return func(e *env, args []string) error {
-				pid := args[0]
-				if *to < 0 || *limit < 0 {
-					return usagef("--to and --limit must not be negative")
-				}
-				if *from > *to {
-					return usagef("--from %d is after --to %d", *from, *to)
-				}
-				s, err := e.open(*store, stores.Existing)
-				if err != nil {
-					return err
-				}
-				defer s.Close()
-				max := *limit
-				if max == 0 {
-					max = math.MaxInt64
-				}
-				var tw flusher
-				if !*asJSON {
-					tw = table(e.stdout, "SEQ", "TIMESTAMP", "SERIALIZER", "MANIFEST", "TAGS", "PAYLOAD")
-				}
-				enc := json.NewEncoder(e.stdout)
-				n := 0
-				for r, err := range s.Journal.Replay(e.ctx, pid, *from, *to, max) {
-					if err != nil {
-						return err
-					}
-					n++
-					env := query.FromRepr(r, query.SequenceOffset(r.Ordering))
-					if *asJSON {
-						if err := enc.Encode(toEventJSON(env, r.Ordering > 0)); err != nil {
-							return err
-						}
-						continue
-					}
-					row(tw, r.SequenceNr, timeText(r.Timestamp), serializerText(r.SerializerID), textOr(r.Manifest, "-"), tagsText(r.Tags), payloadText(r.SerializerID, r.Payload, *full))
-					if n%1000 == 0 {
-						if err := tw.Flush(); err != nil {
-							return err
-						}
-					}
-				}
-				if n == 0 {
-					h, err := s.Journal.HighestSequenceNr(e.ctx, pid, 0)
-					if err != nil {
-						return err
-					}
-					if h == 0 {
-						fmt.Fprintf(e.stderr, "no events stored for %q\n", pid)
-						if !strings.Contains(pid, annals.Separator) {
-							fmt.Fprintf(e.stderr, "(%q has no %q: persistence ids are TYPE%sID, such as Account%sa-42; 'annals ids' lists them)\n", pid, annals.Separator, annals.Separator, annals.Separator)
-						}
-					} else {
-						fmt.Fprintf(e.stderr, "no events of %q in the range (highest sequence number %d; events up to some number may have been deleted)\n", pid, h)
-					}
-					return nil
-				}
-				if tw != nil {
-					return tw.Flush()
-				}
-				return nil
-			}
+			c := &eventsCmd{}
+			c.store, c.asJSON = storeFlag(fs), jsonFlag(fs)
+			fs.Int64Var(&c.from, "from", 1, "first sequence number `SEQ`")
+			fs.Int64Var(&c.to, "to", math.MaxInt64, "last sequence number `SEQ`")
+			fs.Int64Var(&c.limit, "limit", 0, "at most `N` events; 0 for all")
+			fs.BoolVar(&c.full, "full", false, "print whole payloads in the table")
+			return c.run
 		},
 	}
+}
+
+// eventsCmd is annals events: its flags. Its --json lines are eventJSON.
+type eventsCmd struct {
+	store           *string
+	asJSON          *bool
+	from, to, limit int64
+	full            bool
+}
+
+func (c *eventsCmd) run(e *env, args []string) error {
+	pid := args[0]
+	if c.to < 0 || c.limit < 0 {
+		return usagef("--to and --limit must not be negative")
+	}
+	if c.from > c.to {
+		return usagef("--from %d is after --to %d", c.from, c.to)
+	}
+	s, err := e.open(*c.store, stores.Existing)
+	if err != nil {
+		return err
+	}
+	defer s.Close()
+	n, err := c.print(e, s, pid)
+	if err != nil || n > 0 {
+		return err
+	}
+	return c.explainNone(e, s, pid)
+}
+
+// print prints the events of pid in the range, as a table or JSON lines,
+// and returns how many there were.
+func (c *eventsCmd) print(e *env, s *stores.Store, pid string) (int, error) {
+	max := c.limit
+	if max == 0 {
+		max = math.MaxInt64
+	}
+	var tw flusher
+	if !*c.asJSON {
+		tw = table(e.stdout, "SEQ", "TIMESTAMP", "SERIALIZER", "MANIFEST", "TAGS", "PAYLOAD")
+	}
+	enc := json.NewEncoder(e.stdout)
+	n := 0
+	for r, err := range s.Journal.Replay(e.ctx, pid, c.from, c.to, max) {
+		if err != nil {
+			return n, err
+		}
+		n++
+		env := query.FromRepr(r, query.SequenceOffset(r.Ordering))
+		if *c.asJSON {
+			if err := enc.Encode(toEventJSON(env, r.Ordering > 0)); err != nil {
+				return n, err
+			}
+			continue
+		}
+		row(tw, r.SequenceNr, timeText(r.Timestamp), serializerText(r.SerializerID), textOr(r.Manifest, "-"), tagsText(r.Tags), payloadText(r.SerializerID, r.Payload, c.full))
+		if n%1000 == 0 {
+			if err := tw.Flush(); err != nil {
+				return n, err
+			}
+		}
+	}
+	if tw != nil && n > 0 {
+		return n, tw.Flush()
+	}
+	return n, nil
+}
+
+// explainNone says on stderr why pid has no events in the range.
+func (c *eventsCmd) explainNone(e *env, s *stores.Store, pid string) error {
+	h, err := s.Journal.HighestSequenceNr(e.ctx, pid, 0)
+	if err != nil {
+		return err
+	}
+	if h == 0 {
+		fmt.Fprintf(e.stderr, "no events stored for %q\n", pid)
+		if !strings.Contains(pid, annals.Separator) {
+			fmt.Fprintf(e.stderr, "(%q has no %q: persistence ids are TYPE%sID, such as Account%sa-42; 'annals ids' lists them)\n", pid, annals.Separator, annals.Separator, annals.Separator)
+		}
+	} else {
+		fmt.Fprintf(e.stderr, "no events of %q in the range (highest sequence number %d; events up to some number may have been deleted)\n", pid, h)
+	}
+	return nil
 }
 
 type flusher interface {

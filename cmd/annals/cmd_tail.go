@@ -33,112 +33,151 @@ with "offset" set.`,
 		},
 		maxArgs: 0,
 		setup: func(fs *flag.FlagSet) func(*env, []string) error {
-			store, asJSON := storeFlag(fs), jsonFlag(fs)
-			id := fs.String("id", "", "events of this persistence `ID`")
-			fromSeq := fs.Int64("from-seq", 0, "with --id: after this sequence number `N`")
-			tag := fs.String("tag", "", "events with this `TAG`")
-			typ := fs.String("type", "", "events of this entity `TYPE`")
-			slices := fs.String("slices", "0-1023", "with --type: the slice range `MIN-MAX`")
-			from := fs.String("from-offset", "", "start after this `OFFSET`, as printed ({\"seq\":42}); default: the start")
-			limit := fs.Int64("limit", 0, "stop after `N` events; 0: no limit")
-			current := fs.Bool("current", false, "stop at the events stored when the command started")
-			full := fs.Bool("full", false, "print whole payloads")
-			return func(e *env, _ []string) error {
-				given := 0
-				for _, v := range []string{*id, *tag, *typ} {
-					if v != "" {
-						given++
-					}
-				}
-				if given != 1 {
-					return usagef("give one of --id ID, --tag TAG or --type TYPE (with --slices)")
-				}
-				if *fromSeq < 0 {
-					return usagef("--from-seq must not be negative")
-				}
-				r, ok := sliceRange(*slices)
-				if !ok {
-					return usagef("--slices %q: want min-max within 0-%d", *slices, annals.NumberOfSlices-1)
-				}
-				if *limit < 0 {
-					return usagef("--limit must not be negative")
-				}
-				after := query.NoOffset()
-				if *from != "" {
-					var err error
-					if after, err = parseOffset(*from); err != nil {
-						return err
-					}
-				}
-				s, err := e.open(*store, stores.Existing)
-				if err != nil {
-					return err
-				}
-				defer s.Close()
-				ctx, cancel := context.WithCancel(e.ctx)
-				defer cancel()
-				var events iter.Seq2[query.Envelope, error]
-				what := ""
-				if *id != "" {
-					q, ok := s.Queries.(query.EventsByPersistenceIDQuery)
-					if !ok {
-						return fmt.Errorf("the %s store has no queries by persistence id", s.Kind)
-					}
-					what = fmt.Sprintf("events of %q", *id)
-					after = query.SequenceOffset(*fromSeq)
-					const noEnd = 1<<63 - 1
-					events = pick(*current, func() iter.Seq2[query.Envelope, error] {
-						return q.CurrentEventsByPersistenceID(ctx, *id, *fromSeq+1, noEnd)
-					},
-						func() *query.Stream[query.Envelope] { return q.EventsByPersistenceID(ctx, *id, *fromSeq+1, noEnd) })
-				} else if *tag != "" {
-					q, ok := s.Queries.(query.EventsByTagQuery)
-					if !ok {
-						return fmt.Errorf("the %s store has no queries by tag", s.Kind)
-					}
-					what = fmt.Sprintf("events tagged %q", *tag)
-					events = pick(*current, func() iter.Seq2[query.Envelope, error] { return q.CurrentEventsByTag(ctx, *tag, after) },
-						func() *query.Stream[query.Envelope] { return q.EventsByTag(ctx, *tag, after) })
-				} else {
-					q, ok := s.Queries.(query.EventsBySlicesQuery)
-					if !ok {
-						return fmt.Errorf("the %s store has no queries by slices", s.Kind)
-					}
-					what = fmt.Sprintf("events of %s in slices %s", *typ, r)
-					events = pick(*current, func() iter.Seq2[query.Envelope, error] {
-						return q.CurrentEventsBySlices(ctx, *typ, r.Min, r.Max, after)
-					}, func() *query.Stream[query.Envelope] { return q.EventsBySlices(ctx, *typ, r.Min, r.Max, after) })
-				}
-				if *current {
-					fmt.Fprintf(e.stderr, "annals tail: %s after %s, up to now\n", what, offsetText(after))
-				} else {
-					fmt.Fprintf(e.stderr, "annals tail: following %s after %s; Ctrl-C to stop\n", what, offsetText(after))
-				}
-				enc := json.NewEncoder(e.stdout)
-				var n int64
-				for env, err := range events {
-					if err != nil {
-						if e.ctx.Err() != nil {
-							return nil // interrupted: the normal end of a live tail
-						}
-						return err
-					}
-					if *asJSON {
-						if err := enc.Encode(toEventJSON(env, true)); err != nil {
-							return err
-						}
-					} else {
-						fmt.Fprintf(e.stdout, "%s  %s  %d  %s  %s  %s  %s  %s\n", offsetText(env.Offset), env.PersistenceID, env.SequenceNr, timeText(env.Timestamp),
-							serializerText(env.SerializerID), textOr(env.Manifest, "-"), tagsText(env.Tags), payloadText(env.SerializerID, env.Payload, *full))
-					}
-					if n++; *limit > 0 && n >= *limit {
-						return nil
-					}
-				}
-				return nil
-			}
+			c := &tailCmd{}
+			c.store, c.asJSON = storeFlag(fs), jsonFlag(fs)
+			fs.StringVar(&c.id, "id", "", "events of this persistence `ID`")
+			fs.Int64Var(&c.fromSeq, "from-seq", 0, "with --id: after this sequence number `N`")
+			fs.StringVar(&c.tag, "tag", "", "events with this `TAG`")
+			fs.StringVar(&c.entityType, "type", "", "events of this entity `TYPE`")
+			fs.StringVar(&c.slices, "slices", "0-1023", "with --type: the slice range `MIN-MAX`")
+			fs.StringVar(&c.from, "from-offset", "", "start after this `OFFSET`, as printed ({\"seq\":42}); default: the start")
+			fs.Int64Var(&c.limit, "limit", 0, "stop after `N` events; 0: no limit")
+			fs.BoolVar(&c.current, "current", false, "stop at the events stored when the command started")
+			fs.BoolVar(&c.full, "full", false, "print whole payloads")
+			return c.run
 		},
 	}
+}
+
+// tailCmd is annals tail: its flags, and what they select. Its --json
+// lines are eventJSON.
+type tailCmd struct {
+	store               *string
+	asJSON              *bool
+	id, tag, entityType string
+	fromSeq, limit      int64
+	slices, from        string
+	current, full       bool
+
+	r     annals.SliceRange // of --slices
+	after query.Offset      // of --from-offset (or --from-seq with --id)
+}
+
+func (c *tailCmd) run(e *env, _ []string) error {
+	if err := c.check(); err != nil {
+		return err
+	}
+	s, err := e.open(*c.store, stores.Existing)
+	if err != nil {
+		return err
+	}
+	defer s.Close()
+	ctx, cancel := context.WithCancel(e.ctx)
+	defer cancel()
+	events, what, err := c.source(ctx, s)
+	if err != nil {
+		return err
+	}
+	if c.current {
+		fmt.Fprintf(e.stderr, "annals tail: %s after %s, up to now\n", what, offsetText(c.after))
+	} else {
+		fmt.Fprintf(e.stderr, "annals tail: following %s after %s; Ctrl-C to stop\n", what, offsetText(c.after))
+	}
+	return c.print(e, events)
+}
+
+// check checks the flags and parses --slices and --from-offset.
+func (c *tailCmd) check() error {
+	given := 0
+	for _, v := range []string{c.id, c.tag, c.entityType} {
+		if v != "" {
+			given++
+		}
+	}
+	if given != 1 {
+		return usagef("give one of --id ID, --tag TAG or --type TYPE (with --slices)")
+	}
+	if c.fromSeq < 0 {
+		return usagef("--from-seq must not be negative")
+	}
+	r, ok := sliceRange(c.slices)
+	if !ok {
+		return usagef("--slices %q: want min-max within 0-%d", c.slices, annals.NumberOfSlices-1)
+	}
+	c.r = r
+	if c.limit < 0 {
+		return usagef("--limit must not be negative")
+	}
+	c.after = query.NoOffset()
+	if c.from != "" {
+		var err error
+		if c.after, err = parseOffset(c.from); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// source returns the events the flags select, current or live, and what
+// they are for people.
+func (c *tailCmd) source(ctx context.Context, s *stores.Store) (iter.Seq2[query.Envelope, error], string, error) {
+	switch {
+	case c.id != "":
+		q, ok := s.Queries.(query.EventsByPersistenceIDQuery)
+		if !ok {
+			return nil, "", fmt.Errorf("the %s store has no queries by persistence id", s.Kind)
+		}
+		c.after = query.SequenceOffset(c.fromSeq)
+		const noEnd = 1<<63 - 1
+		return pick(c.current, func() iter.Seq2[query.Envelope, error] {
+			return q.CurrentEventsByPersistenceID(ctx, c.id, c.fromSeq+1, noEnd)
+		},
+			func() *query.Stream[query.Envelope] { return q.EventsByPersistenceID(ctx, c.id, c.fromSeq+1, noEnd) }), fmt.Sprintf("events of %q", c.id), nil
+	case c.tag != "":
+		q, ok := s.Queries.(query.EventsByTagQuery)
+		if !ok {
+			return nil, "", fmt.Errorf("the %s store has no queries by tag", s.Kind)
+		}
+		return pick(c.current, func() iter.Seq2[query.Envelope, error] { return q.CurrentEventsByTag(ctx, c.tag, c.after) },
+			func() *query.Stream[query.Envelope] { return q.EventsByTag(ctx, c.tag, c.after) }), fmt.Sprintf("events tagged %q", c.tag), nil
+	}
+	q, ok := s.Queries.(query.EventsBySlicesQuery)
+	if !ok {
+		return nil, "", fmt.Errorf("the %s store has no queries by slices", s.Kind)
+	}
+	r := c.r
+	return pick(c.current, func() iter.Seq2[query.Envelope, error] {
+		return q.CurrentEventsBySlices(ctx, c.entityType, r.Min, r.Max, c.after)
+	}, func() *query.Stream[query.Envelope] {
+		return q.EventsBySlices(ctx, c.entityType, r.Min, r.Max, c.after)
+	}), fmt.Sprintf("events of %s in slices %s", c.entityType, r), nil
+}
+
+// print prints events, one line each, until they end, --limit, or an
+// interrupt (the normal end of a live tail).
+func (c *tailCmd) print(e *env, events iter.Seq2[query.Envelope, error]) error {
+	enc := json.NewEncoder(e.stdout)
+	var n int64
+	for env, err := range events {
+		if err != nil {
+			if e.ctx.Err() != nil {
+				return nil // interrupted: the normal end of a live tail
+			}
+			return err
+		}
+		if *c.asJSON {
+			if err := enc.Encode(toEventJSON(env, true)); err != nil {
+				return err
+			}
+		} else {
+			fmt.Fprintf(e.stdout, "%s  %s  %d  %s  %s  %s  %s  %s\n", offsetText(env.Offset), env.PersistenceID, env.SequenceNr, timeText(env.Timestamp),
+				serializerText(env.SerializerID), textOr(env.Manifest, "-"), tagsText(env.Tags), payloadText(env.SerializerID, env.Payload, c.full))
+		}
+		if n++; c.limit > 0 && n >= c.limit {
+			return nil
+		}
+	}
+	return nil
 }
 
 // pick returns the current query's results, or the live stream's (whose

@@ -15,24 +15,11 @@ import (
 	"github.com/annals-go/annals/store/sqlite"
 )
 
-type copyResult struct {
-	From            string   `json:"from"`
-	To              string   `json:"to"`
-	IDs             int64    `json:"ids"`
-	IDsCopied       int64    `json:"ids_copied"`
-	EventsCopied    int64    `json:"events_copied"`
-	SnapshotsCopied int64    `json:"snapshots_copied"`
-	Seconds         float64  `json:"seconds"`
-	EventsPerSecond int64    `json:"events_per_second"`
-	Verified        bool     `json:"verified"`
-	Mismatches      []string `json:"mismatches"`
-}
-
 func TestCopy(t *testing.T) {
 	t.Parallel()
 	forEachStore(t, func(t *testing.T, k storeKind) {
 		src, tgt := fixture(t, k), k.newStore(t)
-		var res copyResult
+		var res copyReport
 		decode(t, cli(t, nil, "copy", "--from", src.url, "--to", tgt.url, "--json"), &res)
 		if res.IDs != 5 || res.IDsCopied != 5 || res.EventsCopied != 13 || res.SnapshotsCopied != 2 || !res.Verified || len(res.Mismatches) != 0 ||
 			res.From != src.url || res.To != tgt.url {
@@ -123,7 +110,7 @@ func TestCopyInterruptedAndResumed(t *testing.T) {
 		if n < 3000 || n >= nIDs*perID {
 			t.Fatalf("%d events in the target after two interrupted copies", n)
 		}
-		var res copyResult
+		var res copyReport
 		decode(t, cli(t, nil, append(args, "--json")...), &res)
 		if !res.Verified || res.IDs != nIDs || len(res.Mismatches) != 0 || res.From != "sqlite:"+src || res.To != tgt.url {
 			t.Errorf("resumed copy: %+v", res)
@@ -154,7 +141,7 @@ func TestCopyInterruptedAndResumed(t *testing.T) {
 		back := filepath.Join(dir, "back.db")
 		backArgs := []string{"copy", "--from", tgt.url, "--to", "sqlite:" + back, "--batch", "200"}
 		cli(t, nil, append(backArgs, "--limit-events", "1000")...).want(t, 1, nil, []string{"interrupted after copying 1,", "run the same command again to resume"})
-		res = copyResult{}
+		res = copyReport{}
 		decode(t, cli(t, nil, append(backArgs, "--json")...), &res)
 		if !res.Verified || res.IDs != nIDs || len(res.Mismatches) != 0 {
 			t.Errorf("copy back: %+v", res)

@@ -173,15 +173,6 @@ func TestInitRefusesAFileNotADatabase(t *testing.T) {
 	}
 }
 
-// idsOut is the --json shape of ids (a page of them).
-type idsOut struct {
-	IDs []struct {
-		PersistenceID string `json:"persistence_id"`
-		Highest       int64  `json:"highest_sequence_nr"`
-	} `json:"ids"`
-	NextAfter string `json:"next_after"`
-}
-
 func TestIDs(t *testing.T) {
 	t.Parallel()
 	forEachFixture(t, func(t *testing.T, st testStore) {
@@ -192,7 +183,7 @@ func TestIDs(t *testing.T) {
 		highest := map[string]int64{}
 		after := ""
 		for range 10 {
-			var p idsOut
+			var p idsReport
 			decode(t, cli(t, env, "ids", "--limit", "2", "--after", after, "--json"), &p)
 			for _, id := range p.IDs {
 				all = append(all, id.PersistenceID)
@@ -209,7 +200,7 @@ func TestIDs(t *testing.T) {
 		if want := map[string]int64{"Account|a-1": 5, "Account|a-2": 3, "Cart|c-1": 4, "Cart|c-2": 5, "Order|o-1": 2}; !reflect.DeepEqual(highest, want) {
 			t.Errorf("highest numbers %v, want %v", highest, want)
 		}
-		var p idsOut
+		var p idsReport
 		decode(t, cli(t, env, "ids", "--type", "Cart", "--json"), &p)
 		if len(p.IDs) != 2 || p.IDs[0].PersistenceID != "Cart|c-1" || p.IDs[0].Highest != 4 || p.NextAfter != "" {
 			t.Errorf("ids of Cart: %+v", p)
@@ -372,22 +363,6 @@ func TestStats(t *testing.T) {
 	})
 }
 
-// deletePlan is the --json shape of delete-to.
-type deletePlan struct {
-	PersistenceID string `json:"persistence_id"`
-	Store         string `json:"store"`
-	To            int64  `json:"to"`
-	Events        int64  `json:"events"`
-	First         int64  `json:"first"`
-	Last          int64  `json:"last"`
-	Highest       int64  `json:"highest_sequence_nr"`
-	Kept          int64  `json:"kept"`
-	Snapshot      int64  `json:"snapshot_sequence_nr"`
-	Covered       bool   `json:"covered"`
-	DryRun        bool   `json:"dry_run"`
-	Deleted       bool   `json:"deleted"`
-}
-
 // snapshotsPlan is the --json shape of delete-snapshots.
 type snapshotsPlan struct {
 	PersistenceID string  `json:"persistence_id"`
@@ -426,18 +401,18 @@ the snapshot at 5 covers them`, ""},
 		} {
 			cliIn(t, env, strings.NewReader("y\n"), tc.args...).want(t, tc.code, []string{tc.stdout}, []string{tc.stderr})
 		}
-		var p deletePlan
+		var p deleteToReport
 		decode(t, cli(t, env, "delete-to", "--dry-run", "--json", "Account|a-1", "3"), &p)
 		where := p.Store
-		if !strings.HasPrefix(where, st.kind+" ") || p != (deletePlan{"Account|a-1", where, 3, 3, 1, 3, 5, 2, 5, true, true, false}) {
+		if !strings.HasPrefix(where, st.kind+" ") || p != (deleteToReport{"Account|a-1", where, 3, 3, 1, 3, 5, 2, 5, true, true, false}) {
 			t.Errorf("dry run %+v", p)
 		}
 		decode(t, cli(t, env, "delete-to", "--dry-run", "--json", "Account|a-1", "5"), &p)
-		if p != (deletePlan{"Account|a-1", where, 5, 5, 1, 5, 5, 0, 5, true, true, false}) {
+		if p != (deleteToReport{"Account|a-1", where, 5, 5, 1, 5, 5, 0, 5, true, true, false}) {
 			t.Errorf("dry run %+v", p)
 		}
 		decode(t, cli(t, env, "delete-to", "--dry-run", "--json", "Account|a-2", "2"), &p)
-		if p != (deletePlan{"Account|a-2", where, 2, 2, 1, 2, 3, 1, 0, false, true, false}) {
+		if p != (deleteToReport{"Account|a-2", where, 2, 2, 1, 2, 3, 1, 0, false, true, false}) {
 			t.Errorf("dry run of an uncovered deletion %+v", p)
 		}
 		var sp snapshotsPlan
@@ -448,7 +423,7 @@ the snapshot at 5 covers them`, ""},
 		unchanged("a dry run or a refused deletion")
 
 		decode(t, cli(t, env, "delete-to", "Account|a-1", "3", "--yes", "--json"), &p)
-		if p != (deletePlan{"Account|a-1", where, 3, 3, 1, 3, 5, 2, 5, true, false, true}) {
+		if p != (deleteToReport{"Account|a-1", where, 3, 3, 1, 3, 5, 2, 5, true, false, true}) {
 			t.Errorf("deletion %+v", p)
 		}
 		decode(t, cli(t, env, "delete-to", "Account|a-2", "2", "--yes", "--allow-uncovered", "--json"), &p)
@@ -469,9 +444,9 @@ func TestDeleteEveryEvent(t *testing.T) {
 	t.Parallel()
 	forEachFixture(t, func(t *testing.T, st testStore) {
 		env := st.env()
-		var p deletePlan
+		var p deleteToReport
 		decode(t, cli(t, env, "delete-to", "Account|a-1", "5", "--yes", "--json"), &p)
-		if p != (deletePlan{"Account|a-1", p.Store, 5, 5, 1, 5, 5, 0, 5, true, false, true}) {
+		if p != (deleteToReport{"Account|a-1", p.Store, 5, 5, 1, 5, 5, 0, 5, true, false, true}) {
 			t.Errorf("deletion %+v", p)
 		}
 		cli(t, env, "delete-to", "Order|o-1", "1", "--yes").want(t, 2, nil, []string{"refusing: no snapshot covers them", "--allow-uncovered"})
@@ -483,7 +458,7 @@ func TestDeleteEveryEvent(t *testing.T) {
 				}
 			}
 		})
-		var page idsOut
+		var page idsReport
 		decode(t, cli(t, env, "ids", "--type", "Account", "--json"), &page)
 		if len(page.IDs) != 2 || page.IDs[0].PersistenceID != "Account|a-1" || page.IDs[0].Highest != 5 {
 			t.Errorf("ids after deleting every event of Account|a-1: %+v", page)

@@ -196,7 +196,9 @@ func (t *Telemetry) OnWriteCall(c engine.WriteCall) {
 	out := t.outcomes[outcome(c.Err)]
 	t.writes.Add(bg, int64(c.Writes))
 	t.events.Add(bg, int64(c.Events))
-	t.rejections.Add(bg, int64(c.Rejected))
+	if c.Rejected > 0 {
+		t.rejections.Add(bg, int64(c.Rejected))
+	}
 	t.callDuration.Record(bg, c.Duration.Seconds(), out)
 	t.callEvents.Record(bg, int64(c.Events))
 	t.queue.Record(bg, int64(c.Queued))
@@ -208,20 +210,22 @@ func (t *Telemetry) OnWriteCall(c engine.WriteCall) {
 			parent = ctx
 			continue
 		}
-		if sc := trace.SpanContextFromContext(ctx); sc.IsValid() {
+		if sc := trace.SpanContextFromContext(ctx); sc.IsSampled() {
 			links = append(links, trace.Link{SpanContext: sc})
 		}
 	}
 	_, span := t.tracer.Start(parent, "annals.journal.write", trace.WithTimestamp(end.Add(-c.Duration)), trace.WithSpanKind(trace.SpanKindClient),
-		trace.WithLinks(links...),
-		trace.WithAttributes(attribute.Int("annals.writes", c.Writes), attribute.Int("annals.events", c.Events),
-			attribute.Int("annals.rejected", c.Rejected), attribute.String("annals.outcome", outcome(c.Err))))
+		trace.WithLinks(links...))
+	if span.IsRecording() { // attributes cost allocations: only for spans kept
+		span.SetAttributes(attribute.Int("annals.writes", c.Writes), attribute.Int("annals.events", c.Events),
+			attribute.Int("annals.rejected", c.Rejected), attribute.String("annals.outcome", outcome(c.Err)))
+	}
 	endSpan(span, c.Err, trace.WithTimestamp(end))
 }
 
 // endSpan ends span, with an error status when err is not nil.
 func endSpan(span trace.Span, err error, opts ...trace.SpanEndOption) {
-	if err != nil {
+	if err != nil && span.IsRecording() {
 		span.RecordError(err)
 		span.SetStatus(codes.Error, err.Error())
 	}
@@ -231,7 +235,10 @@ func endSpan(span trace.Span, err error, opts ...trace.SpanEndOption) {
 // OnCommandStart implements entity.HookCommandStart: it starts the
 // command's span.
 func (t *Telemetry) OnCommandStart(ctx context.Context, pid string) context.Context {
-	ctx, _ = t.tracer.Start(ctx, "annals.command", trace.WithAttributes(attribute.String("annals.persistence_id", pid)))
+	ctx, span := t.tracer.Start(ctx, "annals.command")
+	if span.IsRecording() {
+		span.SetAttributes(attribute.String("annals.persistence_id", pid))
+	}
 	return ctx
 }
 
@@ -244,8 +251,11 @@ func (t *Telemetry) OnCommandEnd(ctx context.Context, _ string, err error) {
 // OnPersistStart implements entity.HookPersistStart: it starts the
 // persist's span.
 func (t *Telemetry) OnPersistStart(ctx context.Context, p entity.Persist) context.Context {
-	ctx, _ = t.tracer.Start(ctx, "annals.persist", trace.WithAttributes(attribute.String("annals.persistence_id", p.PersistenceID),
-		attribute.Int64("annals.from_sequence_nr", p.FromSequenceNr), attribute.Int64("annals.to_sequence_nr", p.ToSequenceNr)))
+	ctx, span := t.tracer.Start(ctx, "annals.persist")
+	if span.IsRecording() {
+		span.SetAttributes(attribute.String("annals.persistence_id", p.PersistenceID),
+			attribute.Int64("annals.from_sequence_nr", p.FromSequenceNr), attribute.Int64("annals.to_sequence_nr", p.ToSequenceNr))
+	}
 	return ctx
 }
 

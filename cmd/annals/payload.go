@@ -61,11 +61,28 @@ func toEventJSON(env query.Envelope, withOffset bool) eventJSON {
 // versions, wrote) payloads with the id.
 func isJSON(id int32) bool { return id == serialization.JSONID || id == serialization.LegacyJSONID }
 
+// jsonText returns the JSON text of a payload the JSON serializer wrote:
+// the bytes, or what a gzipped payload (Pekko's jackson-json over 32 KiB)
+// holds; ok is false when it is not valid JSON.
+func jsonText(serializerID int32, p []byte) (text []byte, ok bool) {
+	if !isJSON(serializerID) {
+		return nil, false
+	}
+	if serialization.IsGzip(p) {
+		plain, err := serialization.Gunzip(p)
+		if err != nil {
+			return nil, false
+		}
+		p = plain
+	}
+	return p, json.Valid(p)
+}
+
 // payloadJSON returns the payload as JSON when the JSON serializer wrote
-// it and it is valid JSON, else its bytes (for base64).
+// it and it is valid JSON (gzipped or not), else its bytes (for base64).
 func payloadJSON(serializerID int32, p []byte) (any, []byte) {
-	if isJSON(serializerID) && json.Valid(p) {
-		return json.RawMessage(p), nil
+	if text, ok := jsonText(serializerID, p); ok {
+		return json.RawMessage(text), nil
 	}
 	return nil, p
 }
@@ -78,12 +95,13 @@ const maxPayloadText = 72
 // text, or hex; truncated unless full.
 func payloadText(serializerID int32, p []byte, full bool) string {
 	var s string
+	text, isText := jsonText(serializerID, p)
 	switch {
 	case len(p) == 0:
 		return "-"
-	case isJSON(serializerID) && json.Valid(p):
+	case isText:
 		var b bytes.Buffer
-		_ = json.Compact(&b, p)
+		_ = json.Compact(&b, text)
 		s = b.String()
 	case printable(p):
 		s = strconv.Quote(string(p))

@@ -44,14 +44,21 @@ func NewMigrator(ctx context.Context, dsn string, opts ...Option) (*Migrator, er
 // Close closes the migrator's connections.
 func (m *Migrator) Close() error { m.s.pool.Close(); return nil }
 
-// SchemaVersion implements admin.Migrator.
+// SchemaVersion implements admin.Migrator. The r2dbc layout has one
+// version, 1: all its tables exist.
 func (m *Migrator) SchemaVersion(ctx context.Context) (current, latest int, err error) {
+	if steps, r2dbc, err := m.r2dbcPending(ctx); r2dbc || err != nil {
+		return 1 - len(steps), 1, err
+	}
 	v, _, err := m.s.schemaVersion(ctx, m.s.pool)
 	return v, SchemaVersion, err
 }
 
 // PendingMigrations implements admin.Migrator.
 func (m *Migrator) PendingMigrations(ctx context.Context) ([]admin.Migration, error) {
+	if steps, r2dbc, err := m.r2dbcPending(ctx); r2dbc || err != nil {
+		return migrations2admin(steps), err
+	}
 	v, found, err := m.s.schemaVersion(ctx, m.s.pool)
 	if err != nil {
 		return nil, err

@@ -351,7 +351,7 @@ func (j *Journal) send(ctx context.Context, writes []journal.AtomicWrite, pendin
 	b := &pgx.Batch{}
 	inserts := 1
 	queue := func(pending []int) {
-		args, tagged := insertArgs(s.cfg.ordering, writes, pending, now)
+		args, tagged := s.writeArgs(writes, pending, now)
 		if tagged {
 			b.Queue(s.sql.insertTagged, args...)
 		} else {
@@ -607,6 +607,9 @@ func (j *Journal) DeleteTo(ctx context.Context, persistenceID string, to int64) 
 	}
 	if j.s.isClosed() {
 		return journal.ErrClosed
+	}
+	if j.s.cfg.layout == LayoutR2DBC {
+		return j.deleteR2DBC(ctx, persistenceID, to)
 	}
 	b := &pgx.Batch{}
 	b.Queue(j.s.sql.deleteMeta, persistenceID, annals.EntityType(persistenceID), to)

@@ -127,6 +127,8 @@ type config struct {
 	backtrackBehind   time.Duration
 	pageSize          int
 	notify            bool
+	layout            Layout
+	orderingSet       bool   // ordering was given (URL or option), not defaulted
 	beforeCommitSQL   string // tests: a statement run inside each write transaction before its commit
 	poolConfigChanger func(*pgxpool.Config)
 }
@@ -141,7 +143,9 @@ func WithMigrate(on bool) Option { return func(c *config) { c.migrate = on } }
 
 // WithOrdering chooses the live-query ordering (URL: ordering=commit or
 // ordering=timestamp). All processes writing one schema must use the same.
-func WithOrdering(o Ordering) Option { return func(c *config) { c.ordering = o } }
+func WithOrdering(o Ordering) Option {
+	return func(c *config) { c.ordering, c.orderingSet = o, true }
+}
 
 // WithMaxPayloadSize sets the largest event or snapshot payload accepted, in
 // bytes (default 16 MiB); larger writes are rejected.
@@ -204,7 +208,8 @@ type Store struct {
 // sslmode, sslrootcert, sslcert, sslkey, connect_timeout, and any server
 // setting such as statement_timeout=5s, passed to the server), the URL may
 // carry Annals' parameters, which are removed before pgx sees it: schema,
-// migrate (true/false), ordering (commit/timestamp), behind_current_time,
+// migrate (true/false), ordering (commit/timestamp), layout
+// (annals/r2dbc/detect, see Layout), behind_current_time,
 // poll_interval (Go durations), notify (true/false). Options given to Open
 // override the URL.
 //
@@ -217,7 +222,10 @@ func Open(ctx context.Context, dsn string, opts ...Option) (*Store, error) {
 		return nil, err
 	}
 	if s.cfg.migrate {
-		err = s.Migrate(ctx)
+		var layout Layout
+		if _, layout, err = s.migrateLayout(ctx); err == nil {
+			err = s.useLayout(layout)
+		}
 	} else {
 		err = s.checkSchema(ctx)
 	}
@@ -287,6 +295,8 @@ func (c *config) validate() error {
 		return fmt.Errorf("%w: page size %d", ErrInvalidConfig, c.pageSize)
 	case c.ordering != CommitOrder && c.ordering != TimestampOrder:
 		return fmt.Errorf("%w: ordering %d", ErrInvalidConfig, c.ordering)
+	case c.layout < LayoutDetect || c.layout > LayoutR2DBC:
+		return fmt.Errorf("%w: layout %d", ErrInvalidConfig, c.layout)
 	}
 	return nil
 }
@@ -339,6 +349,14 @@ func parseURL(dsn string, cfg *config) (string, error) {
 		default:
 			return "", fmt.Errorf("%w: ordering=%q (want commit or timestamp)", ErrInvalidConfig, v)
 		}
+		cfg.orderingSet = true
+	}
+	if v, ok := take("layout"); ok {
+		l, err := parseLayout(v)
+		if err != nil {
+			return "", err
+		}
+		cfg.layout = l
 	}
 	for _, err := range []error{
 		boolParam("migrate", &cfg.migrate), boolParam("notify", &cfg.notify),

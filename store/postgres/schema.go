@@ -126,6 +126,20 @@ func (s *Store) newerSchema(v int) error {
 }
 
 func (s *Store) checkSchema(ctx context.Context) error {
+	held, err := s.schemaLayout(ctx, s.pool)
+	if err != nil {
+		return err
+	}
+	layout, err := s.pickLayout(held)
+	if err != nil {
+		return err
+	}
+	if err := s.useLayout(layout); err != nil {
+		return err
+	}
+	if layout == LayoutR2DBC {
+		return s.checkR2DBC(ctx)
+	}
 	v, found, err := s.schemaVersion(ctx, s.pool)
 	switch {
 	case err != nil:
@@ -142,7 +156,9 @@ func (s *Store) checkSchema(ctx context.Context) error {
 
 // Migrate creates the schema and its tables, or upgrades them to
 // SchemaVersion, in one transaction. It is idempotent, and safe to run from
-// several processes at once (they take turns on an advisory lock).
+// several processes at once (they take turns on an advisory lock). On the
+// r2dbc layout it creates the layout's missing tables and changes none
+// that exist (see LayoutR2DBC).
 func (s *Store) Migrate(ctx context.Context) error {
 	_, err := s.migrate(ctx)
 	return err
@@ -150,19 +166,42 @@ func (s *Store) Migrate(ctx context.Context) error {
 
 // migrate runs Migrate and returns the steps it ran.
 func (s *Store) migrate(ctx context.Context) ([]step, error) {
+	ran, _, err := s.migrateLayout(ctx)
+	return ran, err
+}
+
+// migrateLayout runs Migrate and returns the steps it ran and the layout
+// of the schema.
+func (s *Store) migrateLayout(ctx context.Context) ([]step, Layout, error) {
 	var ran []step
+	var layout Layout
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1)`, lockKey("migrate."+s.cfg.schema)); err != nil {
 			return err
 		}
-		v, found, err := s.schemaVersion(ctx, tx)
+		held, err := s.schemaLayout(ctx, tx)
 		if err != nil {
 			return err
 		}
-		if v > SchemaVersion {
-			return s.newerSchema(v)
+		if layout, err = s.pickLayout(held); err != nil {
+			return err
 		}
-		ran = s.steps(v, found)
+		if layout == LayoutR2DBC {
+			missing, err := s.r2dbcMissing(ctx, tx)
+			if err != nil {
+				return err
+			}
+			ran = s.r2dbcStep(missing)
+		} else {
+			v, found, err := s.schemaVersion(ctx, tx)
+			if err != nil {
+				return err
+			}
+			if v > SchemaVersion {
+				return s.newerSchema(v)
+			}
+			ran = s.steps(v, found)
+		}
 		for _, st := range ran {
 			for _, stmt := range st.sql {
 				if _, err := tx.Exec(ctx, stmt); err != nil {
@@ -173,12 +212,12 @@ func (s *Store) migrate(ctx context.Context) ([]step, error) {
 		return nil
 	})
 	if err != nil {
-		if errors.Is(err, ErrNewerSchema) || errors.Is(err, ErrNotAnnals) {
-			return nil, err
+		if errors.Is(err, ErrNewerSchema) || errors.Is(err, ErrNotAnnals) || errors.Is(err, ErrWrongLayout) {
+			return nil, 0, err
 		}
-		return nil, fmt.Errorf("postgres: migrate schema %q: %w", s.cfg.schema, err)
+		return nil, 0, fmt.Errorf("postgres: migrate schema %q: %w", s.cfg.schema, err)
 	}
-	return ran, nil
+	return ran, layout, nil
 }
 
 // step is one schema version step: its statements, the last of which

@@ -450,8 +450,8 @@ func TestR2DBCReadsPekkoRows(t *testing.T) {
 		defer h.Shutdown(context.Background())
 		for id, want := range map[string]fixtureState{
 			"f-1":   {Count: 7, Name: "beta", Texts: []string{"one", "two", "four", "five", "six"}}, // from the seq-7 snapshot
-			"f-2":   {Count: 3, Name: "", Texts: []string{"f2-1", "f2-2", "f2-3"}},                // from the snapshot: events 1 and 2 are deleted
-			"ünï-ç": {Count: 2, Texts: []string{"ünï-ç 日本 😀", "second ß"}},                        // from the events
+			"f-2":   {Count: 3, Name: "", Texts: []string{"f2-1", "f2-2", "f2-3"}},                  // from the snapshot: events 1 and 2 are deleted
+			"ünï-ç": {Count: 2, Texts: []string{"ünï-ç 日本 😀", "second ß"}},                          // from the events
 		} {
 			got, err := entity.Ask(ctx, h, id, func(r entity.ReplyTo[fixtureState]) fixtureCommand { return fixtureGet{Reply: r} })
 			if err != nil || got.Count != want.Count || got.Name != want.Name || !slices.Equal(got.Texts, want.Texts) {

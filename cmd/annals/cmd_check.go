@@ -169,7 +169,7 @@ type suiteJSON struct {
 // an interrupt (the first; a second one ends the program), removes the
 // ids the kit wrote and prints the summary. The rules' messages go to
 // stderr as go test prints them, under names starting with "Check/": the
-// failures', or with --v every rule's result.
+// failures', or with -v every rule's result.
 func (k *kit) run(o checkOptions) error {
 	ctx, cancel := context.WithTimeout(k.e.ctx, o.timeout)
 	defer cancel()

@@ -25,6 +25,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 )
@@ -44,6 +45,26 @@ type Capabilities struct {
 	// the TopOfRange rule, which stores events at math.MaxInt64, is
 	// skipped.
 	ScansFromFirst bool
+}
+
+// skipUnsupported skips t, the rule named name, when unsupported gives a
+// reason for it.
+func skipUnsupported(t T, unsupported map[string]string, name string) {
+	t.Helper()
+	if reason, ok := unsupported[name]; ok {
+		t.Skipf("unsupported by the store: %s", reason)
+	}
+}
+
+// checkUnsupported fails t when unsupported names a rule the suite does
+// not have.
+func checkUnsupported(t T, unsupported map[string]string, names []string) {
+	t.Helper()
+	for name := range unsupported {
+		if !slices.Contains(names, name) {
+			t.Errorf("storetest: the harness declares rule %q unsupported, and the suite has no such rule", name)
+		}
+	}
 }
 
 // uniqueID returns a persistence id that no other test uses:

@@ -51,16 +51,21 @@ func BenchmarkPersistWithTelemetry(b *testing.B) {
 }
 
 // BenchmarkAskWithTelemetry: one Ask after another to one entity on the
-// memory store (recovered once), without hooks, with the adapter on a
-// no-op tracer (metrics only) and with spans sampled and dropped: the
-// cost per command of the command, persist and store-call spans.
+// memory store (recovered once), without hooks, with the adapter's
+// metrics only (no tracer provider), on a noop tracer provider, and with
+// spans sampled and dropped: the cost per command of the metrics and of
+// the command, persist and store-call spans.
 func BenchmarkAskWithTelemetry(b *testing.B) {
 	reg := serialization.NewRegistry()
 	if err := bank.Register(reg); err != nil {
 		b.Fatal(err)
 	}
 	meters := sdkmetric.NewMeterProvider(sdkmetric.WithReader(sdkmetric.NewManualReader()))
-	metricsOnly, err := otelannals.New(meters, noop.NewTracerProvider())
+	noopTraces, err := otelannals.New(meters, noop.NewTracerProvider())
+	if err != nil {
+		b.Fatal(err)
+	}
+	metricsOnly, err := otelannals.New(meters, nil)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -71,7 +76,7 @@ func BenchmarkAskWithTelemetry(b *testing.B) {
 	for _, c := range []struct {
 		name  string
 		hooks []any
-	}{{"none", nil}, {"otel-metrics", []any{metricsOnly}}, {"otel-spans", []any{traced}}} {
+	}{{"none", nil}, {"otel-metrics", []any{metricsOnly}}, {"otel-noop-tracer", []any{noopTraces}}, {"otel-spans", []any{traced}}} {
 		b.Run(c.name, func(b *testing.B) {
 			s := memory.New()
 			defer s.Close()

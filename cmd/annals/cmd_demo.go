@@ -63,6 +63,7 @@ type demoCmd struct {
 	cfg       demo.Config
 	metrics   string // --metrics: the address to serve them on
 	telemetry bool   // --telemetry: the adapter without the server
+	spans     bool   // --telemetry-spans: the adapter, spans sampled and dropped, without the server
 
 	// reported, when set (tests), is called after each report is printed,
 	// with the URL of the metrics ("" when not served).
@@ -83,6 +84,7 @@ func (d *demoCmd) flags(fs *flag.FlagSet) {
 	fs.Uint64Var(&d.cfg.Seed, "seed", 0, "random `SEED` (default: time-based, printed)")
 	fs.StringVar(&d.metrics, "metrics", "", "serve live metrics in the Prometheus text format at http://`ADDR`/metrics while the demo runs (such as :9464)")
 	fs.BoolVar(&d.telemetry, "telemetry", false, "(hidden) run with the OpenTelemetry adapter on the Prometheus exporter, without serving it (to measure its cost)")
+	fs.BoolVar(&d.spans, "telemetry-spans", false, "(hidden) as --telemetry, with a span per command, persist and store call, sampled and dropped")
 }
 
 // run checks the command line, opens the store and runs the demo,
@@ -112,8 +114,8 @@ func (d *demoCmd) run(e *env, args []string) (res demo.Result, err error) {
 		return demo.Result{}, err
 	}
 	defer func() { err = errors.Join(err, st.Close()) }()
-	if d.metrics != "" || d.telemetry {
-		m, err := startDemoMetrics(d.metrics)
+	if d.metrics != "" || d.telemetry || d.spans {
+		m, err := startDemoMetrics(d.metrics, d.spans)
 		if err != nil {
 			return demo.Result{}, err
 		}
@@ -132,6 +134,8 @@ func (d *demoCmd) run(e *env, args []string) (res demo.Result, err error) {
 	switch {
 	case d.metricsURL != "":
 		fmt.Fprintf(e.stdout, "metrics      %s (Prometheus text format, while the demo runs)\n", d.metricsURL)
+	case d.spans:
+		fmt.Fprintf(e.stdout, "metrics      OpenTelemetry adapter on the Prometheus exporter, not served; spans sampled and dropped\n")
 	case d.telemetry:
 		fmt.Fprintf(e.stdout, "metrics      OpenTelemetry adapter on the Prometheus exporter, not served\n")
 	}

@@ -13,16 +13,20 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"go.opentelemetry.io/otel/exporters/prometheus"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
-	"go.opentelemetry.io/otel/trace/noop"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/annals-go/annals/otelannals"
 )
 
 // demoMetrics is the demo's telemetry: package otelannals on an
 // OpenTelemetry SDK meter provider whose one reader is a Prometheus
-// exporter into a registry of its own (not the global one), with a noop
-// tracer provider (the demo exports no spans). When served, an HTTP server
-// answers GET /metrics with the registry in the Prometheus text format.
+// exporter into a registry of its own (not the global one). The demo
+// exports no spans: the adapter makes none, unless spans is set (to
+// measure their cost), when every span is sampled by an SDK tracer
+// provider and dropped, as with an exporter that sends nothing. When
+// served, an HTTP server answers GET /metrics with the registry in the
+// Prometheus text format.
 type demoMetrics struct {
 	tel      *otelannals.Telemetry
 	provider *sdkmetric.MeterProvider
@@ -31,16 +35,20 @@ type demoMetrics struct {
 	url      string       // where /metrics is served; "" when not served
 }
 
-// startDemoMetrics makes the telemetry, and serves it on addr unless addr
-// is "". Close it with close.
-func startDemoMetrics(addr string) (*demoMetrics, error) {
+// startDemoMetrics makes the telemetry, with spans when spans is set, and
+// serves it on addr unless addr is "". Close it with close.
+func startDemoMetrics(addr string, spans bool) (*demoMetrics, error) {
 	registry := promclient.NewRegistry()
 	exporter, err := prometheus.New(prometheus.WithRegisterer(registry))
 	if err != nil {
 		return nil, fmt.Errorf("metrics: prometheus exporter: %w", err)
 	}
 	m := &demoMetrics{provider: sdkmetric.NewMeterProvider(sdkmetric.WithReader(exporter))}
-	if m.tel, err = otelannals.New(m.provider, noop.NewTracerProvider()); err != nil {
+	var tracers trace.TracerProvider
+	if spans {
+		tracers = sdktrace.NewTracerProvider(sdktrace.WithSampler(sdktrace.AlwaysSample()))
+	}
+	if m.tel, err = otelannals.New(m.provider, tracers); err != nil {
 		return nil, errors.Join(err, m.provider.Shutdown(context.Background()))
 	}
 	if addr == "" {

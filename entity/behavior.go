@@ -119,6 +119,13 @@ type Behavior[C, E, S any] struct {
 	// first command. It runs on the goroutine handling the entity's
 	// commands: it must not block.
 	OnRecovered func(id string, state S, seqNr int64)
+	// OnPersisted runs after each command's events are stored and applied,
+	// with the entity's id, the new state and the events, before the
+	// effect's Then-callbacks; never during recovery, and not when the
+	// write failed or was rejected. It runs on the goroutine handling the
+	// entity's commands: it must not block. With OnRecovered it lets a
+	// component follow every entity's state (package delivery does).
+	OnPersisted func(id string, state S, events []E)
 }
 
 // DecodeEvent turns a stored event into the behavior's current events, as

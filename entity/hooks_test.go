@@ -204,3 +204,38 @@ func TestCommandHooks(t *testing.T) {
 	}
 	mustBalance(t, h, "a", 7)
 }
+
+// TestOnPersisted: the behavior's OnPersisted sees each stored write with
+// the new state, before the reply; not a command that persists nothing,
+// not a rejected one, not recovery.
+func TestOnPersisted(t *testing.T) {
+	st := memoryStores(t)
+	var seen []string
+	b := accountBehavior()
+	b.OnPersisted = func(id string, s State, events []Event) {
+		seen = append(seen, fmt.Sprintf("%s balance %d after %d events", id, s.Balance, len(events)))
+	}
+	h := newHost(t, st, b)
+	if _, err := deposit(t.Context(), h, "a", 5); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.Send(t.Context(), "a", DepositMany{Amounts: []int64{1, 2}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.Send(t.Context(), "a", Forget{}); err != nil {
+		t.Fatal(err)
+	}
+	mustBalance(t, h, "a", 8) // the reply comes after OnPersisted: seen is complete
+	want := []string{"a balance 5 after 1 events", "a balance 8 after 2 events"}
+	if !slices.Equal(seen, want) {
+		t.Errorf("OnPersisted saw %q, want %q", seen, want)
+	}
+	if err := h.Shutdown(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	h2 := newHost(t, st, b)
+	mustBalance(t, h2, "a", 8) // recovery replays both writes
+	if !slices.Equal(seen, want) {
+		t.Errorf("after recovery OnPersisted saw %q, want %q (not called on replay)", seen, want)
+	}
+}

@@ -615,6 +615,9 @@ func (inst *instance[C, E, S]) handle(env envelope[C]) (err error) {
 			return failure{err}
 		}
 	}
+	if eff.persist && inst.h.b.OnPersisted != nil {
+		inst.h.b.OnPersisted(inst.id, inst.state, eff.events)
+	}
 	if eff.stop {
 		// Leave the host before the side effects and the reply, so that a
 		// command sent after the reply reaches a new instance; commands

@@ -171,6 +171,9 @@ func (s *Store) Stats(ctx context.Context) (admin.Stats, error) {
 
 // ListProjections implements admin.ProjectionLister.
 func (s *Store) ListProjections(ctx context.Context) ([]admin.ProjectionInstance, error) {
+	if s.cfg.layout == LayoutR2DBC {
+		return s.listProjectionsR2DBC(ctx)
+	}
 	rows, err := s.pool.Query(ctx, `SELECT COALESCE(o.projection_name, m.projection_name), COALESCE(o.projection_key, m.projection_key),
 			o.current_offset, m.paused, GREATEST(o.last_updated, m.last_updated)
 		FROM `+table(s.cfg.schema, "projection_offset_store")+` o

@@ -14,7 +14,9 @@ import (
 )
 
 // Projections is the store's projection offset store, in the tables
-// projection_offset_store and projection_management of the store's schema.
+// projection_offset_store and projection_management of the store's schema
+// (on the r2dbc layout, in the JVM projection offset store's form and
+// tables: see LayoutR2DBC).
 // Exactly-once handlers receive the pgx.Tx in which the offset is saved:
 // their read-model writes commit with it.
 type Projections struct{ s *Store }
@@ -28,6 +30,9 @@ func nowMillis() int64 { return time.Now().UnixMilli() }
 
 // Load implements offsets.Store.
 func (p *Projections) Load(ctx context.Context, id offsets.ID) (offsets.State, error) {
+	if p.s.cfg.layout == LayoutR2DBC {
+		return p.loadR2DBC(ctx, id)
+	}
 	var st offsets.State
 	var raw *string
 	var paused *bool
@@ -46,6 +51,9 @@ func (p *Projections) Load(ctx context.Context, id offsets.ID) (offsets.State, e
 func (p *Projections) save(ctx context.Context, tx pgx.Tx, id offsets.ID, o query.Offset) error {
 	if err := id.Validate(); err != nil {
 		return err
+	}
+	if p.s.cfg.layout == LayoutR2DBC {
+		return p.saveR2DBC(ctx, tx, id, o)
 	}
 	b, err := json.Marshal(o)
 	if err != nil {
@@ -85,6 +93,9 @@ func (p *Projections) SetPaused(ctx context.Context, id offsets.ID, paused bool)
 
 // Reset implements offsets.Store.
 func (p *Projections) Reset(ctx context.Context, id offsets.ID) error {
+	if p.s.cfg.layout == LayoutR2DBC {
+		return p.resetR2DBC(context.WithoutCancel(ctx), id)
+	}
 	if _, err := p.s.pool.Exec(context.WithoutCancel(ctx), p.s.sql.resetOffset, id.Name, id.Key); err != nil {
 		return p.s.errs.Map(ctx, "projection reset", err, journal.ErrClosed)
 	}

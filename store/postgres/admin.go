@@ -90,6 +90,9 @@ func migrations2admin(steps []step) []admin.Migration {
 // Stats implements admin.StatsReader, reading in one repeatable-read
 // transaction.
 func (s *Store) Stats(ctx context.Context) (admin.Stats, error) {
+	if s.cfg.layout == LayoutR2DBC {
+		return s.statsR2DBC(ctx)
+	}
 	var st admin.Stats
 	byType := map[string]*admin.TypeStats{}
 	get := func(et string) *admin.TypeStats {
@@ -224,6 +227,9 @@ func (s *Store) Backlog(ctx context.Context, after query.Offset, f admin.EventFi
 	for pid, seq := range after.Seen {
 		seenIDs, seenSeqs = append(seenIDs, pid), append(seenSeqs, seq)
 	}
+	if s.cfg.layout == LayoutR2DBC {
+		return s.backlogR2DBC(ctx, from, f, seenIDs, seenSeqs)
+	}
 	var b admin.Backlog
 	var lo, hi *time.Time
 	err := s.pool.QueryRow(ctx, `SELECT count(*), min(e.write_timestamp), max(e.write_timestamp) FROM `+table(s.cfg.schema, "event_journal")+` e
@@ -246,6 +252,9 @@ func (s *Store) Purge(ctx context.Context, persistenceIDs []string) error {
 	if len(persistenceIDs) == 0 {
 		return nil
 	}
+	if s.cfg.layout == LayoutR2DBC {
+		return s.purgeR2DBC(ctx, persistenceIDs)
+	}
 	b := &pgx.Batch{}
 	for _, name := range []string{"event_tag", "event_journal", "journal_metadata", "snapshot"} {
 		b.Queue(`DELETE FROM `+table(s.cfg.schema, name)+` WHERE persistence_id = ANY($1)`, persistenceIDs)
@@ -260,6 +269,9 @@ func (s *Store) Purge(ctx context.Context, persistenceIDs []string) error {
 // store's server and schema (the same settings), doing the store's work with
 // plain statements: COPY for inserts, one streamed SELECT for reads.
 func (s *Store) OpenBaseline(ctx context.Context) (admin.Baseline, error) {
+	if s.cfg.layout == LayoutR2DBC {
+		return nil, s.baselineR2DBC()
+	}
 	pool, err := pgxpool.NewWithConfig(ctx, s.pool.Config().Copy())
 	if err != nil {
 		return nil, err

@@ -45,6 +45,18 @@
 // The schema is created and upgraded by Migrate (or on Open with
 // WithMigrate). Open refuses a schema that is missing, not an Annals schema,
 // or of a newer version.
+//
+// # Sharing a journal with Akka and Pekko services
+//
+// On the r2dbc layout (LayoutR2DBC, URL parameter layout=r2dbc) the store
+// reads and writes the tables of akka-persistence-r2dbc and Pekko
+// Persistence R2DBC 1.2 (its ddl-scripts/create_tables_postgres.sql) in the
+// plugin's row shapes, so Go and JVM services share entities, snapshots,
+// queries and projection offsets: delete markers, one snapshot per id,
+// the plugin's db_timestamp rule, TimestampOrder only, and the JVM
+// projection offset store's form. The rows and the rules are listed where
+// they are implemented (r2dbc.go, r2dbc_projections.go). JVM writers do
+// not NOTIFY: live queries see their events within the poll interval.
 package postgres
 
 import (
@@ -215,7 +227,9 @@ type Store struct {
 //
 // Open fails with ErrUnreachable when the server does not answer,
 // ErrSchemaMissing when the schema has no Annals tables (unless migrating),
-// ErrNewerSchema or ErrNotAnnals; it changes nothing in those cases.
+// ErrNewerSchema, ErrNotAnnals, or ErrWrongLayout when the schema holds
+// another layout than the one asked for; it changes nothing in those
+// cases.
 func Open(ctx context.Context, dsn string, opts ...Option) (*Store, error) {
 	s, err := connect(ctx, dsn, opts)
 	if err != nil {

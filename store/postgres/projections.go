@@ -14,11 +14,27 @@ import (
 )
 
 // Projections is the store's projection offset store, in the tables
-// projection_offset_store and projection_management of the store's schema
-// (on the r2dbc layout, in the JVM projection offset store's form and
-// tables: see LayoutR2DBC).
+// projection_offset_store and projection_management of the store's schema.
 // Exactly-once handlers receive the pgx.Tx in which the offset is saved:
 // their read-model writes commit with it.
+//
+// On the r2dbc layout offsets are stored as the JVM's projection offset
+// store (akka-projection-r2dbc's and pekko-projection-r2dbc's
+// R2dbcOffsetStore) stores and reads them. A timestamp offset is one
+// projection_timestamp_offset_store row per id of its seen map (the
+// projection's name and key, the id's slice, sequence number, the offset's
+// time, timestamp_consumed the transaction's time); saving deletes the
+// rows at or after its time (so an offset may move back, as the JVM's
+// management setOffset does) and those more than 5 minutes older (the
+// JVM's default time window); loading reads the rows of the projection's
+// name in the slice range its key names ("min-max", the key of by-slices
+// projections on both sides; otherwise the rows of its name and key) and
+// returns the latest time with each id's highest sequence number at it, as
+// the JVM does. A sequence offset is a projection_offset_store row with
+// manifest "SEQ", a time-based UUID offset one with "TBU" (the JVM's
+// "LNG" and "INT" rows load as sequence offsets); a timestamp offset
+// without ids, which the JVM's form cannot hold, is stored there as JSON
+// under "annals-json". The paused flag is projection_management's row.
 type Projections struct{ s *Store }
 
 var _ offsets.TxStore[pgx.Tx] = (*Projections)(nil)

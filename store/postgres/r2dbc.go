@@ -179,7 +179,7 @@ func (j *Journal) deleteR2DBC(ctx context.Context, persistenceID string, to int6
 		var done bool
 		err := tx.QueryRow(ctx, `SELECT h.seq, EXISTS (SELECT 1 FROM `+table(s.cfg.schema, "event_journal")+` m
 			WHERE m.persistence_id = $1 AND m.deleted AND m.seq_nr >= h.seq)
-		FROM (SELECT LEAST($2::bigint, max(seq_nr)) AS seq FROM `+table(s.cfg.schema, "event_journal")+` WHERE persistence_id = $1) h`,
+		FROM (SELECT CASE WHEN max(seq_nr) IS NULL THEN NULL ELSE LEAST($2::bigint, max(seq_nr)) END AS seq FROM `+table(s.cfg.schema, "event_journal")+` WHERE persistence_id = $1) h`,
 			persistenceID, to).Scan(&target, &done)
 		if err != nil || target == nil || done {
 			return err

@@ -30,8 +30,40 @@ const (
 	// event_journal, snapshot (one per id), projection_offset_store,
 	// projection_timestamp_offset_store and projection_management, with
 	// exactly the plugin's columns, types, defaults and indexes, and no
-	// table of Annals' own. A JVM service with the plugin and an Annals
-	// service share such a schema; see the package documentation.
+	// table of Annals' own (Migrate creates the missing ones, never
+	// durable_state, and leaves a durable_state it finds alone). A JVM
+	// service with the plugin and an Annals service share such a schema.
+	// The store keeps the plugin's rules there:
+	//
+	//   - Events are written in the plugin's row shape: slice and
+	//     entity_type (the part of the id before the first '|'), writer
+	//     (journal.Repr.WriterID), an empty adapter_manifest, tags as text[]
+	//     (NULL without tags), deleted false, and metadata NULL, or
+	//     meta_ser_id 4 (the bytes serializer), an empty meta_ser_manifest
+	//     and journal.Repr.Metadata as meta_payload.
+	//   - db_timestamp is the later of transaction_timestamp() and the
+	//     db_timestamp of the id's row just before the write plus 1µs, then
+	//     1µs more per event of the atomic write. Only TimestampOrder is
+	//     offered (the default there; ordering=commit is refused): JVM
+	//     writers take no clock row.
+	//   - The layout has no write time: journal.Repr.Timestamp and
+	//     envelopes' Timestamp read as db_timestamp, as the plugin's do.
+	//   - DeleteTo deletes the id's rows up to to and inserts, in the same
+	//     transaction, a delete marker at to (deleted true, event_ser_id 0,
+	//     empty manifest, payload, writer and adapter_manifest, NULL tags
+	//     and metadata), to lowered to the highest number; nothing changes
+	//     for an id with no rows or one already deleted up to to. Every
+	//     read skips markers; HighestSequenceNr and CurrentPersistenceIDs
+	//     count them, as the plugin does.
+	//   - Snapshots are one row per id: a save replaces it whatever its
+	//     sequence number (the plugin's upsert) and clears its metadata
+	//     columns; write_timestamp is epoch milliseconds, so snapshot
+	//     timestamps and criteria have millisecond precision.
+	//   - Events by tag read the tags array (no index; the plugin offers no
+	//     such query).
+	//   - Projection offsets are stored as the JVM's projection offset
+	//     store stores and reads them (see Projections): a projection can
+	//     move between a Go and a JVM service.
 	LayoutR2DBC
 )
 

@@ -3,11 +3,14 @@ package postgres_test
 import (
 	"context"
 	"encoding/json"
+	"math"
 	"reflect"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/jackc/pgx/v5"
 
 	"github.com/annals-go/annals"
 	"github.com/annals-go/annals/entity"
@@ -308,6 +311,65 @@ func TestR2DBCOneSnapshotPerID(t *testing.T) {
 				if ok && !got.Metadata.Timestamp.Equal(base.Add(time.Duration(got.Metadata.SequenceNr)*time.Second).Truncate(time.Millisecond)) {
 					t.Errorf("step %d: timestamp %v, want the saved one to the millisecond", i, got.Metadata.Timestamp)
 				}
+			}
+		})
+	}
+}
+
+// TestR2DBCDeleteMarkers: DeleteTo leaves the plugin's marker rows: one at
+// to (lowered to the highest number), none for an id without rows or a
+// range already deleted, and a later delete replaces the earlier marker.
+func TestR2DBCDeleteMarkers(t *testing.T) {
+	t.Parallel()
+	s := open(t, postgres.WithLayout(postgres.LayoutR2DBC))
+	conn := connect(t)
+	ctx := context.Background()
+	cases := []struct {
+		name    string
+		written int64   // events 1..written
+		deletes []int64 // DeleteTo calls in order
+		rows    string  // the id's rows after: seq (m for a marker), in order
+		highest int64
+	}{
+		{"a prefix", 5, []int64{2}, "2m 3 4 5", 5},
+		{"all", 5, []int64{5}, "5m", 5},
+		{"beyond the highest", 5, []int64{9}, "5m", 5},
+		{"to max", 5, []int64{math.MaxInt64}, "5m", 5},
+		{"twice the same", 5, []int64{2, 2}, "2m 3 4 5", 5},
+		{"a smaller one after", 5, []int64{3, 1}, "3m 4 5", 5},
+		{"a larger one after", 5, []int64{2, 4}, "4m 5", 5},
+		{"an unknown id", 0, []int64{3}, "", 0},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			pid := "Del|" + strings.ReplaceAll(c.name, " ", "-")
+			if c.written > 0 {
+				w := journal.AtomicWrite{PersistenceID: pid}
+				for seq := int64(1); seq <= c.written; seq++ {
+					w.Events = append(w.Events, journal.Repr{PersistenceID: pid, SequenceNr: seq, Payload: []byte("{}"), SerializerID: 31, Manifest: "m", WriterID: "w"})
+				}
+				if res, err := s.Journal().Write(ctx, []journal.AtomicWrite{w}); err != nil || res != nil {
+					t.Fatal(res, err)
+				}
+			}
+			for _, to := range c.deletes {
+				if err := s.Journal().DeleteTo(ctx, pid, to); err != nil {
+					t.Fatal(err)
+				}
+			}
+			rows, err := conn.Query(ctx, `SELECT seq_nr::text || CASE WHEN deleted THEN 'm' ELSE '' END FROM `+s.Schema()+`.event_journal WHERE persistence_id = $1 ORDER BY seq_nr`, pid)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, err := pgx.CollectRows(rows, pgx.RowTo[string])
+			if err != nil {
+				t.Fatal(err)
+			}
+			if strings.Join(got, " ") != c.rows {
+				t.Errorf("rows %q, want %q", strings.Join(got, " "), c.rows)
+			}
+			if n, err := s.Journal().HighestSequenceNr(ctx, pid, 0); err != nil || n != c.highest {
+				t.Errorf("highest %d, %v; want %d", n, err, c.highest)
 			}
 		})
 	}

@@ -29,6 +29,7 @@ var layers = map[string][]string{
 	"entity":         {".", "engine", "internal/hooks", "journal", "recovery", "restart", "serialization", "snapshot"},
 	"projection":     {".", "internal/hooks", "offsets", "query", "restart", "serialization"},
 	"otelannals":     {"engine", "entity", "projection", "query"},
+	"delivery":       {".", "entity"},
 
 	"store/memory":                  {".", "journal", "offsets", "query", "snapshot"},
 	"store/sqlite":                  {".", "admin", "journal", "offsets", "query", "recovery", "snapshot"},

@@ -87,7 +87,8 @@ type Config[M any] struct {
 	// entity's deliveries that reached WarnAfter attempts in one interval.
 	// It must not block.
 	OnUnconfirmed func(id string, warnings []Unconfirmed[M])
-	// AttemptTimeout bounds each Deliver and Confirm call (default 10 s).
+	// AttemptTimeout bounds each attempt: the Deliver call and the
+	// confirmation after it (default 10 s).
 	AttemptTimeout time.Duration
 	// Concurrency bounds the attempts in flight at once (default 16).
 	Concurrency int
@@ -382,15 +383,15 @@ func (d *Deliverer[M]) attempt(ctx context.Context, e *entry[M]) {
 	dl := Delivery[M]{From: annals.PersistenceID(d.entityType, e.id), EntityID: e.id, ID: e.p.ID,
 		Destination: e.p.Destination, Message: e.p.Message, Attempt: e.attempts}
 	d.mu.Unlock()
-	err := d.deliver(ctx, dl)
+	actx, cancel := context.WithTimeout(ctx, d.cfg.AttemptTimeout)
+	err := d.deliver(actx, dl)
 	if err == nil {
-		cctx, cancel := context.WithTimeout(ctx, d.cfg.AttemptTimeout)
-		err = d.cfg.Confirm(cctx, e.id, e.p.ID)
-		cancel()
+		err = d.cfg.Confirm(actx, e.id, e.p.ID)
 		if err != nil {
 			err = fmt.Errorf("delivery: confirm %s #%d: %w", dl.From, dl.ID, err)
 		}
 	}
+	cancel()
 	d.mu.Lock()
 	e.busy = false
 	e.lastErr = err
@@ -401,15 +402,13 @@ func (d *Deliverer[M]) attempt(ctx context.Context, e *entry[M]) {
 	}
 }
 
-// deliver hands dl to its destination under the attempt timeout.
+// deliver hands dl to its destination.
 func (d *Deliverer[M]) deliver(ctx context.Context, dl Delivery[M]) error {
 	dest, ok := d.cfg.Destinations[dl.Destination]
 	if !ok {
 		return fmt.Errorf("delivery: no destination named %q (delivery %s #%d)", dl.Destination, dl.From, dl.ID)
 	}
-	actx, cancel := context.WithTimeout(ctx, d.cfg.AttemptTimeout)
-	defer cancel()
-	if err := dest.Deliver(actx, dl); err != nil {
+	if err := dest.Deliver(ctx, dl); err != nil {
 		return fmt.Errorf("delivery: %s #%d to %s: %w", dl.From, dl.ID, dl.Destination, err)
 	}
 	return nil

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/annals-go/annals"
+	"github.com/annals-go/annals/durable"
 	"github.com/annals-go/annals/journal"
 	"github.com/annals-go/annals/query"
 	"github.com/annals-go/annals/snapshot"
@@ -72,6 +73,7 @@ type Store struct {
 
 	projections *Projections
 	snaps       map[string][]snapshot.Snapshot // ascending by sequence number
+	states      map[string]durable.Object      // durable state by persistence id
 }
 
 type idLog struct {
@@ -85,7 +87,7 @@ func New(opts ...Option) *Store {
 	for _, o := range opts {
 		o(&cfg)
 	}
-	return &Store{cfg: cfg, logs: map[string]*idLog{}, snaps: map[string][]snapshot.Snapshot{}}
+	return &Store{cfg: cfg, logs: map[string]*idLog{}, snaps: map[string][]snapshot.Snapshot{}, states: map[string]durable.Object{}}
 }
 
 // Journal returns the store's journal. Its Close closes the whole Store.
@@ -96,12 +98,13 @@ func (s *Store) Journal() *Journal { return &Journal{s: s} }
 func (s *Store) Snapshots() *Snapshots { return &Snapshots{s: s} }
 
 // Close discards everything the store holds. Later calls fail with
-// journal.ErrClosed or snapshot.ErrClosed. Close is idempotent.
+// journal.ErrClosed, snapshot.ErrClosed or durable.ErrClosed. Close is
+// idempotent.
 func (s *Store) Close() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.closed = true
-	s.logs, s.snaps = nil, nil
+	s.logs, s.snaps, s.states = nil, nil, nil
 	return nil
 }
 

@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/annals-go/annals/durable"
 	"github.com/annals-go/annals/journal"
 	"github.com/annals-go/annals/offsets"
 	"github.com/annals-go/annals/snapshot"
@@ -69,4 +70,13 @@ func TestOffsetsCompliance(t *testing.T) {
 			return s.Projections()
 		},
 	})
+}
+
+func TestDurableStateCompliance(t *testing.T) {
+	newStore := func(t *testing.T) durable.Store {
+		s := memory.New()
+		t.Cleanup(func() { _ = s.Close() })
+		return s.DurableState()
+	}
+	storetest.RunDurableState(t, storetest.DurableHarness{New: newStore, Own: newStore})
 }

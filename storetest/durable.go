@@ -1,0 +1,312 @@
+package storetest
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"sync"
+	"testing"
+
+	"github.com/annals-go/annals/durable"
+)
+
+// DurableHarnessFor gives the durable-state suite its store. TB is
+// *testing.T under go test (DurableHarness, RunDurableState), T under
+// Check (DurableSuite).
+type DurableHarnessFor[TB any] struct {
+	// New returns the store a subtest runs against: a fresh store, or a
+	// shared one (every subtest uses ids of its own). It may be called
+	// from parallel subtests.
+	New func(t TB) durable.Store
+	// Own returns a store no other subtest uses, which the CloseEndsCalls
+	// rule closes; nil skips that rule.
+	Own func(t TB) durable.Store
+	// Unsupported names rules the store cannot keep by design, with the
+	// reason; they are skipped with it. An unknown name fails the suite.
+	Unsupported map[string]string
+}
+
+// DurableHarness gives the durable-state suite its store under go test.
+type DurableHarness = DurableHarnessFor[*testing.T]
+
+type durableRule struct {
+	name string
+	rule string
+	run  func(t T, s durable.Store)
+}
+
+// RunDurableState runs every rule of the durable.Store contract against
+// the stores h.New makes, one named, parallel subtest of t per rule (the
+// rules of Pekko's DurableStateStore spec, and two writers racing).
+func RunDurableState(t *testing.T, h DurableHarness) {
+	t.Helper()
+	runDurable(testingT{t}, DurableHarnessFor[T]{New: forTesting(h.New), Own: forTesting(h.Own), Unsupported: h.Unsupported})
+}
+
+// DurableSuite is the durable-state suite (RunDurableState's rules) for
+// Check, named "durable".
+func DurableSuite(h DurableHarnessFor[T]) Suite {
+	return Suite{name: "durable", run: func(t T) { runDurable(t, h) }}
+}
+
+func durableRules() []durableRule {
+	return []durableRule{
+		{"GetUnknownIsEmpty", "Get of an id never written returns ok false and no error", durableGetUnknown},
+		{"UpsertThenGet", "Get returns the last object stored: payload, serializer id, manifest, tag and revision as written", durableUpsertThenGet},
+		{"RevisionsFollowOneAnother", "Upsert needs the stored revision plus one (1 first); any other fails with ErrRevisionConflict and changes nothing", durableRevisions},
+		{"DeleteRemoves", "Delete(id, stored+1) removes the object; the next Upsert starts again at revision 1", durableDelete},
+		{"DeleteNeedsNextRevision", "Delete with another revision than stored+1 fails with ErrRevisionConflict and keeps the object", durableDeleteConflict},
+		{"DeleteUnknownIsNoop", "Delete of an id that holds nothing succeeds and changes nothing", durableDeleteUnknown},
+		{"IDsAreSeparate", "objects of different ids do not affect each other", durableSeparateIDs},
+		{"InvalidArguments", "an empty id or a revision below 1 fails with ErrInvalidArgument", durableInvalid},
+		{"CancelledContext", "a call with an ended context fails with its error and changes nothing", durableCancelled},
+		{"ConcurrentWritersOneWins", "of writers racing for the same revision exactly one succeeds; the others get ErrRevisionConflict", durableRace},
+		{"PayloadNotAliased", "the store keeps its own copy of a payload: changing the caller's slice after Upsert or Get changes nothing stored", durableAliasing},
+	}
+}
+
+func runDurable(t T, h DurableHarnessFor[T]) {
+	t.Helper()
+	if h.New == nil {
+		t.Fatal("storetest: DurableHarness.New is nil")
+	}
+	names := []string{"CloseEndsCalls"}
+	for _, r := range durableRules() {
+		names = append(names, r.name)
+	}
+	checkUnsupported(t, h.Unsupported, names)
+	for _, r := range durableRules() {
+		t.Run(r.name, func(t T) {
+			t.Parallel()
+			skipUnsupported(t, h.Unsupported, r.name)
+			s := h.New(t)
+			defer func() {
+				if t.Failed() {
+					t.Logf("rule: %s", r.rule)
+				}
+			}()
+			r.run(t, s)
+		})
+	}
+	t.Run("CloseEndsCalls", func(t T) {
+		t.Parallel()
+		skipUnsupported(t, h.Unsupported, "CloseEndsCalls")
+		if h.Own == nil {
+			t.Skip("DurableHarness.Own is nil")
+		}
+		s := h.Own(t)
+		pid := uniqueID(t, "KitDurable")
+		upsert(t, s, obj(pid, 1, "a"))
+		if err := s.Close(); err != nil {
+			t.Fatalf("Close: %v", err)
+		}
+		if err := s.Close(); err != nil {
+			t.Errorf("a second Close: %v, want nil", err)
+		}
+		ctx := testContext(t)
+		_, _, getErr := s.Get(ctx, pid)
+		for call, err := range map[string]error{
+			"Get":    getErr,
+			"Upsert": s.Upsert(ctx, obj(pid, 2, "b")),
+			"Delete": s.Delete(ctx, pid, 2),
+		} {
+			if !errors.Is(err, durable.ErrClosed) {
+				t.Errorf("%s after Close: %v, want an error wrapping durable.ErrClosed", call, err)
+			}
+		}
+	})
+}
+
+func obj(pid string, revision int64, value string) durable.Object {
+	return durable.Object{PersistenceID: pid, Revision: revision, Payload: []byte(value), SerializerID: 31, Manifest: "kit.State", Tag: "kit-tag"}
+}
+
+func upsert(t T, s durable.Store, o durable.Object) {
+	t.Helper()
+	if err := s.Upsert(testContext(t), o); err != nil {
+		t.Fatalf("Upsert(%s, revision %d): %v", o.PersistenceID, o.Revision, err)
+	}
+}
+
+// get returns the stored object's revision and payload ("" and 0 for none).
+func get(t T, s durable.Store, pid string) (durable.Object, bool) {
+	t.Helper()
+	o, ok, err := s.Get(testContext(t), pid)
+	if err != nil {
+		t.Fatalf("Get(%s): %v", pid, err)
+	}
+	return o, ok
+}
+
+func wantObject(t T, s durable.Store, pid string, revision int64, value string) {
+	t.Helper()
+	o, ok := get(t, s, pid)
+	switch {
+	case revision == 0 && ok:
+		t.Errorf("Get(%s) = revision %d %q, want nothing", pid, o.Revision, o.Payload)
+	case revision > 0 && (!ok || o.Revision != revision || string(o.Payload) != value):
+		t.Errorf("Get(%s) = revision %d %q (ok %v), want revision %d %q", pid, o.Revision, o.Payload, ok, revision, value)
+	}
+}
+
+func durableGetUnknown(t T, s durable.Store) {
+	wantObject(t, s, uniqueID(t, "KitDurable"), 0, "")
+}
+
+func durableUpsertThenGet(t T, s durable.Store) {
+	pid := uniqueID(t, "KitDurable")
+	upsert(t, s, obj(pid, 1, "first"))
+	want := durable.Object{PersistenceID: pid, Revision: 2, Payload: []byte(`{"name":"ünï 😀"}`), SerializerID: 4, Manifest: "kit.State.v2", Tag: "other"}
+	upsert(t, s, want)
+	got, ok := get(t, s, pid)
+	if !ok || got.PersistenceID != pid || got.Revision != 2 || !bytes.Equal(got.Payload, want.Payload) ||
+		got.SerializerID != want.SerializerID || got.Manifest != want.Manifest || got.Tag != want.Tag {
+		t.Errorf("Get = %+v, want %+v", got, want)
+	}
+	if got.Timestamp.IsZero() || got.Timestamp.Location() != got.Timestamp.UTC().Location() {
+		t.Errorf("Get's Timestamp %v, want the time it was stored, in UTC", got.Timestamp)
+	}
+}
+
+func durableRevisions(t T, s durable.Store) {
+	pid := uniqueID(t, "KitDurable")
+	ctx := testContext(t)
+	for _, c := range []struct {
+		revision int64
+		ok       bool
+	}{{2, false}, {1, true}, {1, false}, {3, false}, {2, true}, {2, false}, {3, true}} {
+		err := s.Upsert(ctx, obj(pid, c.revision, "v"+string(rune('0'+c.revision))))
+		if c.ok && err != nil {
+			t.Fatalf("Upsert revision %d: %v", c.revision, err)
+		}
+		if !c.ok && !errors.Is(err, durable.ErrRevisionConflict) {
+			t.Fatalf("Upsert revision %d: %v, want ErrRevisionConflict", c.revision, err)
+		}
+	}
+	wantObject(t, s, pid, 3, "v3")
+}
+
+func durableDelete(t T, s durable.Store) {
+	pid := uniqueID(t, "KitDurable")
+	upsert(t, s, obj(pid, 1, "a"))
+	upsert(t, s, obj(pid, 2, "b"))
+	if err := s.Delete(testContext(t), pid, 3); err != nil {
+		t.Fatalf("Delete(revision 3): %v", err)
+	}
+	wantObject(t, s, pid, 0, "")
+	upsert(t, s, obj(pid, 1, "again"))
+	wantObject(t, s, pid, 1, "again")
+}
+
+func durableDeleteConflict(t T, s durable.Store) {
+	pid := uniqueID(t, "KitDurable")
+	upsert(t, s, obj(pid, 1, "a"))
+	upsert(t, s, obj(pid, 2, "b"))
+	for _, rev := range []int64{1, 2, 4} {
+		if err := s.Delete(testContext(t), pid, rev); !errors.Is(err, durable.ErrRevisionConflict) {
+			t.Errorf("Delete(revision %d) of revision 2: %v, want ErrRevisionConflict", rev, err)
+		}
+	}
+	wantObject(t, s, pid, 2, "b")
+}
+
+func durableDeleteUnknown(t T, s durable.Store) {
+	pid := uniqueID(t, "KitDurable")
+	if err := s.Delete(testContext(t), pid, 1); err != nil {
+		t.Errorf("Delete of an id never written: %v", err)
+	}
+	upsert(t, s, obj(pid, 1, "a"))
+	wantObject(t, s, pid, 1, "a")
+}
+
+func durableSeparateIDs(t T, s durable.Store) {
+	a, b := uniqueID(t, "KitDurable"), uniqueID(t, "KitDurable")
+	upsert(t, s, obj(a, 1, "a1"))
+	upsert(t, s, obj(b, 1, "b1"))
+	upsert(t, s, obj(a, 2, "a2"))
+	if err := s.Delete(testContext(t), b, 2); err != nil {
+		t.Fatal(err)
+	}
+	wantObject(t, s, a, 2, "a2")
+	wantObject(t, s, b, 0, "")
+}
+
+func durableInvalid(t T, s durable.Store) {
+	ctx := testContext(t)
+	pid := uniqueID(t, "KitDurable")
+	_, _, getErr := s.Get(ctx, "")
+	for call, err := range map[string]error{
+		"Get with an empty id":    getErr,
+		"Upsert with an empty id": s.Upsert(ctx, obj("", 1, "a")),
+		"Upsert with revision 0":  s.Upsert(ctx, obj(pid, 0, "a")),
+		"Upsert with revision -1": s.Upsert(ctx, obj(pid, -1, "a")),
+		"Delete with an empty id": s.Delete(ctx, "", 1),
+		"Delete with revision 0":  s.Delete(ctx, pid, 0),
+	} {
+		if !errors.Is(err, durable.ErrInvalidArgument) {
+			t.Errorf("%s: %v, want ErrInvalidArgument", call, err)
+		}
+	}
+	wantObject(t, s, pid, 0, "")
+}
+
+func durableCancelled(t T, s durable.Store) {
+	pid := uniqueID(t, "KitDurable")
+	upsert(t, s, obj(pid, 1, "a"))
+	ctx, cancel := context.WithCancel(testContext(t))
+	cancel()
+	_, _, getErr := s.Get(ctx, pid)
+	for call, err := range map[string]error{
+		"Get":    getErr,
+		"Upsert": s.Upsert(ctx, obj(pid, 2, "b")),
+		"Delete": s.Delete(ctx, pid, 2),
+	} {
+		if !errors.Is(err, context.Canceled) {
+			t.Errorf("%s with a cancelled context: %v, want context.Canceled", call, err)
+		}
+	}
+	wantObject(t, s, pid, 1, "a")
+}
+
+func durableRace(t T, s durable.Store) {
+	pid := uniqueID(t, "KitDurable")
+	upsert(t, s, obj(pid, 1, "a"))
+	const writers = 8
+	ctx := testContext(t)
+	errs := make([]error, writers)
+	var wg sync.WaitGroup
+	start := make(chan struct{})
+	for i := range writers {
+		wg.Go(func() {
+			<-start
+			errs[i] = s.Upsert(ctx, obj(pid, 2, "w"+string(rune('a'+i))))
+		})
+	}
+	close(start)
+	wg.Wait()
+	won := -1
+	for i, err := range errs {
+		switch {
+		case err == nil && won >= 0:
+			t.Errorf("writers %d and %d both stored revision 2", won, i)
+		case err == nil:
+			won = i
+		case !errors.Is(err, durable.ErrRevisionConflict):
+			t.Errorf("writer %d: %v, want nil or ErrRevisionConflict", i, err)
+		}
+	}
+	if won < 0 {
+		t.Fatal("no writer stored revision 2")
+	}
+	wantObject(t, s, pid, 2, "w"+string(rune('a'+won)))
+}
+
+func durableAliasing(t T, s durable.Store) {
+	pid := uniqueID(t, "KitDurable")
+	o := obj(pid, 1, "abc")
+	upsert(t, s, o)
+	o.Payload[0] = 'X'
+	got, _ := get(t, s, pid)
+	got.Payload[1] = 'Y'
+	wantObject(t, s, pid, 1, "abc")
+}

@@ -27,7 +27,7 @@ var layers = map[string][]string{
 	"restart":        {},
 	"engine":         {"internal/hooks", "journal", "recovery", "snapshot"},
 	"storetest":      {".", "durable", "journal", "offsets", "query", "recovery", "snapshot"},
-	"entity":         {".", "engine", "internal/hooks", "journal", "recovery", "restart", "serialization", "snapshot"},
+	"entity":         {".", "durable", "engine", "internal/hooks", "journal", "recovery", "restart", "serialization", "snapshot"},
 	"projection":     {".", "internal/hooks", "offsets", "query", "restart", "serialization"},
 	"otelannals":     {"engine", "entity", "projection", "query"},
 	"delivery":       {".", "entity"},

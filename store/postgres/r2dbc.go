@@ -95,9 +95,19 @@ func newR2DBCStatements(schema string) statements {
 	WHERE e.entity_type = $1 AND NOT e.deleted
 	AND (e.db_timestamp, e.seq_nr, e.persistence_id) > ($2, $3, $4) AND e.db_timestamp <= $5
 	ORDER BY e.db_timestamp, e.seq_nr, e.persistence_id LIMIT $6`),
-		byAnyType: r.Replace(`SELECT {columns} FROM {journal} e
-	WHERE NOT e.deleted
-	AND (e.db_timestamp, e.seq_nr, e.persistence_id) > ($1, $2, $3) AND e.db_timestamp <= $4
+		// Every type: Annals' loose scan of the types, a page per type
+		// merged (see newStatements); with an index on (entity_type,
+		// db_timestamp, seq_nr, persistence_id), which the layout does not
+		// create (see LayoutR2DBC), each is an index probe.
+		byAnyType: r.Replace(`WITH RECURSIVE types(t) AS (
+	SELECT min(entity_type) FROM {journal}
+	UNION ALL
+	SELECT (SELECT min(entity_type) FROM {journal} WHERE entity_type > types.t) FROM types WHERE types.t IS NOT NULL
+)
+SELECT {columns} FROM types, LATERAL (
+	SELECT * FROM {journal} j WHERE j.entity_type = types.t AND NOT j.deleted
+	AND (j.db_timestamp, j.seq_nr, j.persistence_id) > ($1, $2, $3) AND j.db_timestamp <= $4
+	ORDER BY j.db_timestamp, j.seq_nr, j.persistence_id LIMIT $5) e
 	ORDER BY e.db_timestamp, e.seq_nr, e.persistence_id LIMIT $5`),
 		earlier: r.Replace(`SELECT {columns} FROM {journal} e
 	WHERE e.persistence_id = ANY($1) AND e.db_timestamp >= $2 AND e.db_timestamp <= $3 AND NOT e.deleted

@@ -405,3 +405,44 @@ func TestCheckPassesTheMemoryStore(t *testing.T) {
 		}
 	}
 }
+
+// TestCheckSkipsUnsupportedRules: a rule a harness declares unsupported is
+// skipped with the reason given, the others run; naming a rule the suite
+// does not have fails the suite.
+func TestCheckSkipsUnsupportedRules(t *testing.T) {
+	newSnapshots := func(t storetest.T) snapshot.Store {
+		s := memory.New()
+		t.Cleanup(func() { _ = s.Close() })
+		return s.Snapshots()
+	}
+	cases := []struct {
+		name        string
+		unsupported map[string]string
+		failed      bool
+		skipped     string // a rule reported skipped, with its reason in its messages
+	}{
+		{"a known rule", map[string]string{"LoadLatest": "one snapshot per id"}, false, "snapshots/LoadLatest"},
+		{"an unknown rule", map[string]string{"NoSuchRule": "renamed"}, true, ""},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			rep, err := storetest.Check(t.Context(), storetest.Options{Short: true},
+				storetest.SnapshotSuite(storetest.SnapshotHarnessFor[storetest.T]{New: newSnapshots, Unsupported: c.unsupported}))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if rep.Failed() != c.failed {
+				t.Errorf("report failed = %v, want %v: %+v", rep.Failed(), c.failed, rep.Results)
+			}
+			if c.skipped != "" {
+				r := result(rep, c.skipped)
+				if r.Outcome != storetest.Skipped || !strings.Contains(strings.Join(r.Messages, " "), "one snapshot per id") {
+					t.Errorf("%s: %v %q, want skipped with the reason", c.skipped, r.Outcome, r.Messages)
+				}
+				if result(rep, "snapshots/LargeSnapshot").Outcome != storetest.Passed {
+					t.Error("a supported rule did not run")
+				}
+			}
+		})
+	}
+}

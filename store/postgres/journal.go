@@ -600,7 +600,8 @@ func (j *Journal) HighestSequenceNr(ctx context.Context, persistenceID string, f
 
 // DeleteTo implements journal.Journal: in one transaction, the highest
 // number among the deleted events is recorded in journal_metadata, then the
-// events and their tags are removed.
+// events and their tags are removed. On the r2dbc layout it deletes as the
+// plugin does, leaving a delete marker (see LayoutR2DBC).
 func (j *Journal) DeleteTo(ctx context.Context, persistenceID string, to int64) error {
 	if err := journal.CheckID("delete", persistenceID, to); err != nil {
 		return err

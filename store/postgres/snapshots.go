@@ -13,7 +13,9 @@ import (
 )
 
 // Snapshots is the store's snapshot store: table snapshot, one row per
-// (persistence id, sequence number), timestamps as Unix nanoseconds.
+// (persistence id, sequence number), timestamps as Unix nanoseconds. On the
+// r2dbc layout: one row per persistence id, replaced by every save,
+// timestamps as epoch milliseconds (see LayoutR2DBC).
 type Snapshots struct{ s *Store }
 
 var _ snapshot.Store = (*Snapshots)(nil)

@@ -3,6 +3,7 @@ package sqlite
 import (
 	"context"
 	"database/sql"
+	"database/sql/driver"
 	"encoding/json"
 	"fmt"
 	"iter"
@@ -18,10 +19,10 @@ import (
 // each pooled connection as needed.
 type statements struct {
 	insert, insertTag, deleteTags, deleteEvents, keepHighest *sql.Stmt // writer
-	replay, highest                                          *sql.Stmt // reader
+	highest                                                  *sql.Stmt // reader
 	saveSnap, deleteSnap, deleteSnaps                        *sql.Stmt // writer
 	loadSnap                                                 *sql.Stmt // reader
-	byTag, bySlices, newIDs, maxOrdering, persistenceIDs     *sql.Stmt // reader
+	maxOrdering, persistenceIDs                              *sql.Stmt // reader
 }
 
 const snapshotWhere = `persistence_id = ? AND sequence_nr BETWEEN ? AND ? AND created BETWEEN ? AND ?`
@@ -39,8 +40,6 @@ func (st *statements) prepare(ctx context.Context, writer, reader *sql.DB) error
 			ON CONFLICT (persistence_id) DO UPDATE SET sequence_nr = max(sequence_nr, excluded.sequence_nr)`},
 		{writer, &st.deleteTags, `DELETE FROM event_tag WHERE ordering IN (SELECT ordering FROM event_journal WHERE persistence_id = ? AND sequence_nr <= ? AND tags IS NOT NULL)`},
 		{writer, &st.deleteEvents, `DELETE FROM event_journal WHERE persistence_id = ? AND sequence_nr <= ?`},
-		{reader, &st.replay, `SELECT ordering, sequence_nr, timestamp, payload, serializer_id, manifest, writer, tags, metadata, slice, entity_type
-			FROM event_journal WHERE persistence_id = ? AND sequence_nr BETWEEN ? AND ? ORDER BY sequence_nr LIMIT ?`},
 		{reader, &st.highest, `SELECT max(
 			coalesce((SELECT MAX(sequence_nr) FROM event_journal WHERE persistence_id = ?1), 0),
 			coalesce((SELECT sequence_nr FROM journal_metadata WHERE persistence_id = ?1), 0))`},
@@ -49,9 +48,6 @@ func (st *statements) prepare(ctx context.Context, writer, reader *sql.DB) error
 		{writer, &st.deleteSnap, `DELETE FROM snapshot WHERE persistence_id = ?1 AND sequence_nr = ?2 AND (?3 = 0 OR created = ?3)`},
 		{writer, &st.deleteSnaps, `DELETE FROM snapshot WHERE ` + snapshotWhere},
 		{reader, &st.loadSnap, `SELECT sequence_nr, created, serializer_id, manifest, payload FROM snapshot WHERE ` + snapshotWhere + ` ORDER BY sequence_nr DESC, created DESC LIMIT 1`},
-		{reader, &st.byTag, byTagSQL},
-		{reader, &st.bySlices, bySlicesSQL},
-		{reader, &st.newIDs, newIDsSQL},
 		{reader, &st.maxOrdering, `SELECT coalesce(max(ordering), 0) FROM event_journal`},
 		{reader, &st.persistenceIDs, persistenceIDsSQL},
 	} {
@@ -65,7 +61,7 @@ func (st *statements) prepare(ctx context.Context, writer, reader *sql.DB) error
 }
 
 func (st *statements) close() {
-	for _, s := range []*sql.Stmt{st.insert, st.insertTag, st.deleteTags, st.deleteEvents, st.keepHighest, st.replay, st.highest, st.saveSnap, st.deleteSnap, st.deleteSnaps, st.loadSnap, st.byTag, st.bySlices, st.newIDs, st.maxOrdering, st.persistenceIDs} {
+	for _, s := range []*sql.Stmt{st.insert, st.insertTag, st.deleteTags, st.deleteEvents, st.keepHighest, st.highest, st.saveSnap, st.deleteSnap, st.deleteSnaps, st.loadSnap, st.maxOrdering, st.persistenceIDs} {
 		if s != nil {
 			_ = s.Close()
 		}
@@ -221,10 +217,27 @@ func (j *Journal) Replay(ctx context.Context, persistenceID string, from, to, li
 	if err := journal.CheckReplay(persistenceID, from, to, limit); err != nil {
 		return func(yield func(journal.Repr, error) bool) { yield(journal.Repr{}, err) }
 	}
+	return func(yield func(journal.Repr, error) bool) {
+		j.replay(ctx, persistenceID, from, to, limit)(yield)
+	}
+}
+
+// replay is one run of Replay: its pages share one array.
+func (j *Journal) replay(ctx context.Context, persistenceID string, from, to, limit int64) iter.Seq2[journal.Repr, error] {
+	var page []journal.Repr
 	return journal.Pager[journal.Repr]{
 		Size: replayPage,
 		ReadPage: func(ctx context.Context, p journal.Page, yield func(*journal.Repr) bool) (bool, error) {
-			page, err := readPage(ctx, j.s, j.s.stmts.replay, replayScanner(persistenceID), persistenceID, p.From, p.To, p.Limit)
+			args, err := namedArgs(persistenceID, p.From, p.To, p.Limit)
+			if err != nil {
+				return true, err
+			}
+			page = page[:0]
+			err = j.s.readDriver(ctx, replaySQL, args, make([]driver.Value, replayColumns), func(v []driver.Value) error {
+				e, err := replayRow(persistenceID, v)
+				page = append(page, e)
+				return err
+			})
 			if err != nil {
 				return true, err
 			}
@@ -238,49 +251,6 @@ func (j *Journal) Replay(ctx context.Context, persistenceID string, from, to, li
 		SequenceNr: func(e *journal.Repr) int64 { return e.SequenceNr },
 		Errors:     j.s.errs,
 	}.Replay(ctx, from, to, limit)
-}
-
-// replayScanner returns the scanner of the replay statement's rows, the
-// events of persistenceID.
-func replayScanner(persistenceID string) func(rows *sql.Rows) (journal.Repr, error) {
-	return func(rows *sql.Rows) (journal.Repr, error) {
-		e := journal.Repr{PersistenceID: persistenceID}
-		var ts int64
-		var tags sql.NullString
-		if err := rows.Scan(&e.Ordering, &e.SequenceNr, &ts, &e.Payload, &e.SerializerID, &e.Manifest, &e.WriterID, &tags, &e.Metadata, &e.Slice, &e.EntityType); err != nil {
-			return e, fmt.Errorf("sqlite: replay %q: read row: %w", persistenceID, err)
-		}
-		e.Timestamp = time.Unix(0, ts).UTC()
-		if tags.Valid {
-			if err := json.Unmarshal([]byte(tags.String), &e.Tags); err != nil {
-				return e, fmt.Errorf("sqlite: replay %q: corrupt tags of event %d: %w", persistenceID, e.SequenceNr, err)
-			}
-		}
-		return e, nil
-	}
-}
-
-// readPage runs stmt on a reader connection and returns every row read by
-// scan; the connection is released before it returns. ctx's end is checked
-// per row.
-func readPage[T any](ctx context.Context, s *Store, stmt *sql.Stmt, scan func(*sql.Rows) (T, error), args ...any) ([]T, error) {
-	rows, release, err := s.readRows(ctx, stmt, args...)
-	if err != nil {
-		return nil, err
-	}
-	defer release()
-	var page []T
-	for rows.Next() {
-		if err := ctx.Err(); err != nil {
-			return nil, err
-		}
-		v, err := scan(rows)
-		if err != nil {
-			return nil, err
-		}
-		page = append(page, v)
-	}
-	return page, rows.Err()
 }
 
 // ConcurrentReads implements engine.ReadCapacity: the connections of the

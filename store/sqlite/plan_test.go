@@ -101,7 +101,7 @@ func contains(lines []string, s string) bool {
 // empty) in ordering order with the statement live PersistenceIDs follows,
 // which no current query reaches; for the benchmarks.
 func (q *Queries) CurrentEventsByType(ctx context.Context, entityType string, after query.Offset) iter.Seq2[query.Envelope, error] {
-	return q.scan(ctx, after, q.s.stmts.newIDs, entityType)
+	return q.scan(ctx, after, newIDsSQL, entityType)
 }
 
 // TestPersistenceIDsPlanProbesTheKey: a page of persistence ids is a
@@ -125,6 +125,44 @@ func TestPersistenceIDsPlanProbesTheKey(t *testing.T) {
 		if !contains(plan, "SEARCH j USING COVERING INDEX sqlite_autoindex_event_journal_1 (persistence_id>? AND persistence_id<?)") ||
 			strings.Contains(all, "MULTI-INDEX OR") || strings.Contains(all, "SCAN event_journal") || strings.Contains(all, "SCAN j") {
 			t.Errorf("ids page %v: plan\n\t%s\nwant one primary-key search per id, no scan and no OR", args, strings.Join(plan, "\n\t"))
+		}
+	}
+}
+
+// TestRecoveryPlansSearchTheKeys: a recovery's two statements search the
+// keys of one id (the journal's, journal_metadata's and snapshot's), scan
+// no table and sort nothing, so a recovery costs the same in any journal.
+func TestRecoveryPlansSearchTheKeys(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	s, err := Open(ctx, filepath.Join(t.TempDir(), "recovery.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	for _, p := range []struct {
+		name, sql string
+		args      []any
+		want      []string
+	}{
+		{"head", recoveryHeadSQL, []any{"R|1", true, 0, 1 << 40, 0, 1 << 40}, []string{
+			"SEARCH event_journal USING COVERING INDEX sqlite_autoindex_event_journal_1 (persistence_id=?)",
+			"SEARCH journal_metadata USING PRIMARY KEY (persistence_id=?)",
+			"SEARCH snapshot USING PRIMARY KEY (persistence_id=? AND sequence_nr>? AND sequence_nr<?)",
+		}},
+		{"events", replaySQL, []any{"R|1", 1, 1 << 40, 1000}, []string{
+			"SEARCH event_journal USING INDEX sqlite_autoindex_event_journal_1 (persistence_id=? AND sequence_nr>? AND sequence_nr<?)",
+		}},
+	} {
+		plan := explainQueryPlan(t, ctx, s, p.sql, p.args)
+		all := strings.Join(plan, "\n")
+		for _, w := range p.want {
+			if !contains(plan, w) {
+				t.Errorf("%s: plan\n\t%s\nwant %q", p.name, strings.Join(plan, "\n\t"), w)
+			}
+		}
+		if strings.Contains(all, "TEMP B-TREE") || strings.Contains(all, "SCAN event_journal") || strings.Contains(all, "SCAN snapshot") {
+			t.Errorf("%s: plan\n\t%s\nwant no scan and no temporary B-tree", p.name, strings.Join(plan, "\n\t"))
 		}
 	}
 }

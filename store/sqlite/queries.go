@@ -2,8 +2,7 @@ package sqlite
 
 import (
 	"context"
-	"database/sql"
-	"encoding/json"
+	"database/sql/driver"
 	"fmt"
 	"iter"
 	"time"
@@ -41,20 +40,47 @@ const queryPage = 1000
 
 const envelopeColumns = `e.ordering, e.persistence_id, e.sequence_nr, e.timestamp, e.payload, e.serializer_id, e.manifest, e.writer, e.tags, e.metadata, e.slice, e.entity_type`
 
-func scanEnvelope(rows *sql.Rows) (query.Envelope, error) {
-	var r journal.Repr
-	var ts int64
-	var tags sql.NullString
-	if err := rows.Scan(&r.Ordering, &r.PersistenceID, &r.SequenceNr, &ts, &r.Payload, &r.SerializerID, &r.Manifest, &r.WriterID, &tags, &r.Metadata, &r.Slice, &r.EntityType); err != nil {
-		return query.Envelope{}, fmt.Errorf("sqlite: query: read row: %w", err)
+// envelopeColumnCount is the number of envelopeColumns.
+const envelopeColumnCount = 12
+
+// envelopeRow fills env from one row of envelopeColumns as readDriver
+// returns it.
+func envelopeRow(v []driver.Value, env *query.Envelope) error {
+	r := rowValues{v: v}
+	env.Offset = query.SequenceOffset(r.int(0))
+	env.PersistenceID = r.text(1)
+	env.SequenceNr = r.int(2)
+	env.Timestamp = time.Unix(0, r.int(3)).UTC()
+	env.Payload = r.blob(4)
+	env.SerializerID = r.int32(5)
+	env.Manifest = r.text(6)
+	env.WriterID = r.text(7)
+	tags, hasTags := r.nullText(8)
+	env.Metadata = r.blob(9)
+	env.Slice = int(r.int(10))
+	env.EntityType = r.text(11)
+	if r.err != nil {
+		return fmt.Errorf("sqlite: query: read row: %w", r.err)
 	}
-	r.Timestamp = time.Unix(0, ts).UTC()
-	if tags.Valid {
-		if err := json.Unmarshal([]byte(tags.String), &r.Tags); err != nil {
-			return query.Envelope{}, fmt.Errorf("sqlite: query: corrupt tags of %s event %d: %w", r.PersistenceID, r.SequenceNr, err)
+	if hasTags {
+		var err error
+		if env.Tags, err = decodeTags(tags); err != nil {
+			return fmt.Errorf("sqlite: query: corrupt tags of %s event %d: %w", env.PersistenceID, env.SequenceNr, err)
 		}
 	}
-	return query.FromRepr(r, query.SequenceOffset(r.Ordering)), nil
+	return nil
+}
+
+// readEnvelopes reads the envelopes of one page of the select text into
+// page (from its start, reusing its array) and returns it.
+func (q *Queries) readEnvelopes(ctx context.Context, text string, args []driver.NamedValue, page []query.Envelope) ([]query.Envelope, error) {
+	page = page[:0]
+	dest := make([]driver.Value, envelopeColumnCount)
+	err := q.s.readDriver(ctx, text, args, dest, func(v []driver.Value) error {
+		page = append(page, query.Envelope{})
+		return envelopeRow(v, &page[len(page)-1])
+	})
+	return page, err
 }
 
 func sequenceOf(after query.Offset) (int64, error) {
@@ -67,12 +93,13 @@ func sequenceOf(after query.Offset) (int64, error) {
 	return 0, fmt.Errorf("%w: %s (the SQLite store resumes from sequence offsets)", query.ErrUnsupportedOffset, after)
 }
 
-// scan runs stmt (whose last three parameters are: after, bound, limit)
-// page by page, from the offset up to the highest ordering committed when
-// the scan began. Each page is read whole and its connection released
-// before its envelopes are yielded, so a slow consumer holds no connection
-// and no read snapshot.
-func (q *Queries) scan(ctx context.Context, after query.Offset, stmt *sql.Stmt, args ...any) iter.Seq2[query.Envelope, error] {
+// scan runs the select text (whose last three parameters are: after,
+// bound, limit) page by page, from the offset up to the highest ordering
+// committed when the scan began. Each page is read whole and its
+// connection released before its envelopes are yielded, so a slow consumer
+// holds no connection and no read snapshot. The pages of one scan share
+// one array.
+func (q *Queries) scan(ctx context.Context, after query.Offset, text string, args ...any) iter.Seq2[query.Envelope, error] {
 	return func(yield func(query.Envelope, error) bool) {
 		from, err := sequenceOf(after)
 		if err != nil {
@@ -84,8 +111,12 @@ func (q *Queries) scan(ctx context.Context, after query.Offset, stmt *sql.Stmt, 
 			yield(query.Envelope{}, q.s.errs.Map(ctx, "query", err, journal.ErrClosed))
 			return
 		}
+		var page []query.Envelope
 		for from < bound {
-			page, err := readPage(ctx, q.s, stmt, scanEnvelope, append(args, from, bound, queryPage)...)
+			nv, err := namedArgs(append(args[:len(args):len(args)], from, bound, queryPage)...)
+			if err == nil {
+				page, err = q.readEnvelopes(ctx, text, nv, page)
+			}
 			if err != nil {
 				yield(query.Envelope{}, q.s.errs.Map(ctx, "query", err, journal.ErrClosed))
 				return
@@ -116,7 +147,7 @@ const bySlicesSQL = `SELECT ` + envelopeColumns + ` FROM event_journal e INDEXED
 
 // CurrentEventsByTag implements query.EventsByTagQuery.
 func (q *Queries) CurrentEventsByTag(ctx context.Context, tag string, after query.Offset) iter.Seq2[query.Envelope, error] {
-	return q.scan(ctx, after, q.s.stmts.byTag, tag)
+	return q.scan(ctx, after, byTagSQL, tag)
 }
 
 // EventsByTag implements query.EventsByTagQuery.
@@ -128,7 +159,7 @@ func (q *Queries) EventsByTag(ctx context.Context, tag string, after query.Offse
 
 // CurrentEventsBySlices implements query.EventsBySlicesQuery.
 func (q *Queries) CurrentEventsBySlices(ctx context.Context, entityType string, minSlice, maxSlice int, after query.Offset) iter.Seq2[query.Envelope, error] {
-	return q.scan(ctx, after, q.s.stmts.bySlices, entityType, minSlice, maxSlice)
+	return q.scan(ctx, after, bySlicesSQL, entityType, minSlice, maxSlice)
 }
 
 // EventsBySlices implements query.EventsBySlicesQuery.
@@ -227,7 +258,7 @@ func (q *Queries) PersistenceIDs(ctx context.Context, entityType string) *query.
 		return query.NewStream(func(func(string) bool) error { return err })
 	}
 	events := q.follow(ctx, query.SequenceOffset(after), func(ctx context.Context, after query.Offset) iter.Seq2[query.Envelope, error] {
-		return q.scan(ctx, after, q.s.stmts.newIDs, entityType)
+		return q.scan(ctx, after, newIDsSQL, entityType)
 	})
 	return query.FollowPersistenceIDs(ids, events)
 }

@@ -2,8 +2,9 @@ package sqlite
 
 import (
 	"context"
-	"database/sql"
+	"database/sql/driver"
 	"errors"
+	"fmt"
 	"time"
 
 	"github.com/annals-go/annals/journal"
@@ -23,10 +24,10 @@ func (j *Journal) ReadsSnapshotsOf(snaps snapshot.Store) bool {
 	return ok && ss.s == j.s
 }
 
-// ReadRecovery implements recovery.Reader: the highest number, the
-// snapshot and the events after it in one read transaction on one reader
-// connection (one connection taken and one transaction begun, where three
-// calls take three of each), so the three agree.
+// ReadRecovery implements recovery.Reader: the highest number and the
+// snapshot (one statement), then the events after it, in one read
+// transaction on one reader connection, through the driver (see
+// readDriver), so the three agree.
 func (j *Journal) ReadRecovery(ctx context.Context, req recovery.Request) (recovery.Result, error) {
 	req, err := recovery.Check(req)
 	if err != nil {
@@ -42,61 +43,109 @@ func (j *Journal) ReadRecovery(ctx context.Context, req recovery.Request) (recov
 	return res, nil
 }
 
+// recoveryHeadSQL reads the head of a recovery of id ?1 in rows of six
+// columns, the first of which tells the row's kind: 0, one row, the
+// highest number (the greater of the highest stored event and the highest
+// deleted one); 1, at most one row, the youngest snapshot the criteria
+// (?3–?6) select, when ?2 is true.
+const recoveryHeadSQL = `
+	SELECT 0, max(
+			coalesce((SELECT MAX(sequence_nr) FROM event_journal WHERE persistence_id = ?1), 0),
+			coalesce((SELECT sequence_nr FROM journal_metadata WHERE persistence_id = ?1), 0)),
+		NULL, NULL, NULL, NULL
+	UNION ALL
+	SELECT * FROM (SELECT 1, sequence_nr, created, serializer_id, manifest, payload FROM snapshot
+		WHERE ?2 AND persistence_id = ?1 AND sequence_nr BETWEEN ?3 AND ?4 AND created BETWEEN ?5 AND ?6
+		ORDER BY sequence_nr DESC, created DESC LIMIT 1)`
+
+// replaySQL reads the events of id ?1 from ?2 to ?3, at most ?4,
+// ascending.
+const replaySQL = `SELECT ordering, sequence_nr, timestamp, payload, serializer_id, manifest, writer, tags, metadata, slice, entity_type
+	FROM event_journal WHERE persistence_id = ? AND sequence_nr BETWEEN ? AND ? ORDER BY sequence_nr LIMIT ?`
+
+// replayColumns is the number of replaySQL's columns.
+const replayColumns = 11
+
+// replayRow reads one row of replaySQL, an event of pid.
+func replayRow(pid string, v []driver.Value) (journal.Repr, error) {
+	r := rowValues{v: v}
+	e := journal.Repr{PersistenceID: pid, Ordering: r.int(0), SequenceNr: r.int(1), Timestamp: time.Unix(0, r.int(2)).UTC(),
+		Payload: r.blob(3), SerializerID: r.int32(4), Manifest: r.text(5), WriterID: r.text(6), Metadata: r.blob(8),
+		Slice: int(r.int(9)), EntityType: r.text(10)}
+	if r.err != nil {
+		return e, fmt.Errorf("sqlite: replay %q: read row: %w", pid, r.err)
+	}
+	if tags, ok := r.nullText(7); ok {
+		var err error
+		if e.Tags, err = decodeTags(tags); err != nil {
+			return e, fmt.Errorf("sqlite: replay %q: corrupt tags of event %d: %w", pid, e.SequenceNr, err)
+		}
+	}
+	return e, nil
+}
+
 func (j *Journal) readRecovery(ctx context.Context, req recovery.Request) (res recovery.Result, err error) {
-	conn, err := j.s.reader.Conn(ctx)
-	if err != nil {
-		return res, err
-	}
-	defer conn.Close()
-	dctx := context.WithoutCancel(ctx) // as readRows: ctx is checked per row
-	tx, err := conn.BeginTx(dctx, nil)
-	if err != nil {
-		return res, err
-	}
-	defer func() { _ = tx.Rollback() }()
 	pid := req.PersistenceID
-	if err := tx.StmtContext(dctx, j.s.stmts.highest).QueryRowContext(dctx, pid).Scan(&res.Highest); err != nil {
-		return res, err
-	}
+	crit := snapshot.Criteria{}
 	if req.Snapshot != nil {
-		snap := snapshot.Snapshot{Metadata: snapshot.Metadata{PersistenceID: pid}}
-		var created int64
-		err := tx.StmtContext(dctx, j.s.stmts.loadSnap).QueryRowContext(dctx, criteriaArgs(pid, *req.Snapshot)...).
-			Scan(&snap.Metadata.SequenceNr, &created, &snap.SerializerID, &snap.Manifest, &snap.Payload)
-		switch {
-		case errors.Is(err, sql.ErrNoRows):
-		case err != nil:
-			return res, err
-		default:
-			snap.Metadata.Timestamp = time.Unix(0, created).UTC()
-			res.Snapshot, res.HasSnapshot = snap, true
-		}
+		crit = *req.Snapshot
 	}
-	from, to := res.Snapshot.Metadata.SequenceNr+1, min(req.ToSequenceNr, res.Highest)
-	if from > to {
-		return res, nil
-	}
-	rows, err := tx.StmtContext(dctx, j.s.stmts.replay).QueryContext(dctx, pid, from, to, req.MaxEvents)
+	minTS, maxTS := crit.UnixNanoBounds()
+	args, err := namedArgs(pid, req.Snapshot != nil, crit.MinSequenceNr, crit.MaxSequenceNr, minTS, maxTS)
 	if err != nil {
 		return res, err
 	}
-	defer rows.Close()
-	scan := replayScanner(pid)
-	for rows.Next() {
-		if err := ctx.Err(); err != nil {
-			return res, err
+	err = j.s.withReader(ctx, func(c readConn) error {
+		if err := c.exec("BEGIN"); err != nil {
+			return err
 		}
-		e, err := scan(rows)
+		defer func() { _ = c.exec("ROLLBACK") }()
+		highest := false
+		err := c.query(ctx, recoveryHeadSQL, args, make([]driver.Value, 6), func(v []driver.Value) error {
+			r := rowValues{v: v}
+			switch kind := r.int(0); {
+			case r.err != nil:
+			case kind == 0:
+				res.Highest, highest = r.int(1), true
+			case kind == 1:
+				res.Snapshot = snapshot.Snapshot{
+					Metadata:     snapshot.Metadata{PersistenceID: pid, SequenceNr: r.int(1), Timestamp: time.Unix(0, r.int(2)).UTC()},
+					SerializerID: r.int32(3), Manifest: r.text(4), Payload: r.blob(5),
+				}
+				res.HasSnapshot = true
+			default:
+				return fmt.Errorf("a row of kind %d", kind)
+			}
+			if r.err != nil {
+				return fmt.Errorf("read row: %w", r.err)
+			}
+			return nil
+		})
+		if err == nil && !highest {
+			err = errors.New("no highest sequence number read")
+		}
 		if err != nil {
-			return res, err
+			return fmt.Errorf("sqlite: read recovery of %q: %w", pid, err)
 		}
-		res.Events = append(res.Events, e)
-	}
-	if err := rows.Err(); err != nil {
-		return res, err
+		from, to := res.Snapshot.Metadata.SequenceNr+1, min(req.ToSequenceNr, res.Highest)
+		if from > to {
+			return nil
+		}
+		args, err := namedArgs(pid, from, to, req.MaxEvents)
+		if err != nil {
+			return err
+		}
+		return c.query(ctx, replaySQL, args, make([]driver.Value, replayColumns), func(v []driver.Value) error {
+			e, err := replayRow(pid, v)
+			res.Events = append(res.Events, e)
+			return err
+		})
+	})
+	if err != nil {
+		return recovery.Result{}, err
 	}
 	if n := len(res.Events); n == req.MaxEvents {
-		res.More = res.Events[n-1].SequenceNr < to
+		res.More = res.Events[n-1].SequenceNr < min(req.ToSequenceNr, res.Highest)
 	}
 	return res, nil
 }

@@ -45,6 +45,11 @@ type Capabilities struct {
 	// the TopOfRange rule, which stores events at math.MaxInt64, is
 	// skipped.
 	ScansFromFirst bool
+	// StoreTimestamps: the store keeps its own clock's time of the write
+	// as an event's timestamp, not the writer's (the r2dbc layout, as
+	// akka-persistence-r2dbc does); FieldsRoundTrip checks that the
+	// timestamps are that time, in UTC, and every other field as written.
+	StoreTimestamps bool
 }
 
 // skipUnsupported skips t, the rule named name, when unsupported gives a

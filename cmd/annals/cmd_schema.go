@@ -4,6 +4,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net/url"
 	"strings"
 
 	"github.com/annals-go/annals/admin"
@@ -15,10 +16,14 @@ func initCommand() *command {
 		`Creates the store (for SQLite, the database file) and its schema, or
 upgrades an existing schema as migrate does. Running it on a current
 schema changes nothing. --dry-run prints the SQL it would run and changes
-nothing (it does not create the file).`,
+nothing (it does not create the file). For PostgreSQL, --layout r2dbc
+creates the tables of Akka and Pekko Persistence R2DBC instead of Annals'
+own, to share them with a JVM service (the URL parameter layout=r2dbc
+does the same).`,
 		[]string{
 			"annals init --store sqlite:./annals.db",
 			"annals init --store sqlite:./annals.db --dry-run",
+			"annals init --store 'postgres://app@db/app?schema=orders' --layout r2dbc",
 		})
 }
 
@@ -47,9 +52,16 @@ only)}]}; steps are those run (or, with --dry-run, those that would run).`,
 		setup: func(fs *flag.FlagSet) func(*env, []string) error {
 			store, asJSON := storeFlag(fs), jsonFlag(fs)
 			dry := fs.Bool("dry-run", false, "print the SQL that would run; change nothing")
+			layout := new(string)
+			if create {
+				layout = fs.String("layout", "", "the `LAYOUT` of a PostgreSQL schema: annals (the default) or r2dbc (Akka's and Pekko's R2DBC tables); a schema holding the other is refused")
+			}
 			return func(e *env, _ []string) error {
 				url, err := e.storeURL(*store)
 				if err != nil {
+					return err
+				}
+				if url, err = withLayout(url, *layout); err != nil {
 					return err
 				}
 				m, err := e.mux.Migrator(e.ctx, url)
@@ -122,4 +134,20 @@ func printSchemaResult(e *env, url string, current, latest int, steps []admin.Mi
 		fmt.Fprintf(e.stdout, "%s: migrated schema version %d → %d (%d steps)\n", url, current, latest, len(steps))
 	}
 	return nil
+}
+
+// withLayout adds the URL parameter layout to a postgres:// URL; an empty
+// layout leaves the URL as it is, and other stores have no layouts.
+func withLayout(u, layout string) (string, error) {
+	if layout == "" {
+		return u, nil
+	}
+	parsed, err := url.Parse(u)
+	if err != nil || (parsed.Scheme != "postgres" && parsed.Scheme != "postgresql") {
+		return "", fmt.Errorf("--layout is for postgres:// stores, not %s", stores.Redact(u))
+	}
+	q := parsed.Query()
+	q.Set("layout", layout)
+	parsed.RawQuery = q.Encode()
+	return parsed.String(), nil
 }

@@ -13,7 +13,8 @@ import (
 )
 
 // BenchmarkRedelivery: 10,000 unconfirmed messages of 1,000 entities,
-// whose first attempts all failed, are redelivered (interval 1 ms) and
+// whose first attempts all failed, are redelivered (interval 1 ms: the
+// wait for the first tick, at most 1 ms, is inside the timed part) and
 // confirmed (the confirmation tracks the entity's new outbox, as an
 // entity's does); beside it, a plain loop doing the same destination and
 // confirmation calls on one goroutine. msgs/s is the redeliveries
@@ -34,9 +35,9 @@ func BenchmarkRedelivery(b *testing.B) {
 			)
 			failing.Store(true)
 			d, err := delivery.New("Order", delivery.Config[int]{
-				Destinations: map[string]delivery.Destination[int]{"w": delivery.DestinationFunc[int](func(context.Context, delivery.Delivery[int]) error {
+				Destinations: map[string]delivery.Destination[int]{"w": delivery.DestinationFunc[int](func(_ context.Context, dl delivery.Delivery[int]) error {
 					if failing.Load() {
-						if attempted.Add(1) == entities*perEntity {
+						if dl.Attempt == 1 && attempted.Add(1) == entities*perEntity {
 							close(firsts)
 						}
 						return errors.New("down")

@@ -74,11 +74,12 @@ type Config[M any] struct {
 	// an error the delivery is attempted again later. Required.
 	Confirm func(ctx context.Context, id string, deliveryID int64) error
 	// RedeliverInterval is how long after an attempt an unconfirmed
-	// delivery is attempted again (default 5 s).
+	// delivery is attempted again (default 5 s; Run looks for the ones due
+	// every half interval, at most every millisecond).
 	RedeliverInterval time.Duration
-	// BurstLimit bounds the redeliveries started per interval, across all
-	// entities (default 10,000); the oldest attempts go first. First
-	// attempts are not counted.
+	// BurstLimit bounds the redeliveries started per RedeliverInterval,
+	// across all entities (default 10,000); the oldest attempts go first.
+	// First attempts are not counted.
 	BurstLimit int
 	// WarnAfter is the number of attempts after which a delivery is
 	// reported to OnUnconfirmed, once (default 5).
@@ -139,9 +140,17 @@ type entry[M any] struct {
 	p        Pending[M]
 	attempts int
 	last     time.Time // when the last attempt started
-	busy     bool      // an attempt (or its confirmation) is in flight
+	busy     bool      // queued, or an attempt (or its confirmation) is in flight
 	warned   bool
 	lastErr  error
+}
+
+// followed is one entity's pending deliveries, as its last outbox holds
+// them: entries by id, their ids ascending, and the outbox's LastID.
+type followed[M any] struct {
+	entries map[int64]*entry[M]
+	ids     []int64
+	lastID  int64
 }
 
 // Deliverer sends the pending messages of the outboxes it is given to
@@ -150,12 +159,18 @@ type entry[M any] struct {
 type Deliverer[M any] struct {
 	entityType string
 	cfg        Config[M]
+	tick       time.Duration // how often Run looks for redeliveries due
 
 	mu       sync.Mutex
-	entities map[string]map[int64]*entry[M] // by entity id, then delivery id
-	first    []*entry[M]                    // never attempted, in the order tracked
-	drained  []chan struct{}                // closed when no delivery is pending
-	wake     chan struct{}                  // 1-buffered: first attempts to start
+	entities map[string]*followed[M] // by entity id
+	pending  int                     // entries in entities
+	first    []*entry[M]             // never attempted, in the order tracked
+	queue    []*entry[M]             // busy, waiting for a worker
+	burst    time.Time               // start of the current burst interval
+	started  int                     // redeliveries started in it
+	drained  []chan struct{}         // closed when no delivery is pending
+	wake     chan struct{}           // 1-buffered: first attempts to start
+	work     chan struct{}           // 1-buffered: the queue has entries
 }
 
 // New makes a Deliverer for the entities of entityType.
@@ -167,13 +182,15 @@ func New[M any](entityType string, cfg Config[M]) (*Deliverer[M], error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Deliverer[M]{entityType: entityType, cfg: cfg, entities: map[string]map[int64]*entry[M]{}, wake: make(chan struct{}, 1)}, nil
+	return &Deliverer[M]{entityType: entityType, cfg: cfg, tick: max(cfg.RedeliverInterval/2, time.Millisecond),
+		entities: map[string]*followed[M]{}, wake: make(chan struct{}, 1), work: make(chan struct{}, 1)}, nil
 }
 
 // Attach makes b hand every entity's outbox (outbox of its state) to d
 // when it recovers and after each persist, keeping the OnRecovered and
 // OnPersisted b already has (they run first). b's entity type must be
-// d's.
+// d's. Attach before giving b to entity.NewHost: the host keeps a copy of
+// the behavior it is given.
 func Attach[C, E, S, M any](b *entity.Behavior[C, E, S], d *Deliverer[M], outbox func(S) Outbox[M]) error {
 	if b.EntityType != d.entityType {
 		return fmt.Errorf("delivery: Attach: behavior of %q to a deliverer for %q", b.EntityType, d.entityType)
@@ -196,37 +213,80 @@ func Attach[C, E, S, M any](b *entity.Behavior[C, E, S], d *Deliverer[M], outbox
 
 // Track makes o entity id's outbox: its pending deliveries not yet
 // followed are attempted at once (once Run runs), those no longer pending
-// (confirmed) are forgotten. It does not block.
+// (confirmed) are forgotten. It does not block. An outbox that did not
+// change costs O(1); new deliveries and confirmations of the oldest cost
+// what they add or remove; other confirmations O(pending).
 func (d *Deliverer[M]) Track(id string, o Outbox[M]) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	known := d.entities[id]
+	f := d.entities[id]
 	if len(o.Pending) == 0 {
-		if known != nil {
+		if f != nil {
+			d.pending -= len(f.ids)
 			delete(d.entities, id)
 			d.checkDrained()
 		}
 		return
 	}
-	next := make(map[int64]*entry[M], len(o.Pending))
-	added := false
-	for _, p := range o.Pending {
-		if e, ok := known[p.ID]; ok {
-			next[p.ID] = e
-			continue
-		}
-		e := &entry[M]{id: id, p: p}
-		next[p.ID] = e
-		d.first = append(d.first, e)
-		added = true
+	if f == nil {
+		f = &followed[M]{entries: map[int64]*entry[M]{}}
+		d.entities[id] = f
 	}
-	d.entities[id] = next
-	if added {
+	if o.LastID == f.lastID && len(o.Pending) == len(f.ids) {
+		return // unchanged (ids are never reused)
+	}
+	// New deliveries: the ids above the last one seen.
+	at, _ := slices.BinarySearchFunc(o.Pending, f.lastID+1, func(p Pending[M], id int64) int { return cmp.Compare(p.ID, id) })
+	added := o.Pending[at:]
+	// Confirmed ones: usually the oldest; otherwise found by a walk.
+	removed := len(f.ids) + len(added) - len(o.Pending)
+	if removed > 0 {
+		front := 0
+		for front < len(f.ids) && f.ids[front] < o.Pending[0].ID {
+			front++
+		}
+		if front == removed {
+			for _, gone := range f.ids[:front] {
+				delete(f.entries, gone)
+			}
+			f.ids = f.ids[front:]
+		} else {
+			keep := make(map[int64]bool, len(o.Pending))
+			for _, p := range o.Pending[:at] {
+				keep[p.ID] = true
+			}
+			ids := f.ids[:0]
+			for _, old := range f.ids {
+				if keep[old] {
+					ids = append(ids, old)
+				} else {
+					delete(f.entries, old)
+				}
+			}
+			f.ids = ids
+		}
+		d.pending -= removed
+	}
+	for _, p := range added {
+		e := &entry[M]{id: id, p: p}
+		f.entries[p.ID] = e
+		f.ids = append(f.ids, p.ID)
+		d.first = append(d.first, e)
+	}
+	d.pending += len(added)
+	f.lastID = o.LastID
+	if len(added) > 0 {
 		select {
 		case d.wake <- struct{}{}:
 		default:
 		}
 	}
+}
+
+// current reports whether e is still pending. d.mu is held.
+func (d *Deliverer[M]) current(e *entry[M]) bool {
+	f := d.entities[e.id]
+	return f != nil && f.entries[e.p.ID] == e
 }
 
 // checkDrained releases the Drained waiters when nothing is pending.
@@ -245,11 +305,7 @@ func (d *Deliverer[M]) checkDrained() {
 func (d *Deliverer[M]) Unconfirmed() int {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	n := 0
-	for _, es := range d.entities {
-		n += len(es)
-	}
-	return n
+	return d.pending
 }
 
 // Drained waits until no delivery is pending (every one followed has been
@@ -272,35 +328,24 @@ func (d *Deliverer[M]) Drained(ctx context.Context) error {
 }
 
 // Run attempts the pending deliveries until ctx ends: first attempts at
-// once, redeliveries every RedeliverInterval (at most BurstLimit per
-// interval). It returns ctx's error once the attempts in flight have
-// ended. Run it once per Deliverer.
+// once, redeliveries RedeliverInterval after the last attempt (at most
+// BurstLimit started per interval), on Concurrency workers; the loop that
+// finds them never waits for a worker. It returns ctx's error once the
+// attempts in flight have ended; deliveries not attempted yet are
+// attempted by the next Run.
 func (d *Deliverer[M]) Run(ctx context.Context) error {
-	turns := make(chan struct{}, d.cfg.Concurrency)
 	var wg sync.WaitGroup
-	defer wg.Wait()
-	start := func(es []*entry[M]) {
-		for _, e := range es {
-			select {
-			case turns <- struct{}{}:
-			case <-ctx.Done():
-				d.mu.Lock()
-				e.busy = false
-				d.mu.Unlock()
-				continue
-			}
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				defer func() { <-turns }()
-				d.attempt(ctx, e)
-			}()
-		}
+	for range d.cfg.Concurrency {
+		wg.Go(func() { d.work1(ctx) })
 	}
-	tick := time.NewTicker(d.cfg.RedeliverInterval / 2)
+	defer func() {
+		wg.Wait()
+		d.requeue()
+	}()
+	tick := time.NewTicker(d.tick)
 	defer tick.Stop()
 	for {
-		start(d.takeFirst())
+		d.enqueue(d.takeFirst())
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
@@ -310,18 +355,76 @@ func (d *Deliverer[M]) Run(ctx context.Context) error {
 			for id, ws := range warnings {
 				d.cfg.OnUnconfirmed(id, ws)
 			}
-			start(es)
+			d.enqueue(es)
 		}
 	}
+}
+
+// enqueue hands busy entries to the workers.
+func (d *Deliverer[M]) enqueue(es []*entry[M]) {
+	if len(es) == 0 {
+		return
+	}
+	d.mu.Lock()
+	d.queue = append(d.queue, es...)
+	d.mu.Unlock()
+	select {
+	case d.work <- struct{}{}:
+	default:
+	}
+}
+
+// work1 is one worker: it attempts queued entries until ctx ends.
+func (d *Deliverer[M]) work1(ctx context.Context) {
+	for ctx.Err() == nil {
+		d.mu.Lock()
+		var e *entry[M]
+		if len(d.queue) > 0 {
+			e = d.queue[0]
+			d.queue[0] = nil
+			d.queue = d.queue[1:]
+		}
+		more := len(d.queue) > 0
+		d.mu.Unlock()
+		if more { // pass the signal on to another worker
+			select {
+			case d.work <- struct{}{}:
+			default:
+			}
+		}
+		if e != nil {
+			d.attempt(ctx, e)
+			continue
+		}
+		select {
+		case <-ctx.Done():
+		case <-d.work:
+		}
+	}
+}
+
+// requeue, when Run ends, releases the entries no worker took: first
+// attempts go back to be made first by the next Run.
+func (d *Deliverer[M]) requeue() {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for _, e := range d.queue {
+		e.busy = false
+		if e.attempts == 0 && d.current(e) {
+			d.first = append(d.first, e)
+		}
+	}
+	clear(d.queue)
+	d.queue = d.queue[:0]
 }
 
 // takeFirst takes the deliveries never attempted, marking them busy.
 func (d *Deliverer[M]) takeFirst() []*entry[M] {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	es := d.first[:0:0]
+	var es []*entry[M]
 	for _, e := range d.first {
-		if d.entities[e.id][e.p.ID] == e && !e.busy { // still pending
+		if d.current(e) && !e.busy {
 			e.busy = true
 			es = append(es, e)
 		}
@@ -332,15 +435,19 @@ func (d *Deliverer[M]) takeFirst() []*entry[M] {
 }
 
 // takeDue takes the deliveries whose last attempt is RedeliverInterval
-// old, oldest first, at most BurstLimit, marking them busy; and the
-// warnings due, by entity.
+// old, oldest first, as many as the burst interval has left of
+// BurstLimit, marking them busy; and the warnings due, by entity.
 func (d *Deliverer[M]) takeDue(now time.Time) ([]*entry[M], map[string][]Unconfirmed[M]) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	if now.Sub(d.burst) >= d.cfg.RedeliverInterval {
+		d.burst, d.started = now, 0
+	}
 	var due []*entry[M]
 	var warnings map[string][]Unconfirmed[M]
-	for id, es := range d.entities {
-		for _, e := range es {
+	for id, f := range d.entities {
+		for _, pid := range f.ids {
+			e := f.entries[pid]
 			if e.attempts >= d.cfg.WarnAfter && !e.warned && d.cfg.OnUnconfirmed != nil {
 				e.warned = true
 				if warnings == nil {
@@ -353,9 +460,6 @@ func (d *Deliverer[M]) takeDue(now time.Time) ([]*entry[M], map[string][]Unconfi
 			}
 		}
 	}
-	for _, ws := range warnings {
-		slices.SortFunc(ws, func(a, b Unconfirmed[M]) int { return cmp.Compare(a.ID, b.ID) })
-	}
 	slices.SortFunc(due, func(a, b *entry[M]) int {
 		if c := a.last.Compare(b.last); c != 0 {
 			return c
@@ -365,9 +469,10 @@ func (d *Deliverer[M]) takeDue(now time.Time) ([]*entry[M], map[string][]Unconfi
 		}
 		return cmp.Compare(a.p.ID, b.p.ID)
 	})
-	if len(due) > d.cfg.BurstLimit {
-		due = due[:d.cfg.BurstLimit]
+	if left := d.cfg.BurstLimit - d.started; len(due) > left {
+		due = due[:left]
 	}
+	d.started += len(due)
 	for _, e := range due {
 		e.busy = true
 	}

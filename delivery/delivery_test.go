@@ -194,7 +194,9 @@ func TestRedelivery(t *testing.T) {
 }
 
 // TestBurstLimit (fake time): at most BurstLimit redeliveries start per
-// interval; first attempts are not counted.
+// interval (counted over whole intervals, though Run looks twice per
+// interval); first attempts are not counted; every delivery still gets
+// its turn.
 func TestBurstLimit(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		h := newHarness(t, delivery.Config[string]{RedeliverInterval: 10 * time.Second, BurstLimit: 4, Concurrency: 2})
@@ -209,12 +211,103 @@ func TestBurstLimit(t *testing.T) {
 		if got := h.take(); len(got) != 10 {
 			t.Fatalf("%d first attempts, want 10", len(got))
 		}
-		for tick := range 5 {
-			time.Sleep(5 * time.Second)
+		seen := map[string]bool{}
+		for interval := range 4 {
+			time.Sleep(10 * time.Second)
 			synctest.Wait()
-			if got := h.take(); len(got) > 4 {
-				t.Errorf("tick %d: %d redeliveries, want at most 4: %q", tick, len(got), got)
+			got := h.take()
+			if len(got) > 4 {
+				t.Errorf("interval %d: %d redeliveries, want at most 4: %q", interval, len(got), got)
 			}
+			for _, g := range got {
+				seen[strings.Split(g, "@")[0]] = true
+			}
+		}
+		if len(seen) != 10 {
+			t.Errorf("redelivered %d of 10 deliveries in 4 intervals of 4: %v", len(seen), seen)
+		}
+	})
+}
+
+// TestRunAgainDeliversWhatWasLeft: deliveries tracked but not attempted
+// when a Run ended are attempted by the next Run.
+func TestRunAgainDeliversWhatWasLeft(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h := newHarness(t, delivery.Config[string]{RedeliverInterval: time.Hour, Concurrency: 1})
+		gate := make(chan struct{})
+		h.fail = func(delivery.Delivery[string]) error { <-gate; return nil }
+		ctx, cancel := context.WithCancel(t.Context())
+		done := make(chan error, 1)
+		go func() { done <- h.d.Run(ctx) }()
+		h.deliver("o-1", "a", "b", "c")
+		synctest.Wait() // one attempt waits at the gate, two wait for the worker
+		cancel()
+		close(gate)
+		<-done
+		ctx2, cancel2 := context.WithCancel(t.Context())
+		defer cancel2()
+		go h.d.Run(ctx2)
+		wait, stop := context.WithTimeout(t.Context(), 24*time.Hour) // fake time
+		defer stop()
+		if err := h.d.Drained(wait); err != nil {
+			t.Fatalf("not drained a day later: %v, %d unconfirmed", err, h.d.Unconfirmed())
+		}
+		if got := h.take(); len(got) != 3 {
+			t.Errorf("deliveries %q, want each of the 3 once", got)
+		}
+	})
+}
+
+// TestTrackFollowsOutboxes: whatever the order of deliveries and
+// confirmations, the deliverer follows exactly the outbox's pending set.
+func TestTrackFollowsOutboxes(t *testing.T) {
+	d, err := delivery.New("Order", delivery.Config[int]{Confirm: func(context.Context, string, int64) error { return nil }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var o delivery.Outbox[int]
+	r := uint64(7)
+	next := func(n int) int { r = r*6364136223846793005 + 1442695040888963407; return int(r>>33) % n }
+	for step := range 3000 {
+		switch k := next(10); {
+		case k < 5 || o.Unconfirmed() == 0:
+			for range next(3) + 1 {
+				o, _ = o.Deliver("w", step)
+			}
+		case k < 8:
+			o = o.Confirm(o.Pending[0].ID) // the oldest
+		default:
+			o = o.Confirm(o.Pending[next(len(o.Pending))].ID)
+		}
+		d.Track("o-1", o)
+		if d.Unconfirmed() != o.Unconfirmed() {
+			t.Fatalf("step %d: the deliverer follows %d, the outbox holds %d", step, d.Unconfirmed(), o.Unconfirmed())
+		}
+	}
+	for o.Unconfirmed() > 0 {
+		o = o.Confirm(o.Pending[len(o.Pending)-1].ID)
+		d.Track("o-1", o)
+	}
+	if err := d.Drained(t.Context()); err != nil || d.Unconfirmed() != 0 {
+		t.Errorf("after confirming everything: %d followed, %v", d.Unconfirmed(), err)
+	}
+}
+
+// TestTinyIntervalRuns: a RedeliverInterval of a nanosecond does not stop
+// Run (its ticker runs at most every millisecond).
+func TestTinyIntervalRuns(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h := newHarness(t, delivery.Config[string]{RedeliverInterval: time.Nanosecond})
+		ctx, cancel := context.WithCancel(t.Context())
+		done := make(chan error, 1)
+		go func() { done <- h.d.Run(ctx) }()
+		h.deliver("o-1", "a")
+		if err := h.d.Drained(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+		cancel()
+		if err := <-done; !errors.Is(err, context.Canceled) {
+			t.Fatal(err)
 		}
 	})
 }

@@ -174,8 +174,13 @@ func NewHost[C, E, S any](b Behavior[C, E, S], cfg HostConfig) (*Host[C, E, S], 
 		return nil, errors.New("entity: HostConfig.Registry is nil")
 	case cfg.MailboxCapacity < 0 || cfg.StashCapacity < 0 || cfg.MaxLive < 0 || cfg.MaxConcurrentRecoveries < 0 || cfg.IdleTimeout < 0:
 		return nil, errors.New("entity: HostConfig has a negative setting")
-	case cfg.Restart != nil && cfg.Restart.Check() != nil:
-		return nil, fmt.Errorf("entity: HostConfig.Restart: %w", cfg.Restart.Check())
+	}
+	if cfg.Restart != nil {
+		r, err := cfg.Restart.CheckWith(DefaultRestartMin, DefaultRestartMax)
+		if err != nil {
+			return nil, fmt.Errorf("entity: HostConfig.Restart: %w", err)
+		}
+		cfg.Restart = &r
 	}
 	for _, r := range cfg.SliceRanges {
 		if r.Min < 0 || r.Max >= annals.NumberOfSlices || r.Min > r.Max {
@@ -219,10 +224,6 @@ func NewHost[C, E, S any](b Behavior[C, E, S], cfg HostConfig) (*Host[C, E, S], 
 			return nil, fmt.Errorf("entity: HostConfig.Front: %w", err)
 		}
 		ownFront, cfg.Journal = f, f
-	}
-	if cfg.Restart != nil {
-		r := cfg.Restart.WithDefaults(DefaultRestartMin, DefaultRestartMax)
-		cfg.Restart = &r
 	}
 	var reader recovery.Reader
 	if r, ok := cfg.Journal.(recovery.Reader); ok && r.ReadsSnapshotsOf(cfg.Snapshots) {

@@ -161,7 +161,7 @@ func (c Config) check() error {
 			return fmt.Errorf("projection: Config.%s is negative", f.name)
 		}
 	}
-	if err := c.Restart.Check(); err != nil {
+	if _, err := c.Restart.CheckWith(DefaultRestartMin, DefaultRestartMax); err != nil {
 		return fmt.Errorf("projection: Config.Restart: %w", err)
 	}
 	return nil

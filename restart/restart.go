@@ -8,6 +8,7 @@ package restart
 import (
 	"errors"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"time"
 )
@@ -24,7 +25,8 @@ var ErrInvalid = errors.New("restart: invalid backoff")
 //     the store at the same instant again.
 //   - Zero fields take the defaults of the user (entity, projection);
 //     RandomFactor's default is 0 (no jitter). Negative fields are an
-//     error (Check), as is Min above Max.
+//     error, as are a RandomFactor that is not a finite number and Min
+//     above Max once the defaults are in (CheckWith).
 type Backoff struct {
 	Min, Max     time.Duration
 	RandomFactor float64
@@ -40,10 +42,26 @@ func (b Backoff) Check() error {
 		return fmt.Errorf("%w: Max %v is negative", ErrInvalid, b.Max)
 	case b.RandomFactor < 0:
 		return fmt.Errorf("%w: RandomFactor %v is negative", ErrInvalid, b.RandomFactor)
+	case math.IsNaN(b.RandomFactor) || math.IsInf(b.RandomFactor, 0):
+		return fmt.Errorf("%w: RandomFactor %v is not a finite number", ErrInvalid, b.RandomFactor)
 	case b.Max > 0 && b.Min > b.Max:
 		return fmt.Errorf("%w: Min %v is above Max %v", ErrInvalid, b.Min, b.Max)
 	}
 	return nil
+}
+
+// CheckWith checks b with its zero Min and Max replaced by min and max,
+// and returns that backoff: Backoff{Min: time.Minute} with a default Max
+// of 30 s is an error, not a silent cap.
+func (b Backoff) CheckWith(min, max time.Duration) (Backoff, error) {
+	if err := b.Check(); err != nil {
+		return b, err
+	}
+	d := b.WithDefaults(min, max)
+	if d.Min > d.Max {
+		return b, fmt.Errorf("%w: Min %v is above Max %v (defaults in)", ErrInvalid, d.Min, d.Max)
+	}
+	return d, nil
 }
 
 // WithDefaults returns b with its zero Min and Max replaced by min and max.

@@ -3,6 +3,7 @@ package restart_test
 import (
 	"errors"
 	"fmt"
+	"math"
 	"strings"
 	"testing"
 	"time"
@@ -49,8 +50,12 @@ func TestCheck(t *testing.T) {
 		{restart.Backoff{Max: -1}, "Max"},
 		{restart.Backoff{RandomFactor: -0.1}, "RandomFactor"},
 		{restart.Backoff{Min: time.Minute, Max: time.Second}, "above Max"},
+		{restart.Backoff{Min: time.Minute}, "above Max"},      // the default Max is 30 s
+		{restart.Backoff{Max: time.Millisecond}, "above Max"}, // the default Min is 1 s
+		{restart.Backoff{RandomFactor: math.NaN()}, "finite"},
+		{restart.Backoff{RandomFactor: math.Inf(1)}, "finite"},
 	} {
-		err := c.b.Check()
+		_, err := c.b.CheckWith(time.Second, 30*time.Second)
 		if c.want == "" {
 			if err != nil {
 				t.Errorf("%+v: %v, want valid", c.b, err)

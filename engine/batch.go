@@ -403,7 +403,7 @@ func (f *Front) send(batch []*request) {
 	}
 	// The hooks run once the callers have their answers.
 	if len(f.hooks.writeCall) > 0 {
-		call := WriteCall{Writes: len(writes), Queued: queued, Duration: took, Err: err, Contexts: contexts}
+		call := WriteCall{Writes: len(writes), Queued: queued, Start: start, Duration: took, Err: err, Contexts: contexts}
 		for _, w := range writes {
 			call.Events += len(w.Events)
 		}

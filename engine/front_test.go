@@ -623,7 +623,7 @@ func TestHooks(t *testing.T) {
 		for i, c := range h.calls {
 			errWant := map[int]error{2: storeDown, 3: storeDown, 4: engine.ErrCircuitOpen}[i]
 			got := c
-			got.Err, got.Contexts = nil, nil
+			got.Err, got.Contexts, got.Start = nil, nil, time.Time{}
 			if len(c.Contexts) == 0 || len(c.Contexts) > c.Writes {
 				t.Errorf("call %d: %d caller contexts for %d writes", i, len(c.Contexts), c.Writes)
 			}

@@ -21,6 +21,8 @@ type WriteCall struct {
 	// Queued is how many atomic writes were waiting for the next call when
 	// this one was sent.
 	Queued int
+	// Start is when the call was sent.
+	Start time.Time
 	// Duration is how long the store took to answer (or the breaker to
 	// refuse).
 	Duration time.Duration

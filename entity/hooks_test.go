@@ -215,9 +215,12 @@ func TestOnPersisted(t *testing.T) {
 	b.OnPersisted = func(id string, s State, events []Event) {
 		seen = append(seen, fmt.Sprintf("%s balance %d after %d events", id, s.Balance, len(events)))
 	}
-	h := newHost(t, st, b)
+	h := newHost(t, stores{Journal: &faultyJournal{Journal: st.Journal, failAt: map[int]string{2: "reject"}}, Snapshots: st.Snapshots}, b)
 	if _, err := deposit(t.Context(), h, "a", 5); err != nil {
 		t.Fatal(err)
+	}
+	if _, err := deposit(t.Context(), h, "a", 100); !errors.Is(err, journal.ErrRejected) {
+		t.Fatalf("the second write: %v, want the journal's rejection", err)
 	}
 	if err := h.Send(t.Context(), "a", DepositMany{Amounts: []int64{1, 2}}); err != nil {
 		t.Fatal(err)

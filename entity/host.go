@@ -99,7 +99,8 @@ type HostConfig struct {
 	// write one id; see NotOwnedError.
 	SliceRanges []annals.SliceRange
 	// Hooks are called on the entities' events: each value for the hook
-	// interfaces it implements (HookRecovered, HookPassivated,
+	// interfaces it implements (HookCommandStart, HookCommandEnd,
+	// HookPersistStart, HookPersistEnd, HookRecovered, HookPassivated,
 	// HookStopped, HookRestartScheduled, HookSnapshot, HookOverflow).
 	Hooks []any
 }
@@ -316,11 +317,11 @@ func (h *Host[C, E, S]) Live() int {
 func (h *Host[C, E, S]) Shutdown(ctx context.Context) error {
 	h.mu.Lock()
 	h.closed = true
-	var idle []*instance[C, E, S]
+	var idle, never []*instance[C, E, S]
 	for id, inst := range h.live {
 		if !inst.started {
 			delete(h.live, id)
-			inst.failWaiting(ErrHostClosed)
+			never = append(never, inst)
 			continue
 		}
 		if inst.mailbox.signal(signalShutdown) {
@@ -329,6 +330,9 @@ func (h *Host[C, E, S]) Shutdown(ctx context.Context) error {
 	}
 	h.waiting.Init()
 	h.mu.Unlock()
+	for _, inst := range never { // outside the lock: the answers run hooks
+		inst.failWaiting(ErrHostClosed)
+	}
 	// Idle entities stop on one goroutine, not one each: stopping runs no
 	// user code and no I/O.
 	go func() {

@@ -272,7 +272,7 @@ func (inst *instance[C, E, S]) stopWith(cause error) {
 }
 
 // failWaiting fails the commands in the mailbox of an instance that never
-// started (it waited for a place under MaxLive). h.mu is held.
+// started (it waited for a place under MaxLive) and has left the host.
 func (inst *instance[C, E, S]) failWaiting(err error) {
 	for {
 		env, ok := inst.mailbox.take()
@@ -628,8 +628,8 @@ func (inst *instance[C, E, S]) handle(env envelope[C]) (err error) {
 	for _, fn := range eff.after {
 		fn(inst.state)
 	}
+	answered = true // before the end hooks: a hook that panics must not end the command twice
 	inst.finish(env, nil)
-	answered = true
 	if snap {
 		inst.snapshot() // after the reply; the next command waits for it
 	}

@@ -96,6 +96,8 @@ type Telemetry struct {
 	okOrError   [2]metric.MeasurementOption         // ok, error
 	overflowOpt [2]metric.MeasurementOption         // by entity.Overflow
 
+	registration metric.Registration // of the observable instruments' callback
+
 	mu      sync.Mutex
 	liveIDs map[string]int // instances counted in live, per id (a new one may recover before the old one's stop is reported)
 }
@@ -159,7 +161,7 @@ func New(meters metric.MeterProvider, tracers trace.TracerProvider) (*Telemetry,
 	if err := errors.Join(errs...); err != nil {
 		return nil, fmt.Errorf("otelannals: %w", err)
 	}
-	_, err = m.RegisterCallback(func(_ context.Context, o metric.Observer) error {
+	t.registration, err = m.RegisterCallback(func(_ context.Context, o metric.Observer) error {
 		o.ObserveInt64(writes, t.writes.Load())
 		o.ObserveInt64(events, t.events.Load())
 		o.ObserveInt64(rejections, t.rejections.Load())
@@ -177,9 +179,28 @@ func New(meters metric.MeterProvider, tracers trace.TracerProvider) (*Telemetry,
 	t.handlerErrors = counter("annals.projection.handler.errors", "projection handler errors")
 	t.paused = gauge("annals.projection.paused", "1 while the projection is paused")
 	if err := errors.Join(errs...); err != nil {
+		if t.registration != nil {
+			err = errors.Join(err, t.registration.Unregister())
+		}
 		return nil, fmt.Errorf("otelannals: %w", err)
 	}
 	return t, nil
+}
+
+// Close unregisters the telemetry's observable instruments from the meter
+// provider (the counts of writes, events, rejections and live entities),
+// which otherwise keeps the telemetry for the life of the provider. Hooks
+// called after Close still count; nothing reports them. Close is
+// idempotent.
+func (t *Telemetry) Close() error {
+	t.mu.Lock()
+	r := t.registration
+	t.registration = nil
+	t.mu.Unlock()
+	if r == nil {
+		return nil
+	}
+	return r.Unregister()
 }
 
 var (
@@ -230,7 +251,7 @@ func (t *Telemetry) OnWriteCall(c engine.WriteCall) {
 	if t.tracer == nil {
 		return
 	}
-	end := time.Now()
+	end := c.Start.Add(c.Duration)
 	parent := bg
 	var links []trace.Link
 	for i, ctx := range c.Contexts {
@@ -242,7 +263,7 @@ func (t *Telemetry) OnWriteCall(c engine.WriteCall) {
 			links = append(links, trace.Link{SpanContext: sc})
 		}
 	}
-	_, span := t.tracer.Start(parent, "annals.journal.write", trace.WithTimestamp(end.Add(-c.Duration)), trace.WithSpanKind(trace.SpanKindClient),
+	_, span := t.tracer.Start(parent, "annals.journal.write", trace.WithTimestamp(c.Start), trace.WithSpanKind(trace.SpanKindClient),
 		trace.WithLinks(links...))
 	if span.IsRecording() { // attributes cost allocations: only for spans kept
 		span.SetAttributes(attribute.Int("annals.writes", c.Writes), attribute.Int("annals.events", c.Events),
@@ -260,6 +281,21 @@ func endSpan(span trace.Span, err error, opts ...trace.SpanEndOption) {
 	span.End(opts...)
 }
 
+// spanKey keys the spans the telemetry started in a context, so its end
+// hooks end their own span even when a later hook started another.
+type spanKey int
+
+const (
+	commandSpan spanKey = iota
+	persistSpan
+)
+
+// ownSpan returns the span of kind the telemetry put in ctx, if any.
+func ownSpan(ctx context.Context, kind spanKey) (trace.Span, bool) {
+	s, ok := ctx.Value(kind).(trace.Span)
+	return s, ok
+}
+
 // OnCommandStart implements entity.HookCommandStart: it starts the
 // command's span.
 func (t *Telemetry) OnCommandStart(ctx context.Context, pid string) context.Context {
@@ -270,16 +306,15 @@ func (t *Telemetry) OnCommandStart(ctx context.Context, pid string) context.Cont
 	if span.IsRecording() {
 		span.SetAttributes(attribute.String("annals.persistence_id", pid))
 	}
-	return ctx
+	return context.WithValue(ctx, commandSpan, span)
 }
 
 // OnCommandEnd implements entity.HookCommandEnd: it ends the command's
 // span.
 func (t *Telemetry) OnCommandEnd(ctx context.Context, _ string, err error) {
-	if t.tracer == nil {
-		return
+	if span, ok := ownSpan(ctx, commandSpan); ok {
+		endSpan(span, err)
 	}
-	endSpan(trace.SpanFromContext(ctx), err)
 }
 
 // OnPersistStart implements entity.HookPersistStart: it starts the
@@ -293,16 +328,15 @@ func (t *Telemetry) OnPersistStart(ctx context.Context, p entity.Persist) contex
 		span.SetAttributes(attribute.String("annals.persistence_id", p.PersistenceID),
 			attribute.Int64("annals.from_sequence_nr", p.FromSequenceNr), attribute.Int64("annals.to_sequence_nr", p.ToSequenceNr))
 	}
-	return ctx
+	return context.WithValue(ctx, persistSpan, span)
 }
 
 // OnPersistEnd implements entity.HookPersistEnd: it ends the persist's
 // span.
 func (t *Telemetry) OnPersistEnd(ctx context.Context, _ entity.Persist, err error) {
-	if t.tracer == nil {
-		return
+	if span, ok := ownSpan(ctx, persistSpan); ok {
+		endSpan(span, err)
 	}
-	endSpan(trace.SpanFromContext(ctx), err)
 }
 
 // OnBreakerStateChange implements engine.HookBreakerStateChange.

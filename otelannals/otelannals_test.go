@@ -246,3 +246,77 @@ func TestCommandTrace(t *testing.T) {
 		t.Errorf("%d command spans failed, want the refused one's", failed)
 	}
 }
+
+// innerSpan is a hook after the telemetry that starts a span of its own
+// in each command's context (and would end it itself).
+type innerSpan struct{ tp *sdktrace.TracerProvider }
+
+func (u innerSpan) OnCommandStart(ctx context.Context, _ string) context.Context {
+	ctx, _ = u.tp.Tracer("user").Start(ctx, "user.inner")
+	return ctx
+}
+
+// TestOwnSpansAndClose: the telemetry ends its own command span even when
+// a later hook put another span in the context (that one stays open for
+// its owner); Close unregisters the observable counters.
+func TestOwnSpansAndClose(t *testing.T) {
+	spans := tracetest.NewSpanRecorder()
+	tracers := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(spans))
+	reader := sdkmetric.NewManualReader()
+	tel, err := otelannals.New(sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader)), tracers)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := memory.New()
+	defer s.Close()
+	reg := serialization.NewRegistry()
+	if err := bank.Register(reg); err != nil {
+		t.Fatal(err)
+	}
+	h, err := entity.NewHost(bank.Behavior(), entity.HostConfig{Journal: s.Journal(), Registry: reg,
+		Front: engine.Config{Hooks: []any{tel}}, Hooks: []any{tel, innerSpan{tracers}}, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := h.Send(t.Context(), "a", bank.Deposit{Amount: 1}); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.Shutdown(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	ended := map[string]int{}
+	for _, sp := range spans.Ended() {
+		ended[sp.Name()]++
+	}
+	if ended["annals.command"] != 1 || ended["user.inner"] != 0 {
+		t.Errorf("ended spans %v: want the command's (ended by the telemetry) and not the user's", ended)
+	}
+
+	count := func() int {
+		var rm metricdata.ResourceMetrics
+		if err := reader.Collect(t.Context(), &rm); err != nil {
+			t.Fatal(err)
+		}
+		n := 0
+		for _, sm := range rm.ScopeMetrics {
+			for _, m := range sm.Metrics {
+				if m.Name == "annals.journal.writes" {
+					n += len(m.Data.(metricdata.Sum[int64]).DataPoints)
+				}
+			}
+		}
+		return n
+	}
+	if count() != 1 {
+		t.Fatal("no writes counted before Close")
+	}
+	if err := tel.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := tel.Close(); err != nil {
+		t.Errorf("a second Close: %v", err)
+	}
+	if n := count(); n != 0 {
+		t.Errorf("after Close the writes are still observed (%d points)", n)
+	}
+}

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/annals-go/annals/durable"
 )
@@ -61,6 +62,7 @@ func durableRules() []durableRule {
 		{"InvalidArguments", "an empty id or a revision below 1 fails with ErrInvalidArgument", durableInvalid},
 		{"CancelledContext", "a call with an ended context fails with its error and changes nothing", durableCancelled},
 		{"ConcurrentWritersOneWins", "of writers racing for the same revision exactly one succeeds; the others get ErrRevisionConflict", durableRace},
+		{"TimestampIsTheStores", "Upsert ignores the object's Timestamp; Get returns when the revision was stored, in UTC", durableTimestamp},
 		{"PayloadNotAliased", "the store keeps its own copy of a payload: changing the caller's slice after Upsert or Get changes nothing stored", durableAliasing},
 	}
 }
@@ -128,7 +130,7 @@ func upsert(t T, s durable.Store, o durable.Object) {
 	}
 }
 
-// get returns the stored object's revision and payload ("" and 0 for none).
+// get returns the stored object and whether there is one.
 func get(t T, s durable.Store, pid string) (durable.Object, bool) {
 	t.Helper()
 	o, ok, err := s.Get(testContext(t), pid)
@@ -309,4 +311,17 @@ func durableAliasing(t T, s durable.Store) {
 	got, _ := get(t, s, pid)
 	got.Payload[1] = 'Y'
 	wantObject(t, s, pid, 1, "abc")
+}
+
+func durableTimestamp(t T, s durable.Store) {
+	pid := uniqueID(t, "KitDurable")
+	before := time.Now().Add(-time.Minute)
+	o := obj(pid, 1, "a")
+	o.Timestamp = time.Date(1999, 1, 2, 3, 4, 5, 6, time.UTC)
+	upsert(t, s, o)
+	got, _ := get(t, s, pid)
+	after := time.Now().Add(time.Minute)
+	if got.Timestamp.Before(before) || got.Timestamp.After(after) || got.Timestamp.Location() != time.UTC {
+		t.Errorf("Timestamp %v, want the time of the Upsert (between %v and %v), in UTC", got.Timestamp, before, after)
+	}
 }

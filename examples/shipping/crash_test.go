@@ -44,7 +44,9 @@ func TestCrashLoop(t *testing.T) {
 	}
 	for run := 1; run <= kills+1; run++ {
 		final := run == kills+1
-		cmd := exec.Command(os.Args[0], "-test.run=^TestCrashLoop$", "-test.v")
+		// The child ends with the test (CommandContext), and on its own
+		// after its timeout should the test die first.
+		cmd := exec.CommandContext(t.Context(), os.Args[0], "-test.run=^TestCrashLoop$", "-test.v", "-test.timeout=3m")
 		cmd.Env = append(os.Environ(), "SHIPPING_CHILD_DIR="+dir, "SHIPPING_RUN="+strconv.Itoa(run), "SHIPPING_FINAL="+strconv.FormatBool(final))
 		stdout, err := cmd.StdoutPipe()
 		if err != nil {
@@ -230,7 +232,7 @@ func crashChild(t *testing.T, dir string) {
 	wg.Wait()
 	fmt.Println("placed")
 	if !final {
-		select {} // until killed
+		select {} // until killed (or -test.timeout ends it)
 	}
 	dctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer cancel()

@@ -312,6 +312,9 @@ func (t *Telemetry) OnCommandStart(ctx context.Context, pid string) context.Cont
 // OnCommandEnd implements entity.HookCommandEnd: it ends the command's
 // span.
 func (t *Telemetry) OnCommandEnd(ctx context.Context, _ string, err error) {
+	if t.tracer == nil {
+		return
+	}
 	if span, ok := ownSpan(ctx, commandSpan); ok {
 		endSpan(span, err)
 	}
@@ -334,6 +337,9 @@ func (t *Telemetry) OnPersistStart(ctx context.Context, p entity.Persist) contex
 // OnPersistEnd implements entity.HookPersistEnd: it ends the persist's
 // span.
 func (t *Telemetry) OnPersistEnd(ctx context.Context, _ entity.Persist, err error) {
+	if t.tracer == nil {
+		return
+	}
 	if span, ok := ownSpan(ctx, persistSpan); ok {
 		endSpan(span, err)
 	}

@@ -33,7 +33,7 @@ var layers = map[string][]string{
 	"delivery":       {".", "entity"},
 
 	"store/memory":                  {".", "durable", "journal", "offsets", "query", "snapshot"},
-	"store/sqlite":                  {".", "admin", "journal", "offsets", "query", "recovery", "snapshot"},
+	"store/sqlite":                  {".", "admin", "durable", "journal", "offsets", "query", "recovery", "snapshot"},
 	"store/postgres":                {".", "admin", "journal", "offsets", "query", "recovery", "snapshot"},
 	"store/cassandra":               {".", "admin", "journal", "query", "snapshot"},
 	"store/kafka":                   {".", "admin", "journal", "query", "recovery", "serialization", "snapshot", "store/kafka/eventual", "store/kafka/wire"},

@@ -2,7 +2,7 @@ package sqlite
 
 // SchemaVersion is the schema version this package writes. Open migrates
 // older Annals databases up to it and refuses newer ones.
-const SchemaVersion = 3
+const SchemaVersion = 4
 
 // migrations[i] upgrades a database from schema version i to i+1. Each runs
 // in the same transaction as the update of the schema-version row.
@@ -67,6 +67,26 @@ CREATE TABLE projection_management (
 	last_updated    INTEGER NOT NULL,
 	PRIMARY KEY (projection_name, projection_key)
 ) WITHOUT ROWID;
+`,
+	// 3 → 4: durable state, one row per persistence id (a delete removes
+	// it); ordering numbers the changes across the table, for queries of
+	// changes by slices and by tag.
+	`
+CREATE TABLE durable_state (
+	persistence_id TEXT    NOT NULL PRIMARY KEY,
+	revision       INTEGER NOT NULL,
+	payload        BLOB    NOT NULL,
+	serializer_id  INTEGER NOT NULL,
+	manifest       TEXT    NOT NULL,
+	tag            TEXT,             -- NULL when none
+	timestamp      INTEGER NOT NULL, -- Unix nanoseconds, UTC
+	slice          INTEGER NOT NULL,
+	entity_type    TEXT    NOT NULL,
+	ordering       INTEGER NOT NULL
+) WITHOUT ROWID;
+CREATE UNIQUE INDEX durable_state_ordering_idx ON durable_state (ordering);
+CREATE INDEX durable_state_type_ordering_idx ON durable_state (entity_type, ordering);
+CREATE INDEX durable_state_tag_idx ON durable_state (tag, ordering) WHERE tag IS NOT NULL;
 `,
 }
 

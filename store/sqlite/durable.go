@@ -1,0 +1,120 @@
+package sqlite
+
+import (
+	"bytes"
+	"context"
+	"database/sql"
+	"errors"
+	"time"
+
+	"github.com/annals-go/annals"
+	"github.com/annals-go/annals/durable"
+)
+
+// DurableState returns the store's durable-state store (the durable_state
+// table). Its Close closes the whole Store.
+func (s *Store) DurableState() *DurableState { return &DurableState{s: s} }
+
+// DurableState is the durable.Store of a Store. An Upsert or Delete is one
+// transaction on the writer connection, which reads the stored revision
+// and writes the next, so two writers of one revision cannot both succeed.
+type DurableState struct{ s *Store }
+
+var _ durable.Store = (*DurableState)(nil)
+
+// Get implements durable.Store.Get.
+func (d *DurableState) Get(ctx context.Context, persistenceID string) (durable.Object, bool, error) {
+	if err := durable.Check("get", persistenceID, 1); err != nil {
+		return durable.Object{}, false, err
+	}
+	if err := ctx.Err(); err != nil {
+		return durable.Object{}, false, err
+	}
+	if d.s.isClosed() {
+		return durable.Object{}, false, durable.ErrClosed
+	}
+	var o durable.Object
+	var tag sql.NullString
+	var ts int64
+	err := d.s.reader.QueryRowContext(ctx, `SELECT revision, payload, serializer_id, manifest, tag, timestamp FROM durable_state WHERE persistence_id = ?`, persistenceID).
+		Scan(&o.Revision, &o.Payload, &o.SerializerID, &o.Manifest, &tag, &ts)
+	if errors.Is(err, sql.ErrNoRows) {
+		return durable.Object{}, false, nil
+	}
+	if err != nil {
+		return durable.Object{}, false, d.s.errs.Map(ctx, "get durable state", err, durable.ErrClosed)
+	}
+	o.PersistenceID, o.Tag, o.Timestamp = persistenceID, tag.String, time.Unix(0, ts).UTC()
+	return o, true, nil
+}
+
+// Upsert implements durable.Store.Upsert.
+func (d *DurableState) Upsert(ctx context.Context, o durable.Object) error {
+	if err := durable.Check("upsert", o.PersistenceID, o.Revision); err != nil {
+		return err
+	}
+	return d.change(ctx, "upsert", o.PersistenceID, o.Revision, func(tx *sql.Tx) error {
+		payload := o.Payload
+		if payload == nil {
+			payload = []byte{}
+		}
+		var tag any
+		if o.Tag != "" {
+			tag = o.Tag
+		}
+		_, err := tx.Exec(`INSERT INTO durable_state (persistence_id, revision, payload, serializer_id, manifest, tag, timestamp, slice, entity_type, ordering)
+			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, (SELECT COALESCE(MAX(ordering), 0) + 1 FROM durable_state))
+			ON CONFLICT (persistence_id) DO UPDATE SET revision = excluded.revision, payload = excluded.payload, serializer_id = excluded.serializer_id,
+				manifest = excluded.manifest, tag = excluded.tag, timestamp = excluded.timestamp, ordering = excluded.ordering`,
+			o.PersistenceID, o.Revision, bytes.Clone(payload), o.SerializerID, o.Manifest, tag, time.Now().UnixNano(),
+			annals.Slice(o.PersistenceID), annals.EntityType(o.PersistenceID))
+		return err
+	})
+}
+
+// Delete implements durable.Store.Delete: it removes the row.
+func (d *DurableState) Delete(ctx context.Context, persistenceID string, revision int64) error {
+	if err := durable.Check("delete", persistenceID, revision); err != nil {
+		return err
+	}
+	return d.change(ctx, "delete", persistenceID, revision, func(tx *sql.Tx) error {
+		_, err := tx.Exec(`DELETE FROM durable_state WHERE persistence_id = ?`, persistenceID)
+		return err
+	})
+}
+
+// change runs write in a write transaction once the stored revision of
+// pid is revision-1; a delete of an id that holds nothing does nothing.
+func (d *DurableState) change(ctx context.Context, call, pid string, revision int64, write func(*sql.Tx) error) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if d.s.isClosed() {
+		return durable.ErrClosed
+	}
+	tx, release, err := d.s.writeTxn(ctx)
+	if err != nil {
+		return d.s.errs.Map(ctx, call+" durable state", err, durable.ErrClosed)
+	}
+	defer release()
+	var stored int64
+	if err := tx.QueryRow(`SELECT revision FROM durable_state WHERE persistence_id = ?`, pid).Scan(&stored); err != nil && !errors.Is(err, sql.ErrNoRows) {
+		return d.s.errs.Map(ctx, call+" durable state", err, durable.ErrClosed)
+	}
+	switch {
+	case call == "delete" && stored == 0:
+		return nil
+	case revision != stored+1:
+		return durable.Conflict(call, pid, revision, stored)
+	}
+	if err := write(tx); err != nil {
+		return d.s.errs.Map(ctx, call+" durable state", err, durable.ErrClosed)
+	}
+	if err := tx.Commit(); err != nil {
+		return d.s.errs.Map(ctx, call+" durable state", err, durable.ErrClosed)
+	}
+	return nil
+}
+
+// Close closes the whole Store.
+func (d *DurableState) Close() error { return d.s.Close() }

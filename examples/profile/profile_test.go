@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"path/filepath"
 	"testing"
 
 	"github.com/annals-go/annals/durable"
@@ -12,6 +13,7 @@ import (
 	"github.com/annals-go/annals/journal"
 	"github.com/annals-go/annals/serialization"
 	"github.com/annals-go/annals/store/memory"
+	"github.com/annals-go/annals/store/sqlite"
 )
 
 type host = entity.Host[profile.Command, entity.StateChange[profile.Profile], profile.Profile]
@@ -47,10 +49,30 @@ func get(ctx context.Context, h *host, id string) (profile.Profile, error) {
 // first fails the command with a conflict and the entity then recovers
 // the other writer's state.
 func TestDurableProfile(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		open func(t *testing.T) durable.Store
+	}{
+		{"memory", func(t *testing.T) durable.Store {
+			s := memory.New()
+			t.Cleanup(func() { s.Close() })
+			return s.DurableState()
+		}},
+		{"sqlite", func(t *testing.T) durable.Store {
+			s, err := sqlite.Open(t.Context(), filepath.Join(t.TempDir(), "profiles.db"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { s.Close() })
+			return s.DurableState()
+		}},
+	} {
+		t.Run(c.name, func(t *testing.T) { testDurableProfile(t, c.open(t)) })
+	}
+}
+
+func testDurableProfile(t *testing.T, store durable.Store) {
 	ctx := t.Context()
-	s := memory.New()
-	defer s.Close()
-	store := s.DurableState()
 	h := newHost(t, store, profile.Behavior())
 	for i, name := range []string{"Ada", "Ada Lovelace"} {
 		p, err := update(ctx, h, "p-1", name)

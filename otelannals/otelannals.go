@@ -97,6 +97,7 @@ type Telemetry struct {
 	overflowOpt [2]metric.MeasurementOption         // by entity.Overflow
 
 	registration metric.Registration // of the observable instruments' callback
+	byProjection sync.Map            // projection.ID → its metric.MeasurementOption
 
 	mu      sync.Mutex
 	liveIDs map[string]int // instances counted in live, per id (a new one may recover before the old one's stop is reported)
@@ -413,13 +414,21 @@ func (t *Telemetry) OnOverflow(_ string, what entity.Overflow) {
 	}
 }
 
-func projectionAttrs(id projection.ID) metric.MeasurementOption {
-	return metric.WithAttributes(attribute.String("projection", id.Name), attribute.String("key", id.Key))
+// projectionAttrs returns the attribute option of a projection's
+// measurements, made once per projection (an option made per call costs
+// an allocation, and offsets are saved per envelope).
+func (t *Telemetry) projectionAttrs(id projection.ID) metric.MeasurementOption {
+	if o, ok := t.byProjection.Load(id); ok {
+		return o.(metric.MeasurementOption)
+	}
+	o := metric.WithAttributeSet(attribute.NewSet(attribute.String("projection", id.Name), attribute.String("key", id.Key)))
+	actual, _ := t.byProjection.LoadOrStore(id, o)
+	return actual.(metric.MeasurementOption)
 }
 
 // OnOffsetSaved implements projection.HookOffsetSaved.
 func (t *Telemetry) OnOffsetSaved(id projection.ID, _ query.Offset, lag time.Duration) {
-	attrs := projectionAttrs(id)
+	attrs := t.projectionAttrs(id)
 	t.offsetsSaved.Add(bg, 1, attrs)
 	t.lag.Record(bg, lag.Seconds(), attrs)
 }
@@ -430,7 +439,7 @@ func (t *Telemetry) OnHandlerError(id projection.ID, _ string, _ error, d projec
 }
 
 // OnPaused implements projection.HookPaused.
-func (t *Telemetry) OnPaused(id projection.ID) { t.paused.Record(bg, 1, projectionAttrs(id)) }
+func (t *Telemetry) OnPaused(id projection.ID) { t.paused.Record(bg, 1, t.projectionAttrs(id)) }
 
 // OnResumed implements projection.HookResumed.
-func (t *Telemetry) OnResumed(id projection.ID) { t.paused.Record(bg, 0, projectionAttrs(id)) }
+func (t *Telemetry) OnResumed(id projection.ID) { t.paused.Record(bg, 0, t.projectionAttrs(id)) }

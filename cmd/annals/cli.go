@@ -45,7 +45,7 @@ func commands() []*command {
 	return []*command{
 		demoCommand(),
 		initCommand(), migrateCommand(),
-		idsCommand(), eventsCommand(), snapshotsCommand(), statsCommand(),
+		idsCommand(), eventsCommand(), snapshotsCommand(), stateCommand(), statsCommand(),
 		tailCommand(),
 		deleteToCommand(), deleteSnapshotsCommand(),
 		copyCommand(), projectionsCommand(),

@@ -17,6 +17,7 @@ import (
 	"strings"
 
 	"github.com/annals-go/annals/admin"
+	"github.com/annals-go/annals/durable"
 	"github.com/annals-go/annals/journal"
 	"github.com/annals-go/annals/offsets"
 	"github.com/annals-go/annals/snapshot"
@@ -50,6 +51,8 @@ type Store struct {
 	Queries any
 	// Offsets is the projection offset store; nil when the store has none.
 	Offsets offsets.Store
+	// Durable is the durable-state store; nil when the store has none.
+	Durable durable.Store
 	// GlobalOrdering: the journal assigns journal.Repr.Ordering, growing in
 	// commit order across all ids (annals check then has the compliance
 	// kit check it).

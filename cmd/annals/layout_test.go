@@ -37,7 +37,7 @@ func TestInitLayout(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := []string{"event_journal", "projection_management", "projection_offset_store", "projection_timestamp_offset_store", "snapshot"}; !slices.Equal(tables, want) {
+	if want := []string{"durable_state", "event_journal", "projection_management", "projection_offset_store", "projection_timestamp_offset_store", "snapshot"}; !slices.Equal(tables, want) {
 		t.Errorf("tables %v, want the plugin's %v", tables, want)
 	}
 }

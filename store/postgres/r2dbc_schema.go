@@ -22,17 +22,18 @@ const (
 	LayoutDetect Layout = iota
 	// LayoutAnnals is Annals' own layout: event_journal, event_tag,
 	// journal_metadata, journal_clock, snapshot (several per id),
-	// projection_offset_store, projection_management and the
-	// annals_schema version table.
+	// projection_offset_store, projection_management, durable_state (the
+	// plugin's table, from schema version 2) and the annals_schema version
+	// table.
 	LayoutAnnals
 	// LayoutR2DBC is the layout of akka-persistence-r2dbc and Pekko
 	// Persistence R2DBC 1.2 (ddl-scripts/create_tables_postgres.sql):
 	// event_journal, snapshot (one per id), projection_offset_store,
 	// projection_timestamp_offset_store and projection_management, with
 	// exactly the plugin's columns, types, defaults and indexes, and no
-	// table of Annals' own (Migrate creates the missing ones, never
-	// durable_state, and leaves a durable_state it finds alone). A JVM
-	// service with the plugin and an Annals service share such a schema.
+	// table of Annals' own (Migrate creates the missing ones, durable_state
+	// included, and changes none it finds). A JVM service with the plugin
+	// and an Annals service share such a schema.
 	// The store keeps the plugin's rules there:
 	//
 	//   - Events are written in the plugin's row shape: slice and
@@ -70,6 +71,9 @@ const (
 	//     (entity_type, db_timestamp, seq_nr, persistence_id), makes each
 	//     page an ordered index scan (0.4 ms there); the layout is still
 	//     detected with it, and Migrate does not create it.
+	//   - Durable state is the plugin's durable_state table, one row per
+	//     id updated in place, written and read as the plugin's
+	//     durable-state store does (see DurableState).
 	//   - Projection offsets are stored as the JVM's projection offset
 	//     store stores and reads them (see Projections): a projection can
 	//     move between a Go and a JVM service.
@@ -110,8 +114,8 @@ func parseLayout(v string) (Layout, error) {
 
 // r2dbcTables are the tables of the r2dbc layout, in creation order, as
 // ddl-scripts/create_tables_postgres.sql of pekko-persistence-r2dbc 1.2.0
-// creates them ("{s}" is the quoted schema). durable_state is left out:
-// Annals has no durable state; a schema that holds one keeps it.
+// creates them ("{s}" is the quoted schema), durable_state included (see
+// DurableState). A table that exists is used as it is.
 var r2dbcTables = []struct{ name, ddl string }{
 	{"event_journal", `CREATE TABLE IF NOT EXISTS {s}.event_journal(
   slice INT NOT NULL,
@@ -151,6 +155,7 @@ CREATE INDEX IF NOT EXISTS event_journal_slice_idx ON {s}.event_journal(slice, e
 
   PRIMARY KEY(persistence_id)
 )`},
+	{"durable_state", durableStateDDL},
 	{"projection_offset_store", `CREATE TABLE IF NOT EXISTS {s}.projection_offset_store (
   projection_name VARCHAR(255) NOT NULL,
   projection_key VARCHAR(255) NOT NULL,

@@ -11,9 +11,10 @@ import (
 
 // SchemaVersion is the schema version this package writes. Migrate
 // upgrades older schemas to it; Open refuses newer ones.
-const SchemaVersion = 1
+const SchemaVersion = 2
 
-// migrations[i] upgrades a schema from version i to i+1. "{s}" stands for
+// migrations[i] upgrades a schema from version i to i+1; a step never
+// changes once released (a new version is a new step). "{s}" stands for
 // the quoted schema name. Column names follow akka-persistence-r2dbc where
 // the concept is the same.
 var migrations = []string{
@@ -81,6 +82,9 @@ CREATE TABLE {s}.projection_management (
 	last_updated    BIGINT  NOT NULL, -- Unix milliseconds
 	PRIMARY KEY (projection_name, projection_key)
 );`,
+	// 1 → 2: durable state, in the table of Pekko Persistence R2DBC (see
+	// DurableState).
+	durableStateDDL,
 }
 
 func schemaSQL(schema, body string) string {

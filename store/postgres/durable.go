@@ -1,0 +1,187 @@
+package postgres
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/annals-go/annals"
+	"github.com/annals-go/annals/durable"
+)
+
+// durableStateDDL is the durable_state table of Pekko Persistence R2DBC
+// 1.2 (ddl-scripts/create_tables_postgres.sql), on both layouts: the r2dbc
+// layout creates it when it is missing, Annals' layout in schema version 2.
+const durableStateDDL = `CREATE TABLE IF NOT EXISTS {s}.durable_state (
+  slice INT NOT NULL,
+  entity_type VARCHAR(255) NOT NULL,
+  persistence_id VARCHAR(255) NOT NULL,
+  revision BIGINT NOT NULL,
+  db_timestamp timestamp with time zone NOT NULL,
+
+  state_ser_id INTEGER NOT NULL,
+  state_ser_manifest VARCHAR(255),
+  state_payload BYTEA NOT NULL,
+  tags TEXT ARRAY,
+
+  PRIMARY KEY(persistence_id, revision)
+);
+CREATE INDEX IF NOT EXISTS durable_state_slice_idx ON {s}.durable_state(slice, entity_type, db_timestamp, revision)`
+
+// DurableState returns the store's durable-state store, on the
+// durable_state table (both layouts). Its Close closes the whole Store.
+func (s *Store) DurableState() *DurableState {
+	t := table(s.cfg.schema, "durable_state")
+	// stored is the id's revision as the statement's snapshot saw it
+	// (0: none), for the conflict's message and Delete's no-op.
+	stored := `COALESCE((SELECT max(revision) FROM ` + t + ` WHERE persistence_id = $1), 0)`
+	return &DurableState{s: s,
+		get: `SELECT revision, db_timestamp, state_ser_id, COALESCE(state_ser_manifest, ''), state_payload, COALESCE(tags[1], '')
+			FROM ` + t + ` WHERE persistence_id = $1 ORDER BY revision DESC LIMIT 1`,
+		insert: `WITH w AS (INSERT INTO ` + t + ` (slice, entity_type, persistence_id, revision, db_timestamp, state_ser_id, state_ser_manifest, state_payload, tags)
+			SELECT $2::int, $3::varchar, $1::varchar, 1, transaction_timestamp(), $4::int, $5::varchar, $6::bytea, $7::text[] WHERE NOT EXISTS (SELECT 1 FROM ` + t + ` WHERE persistence_id = $1) RETURNING 1)
+			SELECT (SELECT count(*) FROM w), ` + stored,
+		update: `WITH w AS (UPDATE ` + t + ` SET revision = $2, db_timestamp = GREATEST(transaction_timestamp(), db_timestamp + interval '1 microsecond'),
+			state_ser_id = $4, state_ser_manifest = $5, state_payload = $6, tags = $7
+			WHERE persistence_id = $1 AND revision = $3 RETURNING 1)
+			SELECT (SELECT count(*) FROM w), ` + stored,
+		delete: `WITH w AS (DELETE FROM ` + t + ` WHERE persistence_id = $1 AND revision = $2 RETURNING 1)
+			SELECT (SELECT count(*) FROM w), ` + stored,
+	}
+}
+
+// DurableState is the durable.Store of a Store, in the row shape and with
+// the statements of Pekko Persistence R2DBC 1.2's durable-state store
+// (assert-single-writer on), so a JVM service and an Annals service can
+// share its objects. The rules, besides durable.Store's:
+//
+//   - An id's object is one row, changed in place: revision 1 is an
+//     INSERT (a unique violation, another writer's revision 1, is
+//     durable.ErrRevisionConflict), revision n an UPDATE of the row whose
+//     revision is n-1 (no such row: durable.ErrRevisionConflict). Unlike
+//     the plugin, revision 1 is not inserted beside an existing row of
+//     another revision: that is a conflict too.
+//   - slice and entity_type are annals.Slice and annals.EntityType of the
+//     id; tags is NULL, or {Tag}; state_ser_manifest is Manifest.
+//   - db_timestamp is transaction_timestamp(), on an update the later of
+//     it and the previous revision's plus 1µs; Get returns it in UTC as
+//     the object's Timestamp.
+//   - Delete(id, n) deletes the row whose revision is n-1, as the
+//     plugin's deleteObject does: no tombstone is left. When no row was
+//     deleted it is a no-op if the id holds nothing and a conflict if it
+//     holds another revision.
+//   - Get reads the highest revision of the id (the plugin keeps one
+//     row); Tag is the first element of tags ("" when NULL or empty: a
+//     JVM writer's tags are a set, of one tag for a DurableStateBehavior).
+//   - The table must exist: Migrate creates it on both layouts. Calls on
+//     a schema without it fail with an error wrapping ErrSchemaMissing.
+//
+// Errors are mapped as the store's others are (journal.StoreErrors), with
+// durable.ErrClosed as the closed error; arguments are checked first with
+// durable.Check.
+type DurableState struct {
+	s                           *Store
+	get, insert, update, delete string
+}
+
+var _ durable.Store = (*DurableState)(nil)
+
+// Get implements durable.Store.Get.
+func (d *DurableState) Get(ctx context.Context, persistenceID string) (durable.Object, bool, error) {
+	if err := d.ready(ctx, "get", persistenceID, 1); err != nil {
+		return durable.Object{}, false, err
+	}
+	o := durable.Object{PersistenceID: persistenceID}
+	err := d.s.pool.QueryRow(ctx, d.get, persistenceID).Scan(&o.Revision, &o.Timestamp, &o.SerializerID, &o.Manifest, &o.Payload, &o.Tag)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return durable.Object{}, false, nil
+	}
+	if err != nil {
+		return durable.Object{}, false, d.mapErr(ctx, "get durable state", err)
+	}
+	if o.Payload == nil {
+		o.Payload = []byte{}
+	}
+	o.Timestamp = o.Timestamp.UTC()
+	return o, true, nil
+}
+
+// Upsert implements durable.Store.Upsert.
+func (d *DurableState) Upsert(ctx context.Context, o durable.Object) error {
+	if err := d.ready(ctx, "upsert", o.PersistenceID, o.Revision); err != nil {
+		return err
+	}
+	payload := o.Payload
+	if payload == nil {
+		payload = []byte{} // state_payload is NOT NULL
+	}
+	var tags any // NULL without a tag, as the plugin writes it
+	if o.Tag != "" {
+		tags = []string{o.Tag}
+	}
+	// The insert's $2 and $3 are slice and entity type; the update's the
+	// new and the stored revision.
+	stmt, args := d.update, []any{o.PersistenceID, o.Revision, o.Revision - 1, o.SerializerID, o.Manifest, payload, tags}
+	if o.Revision == 1 {
+		stmt, args = d.insert, []any{o.PersistenceID, annals.Slice(o.PersistenceID), annals.EntityType(o.PersistenceID), o.SerializerID, o.Manifest, payload, tags}
+	}
+	var changed, stored int64
+	err := d.s.pool.QueryRow(ctx, stmt, args...).Scan(&changed, &stored)
+	var pgErr *pgconn.PgError
+	switch {
+	case errors.As(err, &pgErr) && pgErr.Code == "23505": // another writer inserted revision 1
+		return durable.Conflict("upsert", o.PersistenceID, o.Revision, 1)
+	case err != nil:
+		return d.mapErr(ctx, "upsert durable state", err)
+	case changed == 0:
+		return durable.Conflict("upsert", o.PersistenceID, o.Revision, stored)
+	}
+	return nil
+}
+
+// Delete implements durable.Store.Delete.
+func (d *DurableState) Delete(ctx context.Context, persistenceID string, revision int64) error {
+	if err := d.ready(ctx, "delete", persistenceID, revision); err != nil {
+		return err
+	}
+	var deleted, stored int64
+	if err := d.s.pool.QueryRow(ctx, d.delete, persistenceID, revision-1).Scan(&deleted, &stored); err != nil {
+		return d.mapErr(ctx, "delete durable state", err)
+	}
+	if deleted == 0 && stored != 0 {
+		return durable.Conflict("delete", persistenceID, revision, stored)
+	}
+	return nil
+}
+
+// Close closes the whole Store.
+func (d *DurableState) Close() error { return d.s.Close() }
+
+// ready checks a call's arguments, its context and the store, in that
+// order.
+func (d *DurableState) ready(ctx context.Context, call, persistenceID string, revision int64) error {
+	if err := durable.Check(call, persistenceID, revision); err != nil {
+		return err
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if d.s.isClosed() {
+		return durable.ErrClosed
+	}
+	return nil
+}
+
+// mapErr maps a driver error of operation op: a missing durable_state
+// table is ErrSchemaMissing, then the store's rules (journal.StoreErrors)
+// apply with durable.ErrClosed.
+func (d *DurableState) mapErr(ctx context.Context, op string, err error) error {
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && pgErr.Code == "42P01" { // undefined_table
+		err = fmt.Errorf("%w: schema %q has no durable_state table; create it with Store.Migrate or `annals migrate --store URL`: %w", ErrSchemaMissing, d.s.cfg.schema, err)
+	}
+	return d.s.errs.Map(ctx, op, err, durable.ErrClosed)
+}

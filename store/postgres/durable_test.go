@@ -1,0 +1,262 @@
+package postgres_test
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/annals-go/annals/durable"
+	"github.com/annals-go/annals/store/postgres"
+	"github.com/annals-go/annals/store/postgres/pgtest"
+	"github.com/annals-go/annals/storetest"
+)
+
+// layouts are the two layouts every durable-state rule runs on.
+var layouts = []struct {
+	name string
+	opts []postgres.Option
+}{
+	{"annals", nil},
+	{"r2dbc", r2dbcOpts},
+}
+
+func TestDurableStateKit(t *testing.T) {
+	t.Parallel()
+	for _, l := range layouts {
+		t.Run(l.name, func(t *testing.T) {
+			t.Parallel()
+			s := open(t, l.opts...)
+			storetest.RunDurableState(t, storetest.DurableHarness{
+				New: func(t *testing.T) durable.Store { return s.DurableState() },
+				Own: func(t *testing.T) durable.Store { return open(t, l.opts...).DurableState() },
+			})
+		})
+	}
+}
+
+// TestDurableStateTableIsPekkos: on both layouts the durable_state table
+// has exactly the columns, types, nullability, defaults and indexes of
+// Pekko Persistence R2DBC 1.2.0's, as psql showed them in the fixture.
+func TestDurableStateTableIsPekkos(t *testing.T) {
+	t.Parallel()
+	fixturePath(t, "durable_state.schema.txt")
+	conn := connect(t)
+	for _, l := range layouts {
+		t.Run(l.name, func(t *testing.T) {
+			s := open(t, l.opts...)
+			want, got := readSchemaFixture(t, "durable_state"), readSchema(t, conn, s.Schema(), "durable_state")
+			if !slices.Equal(got.columns, want.columns) {
+				t.Errorf("columns:\n got %v\nwant %v", got.columns, want.columns)
+			}
+			if !slices.Equal(got.indexes, want.indexes) {
+				t.Errorf("indexes:\n got %q\nwant %q", got.indexes, want.indexes)
+			}
+		})
+	}
+}
+
+// TestDurableStateMigratesFromVersion1: a schema at version 1 (no
+// durable_state) is refused by Open until Migrate runs the one step to
+// version 2, which adds the table; durable state then works.
+func TestDurableStateMigratesFromVersion1(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	dsn, _ := pgtest.Schema(t)
+	m, err := postgres.NewMigrator(ctx, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	pending, err := m.PendingMigrations(ctx)
+	if err != nil || len(pending) != postgres.SchemaVersion || pending[0].To != 1 {
+		t.Fatalf("pending: %+v %v", pending, err)
+	}
+	conn := connect(t)
+	if _, err := conn.Exec(ctx, pending[0].SQL); err != nil { // version 1, as an older Annals made it
+		t.Fatal(err)
+	}
+	if _, err := postgres.Open(ctx, dsn); !errors.Is(err, postgres.ErrSchemaMissing) {
+		t.Fatalf("Open of a version 1 schema: %v, want ErrSchemaMissing", err)
+	}
+	ran, err := m.Migrate(ctx)
+	if err != nil || len(ran) != 1 || ran[0].From != 1 || ran[0].To != 2 {
+		t.Fatalf("Migrate ran %+v (%v), want the step 1 → 2", ran, err)
+	}
+	if cur, latest, err := m.SchemaVersion(ctx); err != nil || cur != postgres.SchemaVersion || latest != postgres.SchemaVersion {
+		t.Fatalf("version after Migrate: %d %d %v", cur, latest, err)
+	}
+	s, err := postgres.Open(ctx, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	d := s.DurableState()
+	if err := d.Upsert(ctx, durable.Object{PersistenceID: "P|1", Revision: 1, Payload: []byte("a")}); err != nil {
+		t.Fatal(err)
+	}
+	if o, ok, err := d.Get(ctx, "P|1"); err != nil || !ok || o.Revision != 1 || string(o.Payload) != "a" {
+		t.Errorf("Get = %+v %v %v", o, ok, err)
+	}
+}
+
+// TestDurableStateWithoutTable: an r2dbc-layout schema whose JVM service
+// has no durable_state table opens (the table is not needed by the
+// journal), and durable-state calls fail with ErrSchemaMissing.
+func TestDurableStateWithoutTable(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	s := open(t, r2dbcOpts...)
+	conn := connect(t)
+	if _, err := conn.Exec(ctx, `DROP TABLE `+pgx.Identifier{s.Schema(), "durable_state"}.Sanitize()); err != nil {
+		t.Fatal(err)
+	}
+	d := s.DurableState()
+	_, _, getErr := d.Get(ctx, "P|1")
+	for call, err := range map[string]error{
+		"Get":    getErr,
+		"Upsert": d.Upsert(ctx, durable.Object{PersistenceID: "P|1", Revision: 1}),
+		"Delete": d.Delete(ctx, "P|1", 1),
+	} {
+		if !errors.Is(err, postgres.ErrSchemaMissing) {
+			t.Errorf("%s without durable_state: %v, want ErrSchemaMissing", call, err)
+		}
+	}
+}
+
+// TestR2DBCDurableStatePekkoRows: the durable_state row Pekko wrote (loaded
+// with plain INSERTs) reads back through Annals; the id Pekko deleted
+// holds nothing; and what Annals writes has the shape of Pekko's row,
+// column by column (timestamps aside, checked on their own): an update in
+// place of Pekko's row, and a fresh insert of the same id.
+func TestR2DBCDurableStatePekkoRows(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := open(t, r2dbcOpts...)
+	conn := connect(t)
+	loadFixture(t, conn, s.Schema(), "durable_state", "durable_state.jsonl")
+	fixture := readRows(t, "durable_state.jsonl")
+	if len(fixture) != 1 || fixture[0].values["persistence_id"] != "Profile|p-1" {
+		t.Fatalf("durable_state.jsonl: %+v, want the row of Profile|p-1", fixture)
+	}
+	pekko := fixture[0]
+	d := s.DurableState()
+
+	got, ok, err := d.Get(ctx, "Profile|p-1")
+	wantPayload := sqlValue(t, "bytea", pekko.values["state_payload"]).([]byte)
+	if err != nil || !ok || got.Revision != 3 || got.SerializerID != 31 || got.Manifest != "anchor.Profile$ProfileState" ||
+		string(got.Payload) != string(wantPayload) || got.Tag != "profiles" || !got.Timestamp.Equal(rowTime(t, pekko, "db_timestamp")) {
+		t.Fatalf("Get(Profile|p-1) = %+v %v %v, want Pekko's revision 3", got, ok, err)
+	}
+	if string(got.Payload) != `{"name":"Ada Lovelace","updates":3}` {
+		t.Errorf("payload %q", got.Payload)
+	}
+	if got, ok, err := d.Get(ctx, "Profile|p-2"); err != nil || ok {
+		t.Errorf("Get(Profile|p-2), deleted by Pekko: %+v %v %v, want nothing", got, ok, err)
+	}
+
+	next := durable.Object{PersistenceID: "Profile|p-1", Payload: []byte(`{"name":"Ada Lovelace","updates":4}`), SerializerID: 31, Manifest: "anchor.Profile$ProfileState", Tag: "profiles"}
+	cases := []struct {
+		name     string
+		change   func() error
+		revision int64
+		after    time.Time // db_timestamp is later than this
+	}{
+		{"revision 4 updates Pekko's row", func() error {
+			o := next
+			o.Revision = 4
+			return d.Upsert(ctx, o)
+		}, 4, rowTime(t, pekko, "db_timestamp")},
+		{"revision 1 after a delete inserts", func() error {
+			if err := d.Delete(ctx, "Profile|p-1", 5); err != nil {
+				return err
+			}
+			o := next
+			o.Revision = 1
+			return d.Upsert(ctx, o)
+		}, 1, time.Now().Add(-time.Minute)},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			if err := c.change(); err != nil {
+				t.Fatal(err)
+			}
+			rows := dumpRows(t, conn, s.Schema(), "durable_state", `persistence_id = $1`, "Profile|p-1")
+			if len(rows) != 1 {
+				t.Fatalf("%d rows of Profile|p-1, want 1 (one row per id)", len(rows))
+			}
+			r := rows[0]
+			compareRow(t, "durable_state", r, pekko, "revision", "db_timestamp", "state_payload")
+			if rev := rowInt(t, r, "revision"); rev != c.revision {
+				t.Errorf("revision %d, want %d", rev, c.revision)
+			}
+			if p := sqlValue(t, "bytea", r.values["state_payload"]).([]byte); string(p) != string(next.Payload) {
+				t.Errorf("state_payload %q, want %q", p, next.Payload)
+			}
+			if ts := rowTime(t, r, "db_timestamp"); !ts.After(c.after) || ts.After(time.Now().Add(time.Minute)) {
+				t.Errorf("db_timestamp %v, want after %v and about now", ts, c.after)
+			}
+		})
+	}
+	// Untagged: tags is NULL, as Pekko writes an untagged row.
+	if err := d.Upsert(ctx, durable.Object{PersistenceID: "Profile|p-3", Revision: 1, Payload: []byte("{}"), SerializerID: 31, Manifest: "m"}); err != nil {
+		t.Fatal(err)
+	}
+	if rows := dumpRows(t, conn, s.Schema(), "durable_state", `persistence_id = 'Profile|p-3'`); len(rows) != 1 || rows[0].values["tags"] != nil {
+		t.Errorf("untagged row %+v, want tags NULL", rows)
+	}
+}
+
+// TestDurableStateFirstRevision: revision 1 is an INSERT; of writers racing
+// to insert it one wins and the others get ErrRevisionConflict (the
+// primary key's unique violation, or the row they find); over a stored
+// revision it is a conflict and adds no second row.
+func TestDurableStateFirstRevision(t *testing.T) {
+	t.Parallel()
+	for _, l := range layouts {
+		t.Run(l.name, func(t *testing.T) {
+			t.Parallel()
+			ctx := t.Context()
+			s, conn := open(t, l.opts...), connect(t)
+			d := s.DurableState()
+			const writers = 8
+			errs := make([]error, writers)
+			start := make(chan struct{})
+			var wg sync.WaitGroup
+			for i := range writers {
+				wg.Go(func() {
+					<-start
+					errs[i] = d.Upsert(ctx, durable.Object{PersistenceID: "P|race", Revision: 1, Payload: []byte{byte(i)}})
+				})
+			}
+			close(start)
+			wg.Wait()
+			won := 0
+			for i, err := range errs {
+				switch {
+				case err == nil:
+					won++
+				case !errors.Is(err, durable.ErrRevisionConflict):
+					t.Errorf("writer %d: %v, want nil or ErrRevisionConflict", i, err)
+				}
+			}
+			if won != 1 {
+				t.Errorf("%d writers stored revision 1, want 1", won)
+			}
+			if err := d.Upsert(ctx, durable.Object{PersistenceID: "P|race", Revision: 2, Payload: []byte("2")}); err != nil {
+				t.Fatal(err)
+			}
+			if err := d.Upsert(ctx, durable.Object{PersistenceID: "P|race", Revision: 1, Payload: []byte("again")}); !errors.Is(err, durable.ErrRevisionConflict) {
+				t.Errorf("revision 1 over revision 2: %v, want ErrRevisionConflict", err)
+			}
+			var n int
+			if err := conn.QueryRow(ctx, `SELECT count(*) FROM `+pgx.Identifier{s.Schema(), "durable_state"}.Sanitize()+` WHERE persistence_id = 'P|race'`).Scan(&n); err != nil || n != 1 {
+				t.Errorf("%d rows of P|race (%v), want 1", n, err)
+			}
+		})
+	}
+}

@@ -33,7 +33,7 @@ func openPostgres(ctx context.Context, u string, mode Mode) (*Store, error) {
 	}
 	return &Store{
 		Kind: "postgres", Where: s.Where(),
-		Journal: s.Journal(), Snapshots: s.Snapshots(), Queries: s.Queries(), Offsets: s.Projections(), Admin: s,
+		Journal: s.Journal(), Snapshots: s.Snapshots(), Queries: s.Queries(), Offsets: s.Projections(), Durable: s.DurableState(), Admin: s,
 		Close: s.Close,
 	}, nil
 }

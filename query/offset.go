@@ -2,11 +2,12 @@ package query
 
 import (
 	"bytes"
-	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"maps"
 	"time"
+
+	"github.com/google/uuid"
 )
 
 // OffsetKind tells which kind of position an Offset holds.
@@ -143,22 +144,17 @@ func (o *Offset) UnmarshalJSON(b []byte) error {
 }
 
 // formatUUID writes u in the canonical 8-4-4-4-12 hexadecimal form.
-func formatUUID(u [16]byte) string {
-	h := hex.EncodeToString(u[:])
-	return h[0:8] + "-" + h[8:12] + "-" + h[12:16] + "-" + h[16:20] + "-" + h[20:32]
-}
+func formatUUID(u [16]byte) string { return uuid.UUID(u).String() }
 
 // parseTimeUUID reads the canonical form of a version-1 UUID.
 func parseTimeUUID(s string) ([16]byte, error) {
-	var u [16]byte
-	if len(s) != 36 || s[8] != '-' || s[13] != '-' || s[18] != '-' || s[23] != '-' {
-		return u, fmt.Errorf("UUID %q is not in the form xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx", s)
+	if len(s) != 36 {
+		return [16]byte{}, fmt.Errorf("UUID %q is not in the form xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx", s)
 	}
-	b, err := hex.DecodeString(s[0:8] + s[9:13] + s[14:18] + s[19:23] + s[24:36])
+	u, err := uuid.Parse(s)
 	if err != nil {
 		return u, fmt.Errorf("UUID %q: %w", s, err)
 	}
-	copy(u[:], b)
 	if u[6]>>4 != 1 {
 		return u, fmt.Errorf("UUID %q is version %d, not a time-based (version 1) UUID", s, u[6]>>4)
 	}

@@ -2,7 +2,6 @@ package postgres
 
 import (
 	"context"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -10,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 
 	"github.com/annals-go/annals"
@@ -162,7 +162,7 @@ func decodeR2DBCOffset(id offsets.ID, current, manifest string) (query.Offset, e
 		}
 		return query.SequenceOffset(n), nil
 	case manifestTimeUUID:
-		u, err := parseUUID(current)
+		u, err := uuid.Parse(current)
 		if err != nil {
 			return query.Offset{}, fmt.Errorf("postgres: projection %s: stored offset: %w", id, err)
 		}
@@ -206,7 +206,7 @@ func (p *Projections) saveR2DBC(ctx context.Context, tx pgx.Tx, id offsets.ID, o
 		case query.KindSequence:
 			current, manifest = strconv.FormatInt(o.Sequence, 10), manifestSequence
 		case query.KindTimeUUID:
-			current, manifest = formatUUID(o.TimeUUID), manifestTimeUUID
+			current, manifest = uuid.UUID(o.TimeUUID).String(), manifestTimeUUID
 		default:
 			raw, err := json.Marshal(o)
 			if err != nil {
@@ -290,23 +290,3 @@ func (s *Store) listProjectionsR2DBC(ctx context.Context) ([]admin.ProjectionIns
 	return out, nil
 }
 
-// formatUUID writes u in the canonical 8-4-4-4-12 form, as Java's
-// UUID.toString does.
-func formatUUID(u [16]byte) string {
-	h := hex.EncodeToString(u[:])
-	return h[0:8] + "-" + h[8:12] + "-" + h[12:16] + "-" + h[16:20] + "-" + h[20:32]
-}
-
-// parseUUID reads a UUID in the canonical form.
-func parseUUID(s string) ([16]byte, error) {
-	var u [16]byte
-	if len(s) != 36 || s[8] != '-' || s[13] != '-' || s[18] != '-' || s[23] != '-' {
-		return u, fmt.Errorf("UUID %q is not in the form xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx", s)
-	}
-	b, err := hex.DecodeString(s[0:8] + s[9:13] + s[14:18] + s[19:23] + s[24:36])
-	if err != nil {
-		return u, fmt.Errorf("UUID %q: %w", s, err)
-	}
-	copy(u[:], b)
-	return u, nil
-}

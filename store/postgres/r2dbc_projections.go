@@ -289,4 +289,3 @@ func (s *Store) listProjectionsR2DBC(ctx context.Context) ([]admin.ProjectionIns
 	}
 	return out, nil
 }
-

@@ -87,12 +87,11 @@ func migrations2admin(steps []step) []admin.Migration {
 	return out
 }
 
-// Stats implements admin.StatsReader, reading in one repeatable-read
-// transaction.
-func (s *Store) Stats(ctx context.Context) (admin.Stats, error) {
-	if s.cfg.layout == LayoutR2DBC {
-		return s.statsR2DBC(ctx)
-	}
+// stats reads the statistics in one repeatable-read transaction: the
+// layout's journal figures through journalStats (get returns a type's
+// figures, made on first use), then the snapshots and the schema's size,
+// which both layouts read alike.
+func (s *Store) stats(ctx context.Context, journalStats func(tx pgx.Tx, sc string, get func(string) *admin.TypeStats) error) (admin.Stats, error) {
 	var st admin.Stats
 	byType := map[string]*admin.TypeStats{}
 	get := func(et string) *admin.TypeStats {
@@ -105,6 +104,45 @@ func (s *Store) Stats(ctx context.Context) (admin.Stats, error) {
 	}
 	sc := s.cfg.schema
 	err := pgx.BeginTxFunc(ctx, s.pool, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
+		if err := journalStats(tx, sc, get); err != nil {
+			return err
+		}
+		rows, err := tx.Query(ctx, `SELECT entity_type, count(*), COALESCE(sum(octet_length(snapshot)), 0) FROM `+table(sc, "snapshot")+` GROUP BY entity_type`)
+		if err != nil {
+			return err
+		}
+		for rows.Next() {
+			var et string
+			var n, bytes int64
+			if err := rows.Scan(&et, &n, &bytes); err != nil {
+				return err
+			}
+			t := get(et)
+			t.Snapshots, t.SnapshotBytes = n, bytes
+		}
+		if err := rows.Err(); err != nil {
+			return err
+		}
+		return tx.QueryRow(ctx, `SELECT COALESCE(sum(pg_total_relation_size(c.oid)), 0)::bigint FROM pg_class c
+			JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = $1 AND c.relkind = 'r'`, sc).Scan(&st.StorageBytes)
+	})
+	if err != nil {
+		return admin.Stats{}, s.errs.Map(ctx, "stats", err, journal.ErrClosed)
+	}
+	for _, t := range byType {
+		st.EntityTypes = append(st.EntityTypes, *t)
+	}
+	slices.SortFunc(st.EntityTypes, func(a, b admin.TypeStats) int { return cmp.Compare(a.EntityType, b.EntityType) })
+	return st, nil
+}
+
+// Stats implements admin.StatsReader, reading in one repeatable-read
+// transaction.
+func (s *Store) Stats(ctx context.Context) (admin.Stats, error) {
+	if s.cfg.layout == LayoutR2DBC {
+		return s.statsR2DBC(ctx)
+	}
+	return s.stats(ctx, func(tx pgx.Tx, sc string, get func(string) *admin.TypeStats) error {
 		rows, err := tx.Query(ctx, `SELECT entity_type, count(*), max(hi) FROM (
 				SELECT entity_type, persistence_id, max(seq_nr) AS hi FROM (
 					SELECT entity_type, persistence_id, seq_nr FROM `+table(sc, "event_journal")+`
@@ -143,33 +181,8 @@ func (s *Store) Stats(ctx context.Context) (admin.Stats, error) {
 		if err := rows.Err(); err != nil {
 			return err
 		}
-		rows, err = tx.Query(ctx, `SELECT entity_type, count(*), COALESCE(sum(octet_length(snapshot)), 0) FROM `+table(sc, "snapshot")+` GROUP BY entity_type`)
-		if err != nil {
-			return err
-		}
-		for rows.Next() {
-			var et string
-			var n, bytes int64
-			if err := rows.Scan(&et, &n, &bytes); err != nil {
-				return err
-			}
-			t := get(et)
-			t.Snapshots, t.SnapshotBytes = n, bytes
-		}
-		if err := rows.Err(); err != nil {
-			return err
-		}
-		return tx.QueryRow(ctx, `SELECT COALESCE(sum(pg_total_relation_size(c.oid)), 0)::bigint FROM pg_class c
-			JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = $1 AND c.relkind = 'r'`, sc).Scan(&st.StorageBytes)
+		return nil
 	})
-	if err != nil {
-		return admin.Stats{}, s.errs.Map(ctx, "stats", err, journal.ErrClosed)
-	}
-	for _, t := range byType {
-		st.EntityTypes = append(st.EntityTypes, *t)
-	}
-	slices.SortFunc(st.EntityTypes, func(a, b admin.TypeStats) int { return cmp.Compare(a.EntityType, b.EntityType) })
-	return st, nil
 }
 
 // ListProjections implements admin.ProjectionLister.

@@ -1,11 +1,9 @@
 package postgres
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -23,18 +21,7 @@ var ErrLayoutUnsupported = errors.New("postgres: not offered on this layout")
 // highest number counts the markers, and the oldest and newest are
 // db_timestamps (the layout has no write time).
 func (s *Store) statsR2DBC(ctx context.Context) (admin.Stats, error) {
-	var st admin.Stats
-	byType := map[string]*admin.TypeStats{}
-	get := func(et string) *admin.TypeStats {
-		if t, ok := byType[et]; ok {
-			return t
-		}
-		t := &admin.TypeStats{EntityType: et}
-		byType[et] = t
-		return t
-	}
-	sc := s.cfg.schema
-	err := pgx.BeginTxFunc(ctx, s.pool, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
+	return s.stats(ctx, func(tx pgx.Tx, sc string, get func(string) *admin.TypeStats) error {
 		rows, err := tx.Query(ctx, `SELECT entity_type, count(DISTINCT persistence_id), max(seq_nr),
 			count(*) FILTER (WHERE NOT deleted), COALESCE(sum(octet_length(event_payload)) FILTER (WHERE NOT deleted), 0),
 			min(db_timestamp) FILTER (WHERE NOT deleted), max(db_timestamp) FILTER (WHERE NOT deleted)
@@ -58,33 +45,8 @@ func (s *Store) statsR2DBC(ctx context.Context) (admin.Stats, error) {
 		if err := rows.Err(); err != nil {
 			return err
 		}
-		rows, err = tx.Query(ctx, `SELECT entity_type, count(*), COALESCE(sum(octet_length(snapshot)), 0) FROM `+table(sc, "snapshot")+` GROUP BY entity_type`)
-		if err != nil {
-			return err
-		}
-		for rows.Next() {
-			var et string
-			var n, bytes int64
-			if err := rows.Scan(&et, &n, &bytes); err != nil {
-				return err
-			}
-			t := get(et)
-			t.Snapshots, t.SnapshotBytes = n, bytes
-		}
-		if err := rows.Err(); err != nil {
-			return err
-		}
-		return tx.QueryRow(ctx, `SELECT COALESCE(sum(pg_total_relation_size(c.oid)), 0)::bigint FROM pg_class c
-			JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = $1 AND c.relkind = 'r'`, sc).Scan(&st.StorageBytes)
+		return nil
 	})
-	if err != nil {
-		return admin.Stats{}, s.errs.Map(ctx, "stats", err, journal.ErrClosed)
-	}
-	for _, t := range byType {
-		st.EntityTypes = append(st.EntityTypes, *t)
-	}
-	slices.SortFunc(st.EntityTypes, func(a, b admin.TypeStats) int { return cmp.Compare(a.EntityType, b.EntityType) })
-	return st, nil
 }
 
 // backlogR2DBC is Backlog on the r2dbc layout: delete markers are not

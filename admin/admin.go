@@ -185,6 +185,24 @@ type Purger interface {
 	Purge(ctx context.Context, persistenceIDs []string) error
 }
 
+// Rewritten counts what a SerializerRewriter changed.
+type Rewritten struct {
+	Events, Snapshots, DurableStates int64
+}
+
+// SerializerRewriter changes the serializer id stored beside payloads,
+// leaving the payloads as they are (annals rewrite-serializer): Annals'
+// JSON serializer wrote id 33 before it took jackson-json's 31, and a JVM
+// service sharing the store reads 33 as CBOR.
+//
+// Rules: every event, snapshot and durable state stored under from is
+// stored under to afterwards, in one transaction; nothing else changes;
+// from equal to to changes nothing. With dryRun nothing changes and the
+// counts are what would change.
+type SerializerRewriter interface {
+	RewriteSerializerID(ctx context.Context, from, to int32, dryRun bool) (Rewritten, error)
+}
+
 // Baseline does the store's work with the raw driver and no Annals code,
 // on the same database and with the same durability, so that annals bench
 // can show the cost of the layers above it. Each method does what its

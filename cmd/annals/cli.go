@@ -50,7 +50,7 @@ func commands() []*command {
 		deleteToCommand(), deleteSnapshotsCommand(),
 		copyCommand(), projectionsCommand(),
 		benchCommand(), checkCommand(), crashTestCommand(), verifyCommand(),
-		replicateCommand(), skipRecordCommand(), purgeExpiredCommand(),
+		replicateCommand(), skipRecordCommand(), purgeExpiredCommand(), rewriteSerializerCommand(),
 	}
 }
 

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -277,6 +278,46 @@ func (s *Store) Purge(ctx context.Context, persistenceIDs []string) error {
 	}
 	return nil
 }
+
+// RewriteSerializerID implements admin.SerializerRewriter in one
+// transaction (rolled back for a dry run), on either layout (their column
+// names are the same). Rows of a JVM service sharing the schema are
+// rewritten too: they are stored under the same ids.
+func (s *Store) RewriteSerializerID(ctx context.Context, from, to int32, dryRun bool) (admin.Rewritten, error) {
+	var r admin.Rewritten
+	if from == to {
+		return r, nil
+	}
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		for _, u := range []struct {
+			table, column string
+			n             *int64
+		}{{"event_journal", "event_ser_id", &r.Events}, {"snapshot", "ser_id", &r.Snapshots}, {"durable_state", "state_ser_id", &r.DurableStates}} {
+			if u.table == "durable_state" {
+				var exists bool
+				if err := tx.QueryRow(ctx, `SELECT to_regclass($1) IS NOT NULL`, table(s.cfg.schema, u.table)).Scan(&exists); err != nil || !exists {
+					return err
+				}
+			}
+			tag, err := tx.Exec(ctx, `UPDATE `+table(s.cfg.schema, u.table)+` SET `+u.column+` = $1 WHERE `+u.column+` = $2`, to, from)
+			if err != nil {
+				return err
+			}
+			*u.n = tag.RowsAffected()
+		}
+		if dryRun {
+			return errDryRun
+		}
+		return nil
+	})
+	if err != nil && !errors.Is(err, errDryRun) {
+		return admin.Rewritten{}, s.errs.Map(ctx, "rewrite serializer", err, journal.ErrClosed)
+	}
+	return r, nil
+}
+
+// errDryRun rolls back a dry run's transaction.
+var errDryRun = errors.New("postgres: dry run")
 
 // OpenBaseline implements admin.BaselineOpener: a pgx pool of its own on the
 // store's server and schema (the same settings), doing the store's work with

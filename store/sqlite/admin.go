@@ -337,6 +337,40 @@ func (s *Store) Purge(ctx context.Context, persistenceIDs []string) error {
 	return nil
 }
 
+// RewriteSerializerID implements admin.SerializerRewriter in one write
+// transaction (rolled back for a dry run).
+func (s *Store) RewriteSerializerID(ctx context.Context, from, to int32, dryRun bool) (admin.Rewritten, error) {
+	var r admin.Rewritten
+	if from == to {
+		return r, nil
+	}
+	tx, release, err := s.writeTxn(ctx)
+	if err != nil {
+		return r, s.errs.Map(ctx, "rewrite serializer", err, journal.ErrClosed)
+	}
+	defer release()
+	dctx := context.WithoutCancel(ctx)
+	for _, u := range []struct {
+		table string
+		n     *int64
+	}{{"event_journal", &r.Events}, {"snapshot", &r.Snapshots}, {"durable_state", &r.DurableStates}} {
+		res, err := tx.ExecContext(dctx, `UPDATE `+u.table+` SET serializer_id = ? WHERE serializer_id = ?`, to, from)
+		if err != nil {
+			return admin.Rewritten{}, s.errs.Map(ctx, "rewrite serializer", err, journal.ErrClosed)
+		}
+		if *u.n, err = res.RowsAffected(); err != nil {
+			return admin.Rewritten{}, s.errs.Map(ctx, "rewrite serializer", err, journal.ErrClosed)
+		}
+	}
+	if dryRun {
+		return r, nil // released: rolled back
+	}
+	if err := tx.Commit(); err != nil {
+		return admin.Rewritten{}, s.errs.Map(ctx, "rewrite serializer", err, journal.ErrClosed)
+	}
+	return r, nil
+}
+
 // OpenBaseline implements admin.BaselineOpener: mattn/go-sqlite3 through
 // database/sql on the store's file, with the store's pragmas (WAL, the
 // same synchronous setting and busy timeout), one writer connection and

@@ -181,13 +181,14 @@ func (k *kit) run(o checkOptions) error {
 			Own: func(t storetest.T) journal.Journal {
 				return &recordingJournal{Journal: k.another(t).Journal, k: k, closes: true}
 			},
-			Capabilities: storetest.Capabilities{GlobalOrdering: k.s.GlobalOrdering, ScansFromFirst: k.s.ScansFromFirst},
+			Capabilities: storetest.Capabilities{GlobalOrdering: k.s.GlobalOrdering, ScansFromFirst: k.s.ScansFromFirst, StoreTimestamps: k.s.KitStoreTimestamps},
 		}),
 		storetest.SnapshotSuite(storetest.SnapshotHarnessFor[storetest.T]{
 			New: func(storetest.T) snapshot.Store { return ss },
 			Own: func(t storetest.T) snapshot.Store {
 				return &recordingSnapshots{Store: k.another(t).Snapshots, k: k, closes: true}
 			},
+			Unsupported: k.s.KitSnapshotExceptions,
 		}),
 	}
 	if k.s.Queries != nil {

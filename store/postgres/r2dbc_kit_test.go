@@ -59,7 +59,7 @@ func TestR2DBCRecoveryKit(t *testing.T) {
 			return f, f, s.Snapshots()
 		},
 		Foreign:     func(*testing.T) snapshot.Store { return other.Snapshots() },
-		Unsupported: map[string]string{"CriteriaSelectOlderSnapshot": oneSnapshot},
+		Unsupported: r2dbcRecoveryRules,
 	})
 }
 
@@ -71,21 +71,6 @@ func TestR2DBCOffsetsKit(t *testing.T) {
 	})
 }
 
-// oneSnapshot is why the rules that need several snapshots of an id are not
-// kept on the r2dbc layout.
-const oneSnapshot = "the r2dbc layout keeps one snapshot per persistence id (the plugin's primary key is persistence_id): a save replaces the stored one whatever its sequence number, as the plugin's upsert does, so no older snapshot is left to select, keep or delete"
-
-// r2dbcSnapshotRules are the snapshot rules the r2dbc layout cannot keep,
-// with the reasons.
-var r2dbcSnapshotRules = map[string]string{
-	"LoadUpperSequenceBound":                   oneSnapshot,
-	"LoadUpperSequenceAndTimestampBounds":      oneSnapshot,
-	"LoadEqualSequenceAndTimestampBounds":      oneSnapshot,
-	"LoadLowerBounds":                          oneSnapshot,
-	"DeleteOneByMetadata":                      oneSnapshot,
-	"DeleteBySequenceWithZeroTimestamp":        oneSnapshot,
-	"DeleteMatching":                           oneSnapshot,
-	"DeleteMatchingKeepsNonMatchingTimestamps": oneSnapshot,
-	"OverwriteSameSequenceNr":                  oneSnapshot,
-	"LoadLatest":                               "the plugin's write_timestamp is epoch milliseconds: a snapshot's Timestamp reads back truncated to the millisecond, and the rule wants the microsecond (TestR2DBCReadsPekkoRows loads the latest snapshot of each fixture id)",
-}
+// r2dbcSnapshotRules and r2dbcRecoveryRules are the rules the r2dbc
+// layout cannot keep, with the reasons.
+var r2dbcSnapshotRules, r2dbcRecoveryRules, _ = postgres.KitExceptions(postgres.LayoutR2DBC)

@@ -31,9 +31,11 @@ func openPostgres(ctx context.Context, u string, mode Mode) (*Store, error) {
 	if err != nil {
 		return nil, err
 	}
+	snaps, _, storeTimestamps := postgres.KitExceptions(s.Layout())
 	return &Store{
 		Kind: "postgres", Where: s.Where(),
 		Journal: s.Journal(), Snapshots: s.Snapshots(), Queries: s.Queries(), Offsets: s.Projections(), Durable: s.DurableState(), Admin: s,
+		KitSnapshotExceptions: snaps, KitStoreTimestamps: storeTimestamps,
 		Close: s.Close,
 	}, nil
 }

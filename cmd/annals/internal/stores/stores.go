@@ -53,6 +53,12 @@ type Store struct {
 	Offsets offsets.Store
 	// Durable is the durable-state store; nil when the store has none.
 	Durable durable.Store
+	// KitSnapshotExceptions names the snapshot rules of the compliance
+	// kit the store cannot keep by design, with the reasons (annals check
+	// skips them); KitStoreTimestamps: an event's timestamp is the time
+	// the store wrote it.
+	KitSnapshotExceptions map[string]string
+	KitStoreTimestamps    bool
 	// GlobalOrdering: the journal assigns journal.Repr.Ordering, growing in
 	// commit order across all ids (annals check then has the compliance
 	// kit check it).

@@ -243,8 +243,13 @@ func TestJournalKit(t *testing.T) {
 							// has copied some of what they wrote.
 							t.Cleanup(func() { awaitReplicated(t, tables, run+"KitJournal") })
 						}
+						var unsupported map[string]string
+						if broker == "fake" {
+							unsupported = map[string]string{"LargeReplayStreams": "the in-process fake broker (kfake) keeps its topics and serves fetches on the test's own heap, which the rule measures (one run read 26.1 MB against the 25.6 MB bound with the heap flat after 60% of the replay); the real-broker runs of this test check the rule"}
+						}
 						storetest.RunJournal(t, storetest.JournalHarness{
-							New: func(t *testing.T) journal.Journal { return j },
+							New:         func(t *testing.T) journal.Journal { return j },
+							Unsupported: unsupported,
 						})
 						rj := j.ReadJournal(50 * time.Millisecond)
 						storetest.RunQueries(t, storetest.QueryHarness{New: func(t *testing.T) (journal.Journal, any) { return j, rj }})

@@ -1,6 +1,8 @@
 package postgres_test
 
 import (
+	"errors"
+	"strings"
 	"testing"
 
 	"github.com/annals-go/annals"
@@ -13,20 +15,42 @@ import (
 	"github.com/annals-go/annals/store/postgres/pgtest"
 )
 
+// TestAdmin: the operator capabilities on both layouts: the migrator, the
+// statistics (delete markers of the r2dbc layout count in the highest
+// number only), the backlog, the projection list, purge, and the raw
+// baseline (refused on the r2dbc layout).
 func TestAdmin(t *testing.T) {
-	t.Parallel()
+	for _, c := range []struct {
+		layout  string // the URL's layout parameter; "" for Annals'
+		version int    // the layout's latest schema version
+		step0   string // what the first migration's SQL holds
+	}{
+		{"", postgres.SchemaVersion, "event_journal"},
+		{"r2dbc", 1, "event_journal_slice_idx"},
+	} {
+		t.Run("layout="+c.layout, func(t *testing.T) {
+			t.Parallel()
+			testAdmin(t, c.layout, c.version, c.step0)
+		})
+	}
+}
+
+func testAdmin(t *testing.T, layout string, version int, step0 string) {
 	ctx := t.Context()
 	dsn, _ := pgtest.Schema(t)
+	if layout != "" {
+		dsn = pgtest.WithParam(dsn, "layout", layout)
+	}
 	m, err := postgres.NewMigrator(ctx, dsn)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer m.Close()
-	if cur, latest, err := m.SchemaVersion(ctx); err != nil || cur != 0 || latest != postgres.SchemaVersion {
+	if cur, latest, err := m.SchemaVersion(ctx); err != nil || cur != 0 || latest != version {
 		t.Fatalf("version of an empty schema: %d %d %v", cur, latest, err)
 	}
 	pending, err := m.PendingMigrations(ctx)
-	if err != nil || len(pending) != postgres.SchemaVersion || pending[0].From != 0 {
+	if err != nil || len(pending) != version || pending[0].From != 0 || !strings.Contains(pending[0].SQL, step0) {
 		t.Fatalf("pending: %+v %v", pending, err)
 	}
 	ran, err := m.Migrate(ctx)
@@ -136,6 +160,15 @@ func TestAdmin(t *testing.T) {
 		t.Error("purge left a snapshot")
 	}
 
+	if cur, _, err := m.SchemaVersion(ctx); err != nil || cur != version {
+		t.Errorf("version of the created schema: %d, %v; want %d", cur, err, version)
+	}
+	if layout == "r2dbc" {
+		if _, err := s.OpenBaseline(ctx); !errors.Is(err, postgres.ErrLayoutUnsupported) {
+			t.Errorf("OpenBaseline on the r2dbc layout: %v, want ErrLayoutUnsupported", err)
+		}
+		return
+	}
 	b, err := s.OpenBaseline(ctx)
 	if err != nil {
 		t.Fatal(err)

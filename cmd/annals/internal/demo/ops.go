@@ -92,6 +92,23 @@ func (r *runner) runOps(ctx, askCtx context.Context, h *accountHost, model []ato
 					w.errs = append(w.errs, err)
 				}
 			}
+			// withdraw takes amt from account a for an operation of kind;
+			// taken is false when the account refused for insufficient
+			// funds.
+			withdraw := func(kind opKind, a int, amt int64) (taken bool, err error) {
+				err = ask(ids[a], func(r entity.ReplyTo[int64]) bank.Command { return bank.Withdraw{Amount: amt, Reply: r} })
+				switch {
+				case errors.Is(err, bank.ErrInsufficientFunds):
+					w.rejected++
+					w.kindRejected[kind]++
+					return false, nil
+				case err != nil:
+					return false, err
+				}
+				model[a].Add(-amt)
+				w.events++
+				return true, nil
+			}
 			for ctx.Err() == nil && next.Add(1) <= total {
 				a := rng.IntN(len(ids))
 				var kind opKind
@@ -117,16 +134,9 @@ func (r *runner) runOps(ctx, askCtx context.Context, h *accountHost, model []ato
 					w.accepted++
 				case opWithdraw:
 					amt := 1 + rng.Int64N(maxWithdraw)
-					err := ask(ids[a], func(r entity.ReplyTo[int64]) bank.Command { return bank.Withdraw{Amount: amt, Reply: r} })
-					switch {
-					case errors.Is(err, bank.ErrInsufficientFunds):
-						w.rejected++
-						w.kindRejected[kind]++
-					case err != nil:
+					if taken, err := withdraw(kind, a, amt); err != nil {
 						fail(fmt.Errorf("withdrawal of %d from %s: %w", amt, ids[a], err))
-					default:
-						model[a].Add(-amt)
-						w.events++
+					} else if taken {
 						w.accepted++
 					}
 				case opTransfer:
@@ -135,16 +145,11 @@ func (r *runner) runOps(ctx, askCtx context.Context, h *accountHost, model []ato
 						b++
 					}
 					amt := 1 + rng.Int64N(maxTransfer)
-					err := ask(ids[a], func(r entity.ReplyTo[int64]) bank.Command { return bank.Withdraw{Amount: amt, Reply: r} })
+					taken, err := withdraw(kind, a, amt)
 					switch {
-					case errors.Is(err, bank.ErrInsufficientFunds):
-						w.rejected++
-						w.kindRejected[kind]++
 					case err != nil:
 						fail(fmt.Errorf("transfer of %d from %s: withdrawal: %w", amt, ids[a], err))
-					default:
-						model[a].Add(-amt)
-						w.events++
+					case taken:
 						if err := ask(ids[b], func(r entity.ReplyTo[int64]) bank.Command { return bank.Deposit{Amount: amt, Reply: r} }); err != nil {
 							fail(fmt.Errorf("transfer of %d from %s to %s: deposit: %w", amt, ids[a], ids[b], err))
 							break

@@ -78,21 +78,9 @@ func runDurable(t T, h DurableHarnessFor[T]) {
 	}
 	checkUnsupported(t, h.Unsupported, names)
 	for _, r := range durableRules() {
-		t.Run(r.name, func(t T) {
-			t.Parallel()
-			skipUnsupported(t, h.Unsupported, r.name)
-			s := h.New(t)
-			defer func() {
-				if t.Failed() {
-					t.Logf("rule: %s", r.rule)
-				}
-			}()
-			r.run(t, s)
-		})
+		ruleTest(t, r.name, r.rule, h.Unsupported, func(t T) { r.run(t, h.New(t)) })
 	}
-	t.Run("CloseEndsCalls", func(t T) {
-		t.Parallel()
-		skipUnsupported(t, h.Unsupported, "CloseEndsCalls")
+	ruleTest(t, "CloseEndsCalls", "calls after Close fail with an error wrapping durable.ErrClosed, and a second Close is harmless", h.Unsupported, func(t T) {
 		if h.Own == nil {
 			t.Skip("DurableHarness.Own is nil")
 		}

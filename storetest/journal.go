@@ -72,29 +72,12 @@ func runJournal(t T, h JournalHarnessFor[T]) {
 	}
 	checkUnsupported(t, h.Unsupported, names)
 	for _, r := range journalRules() {
-		t.Run(r.name, func(t T) {
-			t.Parallel()
-			skipUnsupported(t, h.Unsupported, r.name)
-			j := h.New(t)
-			defer func() {
-				if t.Failed() {
-					t.Logf("rule: %s", r.rule)
-				}
-			}()
-			r.run(t, j, h)
-		})
+		ruleTest(t, r.name, r.rule, h.Unsupported, func(t T) { r.run(t, h.New(t), h) })
 	}
-	t.Run("CloseEndsCalls", func(t T) {
-		t.Parallel()
-		skipUnsupported(t, h.Unsupported, "CloseEndsCalls")
+	ruleTest(t, "CloseEndsCalls", "calls after Close fail with an error wrapping journal.ErrClosed, and a second Close is harmless", h.Unsupported, func(t T) {
 		if h.Own == nil {
 			t.Skip("JournalHarness.Own is nil")
 		}
-		defer func() {
-			if t.Failed() {
-				t.Logf("rule: calls after Close fail with an error wrapping journal.ErrClosed, and a second Close is harmless")
-			}
-		}()
 		closeEndsCalls(t, h.Own(t))
 	})
 }

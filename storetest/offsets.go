@@ -75,16 +75,7 @@ func runOffsets(t T, h OffsetsHarnessFor[T]) {
 		t.Fatal("storetest: OffsetsHarness.New is nil")
 	}
 	for _, r := range offsetRules() {
-		t.Run(r.name, func(t T) {
-			t.Parallel()
-			s := h.New(t)
-			defer func() {
-				if t.Failed() {
-					t.Logf("rule: %s", r.rule)
-				}
-			}()
-			r.run(t, s)
-		})
+		ruleTest(t, r.name, r.rule, nil, func(t T) { r.run(t, h.New(t)) })
 	}
 }
 

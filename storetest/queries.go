@@ -62,14 +62,8 @@ func runQueries(t T, h QueryHarnessFor[T]) {
 		t.Fatal("storetest: QueryHarness.New is nil")
 	}
 	for _, r := range queryRules() {
-		t.Run(r.name, func(t T) {
-			t.Parallel()
+		ruleTest(t, r.name, r.rule, nil, func(t T) {
 			j, rj := h.New(t)
-			defer func() {
-				if t.Failed() {
-					t.Logf("rule: %s", r.rule)
-				}
-			}()
 			r.run(t, j, rj, h)
 		})
 	}

@@ -126,15 +126,8 @@ func runRecovery(t T, h RecoveryHarnessFor[T]) {
 	}
 	checkUnsupported(t, h.Unsupported, names)
 	for _, c := range cases {
-		t.Run(c.name, func(t T) {
-			t.Parallel()
-			skipUnsupported(t, h.Unsupported, c.name)
+		ruleTest(t, c.name, c.rule, h.Unsupported, func(t T) {
 			r, j, s := h.New(t)
-			defer func() {
-				if t.Failed() {
-					t.Logf("rule: %s", c.rule)
-				}
-			}()
 			pid := uniqueID(t, "KitRecovery")
 			c.setup(t, j, s, pid)
 			req := c.req

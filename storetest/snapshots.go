@@ -62,29 +62,12 @@ func runSnapshots(t T, h SnapshotHarnessFor[T]) {
 	}
 	checkUnsupported(t, h.Unsupported, names)
 	for _, r := range snapshotRules() {
-		t.Run(r.name, func(t T) {
-			t.Parallel()
-			skipUnsupported(t, h.Unsupported, r.name)
-			s := h.New(t)
-			defer func() {
-				if t.Failed() {
-					t.Logf("rule: %s", r.rule)
-				}
-			}()
-			r.run(t, s)
-		})
+		ruleTest(t, r.name, r.rule, h.Unsupported, func(t T) { r.run(t, h.New(t)) })
 	}
-	t.Run("CloseEndsCalls", func(t T) {
-		t.Parallel()
-		skipUnsupported(t, h.Unsupported, "CloseEndsCalls")
+	ruleTest(t, "CloseEndsCalls", "calls after Close fail with an error wrapping snapshot.ErrClosed, and a second Close is harmless", h.Unsupported, func(t T) {
 		if h.Own == nil {
 			t.Skip("SnapshotHarness.Own is nil")
 		}
-		defer func() {
-			if t.Failed() {
-				t.Logf("rule: calls after Close fail with an error wrapping snapshot.ErrClosed, and a second Close is harmless")
-			}
-		}()
 		s := h.Own(t)
 		pid, metas := saveFive(t, s)
 		if err := s.Close(); err != nil {

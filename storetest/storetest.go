@@ -54,6 +54,23 @@ type Capabilities struct {
 
 // skipUnsupported skips t, the rule named name, when unsupported gives a
 // reason for it.
+// ruleTest runs run as the parallel subtest name of t, the way every
+// suite runs its rules: a rule named in unsupported is skipped with the
+// reason, and a failure ends with the rule's statement.
+func ruleTest(t T, name, rule string, unsupported map[string]string, run func(t T)) {
+	t.Helper()
+	t.Run(name, func(t T) {
+		t.Parallel()
+		skipUnsupported(t, unsupported, name)
+		defer func() {
+			if t.Failed() {
+				t.Logf("rule: %s", rule)
+			}
+		}()
+		run(t)
+	})
+}
+
 func skipUnsupported(t T, unsupported map[string]string, name string) {
 	t.Helper()
 	if reason, ok := unsupported[name]; ok {

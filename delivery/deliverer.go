@@ -163,7 +163,6 @@ type Deliverer[M any] struct {
 
 	mu       sync.Mutex
 	entities map[string]*followed[M] // by entity id
-	pending  int                     // entries in entities
 	first    []*entry[M]             // never attempted, in the order tracked
 	queue    []*entry[M]             // busy, waiting for a worker
 	burst    time.Time               // start of the current burst interval
@@ -222,7 +221,6 @@ func (d *Deliverer[M]) Track(id string, o Outbox[M]) {
 	f := d.entities[id]
 	if len(o.Pending) == 0 {
 		if f != nil {
-			d.pending -= len(f.ids)
 			delete(d.entities, id)
 			d.checkDrained()
 		}
@@ -265,7 +263,6 @@ func (d *Deliverer[M]) Track(id string, o Outbox[M]) {
 			}
 			f.ids = ids
 		}
-		d.pending -= removed
 	}
 	for _, p := range added {
 		e := &entry[M]{id: id, p: p}
@@ -273,7 +270,6 @@ func (d *Deliverer[M]) Track(id string, o Outbox[M]) {
 		f.ids = append(f.ids, p.ID)
 		d.first = append(d.first, e)
 	}
-	d.pending += len(added)
 	f.lastID = o.LastID
 	if len(added) > 0 {
 		select {
@@ -305,7 +301,11 @@ func (d *Deliverer[M]) checkDrained() {
 func (d *Deliverer[M]) Unconfirmed() int {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	return d.pending
+	n := 0
+	for _, f := range d.entities {
+		n += len(f.ids)
+	}
+	return n
 }
 
 // Drained waits until no delivery is pending (every one followed has been

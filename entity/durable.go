@@ -113,7 +113,7 @@ func (s changeSerializer) Marshal(v any) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	b := []byte{0}
+	b := make([]byte, 1, 5+binary.MaxVarintLen64+len(manifest)+len(payload)) // one allocation
 	b = binary.BigEndian.AppendUint32(b, uint32(id))
 	b = binary.AppendUvarint(b, uint64(len(manifest)))
 	b = append(b, manifest...)
@@ -171,18 +171,16 @@ func NewDurableHost[C, S any](b DurableBehavior[C, S], store durable.Store, cfg 
 		empty = func() S { var s S; return s }
 	}
 	eb := Behavior[C, StateChange[S], S]{
-		EntityType: b.EntityType,
-		EmptyState: empty,
-		Command:    b.Command,
+		EntityType:  b.EntityType,
+		EmptyState:  empty,
+		Command:     b.Command,
+		OnRecovered: b.OnRecovered,
 		Event: func(s S, c StateChange[S]) S {
 			if c.deleted {
 				return empty()
 			}
 			return c.state
 		},
-	}
-	if b.OnRecovered != nil {
-		eb.OnRecovered = b.OnRecovered
 	}
 	cfg.Journal = &durableJournal{store: store, tag: b.Tag}
 	cfg.Snapshots = durableSnapshots{store}

@@ -76,14 +76,41 @@ func BalanceProjection(store *sqlite.Store, reg *serialization.Registry, r annal
 	if store == nil || reg == nil {
 		return nil, errors.New("bank: balance projection: store and registry are required")
 	}
+	// A group of events and its offset commit in one transaction: one sync
+	// per group instead of one per event keeps up with the journal.
+	handler := func(ctx context.Context, tx *sql.Tx, envs []query.Envelope) error {
+		return ApplyBalances(ctx, reg, sqlRows{tx}, envs)
+	}
+	id := projection.ID{Name: BalanceProjectionName, Key: r.String()}
+	return projection.ExactlyOnceGrouped(id, projection.BySlices(store.Queries(), EntityType, r), store.Projections(), handler, cfg)
+}
+
+// BalanceRow is an account's row of the read model: its balance up to the
+// event SeqNr, the last one applied.
+type BalanceRow struct{ Balance, SeqNr int64 }
+
+// BalanceRows are the read model's rows as one projection transaction
+// sees them, wherever they are kept (the SQLite table here; a PostgreSQL
+// table or a map in annals demo).
+type BalanceRows interface {
+	// Get returns account's row; found is false when it has none.
+	Get(ctx context.Context, account string) (row BalanceRow, found bool, err error)
+	// Put stores account's row.
+	Put(ctx context.Context, account string, row BalanceRow) error
+}
+
+// ApplyBalances applies a group of account envelopes to rows, the rules of
+// the balance read model: each event once, in sequence order per account
+// (an account without a row is at 0); an event already applied, or one
+// after a gap, fails the group.
+func ApplyBalances(ctx context.Context, reg *serialization.Registry, rows BalanceRows, envs []query.Envelope) error {
 	behavior := Behavior()
-	decode := func(env query.Envelope) ([]Event, error) { return behavior.DecodeEvent(reg, env.Repr()) }
-	apply := func(ctx context.Context, tx *sql.Tx, env query.Envelope) error {
+	for _, env := range envs {
 		account, ok := strings.CutPrefix(env.PersistenceID, EntityType+annals.Separator)
 		if !ok {
 			return fmt.Errorf("bank: balance projection: %s is not an account", env.PersistenceID)
 		}
-		events, err := decode(env)
+		events, err := behavior.DecodeEvent(reg, env.Repr())
 		if err != nil {
 			return fmt.Errorf("bank: balance projection: %w", err)
 		}
@@ -96,37 +123,38 @@ func BalanceProjection(store *sqlite.Store, reg *serialization.Registry, r annal
 				delta -= e.Amount
 			}
 		}
-		var applied int64
-		err = tx.QueryRowContext(ctx, `SELECT seq_nr FROM account_balance WHERE account_id = ?`, account).Scan(&applied)
+		row, _, err := rows.Get(ctx, account)
 		switch {
-		case errors.Is(err, sql.ErrNoRows):
 		case err != nil:
 			return fmt.Errorf("bank: balance projection: read %s: %w", account, err)
-		case env.SequenceNr <= applied:
-			return fmt.Errorf("bank: balance projection: event %d of %s is already applied (row at %d)", env.SequenceNr, env.PersistenceID, applied)
-		case env.SequenceNr != applied+1:
-			return fmt.Errorf("bank: balance projection: event %d of %s follows %d: events %d..%d are missing", env.SequenceNr, env.PersistenceID, applied, applied+1, env.SequenceNr-1)
+		case env.SequenceNr <= row.SeqNr:
+			return fmt.Errorf("bank: balance projection: event %d of %s is already applied (row at %d)", env.SequenceNr, env.PersistenceID, row.SeqNr)
+		case env.SequenceNr != row.SeqNr+1:
+			return fmt.Errorf("bank: balance projection: event %d of %s follows %d: events %d..%d are missing", env.SequenceNr, env.PersistenceID, row.SeqNr, row.SeqNr+1, env.SequenceNr-1)
 		}
-		_, err = tx.ExecContext(ctx, `INSERT INTO account_balance (account_id, balance, seq_nr) VALUES (?, ?, ?)
-			ON CONFLICT (account_id) DO UPDATE SET balance = balance + excluded.balance, seq_nr = excluded.seq_nr`,
-			account, delta, env.SequenceNr)
-		if err != nil {
+		if err := rows.Put(ctx, account, BalanceRow{Balance: row.Balance + delta, SeqNr: env.SequenceNr}); err != nil {
 			return fmt.Errorf("bank: balance projection: write %s: %w", account, err)
 		}
-		return nil
 	}
-	// A group of events and its offset commit in one transaction: one sync
-	// per group instead of one per event keeps up with the journal.
-	handler := func(ctx context.Context, tx *sql.Tx, envs []query.Envelope) error {
-		for _, env := range envs {
-			if err := apply(ctx, tx, env); err != nil {
-				return err
-			}
-		}
-		return nil
+	return nil
+}
+
+// sqlRows are the rows of the SQLite table in a projection's transaction.
+type sqlRows struct{ tx *sql.Tx }
+
+func (r sqlRows) Get(ctx context.Context, account string) (BalanceRow, bool, error) {
+	var row BalanceRow
+	err := r.tx.QueryRowContext(ctx, `SELECT balance, seq_nr FROM account_balance WHERE account_id = ?`, account).Scan(&row.Balance, &row.SeqNr)
+	if errors.Is(err, sql.ErrNoRows) {
+		return BalanceRow{}, false, nil
 	}
-	id := projection.ID{Name: BalanceProjectionName, Key: r.String()}
-	return projection.ExactlyOnceGrouped(id, projection.BySlices(store.Queries(), EntityType, r), store.Projections(), handler, cfg)
+	return row, err == nil, err
+}
+
+func (r sqlRows) Put(ctx context.Context, account string, row BalanceRow) error {
+	_, err := r.tx.ExecContext(ctx, `INSERT INTO account_balance (account_id, balance, seq_nr) VALUES (?, ?, ?)
+		ON CONFLICT (account_id) DO UPDATE SET balance = excluded.balance, seq_nr = excluded.seq_nr`, account, row.Balance, row.SeqNr)
+	return err
 }
 
 // ReadBalances returns the read model: the balance of every account it

@@ -5,7 +5,6 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
-	"strings"
 	"sync"
 
 	"github.com/jackc/pgx/v5"
@@ -13,7 +12,6 @@ import (
 	"github.com/annals-go/annals"
 	"github.com/annals-go/annals/cmd/annals/internal/stores"
 	"github.com/annals-go/annals/examples/bank"
-	"github.com/annals-go/annals/journal"
 	"github.com/annals-go/annals/offsets"
 	"github.com/annals-go/annals/projection"
 	"github.com/annals-go/annals/query"
@@ -59,7 +57,7 @@ func tableFor(st *stores.Store, reg *serialization.Registry) (balanceTable, stri
 			return &pgTable{s: s, q: q, offsets: o, reg: reg, name: pgx.Identifier{s.Schema(), "account_balance"}.Sanitize()}, ""
 		}
 	case offsets.TxStore[*memory.Tx]:
-		return &memoryTable{q: q, offsets: o, reg: reg, rows: map[string]balanceRow{}}, ""
+		return &memoryTable{q: q, offsets: o, reg: reg, rows: map[string]bank.BalanceRow{}}, ""
 	}
 	return nil, fmt.Sprintf("the balance projection needs exactly-once transactions of SQLite, PostgreSQL or memory, which the %s store does not offer", st.Kind)
 }
@@ -79,60 +77,6 @@ func (t *sqliteTable) projection(r annals.SliceRange, cfg projection.Config) (*p
 }
 func (t *sqliteTable) read(ctx context.Context) (map[string]int64, int64, error) {
 	return bank.ReadBalances(ctx, t.s)
-}
-
-// balanceRow is a row of the read model: an account's balance up to the
-// sequence number of the last event applied.
-type balanceRow struct{ balance, seq int64 }
-
-// rows are the read model's rows as one projection transaction sees them.
-type rows interface {
-	get(ctx context.Context, account string) (balanceRow, bool, error)
-	put(ctx context.Context, account string, row balanceRow) error
-}
-
-// applyGroup applies a group of envelopes to rs with the rules of
-// bank.BalanceProjection: an account's events in sequence order, each once;
-// an event already applied, or one after a gap, fails the group.
-func applyGroup(ctx context.Context, reg *serialization.Registry, b decoder, rs rows, envs []query.Envelope) error {
-	for _, env := range envs {
-		account, ok := strings.CutPrefix(env.PersistenceID, bank.EntityType+annals.Separator)
-		if !ok {
-			return fmt.Errorf("balance projection: %s is not an account", env.PersistenceID)
-		}
-		events, err := b.DecodeEvent(reg, env.Repr())
-		if err != nil {
-			return fmt.Errorf("balance projection: %w", err)
-		}
-		var delta int64
-		for _, e := range events {
-			switch e := e.(type) {
-			case bank.Deposited:
-				delta += e.Amount
-			case bank.Withdrawn:
-				delta -= e.Amount
-			}
-		}
-		row, found, err := rs.get(ctx, account)
-		switch {
-		case err != nil:
-			return fmt.Errorf("balance projection: read %s: %w", account, err)
-		case found && env.SequenceNr <= row.seq:
-			return fmt.Errorf("balance projection: event %d of %s is already applied (row at %d)", env.SequenceNr, env.PersistenceID, row.seq)
-		case found && env.SequenceNr != row.seq+1:
-			return fmt.Errorf("balance projection: event %d of %s follows %d: events %d..%d are missing", env.SequenceNr, env.PersistenceID, row.seq, row.seq+1, env.SequenceNr-1)
-		}
-		if err := rs.put(ctx, account, balanceRow{balance: row.balance + delta, seq: env.SequenceNr}); err != nil {
-			return fmt.Errorf("balance projection: write %s: %w", account, err)
-		}
-	}
-	return nil
-}
-
-// decoder decodes an event as the account behavior does on recovery
-// (through its adapters, then the registry).
-type decoder interface {
-	DecodeEvent(reg *serialization.Registry, repr journal.Repr) ([]bank.Event, error)
 }
 
 func projectionID(r annals.SliceRange) projection.ID {
@@ -163,9 +107,8 @@ func (t *pgTable) create(ctx context.Context) error {
 }
 
 func (t *pgTable) projection(r annals.SliceRange, cfg projection.Config) (*projection.Projection, error) {
-	b := bank.Behavior()
 	handler := func(ctx context.Context, tx pgx.Tx, envs []query.Envelope) error {
-		return applyGroup(ctx, t.reg, &b, pgRows{tx: tx, name: t.name}, envs)
+		return bank.ApplyBalances(ctx, t.reg, pgRows{tx: tx, name: t.name}, envs)
 	}
 	return projection.ExactlyOnceGrouped(projectionID(r), projection.BySlices(t.q, bank.EntityType, r), t.offsets, handler, cfg)
 }
@@ -199,18 +142,18 @@ type pgRows struct {
 	name string
 }
 
-func (r pgRows) get(ctx context.Context, account string) (balanceRow, bool, error) {
-	var row balanceRow
-	err := r.tx.QueryRow(ctx, `SELECT balance, seq_nr FROM `+r.name+` WHERE account_id = $1`, account).Scan(&row.balance, &row.seq)
+func (r pgRows) Get(ctx context.Context, account string) (bank.BalanceRow, bool, error) {
+	var row bank.BalanceRow
+	err := r.tx.QueryRow(ctx, `SELECT balance, seq_nr FROM `+r.name+` WHERE account_id = $1`, account).Scan(&row.Balance, &row.SeqNr)
 	if errors.Is(err, pgx.ErrNoRows) {
-		return balanceRow{}, false, nil
+		return bank.BalanceRow{}, false, nil
 	}
 	return row, err == nil, err
 }
 
-func (r pgRows) put(ctx context.Context, account string, row balanceRow) error {
+func (r pgRows) Put(ctx context.Context, account string, row bank.BalanceRow) error {
 	_, err := r.tx.Exec(ctx, `INSERT INTO `+r.name+` (account_id, balance, seq_nr) VALUES ($1, $2, $3)
-		ON CONFLICT (account_id) DO UPDATE SET balance = excluded.balance, seq_nr = excluded.seq_nr`, account, row.balance, row.seq)
+		ON CONFLICT (account_id) DO UPDATE SET balance = excluded.balance, seq_nr = excluded.seq_nr`, account, row.Balance, row.SeqNr)
 	return err
 }
 
@@ -222,7 +165,7 @@ type memoryTable struct {
 	reg     *serialization.Registry
 
 	mu   sync.Mutex
-	rows map[string]balanceRow
+	rows map[string]bank.BalanceRow
 }
 
 func (t *memoryTable) describe() string                   { return "a map in memory" }
@@ -230,10 +173,9 @@ func (t *memoryTable) create(context.Context) error       { return nil }
 func (t *memoryTable) queries() query.EventsBySlicesQuery { return t.q }
 
 func (t *memoryTable) projection(r annals.SliceRange, cfg projection.Config) (*projection.Projection, error) {
-	b := bank.Behavior()
 	handler := func(ctx context.Context, tx *memory.Tx, envs []query.Envelope) error {
-		staged := &memoryRows{t: t, staged: map[string]balanceRow{}}
-		if err := applyGroup(ctx, t.reg, &b, staged, envs); err != nil {
+		staged := &memoryRows{t: t, staged: map[string]bank.BalanceRow{}}
+		if err := bank.ApplyBalances(ctx, t.reg, staged, envs); err != nil {
 			return err
 		}
 		tx.OnCommit(func() {
@@ -254,8 +196,8 @@ func (t *memoryTable) read(context.Context) (map[string]int64, int64, error) {
 	out := make(map[string]int64, len(t.rows))
 	var total int64
 	for id, row := range t.rows {
-		out[id] = row.balance
-		total += row.balance
+		out[id] = row.Balance
+		total += row.Balance
 	}
 	return out, total, nil
 }
@@ -264,10 +206,10 @@ func (t *memoryTable) read(context.Context) (map[string]int64, int64, error) {
 // over the committed rows.
 type memoryRows struct {
 	t      *memoryTable
-	staged map[string]balanceRow
+	staged map[string]bank.BalanceRow
 }
 
-func (r *memoryRows) get(_ context.Context, account string) (balanceRow, bool, error) {
+func (r *memoryRows) Get(_ context.Context, account string) (bank.BalanceRow, bool, error) {
 	if row, ok := r.staged[account]; ok {
 		return row, true, nil
 	}
@@ -277,7 +219,7 @@ func (r *memoryRows) get(_ context.Context, account string) (balanceRow, bool, e
 	return row, ok, nil
 }
 
-func (r *memoryRows) put(_ context.Context, account string, row balanceRow) error {
+func (r *memoryRows) Put(_ context.Context, account string, row bank.BalanceRow) error {
 	r.staged[account] = row
 	return nil
 }

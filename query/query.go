@@ -99,3 +99,35 @@ type PersistenceIDsQuery interface {
 	CurrentPersistenceIDs(ctx context.Context, entityType, afterID string, limit int) ([]string, error)
 	PersistenceIDs(ctx context.Context, entityType string) *Stream[string]
 }
+
+// DurableStateChangesBySlicesQuery reads the changes of durable-state
+// objects (durable.Store) of one entity type whose slices lie in
+// [minSlice, maxSlice], in the store's offset order, after an offset
+// (Akka's DurableStateStoreBySliceQuery). An envelope is an object's state
+// at one revision: SequenceNr is the revision, Payload, SerializerID and
+// Manifest the stored state, Tags its tag (none when it has none), and
+// Timestamp when it was stored. Rules, besides those of the event queries:
+//
+//   - A change query returns each object's latest revision: a revision
+//     replaced before the query reached it is not returned (objects are
+//     stored in place), so consecutive envelopes of one id may skip
+//     revisions. Of one id, a query never returns a revision at or below
+//     one it returned.
+//   - Once a revision is stored, a live query returns it or a later
+//     revision of its id; a current query returns at least the revisions
+//     stored before it started that are still stored.
+//   - Deleted objects are not returned: a delete removes the object, as
+//     Pekko's store does, and leaves no change to read.
+type DurableStateChangesBySlicesQuery interface {
+	CurrentChangesBySlices(ctx context.Context, entityType string, minSlice, maxSlice int, after Offset) iter.Seq2[Envelope, error]
+	ChangesBySlices(ctx context.Context, entityType string, minSlice, maxSlice int, after Offset) *Stream[Envelope]
+}
+
+// DurableStateChangesByTagQuery reads the changes of the durable-state
+// objects whose tag is tag, in the store's offset order, after an offset
+// (Akka's DurableStateStoreQuery changes), under the rules of
+// DurableStateChangesBySlicesQuery.
+type DurableStateChangesByTagQuery interface {
+	CurrentChangesByTag(ctx context.Context, tag string, after Offset) iter.Seq2[Envelope, error]
+	ChangesByTag(ctx context.Context, tag string, after Offset) *Stream[Envelope]
+}

@@ -73,11 +73,12 @@ func runDurable(t T, h DurableHarnessFor[T]) {
 		t.Fatal("storetest: DurableHarness.New is nil")
 	}
 	names := []string{"CloseEndsCalls"}
-	for _, r := range durableRules() {
+	rules := append(durableRules(), changeRules()...)
+	for _, r := range rules {
 		names = append(names, r.name)
 	}
 	checkUnsupported(t, h.Unsupported, names)
-	for _, r := range durableRules() {
+	for _, r := range rules {
 		ruleTest(t, r.name, r.rule, h.Unsupported, func(t T) { r.run(t, h.New(t)) })
 	}
 	ruleTest(t, "CloseEndsCalls", "calls after Close fail with an error wrapping durable.ErrClosed, and a second Close is harmless", h.Unsupported, func(t T) {

@@ -17,7 +17,6 @@ import (
 	"time"
 
 	"github.com/annals-go/annals"
-	"github.com/annals-go/annals/durable"
 	"github.com/annals-go/annals/journal"
 	"github.com/annals-go/annals/query"
 	"github.com/annals-go/annals/snapshot"
@@ -73,7 +72,11 @@ type Store struct {
 
 	projections *Projections
 	snaps       map[string][]snapshot.Snapshot // ascending by sequence number
-	states      map[string]durable.Object      // durable state by persistence id
+	states      map[string]storedState         // durable state by persistence id
+	// stateOrdering counts durable-state changes; stateOrder lists them
+	// ascending, superseded and deleted ones included until compacted.
+	stateOrdering int64
+	stateOrder    []stateRef
 }
 
 type idLog struct {
@@ -87,7 +90,7 @@ func New(opts ...Option) *Store {
 	for _, o := range opts {
 		o(&cfg)
 	}
-	return &Store{cfg: cfg, logs: map[string]*idLog{}, snaps: map[string][]snapshot.Snapshot{}, states: map[string]durable.Object{}}
+	return &Store{cfg: cfg, logs: map[string]*idLog{}, snaps: map[string][]snapshot.Snapshot{}, states: map[string]storedState{}}
 }
 
 // Journal returns the store's journal. Its Close closes the whole Store.
@@ -104,7 +107,7 @@ func (s *Store) Close() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.closed = true
-	s.logs, s.snaps, s.states = nil, nil, nil
+	s.logs, s.snaps, s.states, s.stateOrder = nil, nil, nil, nil
 	return nil
 }
 

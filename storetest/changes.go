@@ -1,0 +1,336 @@
+package storetest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+
+	"github.com/annals-go/annals"
+	"github.com/annals-go/annals/durable"
+	"github.com/annals-go/annals/query"
+)
+
+// The durable-state change queries' rules
+// (query.DurableStateChangesBySlicesQuery and
+// query.DurableStateChangesByTagQuery). They run in the durable suite, on
+// the store New returns, and are skipped when it offers neither query.
+func changeRules() []durableRule {
+	return []durableRule{
+		{"ChangesAreLatestRevisions", "a current change query returns each object once, at its latest revision, in the order of their last changes, with the stored payload, serializer id, manifest, tag, entity type, slice and timestamp", changesLatest},
+		{"ChangesResumeAfterOffset", "a change query from an envelope's offset returns the changes after it, not it, and a later revision of an id returned before", changesResume},
+		{"ChangesFilter", "changes by slices return only the entity type's objects in the slice range; changes by tag only the objects whose latest revision has the tag", changesFilter},
+		{"ChangesSkipDeleted", "a deleted object is not returned; written again, it is returned at its new revision", changesDeleted},
+		{"LiveChangesFollow", "a live change query returns changes stored after it started, and ends with the context's error", changesLive},
+		{"LiveChangesNeverGoBack", "with writers changing objects while a live change query runs, the query returns each id's revisions in ascending order and each id's last revision", changesConcurrent},
+		{"ChangesRefuseUnknownOffsets", "a change query from an offset kind the store does not resume from fails with query.ErrUnsupportedOffset", changesBadOffset},
+	}
+}
+
+// changeQuery is one change query of a store, by slices (over one entity
+// type, every slice) or by tag, in one shape.
+type changeQuery struct {
+	name    string
+	current func(ctx context.Context, after query.Offset) func(func(query.Envelope, error) bool)
+	live    func(ctx context.Context, after query.Offset) *query.Stream[query.Envelope]
+}
+
+// changeQueries returns the change queries s offers over entity type et
+// (by slices) and tag, and skips t when it offers none.
+func changeQueries(t T, s durable.Store, et, tag string) []changeQuery {
+	t.Helper()
+	var qs []changeQuery
+	if q, ok := s.(query.DurableStateChangesBySlicesQuery); ok {
+		qs = append(qs, changeQuery{"changes by slices",
+			func(ctx context.Context, after query.Offset) func(func(query.Envelope, error) bool) {
+				return q.CurrentChangesBySlices(ctx, et, 0, annals.NumberOfSlices-1, after)
+			},
+			func(ctx context.Context, after query.Offset) *query.Stream[query.Envelope] {
+				return q.ChangesBySlices(ctx, et, 0, annals.NumberOfSlices-1, after)
+			}})
+	}
+	if q, ok := s.(query.DurableStateChangesByTagQuery); ok {
+		qs = append(qs, changeQuery{"changes by tag",
+			func(ctx context.Context, after query.Offset) func(func(query.Envelope, error) bool) {
+				return q.CurrentChangesByTag(ctx, tag, after)
+			},
+			func(ctx context.Context, after query.Offset) *query.Stream[query.Envelope] {
+				return q.ChangesByTag(ctx, tag, after)
+			}})
+	}
+	if len(qs) == 0 {
+		t.Skip("store offers no durable-state change query")
+	}
+	return qs
+}
+
+// tagged is obj with tag tag.
+func tagged(pid string, revision int64, value, tag string) durable.Object {
+	o := obj(pid, revision, value)
+	o.Tag = tag
+	return o
+}
+
+// revisions lists envelopes as "id-suffix@revision".
+func revisions(envs []query.Envelope) []string {
+	var out []string
+	for _, e := range envs {
+		_, key, _ := strings.Cut(e.PersistenceID, "|")
+		out = append(out, fmt.Sprintf("%s@%d", key, e.SequenceNr))
+	}
+	return out
+}
+
+func changesLatest(t T, s durable.Store) {
+	et, tag := uniqueType(t)
+	qs := changeQueries(t, s, et, tag)
+	a, b := et+"|a", et+"|b"
+	upsert(t, s, tagged(a, 1, "a1", tag))
+	upsert(t, s, tagged(b, 1, "b1", tag))
+	upsert(t, s, tagged(a, 2, "a2", tag))
+	for _, q := range qs {
+		envs := collect(t, q.current(testContext(t), query.NoOffset()))
+		if got, want := revisions(envs), []string{"b@1", "a@2"}; !slices.Equal(got, want) {
+			t.Fatalf("%s returned %v, want %v", q.name, got, want)
+		}
+		e := envs[1]
+		if string(e.Payload) != "a2" || e.SerializerID != 31 || e.Manifest != "kit.State" || !slices.Equal(e.Tags, []string{tag}) ||
+			e.EntityType != et || e.Slice != annals.Slice(a) || e.Timestamp.IsZero() || e.Timestamp.Location() != e.Timestamp.UTC().Location() {
+			t.Errorf("%s envelope %+v lacks what was stored", q.name, e)
+		}
+		if stored, _ := get(t, s, a); !e.Timestamp.Equal(stored.Timestamp) {
+			t.Errorf("%s envelope's timestamp %v, Get's %v: want the same", q.name, e.Timestamp, stored.Timestamp)
+		}
+		if envs[0].Offset.Kind == query.KindNone || envs[1].Offset.Kind == query.KindNone {
+			t.Errorf("%s envelopes carry no offset: %v, %v", q.name, envs[0].Offset, envs[1].Offset)
+		}
+	}
+}
+
+func changesResume(t T, s durable.Store) {
+	et, tag := uniqueType(t)
+	qs := changeQueries(t, s, et, tag)
+	a, b := et+"|a", et+"|b"
+	upsert(t, s, tagged(a, 1, "a1", tag))
+	upsert(t, s, tagged(b, 1, "b1", tag))
+	for _, q := range qs {
+		envs := collect(t, q.current(testContext(t), query.NoOffset()))
+		if len(envs) != 2 {
+			t.Fatalf("%s returned %v, want a@1 and b@1", q.name, revisions(envs))
+		}
+		rest := collect(t, q.current(testContext(t), envs[0].Offset))
+		if got, want := revisions(rest), []string{"b@1"}; !slices.Equal(got, want) {
+			t.Errorf("%s from the first offset returned %v, want %v", q.name, got, want)
+		}
+		if rest := collect(t, q.current(testContext(t), envs[1].Offset)); len(rest) != 0 {
+			t.Errorf("%s from the last offset returned %v, want nothing", q.name, revisions(rest))
+		}
+	}
+	// A later revision of an id returned before comes after the last offset.
+	upsert(t, s, tagged(a, 2, "a2", tag))
+	for _, q := range qs {
+		envs := collect(t, q.current(testContext(t), query.NoOffset()))
+		if len(envs) != 2 {
+			t.Fatalf("%s returned %v, want b@1 and a@2", q.name, revisions(envs))
+		}
+		rest := collect(t, q.current(testContext(t), envs[0].Offset))
+		if got, want := revisions(rest), []string{"a@2"}; !slices.Equal(got, want) {
+			t.Errorf("%s after a's new revision returned %v from b's offset, want %v", q.name, got, want)
+		}
+	}
+}
+
+func changesFilter(t T, s durable.Store) {
+	et, tag := uniqueType(t)
+	other, otherTag := uniqueType(t)
+	// Two ids of et in different slices, one of another type with the tag,
+	// one of et with another tag.
+	in := et + "|in"
+	var out string
+	for i := 0; ; i++ {
+		if out = fmt.Sprintf("%s|out%d", et, i); annals.Slice(out) != annals.Slice(in) {
+			break
+		}
+	}
+	upsert(t, s, tagged(in, 1, "in", tag))
+	upsert(t, s, tagged(out, 1, "out", tag))
+	upsert(t, s, tagged(other+"|x", 1, "x", tag))
+	upsert(t, s, tagged(et+"|untagged", 1, "u", otherTag))
+	upsert(t, s, tagged(et+"|retagged", 1, "r", tag))
+	upsert(t, s, tagged(et+"|retagged", 2, "r", otherTag))
+
+	if q, ok := s.(query.DurableStateChangesBySlicesQuery); ok {
+		sl := annals.Slice(in)
+		envs := collect(t, q.CurrentChangesBySlices(testContext(t), et, sl, sl, query.NoOffset()))
+		for _, e := range envs {
+			if annals.Slice(e.PersistenceID) != sl || annals.EntityType(e.PersistenceID) != et {
+				t.Errorf("changes by slices [%d, %d] of %s returned %s (slice %d)", sl, sl, et, e.PersistenceID, annals.Slice(e.PersistenceID))
+			}
+		}
+		if !slices.ContainsFunc(envs, func(e query.Envelope) bool { return e.PersistenceID == in }) {
+			t.Errorf("changes by slices [%d, %d] returned %v, without %s", sl, sl, revisions(envs), in)
+		}
+		all := collect(t, q.CurrentChangesBySlices(testContext(t), et, 0, annals.NumberOfSlices-1, query.NoOffset()))
+		if got, want := revisions(all), []string{"in@1", out[len(et)+1:] + "@1", "untagged@1", "retagged@2"}; !slices.Equal(got, want) {
+			t.Errorf("changes by slices of %s returned %v, want %v", et, got, want)
+		}
+	}
+	if q, ok := s.(query.DurableStateChangesByTagQuery); ok {
+		envs := collect(t, q.CurrentChangesByTag(testContext(t), tag, query.NoOffset()))
+		if got, want := revisions(envs), []string{"in@1", out[len(et)+1:] + "@1", "x@1"}; !slices.Equal(got, want) {
+			t.Errorf("changes by tag %s returned %v, want %v (the retagged object's latest revision has another tag)", tag, got, want)
+		}
+	}
+}
+
+func changesDeleted(t T, s durable.Store) {
+	et, tag := uniqueType(t)
+	qs := changeQueries(t, s, et, tag)
+	a, b := et+"|a", et+"|b"
+	upsert(t, s, tagged(a, 1, "a1", tag))
+	upsert(t, s, tagged(b, 1, "b1", tag))
+	if err := s.Delete(testContext(t), a, 2); err != nil {
+		t.Fatalf("Delete(%s, 2): %v", a, err)
+	}
+	for _, q := range qs {
+		if got, want := revisions(collect(t, q.current(testContext(t), query.NoOffset()))), []string{"b@1"}; !slices.Equal(got, want) {
+			t.Errorf("%s after a's delete returned %v, want %v", q.name, got, want)
+		}
+	}
+	upsert(t, s, tagged(a, 1, "again", tag))
+	for _, q := range qs {
+		envs := collect(t, q.current(testContext(t), query.NoOffset()))
+		if got, want := revisions(envs), []string{"b@1", "a@1"}; !slices.Equal(got, want) || string(envs[1].Payload) != "again" {
+			t.Errorf("%s after a was written again returned %v, want %v with the new payload", q.name, got, want)
+		}
+	}
+}
+
+func changesLive(t T, s durable.Store) {
+	et, tag := uniqueType(t)
+	qs := changeQueries(t, s, et, tag)
+	for i, q := range qs {
+		pid := fmt.Sprintf("%s|l%d", et, i)
+		upsert(t, s, tagged(pid, 1, "1", tag))
+		ctx, cancel := context.WithCancel(testContext(t))
+		stream := q.live(ctx, query.NoOffset())
+		got := make(chan query.Envelope)
+		go func() {
+			defer close(got)
+			for env := range stream.All() {
+				got <- env
+			}
+		}()
+		var seen []int64
+		for env := range got {
+			if env.PersistenceID != pid {
+				continue // an id of an earlier query
+			}
+			seen = append(seen, env.SequenceNr)
+			switch env.SequenceNr {
+			case 1:
+				upsert(t, s, tagged(pid, 2, "2", tag))
+			case 2:
+				upsert(t, s, tagged(pid, 3, "3", tag))
+			case 3:
+				cancel()
+			}
+		}
+		cancel()
+		if !slices.Equal(seen, []int64{1, 2, 3}) {
+			t.Errorf("%s live returned revisions %v, want [1 2 3]", q.name, seen)
+		}
+		if err := stream.Err(); !errors.Is(err, context.Canceled) {
+			t.Errorf("%s live ended with %v, want context.Canceled", q.name, err)
+		}
+	}
+}
+
+func changesConcurrent(t T, s durable.Store) {
+	const ids, writes = 8, 25
+	et, tag := uniqueType(t)
+	qs := changeQueries(t, s, et, tag)
+	for qi, q := range qs {
+		pids := make([]string, ids)
+		for i := range pids {
+			pids[i] = fmt.Sprintf("%s|c%d-%d", et, qi, i)
+		}
+		ctx, cancel := context.WithCancel(testContext(t))
+		stream := q.live(ctx, query.NoOffset())
+		type result struct {
+			order map[string][]int64
+			bad   string
+		}
+		done := make(chan result, 1)
+		go func() {
+			r := result{order: map[string][]int64{}}
+			for env := range stream.All() {
+				revs := r.order[env.PersistenceID]
+				if n := len(revs); n > 0 && env.SequenceNr <= revs[n-1] {
+					r.bad = fmt.Sprintf("%s revision %d after %d", env.PersistenceID, env.SequenceNr, revs[n-1])
+				}
+				r.order[env.PersistenceID] = append(revs, env.SequenceNr)
+				if env.SequenceNr == writes && !slices.ContainsFunc(pids, func(p string) bool { return !slices.Contains(r.order[p], writes) }) {
+					break // every id's last revision is in
+				}
+			}
+			done <- r
+		}()
+		var wg sync.WaitGroup
+		for _, pid := range pids {
+			wg.Go(func() {
+				for rev := int64(1); rev <= writes; rev++ {
+					if err := s.Upsert(ctx, tagged(pid, rev, fmt.Sprint(rev), tag)); err != nil {
+						t.Errorf("Upsert(%s, %d): %v", pid, rev, err)
+						return
+					}
+				}
+			})
+		}
+		wg.Wait()
+		var r result
+		select {
+		case r = <-done:
+		case <-ctx.Done():
+			t.Fatalf("%s live: the test ended before every id's last revision %d was returned", q.name, writes)
+		}
+		cancel()
+		if r.bad != "" {
+			t.Errorf("%s live went back: %s", q.name, r.bad)
+		}
+		for _, pid := range pids {
+			if revs := r.order[pid]; !slices.Contains(revs, writes) {
+				t.Errorf("%s live returned %s's revisions %v, without its last, %d", q.name, pid, revs, writes)
+			}
+		}
+	}
+}
+
+func changesBadOffset(t T, s durable.Store) {
+	et, tag := uniqueType(t)
+	qs := changeQueries(t, s, et, tag)
+	// No store resumes changes from a time-based UUID (Cassandra's events
+	// by tag offset).
+	bad := query.TimeUUIDOffset([16]byte{0x10, 1})
+	for _, q := range qs {
+		var err error
+		for _, e := range q.current(testContext(t), bad) {
+			if e != nil {
+				err = e
+			}
+		}
+		if !errors.Is(err, query.ErrUnsupportedOffset) {
+			t.Errorf("%s from %v ended with %v, want an error wrapping query.ErrUnsupportedOffset", q.name, bad, err)
+		}
+		ctx, cancel := context.WithCancel(testContext(t))
+		stream := q.live(ctx, bad)
+		for range stream.All() {
+		}
+		cancel()
+		if err := stream.Err(); !errors.Is(err, query.ErrUnsupportedOffset) {
+			t.Errorf("live %s from %v ended with %v, want an error wrapping query.ErrUnsupportedOffset", q.name, bad, err)
+		}
+	}
+}

@@ -200,10 +200,24 @@ func changesDeleted(t T, s durable.Store) {
 		}
 	}
 	upsert(t, s, tagged(a, 1, "again", tag))
+	last := map[string]query.Offset{}
 	for _, q := range qs {
 		envs := collect(t, q.current(testContext(t), query.NoOffset()))
 		if got, want := revisions(envs), []string{"b@1", "a@1"}; !slices.Equal(got, want) || string(envs[1].Payload) != "again" {
-			t.Errorf("%s after a was written again returned %v, want %v with the new payload", q.name, got, want)
+			t.Fatalf("%s after a was written again returned %v, want %v with the new payload", q.name, got, want)
+		}
+		last[q.name] = envs[1].Offset
+	}
+	// Deleting the object changed last takes nothing from the position of
+	// a query that has passed it: a new change still comes after it.
+	if err := s.Delete(testContext(t), a, 2); err != nil {
+		t.Fatalf("Delete(%s, 2): %v", a, err)
+	}
+	c := et + "|c"
+	upsert(t, s, tagged(c, 1, "c1", tag))
+	for _, q := range qs {
+		if got, want := revisions(collect(t, q.current(testContext(t), last[q.name]))), []string{"c@1"}; !slices.Equal(got, want) {
+			t.Errorf("%s from the offset of the deleted object's change returned %v, want %v", q.name, got, want)
 		}
 	}
 }

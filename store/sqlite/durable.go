@@ -5,22 +5,37 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"iter"
 	"time"
 
 	"github.com/annals-go/annals"
 	"github.com/annals-go/annals/durable"
+	"github.com/annals-go/annals/query"
 )
 
 // DurableState returns the store's durable-state store (the durable_state
 // table). Its Close closes the whole Store.
 func (s *Store) DurableState() *DurableState { return &DurableState{s: s} }
 
-// DurableState is the durable.Store of a Store. An Upsert or Delete is one
-// transaction on the writer connection, which reads the stored revision
-// and writes the next, so two writers of one revision cannot both succeed.
+// DurableState is the durable.Store of a Store, and its change queries.
+// An Upsert or Delete is one transaction on the writer connection, which
+// reads the stored revision and writes the next, so two writers of one
+// revision cannot both succeed.
+//
+// Each Upsert takes the next value of a counter (durable_state_clock) as
+// the row's ordering; the change queries' offsets are sequence offsets of
+// it. SQLite has one writer, so orderings grow in commit order, as the
+// journal's do (see Queries): a change query that has returned ordering n
+// has seen every change at or below n. Live change queries wake at once
+// when this Store commits, and poll every WithPollInterval for commits of
+// other processes.
 type DurableState struct{ s *Store }
 
-var _ durable.Store = (*DurableState)(nil)
+var (
+	_ durable.Store                          = (*DurableState)(nil)
+	_ query.DurableStateChangesBySlicesQuery = (*DurableState)(nil)
+	_ query.DurableStateChangesByTagQuery    = (*DurableState)(nil)
+)
 
 // Get implements durable.Store.Get.
 func (d *DurableState) Get(ctx context.Context, persistenceID string) (durable.Object, bool, error) {
@@ -62,8 +77,11 @@ func (d *DurableState) Upsert(ctx context.Context, o durable.Object) error {
 		if o.Tag != "" {
 			tag = o.Tag
 		}
+		if _, err := tx.Exec(`UPDATE durable_state_clock SET ordering = ordering + 1`); err != nil {
+			return err
+		}
 		_, err := tx.Exec(`INSERT INTO durable_state (persistence_id, revision, payload, serializer_id, manifest, tag, timestamp, slice, entity_type, ordering)
-			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, (SELECT COALESCE(MAX(ordering), 0) + 1 FROM durable_state))
+			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, (SELECT ordering FROM durable_state_clock))
 			ON CONFLICT (persistence_id) DO UPDATE SET revision = excluded.revision, payload = excluded.payload, serializer_id = excluded.serializer_id,
 				manifest = excluded.manifest, tag = excluded.tag, timestamp = excluded.timestamp, ordering = excluded.ordering`,
 			o.PersistenceID, o.Revision, bytes.Clone(payload), o.SerializerID, o.Manifest, tag, time.Now().UnixNano(),
@@ -113,8 +131,45 @@ func (d *DurableState) change(ctx context.Context, call, pid string, revision in
 	if err := tx.Commit(); err != nil {
 		return d.s.errs.Map(ctx, call+" durable state", err, durable.ErrClosed)
 	}
+	d.s.signal.Notify()
 	return nil
 }
 
 // Close closes the whole Store.
 func (d *DurableState) Close() error { return d.s.Close() }
+
+// stateColumns are the change queries' columns in envelopeColumns' shape:
+// the revision as the sequence number, the tag as a one-element JSON
+// array, no writer, no metadata.
+const stateColumns = `ordering, persistence_id, revision, timestamp, payload, serializer_id, manifest, '',
+	CASE WHEN tag IS NULL THEN NULL ELSE json_array(tag) END, NULL, slice, entity_type`
+
+const changesBySlicesSQL = `SELECT ` + stateColumns + ` FROM durable_state INDEXED BY durable_state_type_ordering_idx
+	WHERE entity_type = ? AND slice BETWEEN ? AND ? AND ordering > ? AND ordering <= ? ORDER BY ordering LIMIT ?`
+
+const changesByTagSQL = `SELECT ` + stateColumns + ` FROM durable_state INDEXED BY durable_state_tag_idx
+	WHERE tag = ? AND ordering > ? AND ordering <= ? ORDER BY ordering LIMIT ?`
+
+// CurrentChangesBySlices implements query.DurableStateChangesBySlicesQuery.
+func (d *DurableState) CurrentChangesBySlices(ctx context.Context, entityType string, minSlice, maxSlice int, after query.Offset) iter.Seq2[query.Envelope, error] {
+	return d.s.scanOrdered(ctx, after, d.s.stmts.maxStateOrdering, durable.ErrClosed, changesBySlicesSQL, entityType, minSlice, maxSlice)
+}
+
+// ChangesBySlices implements query.DurableStateChangesBySlicesQuery.
+func (d *DurableState) ChangesBySlices(ctx context.Context, entityType string, minSlice, maxSlice int, after query.Offset) *query.Stream[query.Envelope] {
+	return query.FollowOffsets(ctx, &d.s.signal, d.s.cfg.poll, after, func(ctx context.Context, after query.Offset) iter.Seq2[query.Envelope, error] {
+		return d.CurrentChangesBySlices(ctx, entityType, minSlice, maxSlice, after)
+	})
+}
+
+// CurrentChangesByTag implements query.DurableStateChangesByTagQuery.
+func (d *DurableState) CurrentChangesByTag(ctx context.Context, tag string, after query.Offset) iter.Seq2[query.Envelope, error] {
+	return d.s.scanOrdered(ctx, after, d.s.stmts.maxStateOrdering, durable.ErrClosed, changesByTagSQL, tag)
+}
+
+// ChangesByTag implements query.DurableStateChangesByTagQuery.
+func (d *DurableState) ChangesByTag(ctx context.Context, tag string, after query.Offset) *query.Stream[query.Envelope] {
+	return query.FollowOffsets(ctx, &d.s.signal, d.s.cfg.poll, after, func(ctx context.Context, after query.Offset) iter.Seq2[query.Envelope, error] {
+		return d.CurrentChangesByTag(ctx, tag, after)
+	})
+}

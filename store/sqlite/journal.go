@@ -23,6 +23,7 @@ type statements struct {
 	saveSnap, deleteSnap, deleteSnaps                        *sql.Stmt // writer
 	loadSnap                                                 *sql.Stmt // reader
 	maxOrdering, persistenceIDs                              *sql.Stmt // reader
+	maxStateOrdering                                         *sql.Stmt // reader
 }
 
 const snapshotWhere = `persistence_id = ? AND sequence_nr BETWEEN ? AND ? AND created BETWEEN ? AND ?`
@@ -50,6 +51,7 @@ func (st *statements) prepare(ctx context.Context, writer, reader *sql.DB) error
 		{reader, &st.loadSnap, `SELECT sequence_nr, created, serializer_id, manifest, payload FROM snapshot WHERE ` + snapshotWhere + ` ORDER BY sequence_nr DESC, created DESC LIMIT 1`},
 		{reader, &st.maxOrdering, `SELECT coalesce(max(ordering), 0) FROM event_journal`},
 		{reader, &st.persistenceIDs, persistenceIDsSQL},
+		{reader, &st.maxStateOrdering, `SELECT ordering FROM durable_state_clock`},
 	} {
 		stmt, err := p.db.PrepareContext(ctx, p.text)
 		if err != nil {
@@ -61,7 +63,7 @@ func (st *statements) prepare(ctx context.Context, writer, reader *sql.DB) error
 }
 
 func (st *statements) close() {
-	for _, s := range []*sql.Stmt{st.insert, st.insertTag, st.deleteTags, st.deleteEvents, st.keepHighest, st.highest, st.saveSnap, st.deleteSnap, st.deleteSnaps, st.loadSnap, st.maxOrdering, st.persistenceIDs} {
+	for _, s := range []*sql.Stmt{st.insert, st.insertTag, st.deleteTags, st.deleteEvents, st.keepHighest, st.highest, st.saveSnap, st.deleteSnap, st.deleteSnaps, st.loadSnap, st.maxOrdering, st.persistenceIDs, st.maxStateOrdering} {
 		if s != nil {
 			_ = s.Close()
 		}

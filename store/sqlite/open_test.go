@@ -201,7 +201,7 @@ func TestMigratesOlderSchema(t *testing.T) {
 	if res, err := s.Journal().Write(ctx, []journal.AtomicWrite{w}); err != nil || res != nil {
 		t.Fatal(res, err)
 	}
-	if _, err := s.writer.Exec(`DROP INDEX event_journal_type_ordering_idx; DROP TABLE projection_offset; DROP TABLE projection_management; DROP TABLE durable_state; UPDATE annals_schema SET version = 1`); err != nil {
+	if _, err := s.writer.Exec(`DROP INDEX event_journal_type_ordering_idx; DROP TABLE projection_offset; DROP TABLE projection_management; DROP TABLE durable_state; DROP TABLE durable_state_clock; UPDATE annals_schema SET version = 1`); err != nil {
 		t.Fatal(err)
 	}
 	_ = s.Close()

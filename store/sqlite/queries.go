@@ -2,6 +2,7 @@ package sqlite
 
 import (
 	"context"
+	"database/sql"
 	"database/sql/driver"
 	"fmt"
 	"iter"
@@ -73,10 +74,10 @@ func envelopeRow(v []driver.Value, env *query.Envelope) error {
 
 // readEnvelopes reads the envelopes of one page of the select text into
 // page (from its start, reusing its array) and returns it.
-func (q *Queries) readEnvelopes(ctx context.Context, text string, args []driver.NamedValue, page []query.Envelope) ([]query.Envelope, error) {
+func (s *Store) readEnvelopes(ctx context.Context, text string, args []driver.NamedValue, page []query.Envelope) ([]query.Envelope, error) {
 	page = page[:0]
 	dest := make([]driver.Value, envelopeColumnCount)
-	err := q.s.readDriver(ctx, text, args, dest, func(v []driver.Value) error {
+	err := s.readDriver(ctx, text, args, dest, func(v []driver.Value) error {
 		page = append(page, query.Envelope{})
 		return envelopeRow(v, &page[len(page)-1])
 	})
@@ -100,25 +101,31 @@ func sequenceOf(after query.Offset) (int64, error) {
 // holds no connection and no read snapshot. The pages of one scan share
 // one array.
 func (q *Queries) scan(ctx context.Context, after query.Offset, text string, args ...any) iter.Seq2[query.Envelope, error] {
+	return q.s.scanOrdered(ctx, after, q.s.stmts.maxOrdering, journal.ErrClosed, text, args...)
+}
+
+// scanOrdered is scan over the orderings of any table: bound reads the
+// highest committed ordering; a closed store's error is closed.
+func (s *Store) scanOrdered(ctx context.Context, after query.Offset, bound *sql.Stmt, closed error, text string, args ...any) iter.Seq2[query.Envelope, error] {
 	return func(yield func(query.Envelope, error) bool) {
 		from, err := sequenceOf(after)
 		if err != nil {
 			yield(query.Envelope{}, err)
 			return
 		}
-		var bound int64
-		if err := q.s.stmts.maxOrdering.QueryRowContext(ctx).Scan(&bound); err != nil {
-			yield(query.Envelope{}, q.s.errs.Map(ctx, "query", err, journal.ErrClosed))
+		var upper int64
+		if err := bound.QueryRowContext(ctx).Scan(&upper); err != nil {
+			yield(query.Envelope{}, s.errs.Map(ctx, "query", err, closed))
 			return
 		}
 		var page []query.Envelope
-		for from < bound {
-			nv, err := namedArgs(append(args[:len(args):len(args)], from, bound, queryPage)...)
+		for from < upper {
+			nv, err := namedArgs(append(args[:len(args):len(args)], from, upper, queryPage)...)
 			if err == nil {
-				page, err = q.readEnvelopes(ctx, text, nv, page)
+				page, err = s.readEnvelopes(ctx, text, nv, page)
 			}
 			if err != nil {
-				yield(query.Envelope{}, q.s.errs.Map(ctx, "query", err, journal.ErrClosed))
+				yield(query.Envelope{}, s.errs.Map(ctx, "query", err, closed))
 				return
 			}
 			for _, env := range page {

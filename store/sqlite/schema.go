@@ -2,7 +2,7 @@ package sqlite
 
 // SchemaVersion is the schema version this package writes. Open migrates
 // older Annals databases up to it and refuses newer ones.
-const SchemaVersion = 4
+const SchemaVersion = 5
 
 // migrations[i] upgrades a database from schema version i to i+1. Each runs
 // in the same transaction as the update of the schema-version row.
@@ -87,6 +87,16 @@ CREATE TABLE durable_state (
 CREATE UNIQUE INDEX durable_state_ordering_idx ON durable_state (ordering);
 CREATE INDEX durable_state_type_ordering_idx ON durable_state (entity_type, ordering);
 CREATE INDEX durable_state_tag_idx ON durable_state (tag, ordering) WHERE tag IS NOT NULL;
+`,
+	// 4 → 5: the durable-state changes' counter. Taking MAX(ordering) + 1
+	// gave a change the ordering of a deleted row that a change query may
+	// already have passed; the counter never goes back.
+	`
+CREATE TABLE durable_state_clock (
+	id       INTEGER PRIMARY KEY CHECK (id = 1),
+	ordering INTEGER NOT NULL
+);
+INSERT INTO durable_state_clock SELECT 1, COALESCE(MAX(ordering), 0) FROM durable_state;
 `,
 }
 

@@ -12,7 +12,9 @@ import (
 )
 
 // SchemaVersion is the schema version this package writes: akka-persistence-
-// cassandra's tables plus the column Annals adds to snapshots.
+// cassandra's tables plus the columns and tables Annals adds (the
+// durable_state table among them, which Open does not require; see
+// optionalTables).
 const SchemaVersion = 1
 
 // tables are the tables of a version-1 keyspace, as Pekko Persistence
@@ -96,6 +98,26 @@ var tables = []struct{ name, cql string }{
   AND compaction = {'class': 'SizeTieredCompactionStrategy'}`},
 }
 
+// optionalTables are the tables of Annals' own that Migrate creates (with
+// WithMigrate, Migrator.Migrate, `annals init` and `annals migrate`) but
+// Open does not require, so keyspaces of earlier Annals versions and of
+// Pekko services open without them; a call that needs a missing one fails
+// with ErrSchemaMissing. Pekko Persistence Cassandra has no durable state:
+// durable_state is Annals' alone (see DurableState).
+var optionalTables = []struct{ name, cql string }{
+	{durableStateTable, `CREATE TABLE IF NOT EXISTS {ks}.durable_state (
+  persistence_id text,
+  revision bigint,
+  state_payload blob,
+  state_ser_id int,
+  state_ser_manifest text,
+  tag text,
+  write_time_micros bigint,
+  slice int,
+  entity_type text,
+  PRIMARY KEY (persistence_id))`},
+}
+
 // snapshotNanos is the column Annals adds to Pekko's snapshots table: the
 // snapshot's time in Unix nanoseconds (Pekko's timestamp column holds
 // milliseconds, which the snapshot contract's microseconds do not fit).
@@ -117,13 +139,19 @@ const tagViewsTags = "annals_tags"
 const tagViewsTime = "annals_timestamp"
 
 // pending returns the statements that bring the keyspace to
-// SchemaVersion, given the tables and snapshot columns it has; none when
+// SchemaVersion, given the tables and snapshot columns it has: required,
+// those Open needs, and optional, the optionalTables it lacks; none when
 // it is current.
-func (s *Store) pending(ctx context.Context) ([]string, error) {
+func (s *Store) pending(ctx context.Context) (required, optional []string, err error) {
 	have, cols, ksExists, err := s.inspect(ctx)
 	snapCols, msgCols, tagCols := cols["snapshots"], cols["messages"], cols["tag_views"]
 	if err != nil {
-		return nil, err
+		return nil, nil, err
+	}
+	for _, t := range optionalTables {
+		if !have[t.name] {
+			optional = append(optional, strings.ReplaceAll(t.cql, "{ks}", s.cfg.keyspace))
+		}
 	}
 	var out []string
 	if !ksExists {
@@ -146,7 +174,7 @@ func (s *Store) pending(ctx context.Context) ([]string, error) {
 	if have["snapshots"] && !snapCols[snapshotNanos] {
 		out = append(out, fmt.Sprintf("ALTER TABLE %s.snapshots ADD %s bigint", s.cfg.keyspace, snapshotNanos))
 	}
-	return out, nil
+	return out, optional, nil
 }
 
 // inspect reads whether the keyspace exists, its tables, and their
@@ -184,13 +212,14 @@ func (s *Store) inspect(ctx context.Context) (tables map[string]bool, columns ma
 
 var errClosed = errors.New("cassandra: closed")
 
-// migrate runs the pending statements and waits for the cluster to agree
-// on the schema.
+// migrate runs the pending statements, optional tables included, and
+// waits for the cluster to agree on the schema.
 func (s *Store) migrate(ctx context.Context) error {
-	stmts, err := s.pending(ctx)
+	required, optional, err := s.pending(ctx)
 	if err != nil {
 		return err
 	}
+	stmts := append(required, optional...)
 	for _, st := range stmts {
 		if err := s.session.Query(st).WithContext(ctx).Consistency(gocql.All).Exec(); err != nil {
 			return s.errs.Map(ctx, "migrate", fmt.Errorf("%s: %w", firstLine(st), err), errClosed)
@@ -205,9 +234,9 @@ func (s *Store) migrate(ctx context.Context) error {
 }
 
 // checkSchema fails with ErrSchemaMissing when the keyspace lacks a table
-// or column of SchemaVersion.
+// or column of SchemaVersion (optionalTables aside).
 func (s *Store) checkSchema(ctx context.Context) error {
-	stmts, err := s.pending(ctx)
+	stmts, _, err := s.pending(ctx)
 	if err != nil {
 		return err
 	}
@@ -245,31 +274,38 @@ func NewMigrator(ctx context.Context, rawURL string, opts ...Option) (*Migrator,
 func (m *Migrator) Close() error { return m.s.Close() }
 
 // SchemaVersion implements admin.Migrator: 1 when every table and column
-// is there, else 0.
+// Open requires is there, else 0. A missing optional table (durable_state)
+// does not lower it: PendingMigrations lists it as a step from 1 to 1.
 func (m *Migrator) SchemaVersion(ctx context.Context) (current, latest int, err error) {
-	stmts, err := m.s.pending(ctx)
+	required, _, err := m.s.pending(ctx)
 	if err != nil {
 		return 0, SchemaVersion, err
 	}
-	if len(stmts) == 0 {
+	if len(required) == 0 {
 		return SchemaVersion, SchemaVersion, nil
 	}
 	return 0, SchemaVersion, nil
 }
 
 // PendingMigrations implements admin.Migrator: the CQL statements Migrate
-// would run, changing nothing.
+// would run, changing nothing, as one step: from 0 when a table or column
+// Open requires is missing, else from SchemaVersion (only optional tables
+// are missing, as in a keyspace of an earlier Annals).
 func (m *Migrator) PendingMigrations(ctx context.Context) ([]admin.Migration, error) {
-	stmts, err := m.s.pending(ctx)
-	if err != nil || len(stmts) == 0 {
+	required, optional, err := m.s.pending(ctx)
+	if err != nil || len(required)+len(optional) == 0 {
 		return nil, err
 	}
-	return []admin.Migration{{From: 0, To: SchemaVersion, SQL: strings.Join(stmts, ";\n\n") + ";"}}, nil
+	from := 0
+	if len(required) == 0 {
+		from = SchemaVersion
+	}
+	return []admin.Migration{{From: from, To: SchemaVersion, SQL: strings.Join(append(required, optional...), ";\n\n") + ";"}}, nil
 }
 
 // Migrate implements admin.Migrator: creates what is missing (the keyspace
-// with the configured replication, tables, the snapshot column) and waits
-// for schema agreement.
+// with the configured replication, tables, optional ones included, the
+// columns Annals adds) and waits for schema agreement.
 func (m *Migrator) Migrate(ctx context.Context) ([]admin.Migration, error) {
 	done, err := m.PendingMigrations(ctx)
 	if err != nil {

@@ -35,7 +35,7 @@ var layers = map[string][]string{
 	"store/memory":                  {".", "durable", "journal", "offsets", "query", "snapshot"},
 	"store/sqlite":                  {".", "admin", "durable", "journal", "offsets", "query", "recovery", "snapshot"},
 	"store/postgres":                {".", "admin", "durable", "journal", "offsets", "query", "recovery", "snapshot"},
-	"store/cassandra":               {".", "admin", "journal", "query", "snapshot"},
+	"store/cassandra":               {".", "admin", "durable", "journal", "query", "snapshot"},
 	"store/kafka":                   {".", "admin", "journal", "query", "recovery", "serialization", "snapshot", "store/kafka/eventual", "store/kafka/wire"},
 	"store/kafka/wire":              {},
 	"store/kafka/eventual":          {"store/kafka/wire"},

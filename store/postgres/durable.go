@@ -4,12 +4,15 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"iter"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/annals-go/annals"
 	"github.com/annals-go/annals/durable"
+	"github.com/annals-go/annals/query"
 )
 
 // durableStateDDL is the durable_state table of Pekko Persistence R2DBC
@@ -50,8 +53,21 @@ func (s *Store) DurableState() *DurableState {
 			SELECT (SELECT count(*) FROM w), ` + stored,
 		delete: `WITH w AS (DELETE FROM ` + t + ` WHERE persistence_id = $1 AND revision = $2 RETURNING 1)
 			SELECT (SELECT count(*) FROM w), ` + stored,
+		bySlices: `SELECT ` + stateColumns + ` FROM ` + t + `
+			WHERE entity_type = $1 AND slice BETWEEN $2 AND $3
+			AND (db_timestamp, revision, persistence_id) > ($4, $5, $6) AND db_timestamp <= $7
+			ORDER BY db_timestamp, revision, persistence_id LIMIT $8`,
+		byTag: `SELECT ` + stateColumns + ` FROM ` + t + `
+			WHERE tags[1] = $1
+			AND (db_timestamp, revision, persistence_id) > ($2, $3, $4) AND db_timestamp <= $5
+			ORDER BY db_timestamp, revision, persistence_id LIMIT $6`,
 	}
 }
+
+// stateColumns are the change queries' columns in the shape of the
+// journal's event rows (scanRows): the revision as the sequence number,
+// db_timestamp as both timestamps, no writer, no metadata.
+const stateColumns = `persistence_id, revision, db_timestamp, db_timestamp, state_ser_id, COALESCE(state_ser_manifest, ''), state_payload, ''::text, tags, NULL::bytea, slice, entity_type`
 
 // DurableState is the durable.Store of a Store, in the row shape and with
 // the statements of Pekko Persistence R2DBC 1.2's durable-state store
@@ -82,12 +98,32 @@ func (s *Store) DurableState() *DurableState {
 // Errors are mapped as the store's others are (journal.StoreErrors), with
 // durable.ErrClosed as the closed error; arguments are checked first with
 // durable.Check.
+//
+// # Change queries
+//
+// Changes by slices and by tag are read in (db_timestamp, revision,
+// persistence_id) order with timestamp offsets whose seen pairs are
+// (id, revision), the offsets of Pekko's durable-state queries. Writers
+// stamp their rows without the journal's clock row, so the change queries
+// follow TimestampOrder's rules on both orderings (see Queries): a live
+// query stays BehindCurrentTime behind the database clock and backtracks
+// for late commits, and never delivers a revision of an id at or below
+// one it delivered. Upserts NOTIFY as event writes do. Changes by tag
+// compare the first element of tags (a DurableStateBehavior writes one
+// tag). Annals' layout has an index in each query's order (schema version
+// 3); the r2dbc layout has the plugin's indexes only, so its pages sort the
+// matching rows of the slice range, or scan the table by tag.
 type DurableState struct {
 	s                           *Store
 	get, insert, update, delete string
+	bySlices, byTag             string
 }
 
-var _ durable.Store = (*DurableState)(nil)
+var (
+	_ durable.Store                          = (*DurableState)(nil)
+	_ query.DurableStateChangesBySlicesQuery = (*DurableState)(nil)
+	_ query.DurableStateChangesByTagQuery    = (*DurableState)(nil)
+)
 
 // Get implements durable.Store.Get.
 func (d *DurableState) Get(ctx context.Context, persistenceID string) (durable.Object, bool, error) {
@@ -128,8 +164,7 @@ func (d *DurableState) Upsert(ctx context.Context, o durable.Object) error {
 	if o.Revision == 1 {
 		stmt, args = d.insert, []any{o.PersistenceID, annals.Slice(o.PersistenceID), annals.EntityType(o.PersistenceID), o.SerializerID, o.Manifest, payload, tags}
 	}
-	var changed, stored int64
-	err := d.s.pool.QueryRow(ctx, stmt, args...).Scan(&changed, &stored)
+	changed, stored, err := d.change(ctx, stmt, args...)
 	var pgErr *pgconn.PgError
 	switch {
 	case errors.As(err, &pgErr) && pgErr.Code == "23505": // another writer inserted revision 1
@@ -147,8 +182,8 @@ func (d *DurableState) Delete(ctx context.Context, persistenceID string, revisio
 	if err := d.ready(ctx, "delete", persistenceID, revision); err != nil {
 		return err
 	}
-	var deleted, stored int64
-	if err := d.s.pool.QueryRow(ctx, d.delete, persistenceID, revision-1).Scan(&deleted, &stored); err != nil {
+	deleted, stored, err := d.change(ctx, d.delete, persistenceID, revision-1)
+	if err != nil {
 		return d.mapErr(ctx, "delete durable state", err)
 	}
 	if deleted == 0 && stored != 0 {
@@ -159,6 +194,61 @@ func (d *DurableState) Delete(ctx context.Context, persistenceID string, revisio
 
 // Close closes the whole Store.
 func (d *DurableState) Close() error { return d.s.Close() }
+
+// change runs an upsert or delete statement, which returns how many rows
+// it changed and the revision its snapshot saw stored, in one implicit
+// transaction with the NOTIFY that wakes live queries (when on), and wakes
+// this process's live queries after it.
+func (d *DurableState) change(ctx context.Context, stmt string, args ...any) (changed, stored int64, err error) {
+	if !d.s.cfg.notify {
+		err = d.s.pool.QueryRow(ctx, stmt, args...).Scan(&changed, &stored)
+	} else {
+		b := &pgx.Batch{}
+		b.Queue(stmt, args...).QueryRow(func(r pgx.Row) error { return r.Scan(&changed, &stored) })
+		b.Queue(`SELECT pg_notify($1, '')`, d.s.channel)
+		err = d.s.pool.SendBatch(ctx, b).Close()
+	}
+	if err == nil && changed > 0 {
+		d.s.signal.Notify()
+	}
+	return changed, stored, err
+}
+
+// CurrentChangesBySlices implements query.DurableStateChangesBySlicesQuery.
+func (d *DurableState) CurrentChangesBySlices(ctx context.Context, entityType string, minSlice, maxSlice int, after query.Offset) iter.Seq2[query.Envelope, error] {
+	return d.queries().current(ctx, after, d.bySlicesReader(entityType, minSlice, maxSlice))
+}
+
+// ChangesBySlices implements query.DurableStateChangesBySlicesQuery.
+func (d *DurableState) ChangesBySlices(ctx context.Context, entityType string, minSlice, maxSlice int, after query.Offset) *query.Stream[query.Envelope] {
+	q := d.queries()
+	return q.follow(ctx, after, &liveQuery{q: q, read: d.bySlicesReader(entityType, minSlice, maxSlice), ordering: TimestampOrder, states: true})
+}
+
+// CurrentChangesByTag implements query.DurableStateChangesByTagQuery.
+func (d *DurableState) CurrentChangesByTag(ctx context.Context, tag string, after query.Offset) iter.Seq2[query.Envelope, error] {
+	return d.queries().current(ctx, after, d.byTagReader(tag))
+}
+
+// ChangesByTag implements query.DurableStateChangesByTagQuery.
+func (d *DurableState) ChangesByTag(ctx context.Context, tag string, after query.Offset) *query.Stream[query.Envelope] {
+	q := d.queries()
+	return q.follow(ctx, after, &liveQuery{q: q, read: d.byTagReader(tag), tag: tag, ordering: TimestampOrder, states: true})
+}
+
+func (d *DurableState) queries() *Queries { return &Queries{s: d.s} }
+
+func (d *DurableState) bySlicesReader(entityType string, minSlice, maxSlice int) pageReader {
+	return func(ctx context.Context, k key, upper time.Time, limit int, emit func([]row) []row) ([]row, error) {
+		return d.s.readOrdered(ctx, limit, emit, d.bySlices, entityType, minSlice, maxSlice, k.ts, k.seq, k.pid, upper, limit)
+	}
+}
+
+func (d *DurableState) byTagReader(tag string) pageReader {
+	return func(ctx context.Context, k key, upper time.Time, limit int, emit func([]row) []row) ([]row, error) {
+		return d.s.readOrdered(ctx, limit, emit, d.byTag, tag, k.ts, k.seq, k.pid, upper, limit)
+	}
+}
 
 // ready checks a call's arguments, its context and the store, in that
 // order.

@@ -3,14 +3,18 @@ package postgres_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/annals-go/annals"
 	"github.com/annals-go/annals/durable"
+	"github.com/annals-go/annals/query"
 	"github.com/annals-go/annals/store/postgres"
 	"github.com/annals-go/annals/store/postgres/pgtest"
 	"github.com/annals-go/annals/storetest"
@@ -41,7 +45,8 @@ func TestDurableStateKit(t *testing.T) {
 
 // TestDurableStateTableIsPekkos: on both layouts the durable_state table
 // has exactly the columns, types, nullability, defaults and indexes of
-// Pekko Persistence R2DBC 1.2.0's, as psql showed them in the fixture.
+// Pekko Persistence R2DBC 1.2.0's, as psql showed them in the fixture;
+// Annals' layout adds the change queries' two indexes and no other.
 func TestDurableStateTableIsPekkos(t *testing.T) {
 	t.Parallel()
 	fixturePath(t, "durable_state.schema.txt")
@@ -50,6 +55,12 @@ func TestDurableStateTableIsPekkos(t *testing.T) {
 		t.Run(l.name, func(t *testing.T) {
 			s := open(t, l.opts...)
 			want, got := readSchemaFixture(t, "durable_state"), readSchema(t, conn, s.Schema(), "durable_state")
+			if l.name == "annals" {
+				want.indexes = append(want.indexes,
+					`"durable_state_tag_idx" btree ((tags[1]), db_timestamp, revision, persistence_id)`,
+					`"durable_state_type_idx" btree (entity_type, db_timestamp, revision, persistence_id)`)
+				slices.Sort(want.indexes)
+			}
 			if !slices.Equal(got.columns, want.columns) {
 				t.Errorf("columns:\n got %v\nwant %v", got.columns, want.columns)
 			}
@@ -62,7 +73,8 @@ func TestDurableStateTableIsPekkos(t *testing.T) {
 
 // TestDurableStateMigratesFromVersion1: a schema at version 1 (no
 // durable_state) is refused by Open until Migrate runs the one step to
-// version 2, which adds the table; durable state then works.
+// version 2, which adds the table, and the step to version 3, which adds
+// the change queries' indexes; durable state then works.
 func TestDurableStateMigratesFromVersion1(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
@@ -84,8 +96,8 @@ func TestDurableStateMigratesFromVersion1(t *testing.T) {
 		t.Fatalf("Open of a version 1 schema: %v, want ErrSchemaMissing", err)
 	}
 	ran, err := m.Migrate(ctx)
-	if err != nil || len(ran) != 1 || ran[0].From != 1 || ran[0].To != 2 {
-		t.Fatalf("Migrate ran %+v (%v), want the step 1 → 2", ran, err)
+	if err != nil || len(ran) != 2 || ran[0].From != 1 || ran[0].To != 2 || ran[1].To != 3 {
+		t.Fatalf("Migrate ran %+v (%v), want the steps 1 → 2 → 3", ran, err)
 	}
 	if cur, latest, err := m.SchemaVersion(ctx); err != nil || cur != postgres.SchemaVersion || latest != postgres.SchemaVersion {
 		t.Fatalf("version after Migrate: %d %d %v", cur, latest, err)
@@ -256,6 +268,81 @@ func TestDurableStateFirstRevision(t *testing.T) {
 			var n int
 			if err := conn.QueryRow(ctx, `SELECT count(*) FROM `+pgx.Identifier{s.Schema(), "durable_state"}.Sanitize()+` WHERE persistence_id = 'P|race'`).Scan(&n); err != nil || n != 1 {
 				t.Errorf("%d rows of P|race (%v), want 1", n, err)
+			}
+		})
+	}
+}
+
+// TestDurableChangesSeeLateCommits: an object whose transaction began
+// before another object's change and committed after a live change query
+// returned that change (a writer without NOTIFY, as a JVM service is) is
+// still returned, by backtracking, on both layouts and both orderings, and
+// no change is returned twice.
+func TestDurableChangesSeeLateCommits(t *testing.T) {
+	t.Parallel()
+	cases := []struct {
+		name string
+		opts []postgres.Option
+	}{
+		{"annals, commit order", []postgres.Option{postgres.WithOrdering(postgres.CommitOrder)}},
+		{"annals, timestamp order", []postgres.Option{postgres.WithOrdering(postgres.TimestampOrder)}},
+		{"r2dbc", r2dbcOpts},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			opts := append(slices.Clone(c.opts), postgres.WithBacktracking(postgres.DefaultBacktrackWindow, 200*time.Millisecond), postgres.WithPollInterval(50*time.Millisecond))
+			s := open(t, opts...)
+			ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+			defer cancel()
+			et := "Late" + strings.NewReplacer(" ", "", ",", "").Replace(c.name) + fmt.Sprint(time.Now().UnixNano())
+			late, early := et+"|late", et+"|early"
+
+			// The late writer's transaction takes its timestamp now.
+			tx, err := s.Pool().Begin(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer tx.Rollback(context.Background())
+			if _, err := tx.Exec(ctx, `INSERT INTO `+pgx.Identifier{s.Schema(), "durable_state"}.Sanitize()+`
+				(slice, entity_type, persistence_id, revision, db_timestamp, state_ser_id, state_ser_manifest, state_payload, tags)
+				VALUES ($1, $2, $3, 1, transaction_timestamp(), 31, 'm', 'late', NULL)`, annals.Slice(late), et, late); err != nil {
+				t.Fatal(err)
+			}
+
+			stream := s.DurableState().ChangesBySlices(ctx, et, 0, annals.NumberOfSlices-1, query.NoOffset())
+			got := make(chan query.Envelope)
+			go func() {
+				defer close(got)
+				for env := range stream.All() {
+					got <- env
+				}
+			}()
+			if err := s.DurableState().Upsert(ctx, durable.Object{PersistenceID: early, Revision: 1, Payload: []byte("early"), SerializerID: 31}); err != nil {
+				t.Fatal(err)
+			}
+			var seen []string
+			for env := range got {
+				seen = append(seen, fmt.Sprintf("%s@%d", env.PersistenceID, env.SequenceNr))
+				if env.PersistenceID == early && env.SequenceNr == 1 {
+					if err := tx.Commit(ctx); err != nil { // after the query passed its timestamp
+						t.Fatal(err)
+					}
+				}
+				if env.PersistenceID == late {
+					// One more change: the query goes on after backtracking,
+					// without returning either again.
+					if err := s.DurableState().Upsert(ctx, durable.Object{PersistenceID: early, Revision: 2, Payload: []byte("e2"), SerializerID: 31}); err != nil {
+						t.Fatal(err)
+					}
+				}
+				if len(seen) == 3 {
+					cancel()
+				}
+			}
+			want := []string{early + "@1", late + "@1", early + "@2"}
+			if !slices.Equal(seen, want) {
+				t.Errorf("live changes returned %v, want %v", seen, want)
 			}
 		})
 	}

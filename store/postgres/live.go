@@ -20,6 +20,14 @@ type liveQuery struct {
 	q    *Queries
 	read pageReader
 	tag  string // a query by tag: an id's events in it are not consecutive
+	// ordering is how the rows read were stamped: the store's ordering for
+	// events, TimestampOrder for durable-state changes (their writers take
+	// no clock row).
+	ordering Ordering
+	// states marks a query of durable-state changes: an id's revisions
+	// skip by design (only the latest is stored), so skipped ones are not
+	// looked for, and a revision below one delivered is never delivered.
+	states bool
 	main cursor // the main query's position and the offset it gives envelopes
 	back key    // the backtracking query's position
 	// delivered holds, per persistence id, the last sequence number this
@@ -33,9 +41,14 @@ type deliveredAt struct {
 	ts  time.Time
 }
 
-// live returns the live form of an offset-ordered query.
+// live returns the live form of an offset-ordered query of events.
 // tag names the tag of a query by tag, empty for other queries.
 func (q *Queries) live(ctx context.Context, after query.Offset, read pageReader, tag string) *query.Stream[query.Envelope] {
+	return q.follow(ctx, after, &liveQuery{q: q, read: read, tag: tag, ordering: q.s.cfg.ordering})
+}
+
+// follow runs the live query l from after.
+func (q *Queries) follow(ctx context.Context, after query.Offset, l *liveQuery) *query.Stream[query.Envelope] {
 	return query.NewStream(func(yield func(query.Envelope) bool) error {
 		c, err := start(after)
 		if err != nil {
@@ -43,7 +56,7 @@ func (q *Queries) live(ctx context.Context, after query.Offset, read pageReader,
 		}
 		s := q.s
 		s.listen()
-		l := &liveQuery{q: q, read: read, tag: tag, main: c, back: c.key, delivered: map[string]deliveredAt{}}
+		l.main, l.back, l.delivered = c, c.key, map[string]deliveredAt{}
 		for id, seq := range after.Seen {
 			l.delivered[id] = deliveredAt{seq, after.Timestamp}
 		}
@@ -71,7 +84,7 @@ func (q *Queries) live(ctx context.Context, after query.Offset, read pageReader,
 			case <-ctx.Done():
 				return ctx.Err()
 			case <-wake:
-				if s.cfg.ordering == TimestampOrder {
+				if l.ordering == TimestampOrder {
 					// The new event is younger than the main query's
 					// distance behind the clock: look again once it is not.
 					wait = min(s.cfg.poll, s.cfg.behind+time.Millisecond)
@@ -88,7 +101,7 @@ func (l *liveQuery) round(ctx context.Context, yield func(query.Envelope) bool) 
 	s := l.q.s
 	// CommitOrder reads everything visible: no clock reading, no bound.
 	upper, now := endOfTime, time.Time{}
-	if s.cfg.ordering == TimestampOrder {
+	if l.ordering == TimestampOrder {
 		var err error
 		if now, err = s.dbNow(ctx); err != nil {
 			return false, false, err
@@ -107,7 +120,7 @@ func (l *liveQuery) round(ctx context.Context, yield func(query.Envelope) bool) 
 		if !l.main.passes(r) {
 			continue
 		}
-		if s.cfg.ordering == CommitOrder {
+		if l.ordering == CommitOrder {
 			// Events become visible in (db_timestamp, seq_nr) order: the
 			// main query misses none and sees none twice.
 			if !yield(query.FromRepr(r.Repr, l.main.offset)) {
@@ -122,7 +135,7 @@ func (l *liveQuery) round(ctx context.Context, yield func(query.Envelope) bool) 
 	if len(page) == s.cfg.pageSize {
 		return true, false, nil // backtrack once the main query has caught up
 	}
-	if s.cfg.ordering == CommitOrder {
+	if l.ordering == CommitOrder {
 		return false, false, nil
 	}
 
@@ -169,9 +182,10 @@ func (l *liveQuery) round(ctx context.Context, yield func(query.Envelope) bool) 
 // id's writes commit in order, and stamped after the id's last delivered
 // event, so after the backtracking position. For a query by tag every id
 // in page is read, since an id's tagged events are not consecutive. In
-// CommitOrder the main query passes no event uncommitted.
+// CommitOrder the main query passes no event uncommitted. A query of
+// durable-state changes reads none: a revision replaced is gone.
 func (l *liveQuery) earlier(ctx context.Context, page []row, upper time.Time) (map[string][]row, error) {
-	if l.q.s.cfg.ordering != TimestampOrder {
+	if l.ordering != TimestampOrder || l.states {
 		return nil, nil
 	}
 	// next[id] is the sequence number the id's next row must have for

@@ -2,6 +2,7 @@ package postgres_test
 
 import (
 	"errors"
+	"fmt"
 	"net"
 	"strings"
 	"testing"
@@ -53,8 +54,8 @@ func TestOpenRefuses(t *testing.T) {
 	}{
 		{"unreachable server", "postgres://postgres@" + closedPort + "/annals_test?connect_timeout=2", nil, postgres.ErrUnreachable, "scripts/services up postgres"},
 		{"missing schema", missing, nil, postgres.ErrSchemaMissing, "annals init"},
-		{"newer schema", newer, nil, postgres.ErrNewerSchema, "version 2"},
-		{"newer schema, migrating", newer, []postgres.Option{postgres.WithMigrate(true)}, postgres.ErrNewerSchema, "version 2"},
+		{"newer schema", newer, nil, postgres.ErrNewerSchema, fmt.Sprintf("version %d", postgres.SchemaVersion+1)},
+		{"newer schema, migrating", newer, []postgres.Option{postgres.WithMigrate(true)}, postgres.ErrNewerSchema, fmt.Sprintf("version %d", postgres.SchemaVersion+1)},
 		{"foreign tables", foreign, []postgres.Option{postgres.WithMigrate(true)}, postgres.ErrNotAnnals, "event_journal"},
 		{"schema not an identifier", pgtest.WithParam(base, "schema", `x"; DROP TABLE y; --`), nil, postgres.ErrInvalidConfig, "identifier"},
 		{"not a postgres URL", "mysql://localhost/x", nil, postgres.ErrInvalidConfig, "postgres://"},

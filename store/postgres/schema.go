@@ -11,7 +11,7 @@ import (
 
 // SchemaVersion is the schema version this package writes. Migrate
 // upgrades older schemas to it; Open refuses newer ones.
-const SchemaVersion = 2
+const SchemaVersion = 3
 
 // migrations[i] upgrades a schema from version i to i+1; a step never
 // changes once released (a new version is a new step). "{s}" stands for
@@ -85,6 +85,12 @@ CREATE TABLE {s}.projection_management (
 	// 1 → 2: durable state, in the table of Pekko Persistence R2DBC (see
 	// DurableState).
 	durableStateDDL,
+	// 2 → 3: the durable-state change queries' indexes, in their order
+	// (the plugin's index leads with the slice, which a page over a slice
+	// range can only sort). The r2dbc layout does not get them: its tables
+	// are the plugin's.
+	`CREATE INDEX durable_state_type_idx ON {s}.durable_state (entity_type, db_timestamp, revision, persistence_id);
+CREATE INDEX durable_state_tag_idx ON {s}.durable_state ((tags[1]), db_timestamp, revision, persistence_id)`,
 }
 
 func schemaSQL(schema, body string) string {

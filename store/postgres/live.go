@@ -28,8 +28,8 @@ type liveQuery struct {
 	// skip by design (only the latest is stored), so skipped ones are not
 	// looked for, and a revision below one delivered is never delivered.
 	states bool
-	main cursor // the main query's position and the offset it gives envelopes
-	back key    // the backtracking query's position
+	main   cursor // the main query's position and the offset it gives envelopes
+	back   key    // the backtracking query's position
 	// delivered holds, per persistence id, the last sequence number this
 	// query delivered and its db_timestamp; entries older than the
 	// backtracking position are dropped (no query reads there again).

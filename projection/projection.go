@@ -16,7 +16,10 @@
 //
 // Rules every mode keeps:
 //   - Within a run, a persistence id's events reach the handler once each,
-//     in sequence order: duplicates from the source are dropped.
+//     in sequence order: duplicates from the source are dropped. A source
+//     of durable-state changes (ChangesBySlices, ChangesByTag) gives each
+//     id's changes in order, once each, and skipped revisions are not
+//     looked for.
 //   - A gap in an id's sequence numbers (an event the source has not
 //     delivered yet) is filled by reading that id's missing events before
 //     going on, when the source can read by id.
@@ -52,6 +55,11 @@ type Source struct {
 	Current func(ctx context.Context, after query.Offset) iter.Seq2[query.Envelope, error]
 	// ByID, when not nil, reads an id's events to fill gaps.
 	ByID query.EventsByPersistenceIDQuery
+	// Changes marks a source of durable-state changes: an id's revisions
+	// skip by design and start again at 1 after a delete, so the
+	// projection neither fills gaps nor drops lower revisions as
+	// duplicates; the change queries return no change twice.
+	Changes bool
 }
 
 // BySlices is the source of the events of entityType in the slice range r.
@@ -81,6 +89,37 @@ func ByTag(q query.EventsByTagQuery, tag string) Source {
 		Current: func(ctx context.Context, after query.Offset) iter.Seq2[query.Envelope, error] {
 			return q.CurrentEventsByTag(ctx, tag, after)
 		},
+	}
+}
+
+// ChangesBySlices is the source of the durable-state changes of
+// entityType in the slice range r: each envelope is an object's state at
+// a revision (SequenceNr), the latest when the query reached it (see
+// query.DurableStateChangesBySlicesQuery). Decode its payload as the
+// state's type.
+func ChangesBySlices(q query.DurableStateChangesBySlicesQuery, entityType string, r annals.SliceRange) Source {
+	return Source{
+		Events: func(ctx context.Context, after query.Offset) *query.Stream[query.Envelope] {
+			return q.ChangesBySlices(ctx, entityType, r.Min, r.Max, after)
+		},
+		Current: func(ctx context.Context, after query.Offset) iter.Seq2[query.Envelope, error] {
+			return q.CurrentChangesBySlices(ctx, entityType, r.Min, r.Max, after)
+		},
+		Changes: true,
+	}
+}
+
+// ChangesByTag is the source of the durable-state changes of the objects
+// tagged tag, as ChangesBySlices.
+func ChangesByTag(q query.DurableStateChangesByTagQuery, tag string) Source {
+	return Source{
+		Events: func(ctx context.Context, after query.Offset) *query.Stream[query.Envelope] {
+			return q.ChangesByTag(ctx, tag, after)
+		},
+		Current: func(ctx context.Context, after query.Offset) iter.Seq2[query.Envelope, error] {
+			return q.CurrentChangesByTag(ctx, tag, after)
+		},
+		Changes: true,
 	}
 }
 
@@ -394,6 +433,9 @@ func (p *Projection) Run(ctx context.Context) (err error) {
 // accept drops duplicates, fills gaps, and passes env on to the sink.
 func (p *Projection) accept(ctx context.Context, s sink, last map[string]int64, streamOffset *query.Offset, env query.Envelope) error {
 	prev, known := last[env.PersistenceID]
+	if p.src.Changes {
+		known = false // revisions skip and restart; no duplicates come
+	}
 	if known && env.SequenceNr <= prev {
 		return nil // a duplicate
 	}

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/annals-go/annals"
+	"github.com/annals-go/annals/durable"
 	"github.com/annals-go/annals/journal"
 	"github.com/annals-go/annals/projection"
 	"github.com/annals-go/annals/query"
@@ -761,5 +762,121 @@ func TestNegativeSettingsRefused(t *testing.T) {
 		case c.want != "" && (err == nil || !strings.Contains(err.Error(), c.want)):
 			t.Errorf("%+v: %v, want an error naming %s", c.cfg, err, c.want)
 		}
+	}
+}
+
+// TestExactlyOnceOverDurableStateChanges: an exactly-once projection over
+// SQLite's durable-state changes keeps a read model of each object's
+// latest state. Revisions replaced before the projection reached them may
+// be skipped; an object deleted and written again within the run reaches
+// the handler at its new revision 1; a new instance resumes after the
+// committed offset.
+func TestExactlyOnceOverDurableStateChanges(t *testing.T) {
+	ctx := t.Context()
+	s, err := sqlite.Open(ctx, filepath.Join(t.TempDir(), "p.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	d, store := s.DurableState(), s.Projections()
+	if err := store.InTx(ctx, func(tx *sql.Tx) error {
+		_, err := tx.Exec(`CREATE TABLE profiles (pid TEXT PRIMARY KEY, revision INTEGER, name TEXT)`)
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	upsert := func(pid string, revision int64, name string) {
+		t.Helper()
+		if err := d.Upsert(ctx, durable.Object{PersistenceID: pid, Revision: revision, Payload: []byte(name), SerializerID: 4}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	handled := make(chan query.Envelope)
+	handler := func(ctx context.Context, tx *sql.Tx, env query.Envelope) error {
+		if _, err := tx.Exec(`INSERT INTO profiles VALUES (?, ?, ?) ON CONFLICT (pid) DO UPDATE SET revision = excluded.revision, name = excluded.name`,
+			env.PersistenceID, env.SequenceNr, string(env.Payload)); err != nil {
+			return err
+		}
+		select {
+		case handled <- env:
+			return nil
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	// next waits for the next handled change; a change that never comes
+	// fails the test instead of hanging it.
+	next := func() query.Envelope {
+		t.Helper()
+		select {
+		case env := <-handled:
+			return env
+		case <-time.After(time.Minute):
+			t.Fatal("no change handled within a minute")
+			return query.Envelope{}
+		}
+	}
+	src := projection.ChangesBySlices(d, "Profile", annals.SliceRange{Min: 0, Max: annals.NumberOfSlices - 1})
+	id := projection.ID{Name: "profiles", Key: "all"}
+	p, err := projection.ExactlyOnce(id, src, store, handler, quiet)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 3 {
+		for rev := int64(1); rev <= 5; rev++ {
+			upsert(fmt.Sprintf("Profile|%d", i), rev, fmt.Sprintf("name-%d-%d", i, rev))
+		}
+	}
+	stop := run(t, p)
+	latest := map[string]int64{}
+	for len(latest) < 3 || latest["Profile|0"] != 5 || latest["Profile|1"] != 5 || latest["Profile|2"] != 5 {
+		env := next()
+		if prev, ok := latest[env.PersistenceID]; ok && env.SequenceNr <= prev {
+			t.Fatalf("%s revision %d handled after %d", env.PersistenceID, env.SequenceNr, prev)
+		}
+		latest[env.PersistenceID] = env.SequenceNr
+	}
+	// Deleted and written again: revision 1 is handled, not dropped.
+	if err := d.Delete(ctx, "Profile|1", 6); err != nil {
+		t.Fatal(err)
+	}
+	upsert("Profile|1", 1, "reborn")
+	if env := next(); env.PersistenceID != "Profile|1" || env.SequenceNr != 1 || string(env.Payload) != "reborn" {
+		t.Fatalf("after the delete the projection handled %s@%d %q, want Profile|1@1 \"reborn\"", env.PersistenceID, env.SequenceNr, env.Payload)
+	}
+	stop()
+
+	// A new instance resumes after the committed offset: only the new change.
+	upsert("Profile|2", 6, "renamed")
+	p2, err := projection.ExactlyOnce(id, src, store, handler, quiet)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stop = run(t, p2)
+	if env := next(); env.PersistenceID != "Profile|2" || env.SequenceNr != 6 {
+		t.Fatalf("the restarted projection handled %s@%d first, want Profile|2@6", env.PersistenceID, env.SequenceNr)
+	}
+	stop()
+	var model []string
+	if err := store.InTx(ctx, func(tx *sql.Tx) error {
+		rows, err := tx.Query(`SELECT pid, revision, name FROM profiles ORDER BY pid`)
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		for rows.Next() {
+			var pid, name string
+			var rev int64
+			if err := rows.Scan(&pid, &rev, &name); err != nil {
+				return err
+			}
+			model = append(model, fmt.Sprintf("%s@%d=%s", pid, rev, name))
+		}
+		return rows.Err()
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if want := []string{"Profile|0@5=name-0-5", "Profile|1@1=reborn", "Profile|2@6=renamed"}; !slices.Equal(model, want) {
+		t.Errorf("read model %v, want %v", model, want)
 	}
 }

@@ -111,8 +111,9 @@ type PersistenceIDsQuery interface {
 //   - A change query returns each object's latest revision: a revision
 //     replaced before the query reached it is not returned (objects are
 //     stored in place), so consecutive envelopes of one id may skip
-//     revisions. Of one id, a query never returns a revision at or below
-//     one it returned.
+//     revisions. Of one id, a query never returns a change older than
+//     one it returned, nor one twice: revisions ascend, except that an
+//     object written again after a delete starts again at revision 1.
 //   - Once a revision is stored, a live query returns it or a later
 //     revision of its id; a current query returns at least the revisions
 //     stored before it started that are still stored.

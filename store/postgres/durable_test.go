@@ -291,7 +291,11 @@ func TestDurableChangesSeeLateCommits(t *testing.T) {
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
-			opts := append(slices.Clone(c.opts), postgres.WithBacktracking(postgres.DefaultBacktrackWindow, 200*time.Millisecond), postgres.WithPollInterval(50*time.Millisecond))
+			// Backtracking finds a transaction that commits within
+			// backtrack-behind of its timestamp: 5s covers this test's
+			// commit, which waits for a live query's answer, on a loaded
+			// machine.
+			opts := append(slices.Clone(c.opts), postgres.WithBacktracking(postgres.DefaultBacktrackWindow, 5*time.Second), postgres.WithPollInterval(50*time.Millisecond))
 			s := open(t, opts...)
 			ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 			defer cancel()

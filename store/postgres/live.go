@@ -227,13 +227,21 @@ func (l *liveQuery) earlier(ctx context.Context, page []row, upper time.Time) (m
 	return out, nil
 }
 
-// deliver yields r unless this query delivered it already, preceded by the
+// deliver yields r unless this query delivered it (or, for durable-state
+// changes, a later change of its id) already, preceded by the
 // events of earlier (its id's events the main query passed before they
 // committed, ascending) that come after the last one it delivered. It
 // reports false when the consumer stopped.
 func (l *liveQuery) deliver(r row, earlier []row, yield func(query.Envelope) bool) bool {
-	d := l.delivered[r.PersistenceID]
-	if r.SequenceNr <= d.seq {
+	d, known := l.delivered[r.PersistenceID]
+	switch {
+	case l.states:
+		// A state row's db_timestamp grows with each change of its id,
+		// also across a delete: revision 1 after a delete is new.
+		if known && !r.dbTimestamp.After(d.ts) {
+			return true
+		}
+	case r.SequenceNr <= d.seq:
 		return true
 	}
 	for _, m := range earlier {

@@ -14,7 +14,7 @@ import (
 
 func tailCommand() *command {
 	return &command{
-		name: "tail", summary: "follow new events live: of one id, by tag, or by entity type and slice range",
+		name: "tail", summary: "follow new events (or durable-state changes) live: of one id, by tag, or by entity type and slice range",
 		help: `Prints events as they are stored: those of one persistence id (--id, after
 --from-seq), those with a tag (--tag), or those of an entity type in a
 slice range (--type, --slices), after an offset (--from-offset; default:
@@ -23,13 +23,20 @@ or --limit events; --current stops at the events stored when it started.
 Each line starts with the event's offset, so a later tail can resume with
 --from-offset; payloads are shown as events shows them.
 
+--durable follows the changes of durable state instead (entities made with
+entity.NewDurableHost), by --tag or by --type: each line is an object's
+state at a revision, the latest when the query reached it (a revision
+replaced before it is not shown; a deleted object shows no change).
+
 --json prints one JSON object per line, in the shape of events --json,
-with "offset" set.`,
+with "offset" set; with --durable, in the shape of state --json, with
+"offset", "entity_type" and "slice".`,
 		examples: []string{
 			"annals tail --store sqlite:./annals.db --tag bank",
 			"annals tail --id 'Account|a-42' --from-seq 100",
 			"annals tail --type Account --slices 0-511 --from-offset '{\"seq\":1000}'",
 			"annals tail --type Account --current --json | jq -c '{id: .persistence_id, payload}'",
+			"annals tail --durable --type Profile",
 		},
 		maxArgs: 0,
 		setup: func(fs *flag.FlagSet) func(*env, []string) error {
@@ -44,6 +51,7 @@ with "offset" set.`,
 			fs.Int64Var(&c.limit, "limit", 0, "stop after `N` events; 0: no limit")
 			fs.BoolVar(&c.current, "current", false, "stop at the events stored when the command started")
 			fs.BoolVar(&c.full, "full", false, "print whole payloads")
+			fs.BoolVar(&c.durable, "durable", false, "follow durable-state changes (with --tag or --type)")
 			return c.run
 		},
 	}
@@ -58,6 +66,7 @@ type tailCmd struct {
 	fromSeq, limit      int64
 	slices, from        string
 	current, full       bool
+	durable             bool
 
 	r     annals.SliceRange // of --slices
 	after query.Offset      // of --from-offset (or --from-seq with --id)
@@ -97,6 +106,9 @@ func (c *tailCmd) check() error {
 	if given != 1 {
 		return usagef("give one of --id ID, --tag TAG or --type TYPE (with --slices)")
 	}
+	if c.durable && c.id != "" {
+		return usagef("--durable follows changes by --tag or --type; for one id's state, run annals state ID")
+	}
 	if c.fromSeq < 0 {
 		return usagef("--from-seq must not be negative")
 	}
@@ -121,6 +133,9 @@ func (c *tailCmd) check() error {
 // source returns the events the flags select, current or live, and what
 // they are for people.
 func (c *tailCmd) source(ctx context.Context, s *stores.Store) (iter.Seq2[query.Envelope, error], string, error) {
+	if c.durable {
+		return c.changes(ctx, s)
+	}
 	switch {
 	case c.id != "":
 		q, ok := s.Queries.(query.EventsByPersistenceIDQuery)
@@ -153,6 +168,50 @@ func (c *tailCmd) source(ctx context.Context, s *stores.Store) (iter.Seq2[query.
 	}), fmt.Sprintf("events of %s in slices %s", c.entityType, r), nil
 }
 
+// changes returns the durable-state changes the flags select.
+func (c *tailCmd) changes(ctx context.Context, s *stores.Store) (iter.Seq2[query.Envelope, error], string, error) {
+	if s.Durable == nil {
+		return nil, "", fmt.Errorf("%s: %w", s.Where, errNoDurableState)
+	}
+	if c.tag != "" {
+		q, ok := s.Durable.(query.DurableStateChangesByTagQuery)
+		if !ok {
+			return nil, "", fmt.Errorf("the %s store has no durable-state changes by tag", s.Kind)
+		}
+		return pick(c.current, func() iter.Seq2[query.Envelope, error] { return q.CurrentChangesByTag(ctx, c.tag, c.after) },
+			func() *query.Stream[query.Envelope] { return q.ChangesByTag(ctx, c.tag, c.after) }), fmt.Sprintf("durable-state changes tagged %q", c.tag), nil
+	}
+	q, ok := s.Durable.(query.DurableStateChangesBySlicesQuery)
+	if !ok {
+		return nil, "", fmt.Errorf("the %s store has no durable-state changes by slices", s.Kind)
+	}
+	r := c.r
+	return pick(c.current, func() iter.Seq2[query.Envelope, error] {
+		return q.CurrentChangesBySlices(ctx, c.entityType, r.Min, r.Max, c.after)
+	}, func() *query.Stream[query.Envelope] {
+		return q.ChangesBySlices(ctx, c.entityType, r.Min, r.Max, c.after)
+	}), fmt.Sprintf("durable-state changes of %s in slices %s", c.entityType, r), nil
+}
+
+// changeJSON is a line of tail --durable --json: the object's state as
+// state --json shows it, with the change's offset, entity type and slice.
+type changeJSON struct {
+	stateJSON
+	Offset     query.Offset `json:"offset"`
+	EntityType string       `json:"entity_type"`
+	Slice      int          `json:"slice"`
+}
+
+func toChangeJSON(env query.Envelope) changeJSON {
+	j := changeJSON{stateJSON: stateJSON{PersistenceID: env.PersistenceID, Found: true, Revision: env.SequenceNr, Timestamp: env.Timestamp.UTC(),
+		SerializerID: env.SerializerID, Manifest: env.Manifest, PayloadSize: len(env.Payload)}, Offset: env.Offset, EntityType: env.EntityType, Slice: env.Slice}
+	if len(env.Tags) > 0 {
+		j.Tag = env.Tags[0]
+	}
+	j.Payload, j.PayloadBase64 = payloadJSON(env.SerializerID, env.Payload)
+	return j
+}
+
 // print prints events, one line each, until they end, --limit, or an
 // interrupt (the normal end of a live tail).
 func (c *tailCmd) print(e *env, events iter.Seq2[query.Envelope, error]) error {
@@ -166,7 +225,11 @@ func (c *tailCmd) print(e *env, events iter.Seq2[query.Envelope, error]) error {
 			return err
 		}
 		if *c.asJSON {
-			if err := enc.Encode(toEventJSON(env, true)); err != nil {
+			var line any = toEventJSON(env, true)
+			if c.durable {
+				line = toChangeJSON(env)
+			}
+			if err := enc.Encode(line); err != nil {
 				return err
 			}
 		} else {

@@ -15,6 +15,7 @@ import (
 
 	"github.com/annals-go/annals"
 	"github.com/annals-go/annals/cmd/annals/internal/stores"
+	"github.com/annals-go/annals/durable"
 	"github.com/annals-go/annals/journal"
 	"github.com/annals-go/annals/query"
 	"github.com/annals-go/annals/serialization"
@@ -228,6 +229,92 @@ func TestTailInterrupted(t *testing.T) {
 		}
 		if err := cmd.Wait(); err != nil {
 			t.Errorf("tail interrupted: %v, want exit 0", err)
+		}
+	})
+}
+
+// writeStates upserts revisions from..to of pid's durable state in the
+// store at url, tagged tag.
+func writeStates(t *testing.T, url, pid string, from, to int64, tag string) {
+	t.Helper()
+	withStore(t, url, func(s *stores.Store) {
+		for rev := from; rev <= to; rev++ {
+			o := durable.Object{PersistenceID: pid, Revision: rev, Payload: fmt.Appendf(nil, `{"rev":%d}`, rev), SerializerID: serialization.JSONID, Manifest: "S", Tag: tag}
+			if err := s.Durable.Upsert(context.Background(), o); err != nil {
+				t.Fatal(err)
+			}
+		}
+	})
+}
+
+// changeOut is the JSON shape of tail --durable, loosely.
+type changeOut struct {
+	PersistenceID string          `json:"persistence_id"`
+	Revision      int64           `json:"revision"`
+	Offset        json.RawMessage `json:"offset"`
+	Payload       json.RawMessage `json:"payload"`
+	Tag           string          `json:"tag"`
+	EntityType    string          `json:"entity_type"`
+	Slice         int             `json:"slice"`
+}
+
+// TestTailDurable: tail --durable shows durable-state changes by type and
+// by tag, each object at its latest revision, resumes after an offset, and
+// follows new changes live; --durable with --id is a usage error.
+func TestTailDurable(t *testing.T) {
+	t.Parallel()
+	forEachFixture(t, func(t *testing.T, st testStore) {
+		env := st.env()
+		writeStates(t, st.url, "Profile|p-1", 1, 3, "people")
+		writeStates(t, st.url, "Profile|p-2", 1, 1, "people")
+		writeStates(t, st.url, "Other|o-1", 1, 1, "people")
+		revs := func(cs []changeOut) []string {
+			var out []string
+			for _, c := range cs {
+				out = append(out, fmt.Sprintf("%s@%d", c.PersistenceID, c.Revision))
+			}
+			return out
+		}
+		byType := decodeLines[changeOut](t, cli(t, env, "tail", "--durable", "--type", "Profile", "--current", "--json"), false)
+		if got, want := revs(byType), []string{"Profile|p-1@3", "Profile|p-2@1"}; !slices.Equal(got, want) {
+			t.Fatalf("--durable --type Profile: %v, want %v", got, want)
+		}
+		if c := byType[0]; !jsonEqual(c.Payload, `{"rev":3}`) || c.Tag != "people" || c.EntityType != "Profile" || c.Slice != annals.Slice("Profile|p-1") || len(c.Offset) == 0 {
+			t.Errorf("--durable --json line %+v", c)
+		}
+		byTag := decodeLines[changeOut](t, cli(t, env, "tail", "--durable", "--tag", "people", "--current", "--json", "--from-offset", string(byType[0].Offset)), false)
+		if got, want := revs(byTag), []string{"Profile|p-2@1", "Other|o-1@1"}; !slices.Equal(got, want) {
+			t.Errorf("--durable --tag people after p-1's offset: %v, want %v", got, want)
+		}
+		cli(t, env, "tail", "--durable", "--type", "Profile", "--current").want(t, 0, []string{"Profile|p-1  3", `{"rev":3}`}, nil)
+		cli(t, env, "tail", "--durable", "--id", "Profile|p-1").want(t, 2, nil, []string{"annals state ID"})
+
+		// Live: a change stored after the tail started.
+		cmd := exec.CommandContext(t.Context(), annalsBin, "tail", "--durable", "--json", "--type", "Profile", "--from-offset", string(byType[1].Offset), "--limit", "1")
+		cmd.Env = append(cleanEnv(), env...)
+		stdout, err := cmd.StdoutPipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		stderr, err := cmd.StderrPipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		banner, _ := bufio.NewReader(stderr).ReadString('\n')
+		if !strings.Contains(banner, "following durable-state changes of Profile") {
+			t.Fatalf("banner %q", banner)
+		}
+		writeStates(t, st.url, "Profile|p-2", 2, 2, "people")
+		out, err := io.ReadAll(stdout)
+		if werr := cmd.Wait(); err != nil || werr != nil {
+			t.Fatalf("live tail --durable: %v %v", err, werr)
+		}
+		var c changeOut
+		if err := json.Unmarshal(bytes.TrimSpace(out), &c); err != nil || c.PersistenceID != "Profile|p-2" || c.Revision != 2 {
+			t.Errorf("live tail --durable printed %q (%v), want Profile|p-2 at revision 2", out, err)
 		}
 	})
 }

@@ -89,3 +89,30 @@ func Conflict(call, persistenceID string, revision, stored int64) error {
 	return fmt.Errorf("%w: %s %s revision %d: the stored revision is %d (a write must name %d)",
 		ErrRevisionConflict, call, persistenceID, revision, stored, stored+1)
 }
+
+// Change is one change of a Batcher's batch: an upsert of Object, or, when
+// Delete is set, a delete of Object.PersistenceID at Object.Revision (the
+// other fields unused).
+type Change struct {
+	Object Object
+	Delete bool
+}
+
+// Batcher is a Store that applies many changes in one call, in one
+// transaction where the store has them, so that a group of writers pays
+// for one commit (the durable host's front hands it each group). Rules,
+// besides Store's:
+//
+//   - The changes are applied in order, each under Upsert's or Delete's
+//     rule, as if by that call: a later change of an id sees an earlier
+//     one's revision.
+//   - errs has one entry per change, nil when it was applied; an entry
+//     wrapping ErrRevisionConflict or ErrInvalidArgument changed nothing,
+//     and the other changes are applied as if it had not been given.
+//     errs is nil when every change was applied.
+//   - err reports a failure of the call: then errs is nil, and no change
+//     was applied unless the store says otherwise.
+type Batcher interface {
+	Store
+	Apply(ctx context.Context, changes []Change) (errs []error, err error)
+}

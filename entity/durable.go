@@ -198,38 +198,83 @@ type durableJournal struct {
 
 var _ journal.Journal = (*durableJournal)(nil)
 
+// Write applies the state changes of writes: through one Apply when the
+// store is a durable.Batcher (a group of the front's writers pays for one
+// commit), else one Upsert or Delete each.
 func (j *durableJournal) Write(ctx context.Context, writes []journal.AtomicWrite) ([]error, error) {
 	var errs []error
-	for i, w := range writes {
-		if err := j.write(ctx, w); err != nil {
-			if ctx.Err() != nil || !(errors.Is(err, journal.ErrRejected)) {
-				return nil, err
-			}
-			if errs == nil {
-				errs = make([]error, len(writes))
-			}
-			errs[i] = err
+	fail := func(i int, err error) {
+		if errs == nil {
+			errs = make([]error, len(writes))
 		}
+		errs[i] = err
+	}
+	changes := make([]durable.Change, 0, len(writes))
+	at := make([]int, 0, len(writes)) // the write of each change
+	for i, w := range writes {
+		c, err := j.change(w)
+		if err != nil {
+			fail(i, err)
+			continue
+		}
+		changes, at = append(changes, c), append(at, i)
+	}
+	if b, ok := j.store.(durable.Batcher); ok && len(changes) > 0 {
+		cerrs, err := b.Apply(ctx, changes)
+		if err != nil {
+			return nil, err
+		}
+		for k, err := range cerrs {
+			if err != nil {
+				fail(at[k], j.mapErr(writes[at[k]], err))
+			}
+		}
+		return errs, nil
+	}
+	for k, c := range changes {
+		var err error
+		if c.Delete {
+			err = j.store.Delete(ctx, c.Object.PersistenceID, c.Object.Revision)
+		} else {
+			err = j.store.Upsert(ctx, c.Object)
+		}
+		if err == nil {
+			continue
+		}
+		if err = j.mapErr(writes[at[k]], err); ctx.Err() != nil || !errors.Is(err, journal.ErrRejected) {
+			return nil, err
+		}
+		fail(at[k], err)
 	}
 	return errs, nil
 }
 
-func (j *durableJournal) write(ctx context.Context, w journal.AtomicWrite) error {
+// change returns the state change of an atomic write (one event: the
+// change, at the revision of its sequence number), or its rejection.
+func (j *durableJournal) change(w journal.AtomicWrite) (durable.Change, error) {
 	if len(w.Events) != 1 {
-		return journal.Reject("durable state of %s: %d changes in one write, want 1", w.PersistenceID, len(w.Events))
+		return durable.Change{}, journal.Reject("durable state of %s: %d changes in one write, want 1", w.PersistenceID, len(w.Events))
 	}
 	r := w.Events[0]
 	payload, id, manifest, deleted, err := splitChange(r.Payload)
 	if err != nil {
-		return journal.Reject("durable state of %s: %w", w.PersistenceID, err)
+		return durable.Change{}, journal.Reject("durable state of %s: %w", w.PersistenceID, err)
 	}
 	if deleted {
-		err = j.store.Delete(ctx, w.PersistenceID, r.SequenceNr)
-	} else {
-		err = j.store.Upsert(ctx, durable.Object{PersistenceID: w.PersistenceID, Revision: r.SequenceNr, Payload: payload, SerializerID: id, Manifest: manifest, Tag: j.tag})
+		return durable.Change{Object: durable.Object{PersistenceID: w.PersistenceID, Revision: r.SequenceNr}, Delete: true}, nil
 	}
-	if errors.Is(err, durable.ErrRevisionConflict) {
-		return fmt.Errorf("%w: %w", &journal.ConflictError{PersistenceID: w.PersistenceID, SequenceNr: r.SequenceNr}, err)
+	return durable.Change{Object: durable.Object{PersistenceID: w.PersistenceID, Revision: r.SequenceNr, Payload: payload, SerializerID: id, Manifest: manifest, Tag: j.tag}}, nil
+}
+
+// mapErr turns a change's revision conflict into the journal's sequence
+// conflict (another writer of the id) and an invalid argument into a
+// rejection.
+func (j *durableJournal) mapErr(w journal.AtomicWrite, err error) error {
+	switch {
+	case errors.Is(err, durable.ErrRevisionConflict):
+		return fmt.Errorf("%w: %w", &journal.ConflictError{PersistenceID: w.PersistenceID, SequenceNr: w.Events[0].SequenceNr}, err)
+	case errors.Is(err, durable.ErrInvalidArgument):
+		return journal.Reject("durable state of %s: %w", w.PersistenceID, err)
 	}
 	return err
 }

@@ -356,3 +356,122 @@ func changesBadOffset(t T, s durable.Store) {
 		}
 	}
 }
+
+// The rules of durable.Batcher, skipped for stores that are not one.
+func batchRules() []durableRule {
+	return []durableRule{
+		{"BatchAppliesInOrder", "Apply applies its changes in order, each under Upsert's or Delete's rule: a later change of an id sees an earlier one's revision", batchInOrder},
+		{"BatchFailsChangesAlone", "a change of a batch with a stale revision or an invalid argument fails alone, with ErrRevisionConflict or ErrInvalidArgument, and the others are applied", batchFailsAlone},
+		{"BatchesRaceForOneID", "of batches racing for revision 1 of one id, exactly one applies it; each batch's other changes are applied", batchRace},
+	}
+}
+
+func batcher(t T, s durable.Store) durable.Batcher {
+	t.Helper()
+	b, ok := s.(durable.Batcher)
+	if !ok {
+		t.Skip("store is not a durable.Batcher")
+	}
+	return b
+}
+
+func apply(t T, b durable.Batcher, changes ...durable.Change) []error {
+	t.Helper()
+	errs, err := b.Apply(testContext(t), changes)
+	if err != nil {
+		t.Fatalf("Apply: %v", err)
+	}
+	if errs != nil && len(errs) != len(changes) {
+		t.Fatalf("Apply returned %d errors for %d changes", len(errs), len(changes))
+	}
+	return errs
+}
+
+func batchInOrder(t T, s durable.Store) {
+	b := batcher(t, s)
+	a, d := uniqueID(t, "KitBatch"), uniqueID(t, "KitBatch")
+	upsert(t, s, obj(d, 1, "d1"))
+	if errs := apply(t, b,
+		durable.Change{Object: obj(a, 1, "a1")},
+		durable.Change{Object: obj(a, 2, "a2")},
+		durable.Change{Object: durable.Object{PersistenceID: d, Revision: 2}, Delete: true},
+		durable.Change{Object: obj(d, 1, "d again")},
+		durable.Change{Object: obj(a, 3, "a3")},
+	); errs != nil {
+		t.Fatalf("Apply: %v, want every change applied", errs)
+	}
+	for pid, want := range map[string]string{a: "a3@3", d: "d again@1"} {
+		if o, ok := get(t, s, pid); !ok || fmt.Sprintf("%s@%d", o.Payload, o.Revision) != want {
+			t.Errorf("Get(%s) after the batch: %q@%d (found %v), want %s", pid, o.Payload, o.Revision, ok, want)
+		}
+	}
+}
+
+func batchFailsAlone(t T, s durable.Store) {
+	b := batcher(t, s)
+	a, c, e := uniqueID(t, "KitBatch"), uniqueID(t, "KitBatch"), uniqueID(t, "KitBatch")
+	upsert(t, s, obj(c, 1, "c1"))
+	errs := apply(t, b,
+		durable.Change{Object: obj(a, 1, "a1")},
+		durable.Change{Object: obj(c, 3, "c3")}, // stale: c holds 1
+		durable.Change{Object: obj("", 1, "x")}, // invalid
+		durable.Change{Object: durable.Object{PersistenceID: c, Revision: 5}, Delete: true},
+		durable.Change{Object: obj(e, 1, "e1")},
+	)
+	want := []error{nil, durable.ErrRevisionConflict, durable.ErrInvalidArgument, durable.ErrRevisionConflict, nil}
+	if errs == nil {
+		t.Fatalf("Apply returned no errors, want %v", want)
+	}
+	for i, w := range want {
+		if (w == nil) != (errs[i] == nil) || (w != nil && !errors.Is(errs[i], w)) {
+			t.Errorf("change %d: %v, want %v", i, errs[i], w)
+		}
+	}
+	for pid, want := range map[string]string{a: "a1@1", c: "c1@1", e: "e1@1"} {
+		if o, ok := get(t, s, pid); !ok || fmt.Sprintf("%s@%d", o.Payload, o.Revision) != want {
+			t.Errorf("Get(%s) after the batch: %q@%d (found %v), want %s", pid, o.Payload, o.Revision, ok, want)
+		}
+	}
+}
+
+func batchRace(t T, s durable.Store) {
+	const racers = 6
+	b := batcher(t, s)
+	contested := uniqueID(t, "KitBatch")
+	own := make([]string, racers)
+	errs := make([][]error, racers)
+	var wg sync.WaitGroup
+	start := make(chan struct{})
+	for i := range racers {
+		own[i] = uniqueID(t, "KitBatch")
+		wg.Go(func() {
+			<-start
+			e, err := b.Apply(testContext(t), []durable.Change{
+				{Object: obj(own[i], 1, "own")},
+				{Object: obj(contested, 1, fmt.Sprint(i))},
+				{Object: obj(own[i], 2, "own2")},
+			})
+			if err != nil {
+				t.Errorf("racer %d: Apply: %v", i, err)
+				return
+			}
+			errs[i] = e
+		})
+	}
+	close(start)
+	wg.Wait()
+	won := 0
+	for i, e := range errs {
+		if e == nil {
+			won++
+		} else if e[0] != nil || e[2] != nil || !errors.Is(e[1], durable.ErrRevisionConflict) {
+			t.Errorf("racer %d: %v, want only the contested change to fail, with ErrRevisionConflict", i, e)
+		}
+		if o, ok := get(t, s, own[i]); !ok || o.Revision != 2 {
+			t.Errorf("racer %d's own id: revision %d (found %v), want 2", i, o.Revision, ok)
+		}
+	}
+	if won != 1 {
+		t.Errorf("%d racers applied the contested revision 1, want exactly 1", won)
+	}
+}

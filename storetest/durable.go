@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -73,7 +74,7 @@ func runDurable(t T, h DurableHarnessFor[T]) {
 		t.Fatal("storetest: DurableHarness.New is nil")
 	}
 	names := []string{"CloseEndsCalls"}
-	rules := append(durableRules(), changeRules()...)
+	rules := slices.Concat(durableRules(), changeRules(), batchRules())
 	for _, r := range rules {
 		names = append(names, r.name)
 	}

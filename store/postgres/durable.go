@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"iter"
+	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -120,15 +121,21 @@ type DurableState struct {
 }
 
 var (
-	_ durable.Store                          = (*DurableState)(nil)
+	_ durable.Batcher                        = (*DurableState)(nil)
 	_ query.DurableStateChangesBySlicesQuery = (*DurableState)(nil)
 	_ query.DurableStateChangesByTagQuery    = (*DurableState)(nil)
 )
 
 // Get implements durable.Store.Get.
 func (d *DurableState) Get(ctx context.Context, persistenceID string) (durable.Object, bool, error) {
-	if err := d.ready(ctx, "get", persistenceID, 1); err != nil {
+	if err := durable.Check("get", persistenceID, 1); err != nil {
 		return durable.Object{}, false, err
+	}
+	if err := ctx.Err(); err != nil {
+		return durable.Object{}, false, err
+	}
+	if d.s.isClosed() {
+		return durable.Object{}, false, durable.ErrClosed
 	}
 	o := durable.Object{PersistenceID: persistenceID}
 	err := d.s.pool.QueryRow(ctx, d.get, persistenceID).Scan(&o.Revision, &o.Timestamp, &o.SerializerID, &o.Manifest, &o.Payload, &o.Tag)
@@ -147,8 +154,109 @@ func (d *DurableState) Get(ctx context.Context, persistenceID string) (durable.O
 
 // Upsert implements durable.Store.Upsert.
 func (d *DurableState) Upsert(ctx context.Context, o durable.Object) error {
-	if err := d.ready(ctx, "upsert", o.PersistenceID, o.Revision); err != nil {
+	return d.one(ctx, durable.Change{Object: o})
+}
+
+// Delete implements durable.Store.Delete.
+func (d *DurableState) Delete(ctx context.Context, persistenceID string, revision int64) error {
+	return d.one(ctx, durable.Change{Object: durable.Object{PersistenceID: persistenceID, Revision: revision}, Delete: true})
+}
+
+// one applies one change.
+func (d *DurableState) one(ctx context.Context, c durable.Change) error {
+	errs, err := d.Apply(ctx, []durable.Change{c})
+	if err != nil {
 		return err
+	}
+	if errs != nil {
+		return errs[0]
+	}
+	return nil
+}
+
+// Apply implements durable.Batcher: the changes' statements go in one
+// round trip and one implicit transaction (one commit), with the NOTIFY.
+// A change whose revision does not follow the stored one changes no row
+// and fails alone. Only a race for revision 1 with another writer (a
+// unique violation) aborts the transaction; then each change is applied
+// again in a transaction of its own.
+func (d *DurableState) Apply(ctx context.Context, changes []durable.Change) ([]error, error) {
+	var errs []error
+	fail := func(i int, err error) {
+		if errs == nil {
+			errs = make([]error, len(changes))
+		}
+		errs[i] = err
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	if d.s.isClosed() {
+		return nil, durable.ErrClosed
+	}
+	type result struct{ changed, stored int64 }
+	results := make([]result, len(changes))
+	sent := make([]bool, len(changes))
+	b := &pgx.Batch{}
+	for i, c := range changes {
+		if err := checkChange(c); err != nil {
+			fail(i, err)
+			continue
+		}
+		stmt, args := d.statement(c)
+		r := &results[i]
+		b.Queue(stmt, args...).QueryRow(func(row pgx.Row) error { return row.Scan(&r.changed, &r.stored) })
+		sent[i] = true
+	}
+	if b.Len() == 0 {
+		return errs, nil
+	}
+	if d.s.cfg.notify {
+		b.Queue(`SELECT pg_notify($1, '')`, d.s.channel)
+	}
+	err := d.s.pool.SendBatch(ctx, b).Close()
+	var pgErr *pgconn.PgError
+	switch {
+	case errors.As(err, &pgErr) && pgErr.Code == "23505": // another writer's revision 1
+		if n := slices.Index(sent, true); !slices.Contains(sent[n+1:], true) {
+			fail(n, durable.Conflict("upsert", changes[n].Object.PersistenceID, 1, 1))
+			return errs, nil
+		}
+		// It aborted the whole transaction: each change again on its
+		// own, so that only the one that raced fails.
+		for i, c := range changes {
+			if !sent[i] {
+				continue
+			}
+			if err := d.one(ctx, c); err != nil {
+				if !errors.Is(err, durable.ErrRevisionConflict) {
+					return nil, err
+				}
+				fail(i, err)
+			}
+		}
+		return errs, nil
+	case err != nil:
+		return nil, d.mapErr(ctx, "write durable state", err)
+	}
+	d.s.signal.Notify()
+	for i, c := range changes {
+		r := results[i]
+		if sent[i] && r.changed == 0 && !(c.Delete && r.stored == 0) {
+			fail(i, durable.Conflict(callOf(c), c.Object.PersistenceID, c.Object.Revision, r.stored))
+		}
+	}
+	return errs, nil
+}
+
+// statement returns the statement of a change and its arguments: the
+// insert of revision 1 ($2 and $3: slice and entity type), the update of
+// revision n ($2 and $3: the new and the stored revision), or the delete
+// of the row of revision n-1.
+func (d *DurableState) statement(c durable.Change) (string, []any) {
+	o := c.Object
+	if c.Delete {
+		return d.delete, []any{o.PersistenceID, o.Revision - 1}
 	}
 	payload := o.Payload
 	if payload == nil {
@@ -158,61 +266,26 @@ func (d *DurableState) Upsert(ctx context.Context, o durable.Object) error {
 	if o.Tag != "" {
 		tags = []string{o.Tag}
 	}
-	// The insert's $2 and $3 are slice and entity type; the update's the
-	// new and the stored revision.
-	stmt, args := d.update, []any{o.PersistenceID, o.Revision, o.Revision - 1, o.SerializerID, o.Manifest, payload, tags}
 	if o.Revision == 1 {
-		stmt, args = d.insert, []any{o.PersistenceID, annals.Slice(o.PersistenceID), annals.EntityType(o.PersistenceID), o.SerializerID, o.Manifest, payload, tags}
+		return d.insert, []any{o.PersistenceID, annals.Slice(o.PersistenceID), annals.EntityType(o.PersistenceID), o.SerializerID, o.Manifest, payload, tags}
 	}
-	changed, stored, err := d.change(ctx, stmt, args...)
-	var pgErr *pgconn.PgError
-	switch {
-	case errors.As(err, &pgErr) && pgErr.Code == "23505": // another writer inserted revision 1
-		return durable.Conflict("upsert", o.PersistenceID, o.Revision, 1)
-	case err != nil:
-		return d.mapErr(ctx, "upsert durable state", err)
-	case changed == 0:
-		return durable.Conflict("upsert", o.PersistenceID, o.Revision, stored)
-	}
-	return nil
+	return d.update, []any{o.PersistenceID, o.Revision, o.Revision - 1, o.SerializerID, o.Manifest, payload, tags}
 }
 
-// Delete implements durable.Store.Delete.
-func (d *DurableState) Delete(ctx context.Context, persistenceID string, revision int64) error {
-	if err := d.ready(ctx, "delete", persistenceID, revision); err != nil {
-		return err
+func callOf(c durable.Change) string {
+	if c.Delete {
+		return "delete"
 	}
-	deleted, stored, err := d.change(ctx, d.delete, persistenceID, revision-1)
-	if err != nil {
-		return d.mapErr(ctx, "delete durable state", err)
-	}
-	if deleted == 0 && stored != 0 {
-		return durable.Conflict("delete", persistenceID, revision, stored)
-	}
-	return nil
+	return "upsert"
+}
+
+// checkChange checks a change's arguments, naming its call.
+func checkChange(c durable.Change) error {
+	return durable.Check(callOf(c), c.Object.PersistenceID, c.Object.Revision)
 }
 
 // Close closes the whole Store.
 func (d *DurableState) Close() error { return d.s.Close() }
-
-// change runs an upsert or delete statement, which returns how many rows
-// it changed and the revision its snapshot saw stored, in one implicit
-// transaction with the NOTIFY that wakes live queries (when on), and wakes
-// this process's live queries after it.
-func (d *DurableState) change(ctx context.Context, stmt string, args ...any) (changed, stored int64, err error) {
-	if !d.s.cfg.notify {
-		err = d.s.pool.QueryRow(ctx, stmt, args...).Scan(&changed, &stored)
-	} else {
-		b := &pgx.Batch{}
-		b.Queue(stmt, args...).QueryRow(func(r pgx.Row) error { return r.Scan(&changed, &stored) })
-		b.Queue(`SELECT pg_notify($1, '')`, d.s.channel)
-		err = d.s.pool.SendBatch(ctx, b).Close()
-	}
-	if err == nil && changed > 0 {
-		d.s.signal.Notify()
-	}
-	return changed, stored, err
-}
 
 // CurrentChangesBySlices implements query.DurableStateChangesBySlicesQuery.
 func (d *DurableState) CurrentChangesBySlices(ctx context.Context, entityType string, minSlice, maxSlice int, after query.Offset) iter.Seq2[query.Envelope, error] {
@@ -248,21 +321,6 @@ func (d *DurableState) byTagReader(tag string) pageReader {
 	return func(ctx context.Context, k key, upper time.Time, limit int, emit func([]row) []row) ([]row, error) {
 		return d.s.readOrdered(ctx, limit, emit, d.byTag, tag, k.ts, k.seq, k.pid, upper, limit)
 	}
-}
-
-// ready checks a call's arguments, its context and the store, in that
-// order.
-func (d *DurableState) ready(ctx context.Context, call, persistenceID string, revision int64) error {
-	if err := durable.Check(call, persistenceID, revision); err != nil {
-		return err
-	}
-	if err := ctx.Err(); err != nil {
-		return err
-	}
-	if d.s.isClosed() {
-		return durable.ErrClosed
-	}
-	return nil
 }
 
 // mapErr maps a driver error of operation op: a missing durable_state

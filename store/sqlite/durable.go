@@ -32,7 +32,7 @@ func (s *Store) DurableState() *DurableState { return &DurableState{s: s} }
 type DurableState struct{ s *Store }
 
 var (
-	_ durable.Store                          = (*DurableState)(nil)
+	_ durable.Batcher                        = (*DurableState)(nil)
 	_ query.DurableStateChangesBySlicesQuery = (*DurableState)(nil)
 	_ query.DurableStateChangesByTagQuery    = (*DurableState)(nil)
 )
@@ -65,74 +65,117 @@ func (d *DurableState) Get(ctx context.Context, persistenceID string) (durable.O
 
 // Upsert implements durable.Store.Upsert.
 func (d *DurableState) Upsert(ctx context.Context, o durable.Object) error {
-	if err := durable.Check("upsert", o.PersistenceID, o.Revision); err != nil {
-		return err
-	}
-	return d.change(ctx, "upsert", o.PersistenceID, o.Revision, func(tx *sql.Tx) error {
-		payload := o.Payload
-		if payload == nil {
-			payload = []byte{}
-		}
-		var tag any
-		if o.Tag != "" {
-			tag = o.Tag
-		}
-		if _, err := tx.Exec(`UPDATE durable_state_clock SET ordering = ordering + 1`); err != nil {
-			return err
-		}
-		_, err := tx.Exec(`INSERT INTO durable_state (persistence_id, revision, payload, serializer_id, manifest, tag, timestamp, slice, entity_type, ordering)
-			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, (SELECT ordering FROM durable_state_clock))
-			ON CONFLICT (persistence_id) DO UPDATE SET revision = excluded.revision, payload = excluded.payload, serializer_id = excluded.serializer_id,
-				manifest = excluded.manifest, tag = excluded.tag, timestamp = excluded.timestamp, ordering = excluded.ordering`,
-			o.PersistenceID, o.Revision, bytes.Clone(payload), o.SerializerID, o.Manifest, tag, time.Now().UnixNano(),
-			annals.Slice(o.PersistenceID), annals.EntityType(o.PersistenceID))
-		return err
-	})
+	return d.one(ctx, durable.Change{Object: o})
 }
 
 // Delete implements durable.Store.Delete: it removes the row.
 func (d *DurableState) Delete(ctx context.Context, persistenceID string, revision int64) error {
-	if err := durable.Check("delete", persistenceID, revision); err != nil {
-		return err
-	}
-	return d.change(ctx, "delete", persistenceID, revision, func(tx *sql.Tx) error {
-		_, err := tx.Exec(`DELETE FROM durable_state WHERE persistence_id = ?`, persistenceID)
-		return err
-	})
+	return d.one(ctx, durable.Change{Object: durable.Object{PersistenceID: persistenceID, Revision: revision}, Delete: true})
 }
 
-// change runs write in a write transaction once the stored revision of
-// pid is revision-1; a delete of an id that holds nothing does nothing.
-func (d *DurableState) change(ctx context.Context, call, pid string, revision int64, write func(*sql.Tx) error) error {
-	if err := ctx.Err(); err != nil {
+// one applies one change in a transaction of its own.
+func (d *DurableState) one(ctx context.Context, c durable.Change) error {
+	if err := checkChange(c); err != nil {
 		return err
 	}
+	errs, err := d.Apply(ctx, []durable.Change{c})
+	if err != nil {
+		return err
+	}
+	if errs != nil {
+		return errs[0]
+	}
+	return nil
+}
+
+// Apply implements durable.Batcher: the changes are applied in one write
+// transaction (one commit), each after reading its id's stored revision.
+func (d *DurableState) Apply(ctx context.Context, changes []durable.Change) ([]error, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
 	if d.s.isClosed() {
-		return durable.ErrClosed
+		return nil, durable.ErrClosed
 	}
 	tx, release, err := d.s.writeTxn(ctx)
 	if err != nil {
-		return d.s.errs.Map(ctx, call+" durable state", err, durable.ErrClosed)
+		return nil, d.s.errs.Map(ctx, "write durable state", err, durable.ErrClosed)
 	}
 	defer release()
-	var stored int64
-	if err := tx.QueryRow(`SELECT revision FROM durable_state WHERE persistence_id = ?`, pid).Scan(&stored); err != nil && !errors.Is(err, sql.ErrNoRows) {
-		return d.s.errs.Map(ctx, call+" durable state", err, durable.ErrClosed)
-	}
-	switch {
-	case call == "delete" && stored == 0:
-		return nil
-	case revision != stored+1:
-		return durable.Conflict(call, pid, revision, stored)
-	}
-	if err := write(tx); err != nil {
-		return d.s.errs.Map(ctx, call+" durable state", err, durable.ErrClosed)
+	var errs []error
+	now := time.Now().UnixNano()
+	for i, c := range changes {
+		err := checkChange(c)
+		if err == nil {
+			err = apply(tx, c, now)
+		}
+		if err == nil {
+			continue
+		}
+		if !errors.Is(err, durable.ErrRevisionConflict) && !errors.Is(err, durable.ErrInvalidArgument) {
+			return nil, d.s.errs.Map(ctx, "write durable state", err, durable.ErrClosed)
+		}
+		if errs == nil {
+			errs = make([]error, len(changes))
+		}
+		errs[i] = err
 	}
 	if err := tx.Commit(); err != nil {
-		return d.s.errs.Map(ctx, call+" durable state", err, durable.ErrClosed)
+		return nil, d.s.errs.Map(ctx, "write durable state", err, durable.ErrClosed)
 	}
 	d.s.signal.Notify()
-	return nil
+	return errs, nil
+}
+
+// checkChange checks a change's arguments, naming its call.
+func checkChange(c durable.Change) error {
+	if c.Delete {
+		return durable.Check("delete", c.Object.PersistenceID, c.Object.Revision)
+	}
+	return durable.Check("upsert", c.Object.PersistenceID, c.Object.Revision)
+}
+
+// apply applies c in tx once its id's stored revision is c's minus one (a
+// conflict otherwise; a delete of an id that holds nothing does nothing):
+// an upsert takes the next ordering and writes the row, a delete removes
+// it.
+func apply(tx *sql.Tx, c durable.Change, now int64) error {
+	o := c.Object
+	var stored int64
+	if err := tx.QueryRow(`SELECT revision FROM durable_state WHERE persistence_id = ?`, o.PersistenceID).Scan(&stored); err != nil && !errors.Is(err, sql.ErrNoRows) {
+		return err
+	}
+	call := "upsert"
+	if c.Delete {
+		call = "delete"
+	}
+	switch {
+	case c.Delete && stored == 0:
+		return nil
+	case o.Revision != stored+1:
+		return durable.Conflict(call, o.PersistenceID, o.Revision, stored)
+	case c.Delete:
+		_, err := tx.Exec(`DELETE FROM durable_state WHERE persistence_id = ?`, o.PersistenceID)
+		return err
+	}
+	payload := o.Payload
+	if payload == nil {
+		payload = []byte{}
+	}
+	var tag any
+	if o.Tag != "" {
+		tag = o.Tag
+	}
+	if _, err := tx.Exec(`UPDATE durable_state_clock SET ordering = ordering + 1`); err != nil {
+		return err
+	}
+	_, err := tx.Exec(`INSERT INTO durable_state (persistence_id, revision, payload, serializer_id, manifest, tag, timestamp, slice, entity_type, ordering)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, (SELECT ordering FROM durable_state_clock))
+		ON CONFLICT (persistence_id) DO UPDATE SET revision = excluded.revision, payload = excluded.payload, serializer_id = excluded.serializer_id,
+			manifest = excluded.manifest, tag = excluded.tag, timestamp = excluded.timestamp, ordering = excluded.ordering`,
+		o.PersistenceID, o.Revision, bytes.Clone(payload), o.SerializerID, o.Manifest, tag, now,
+		annals.Slice(o.PersistenceID), annals.EntityType(o.PersistenceID))
+	return err
 }
 
 // Close closes the whole Store.

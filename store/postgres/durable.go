@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"iter"
-	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -39,21 +38,27 @@ CREATE INDEX IF NOT EXISTS durable_state_slice_idx ON {s}.durable_state(slice, e
 // durable_state table (both layouts). Its Close closes the whole Store.
 func (s *Store) DurableState() *DurableState {
 	t := table(s.cfg.schema, "durable_state")
-	// stored is the id's revision as the statement's snapshot saw it
-	// (0: none), for the conflict's message and Delete's no-op.
-	stored := `COALESCE((SELECT max(revision) FROM ` + t + ` WHERE persistence_id = $1), 0)`
+	// A tag travels as one text per row (NULL: none) and is stored as a
+	// one-element array, as the plugin writes it.
+	tags := `CASE WHEN u.tag IS NULL THEN NULL ELSE ARRAY[u.tag] END`
 	return &DurableState{s: s,
 		get: `SELECT revision, db_timestamp, state_ser_id, COALESCE(state_ser_manifest, ''), state_payload, COALESCE(tags[1], '')
 			FROM ` + t + ` WHERE persistence_id = $1 ORDER BY revision DESC LIMIT 1`,
-		insert: `WITH w AS (INSERT INTO ` + t + ` (slice, entity_type, persistence_id, revision, db_timestamp, state_ser_id, state_ser_manifest, state_payload, tags)
-			SELECT $2::int, $3::varchar, $1::varchar, 1, transaction_timestamp(), $4::int, $5::varchar, $6::bytea, $7::text[] WHERE NOT EXISTS (SELECT 1 FROM ` + t + ` WHERE persistence_id = $1) RETURNING 1)
-			SELECT (SELECT count(*) FROM w), ` + stored,
-		update: `WITH w AS (UPDATE ` + t + ` SET revision = $2, db_timestamp = GREATEST(transaction_timestamp(), db_timestamp + interval '1 microsecond'),
-			state_ser_id = $4, state_ser_manifest = $5, state_payload = $6, tags = $7
-			WHERE persistence_id = $1 AND revision = $3 RETURNING 1)
-			SELECT (SELECT count(*) FROM w), ` + stored,
-		delete: `WITH w AS (DELETE FROM ` + t + ` WHERE persistence_id = $1 AND revision = $2 RETURNING 1)
-			SELECT (SELECT count(*) FROM w), ` + stored,
+		insert: `INSERT INTO ` + t + ` (slice, entity_type, persistence_id, revision, db_timestamp, state_ser_id, state_ser_manifest, state_payload, tags)
+			SELECT u.slice, u.entity_type, u.pid, 1, transaction_timestamp(), u.ser_id, u.manifest, u.payload, ` + tags + `
+			FROM unnest($1::text[], $2::int[], $3::text[], $4::int[], $5::text[], $6::bytea[], $7::text[]) AS u(pid, slice, entity_type, ser_id, manifest, payload, tag)
+			WHERE NOT EXISTS (SELECT 1 FROM ` + t + ` d WHERE d.persistence_id = u.pid)
+			ON CONFLICT DO NOTHING
+			RETURNING persistence_id`,
+		update: `UPDATE ` + t + ` AS d SET revision = u.rev, db_timestamp = GREATEST(transaction_timestamp(), d.db_timestamp + interval '1 microsecond'),
+				state_ser_id = u.ser_id, state_ser_manifest = u.manifest, state_payload = u.payload, tags = ` + tags + `
+			FROM unnest($1::text[], $2::bigint[], $3::int[], $4::text[], $5::bytea[], $6::text[]) AS u(pid, rev, ser_id, manifest, payload, tag)
+			WHERE d.persistence_id = u.pid AND d.revision = u.rev - 1
+			RETURNING d.persistence_id`,
+		delete: `DELETE FROM ` + t + ` AS d USING unnest($1::text[], $2::bigint[]) AS u(pid, rev)
+			WHERE d.persistence_id = u.pid AND d.revision = u.rev - 1
+			RETURNING d.persistence_id`,
+		stored: `SELECT persistence_id, max(revision) FROM ` + t + ` WHERE persistence_id = ANY($1) GROUP BY persistence_id`,
 		bySlices: `SELECT ` + stateColumns + ` FROM ` + t + `
 			WHERE entity_type = $1 AND slice BETWEEN $2 AND $3
 			AND (db_timestamp, revision, persistence_id) > ($4, $5, $6) AND db_timestamp <= $7
@@ -116,8 +121,8 @@ const stateColumns = `persistence_id, revision, db_timestamp, db_timestamp, stat
 // matching rows of the slice range, or scan the table by tag.
 type DurableState struct {
 	s                           *Store
-	get, insert, update, delete string
-	bySlices, byTag             string
+	get, insert, update, delete, stored string
+	bySlices, byTag                     string
 }
 
 var (
@@ -174,13 +179,23 @@ func (d *DurableState) one(ctx context.Context, c durable.Change) error {
 	return nil
 }
 
-// Apply implements durable.Batcher: the changes' statements go in one
-// round trip and one implicit transaction (one commit), with the NOTIFY.
-// A change whose revision does not follow the stored one changes no row
-// and fails alone. Only a race for revision 1 with another writer (a
-// unique violation) aborts the transaction; then each change is applied
-// again in a transaction of its own.
+// Apply implements durable.Batcher: the changes go in one round trip and
+// one implicit transaction (one commit), with the NOTIFY, as at most three
+// set-based statements (the inserts of revision 1, the updates of the row
+// of the revision before, the deletes of it) per run of changes whose ids
+// are distinct; a later change of an id starts a new run. A change whose
+// revision does not follow the stored one changes no row; the stored
+// revisions of those are read afterwards, for the conflicts' messages and
+// for deletes of ids that hold nothing. Two writers inserting revision 1
+// of an id do not fail each other's transactions: the second does
+// nothing (ON CONFLICT DO NOTHING) and its change is a conflict.
 func (d *DurableState) Apply(ctx context.Context, changes []durable.Change) ([]error, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	if d.s.isClosed() {
+		return nil, durable.ErrClosed
+	}
 	var errs []error
 	fail := func(i int, err error) {
 		if errs == nil {
@@ -188,25 +203,25 @@ func (d *DurableState) Apply(ctx context.Context, changes []durable.Change) ([]e
 		}
 		errs[i] = err
 	}
-	if err := ctx.Err(); err != nil {
-		return nil, err
-	}
-	if d.s.isClosed() {
-		return nil, durable.ErrClosed
-	}
-	type result struct{ changed, stored int64 }
-	results := make([]result, len(changes))
-	sent := make([]bool, len(changes))
+	applied := make([]bool, len(changes))
 	b := &pgx.Batch{}
-	for i, c := range changes {
-		if err := checkChange(c); err != nil {
-			fail(i, err)
-			continue
+	for start := 0; start < len(changes); {
+		// One run: the changes from start up to the next repeated id.
+		run := map[string]int{} // id → its change's index
+		end := start
+		for ; end < len(changes); end++ {
+			pid := changes[end].Object.PersistenceID
+			if _, again := run[pid]; again {
+				break
+			}
+			if err := checkChange(changes[end]); err != nil {
+				fail(end, err)
+				continue
+			}
+			run[pid] = end
 		}
-		stmt, args := d.statement(c)
-		r := &results[i]
-		b.Queue(stmt, args...).QueryRow(func(row pgx.Row) error { return row.Scan(&r.changed, &r.stored) })
-		sent[i] = true
+		d.queueRun(b, changes, run, applied)
+		start = end
 	}
 	if b.Len() == 0 {
 		return errs, nil
@@ -214,62 +229,99 @@ func (d *DurableState) Apply(ctx context.Context, changes []durable.Change) ([]e
 	if d.s.cfg.notify {
 		b.Queue(`SELECT pg_notify($1, '')`, d.s.channel)
 	}
-	err := d.s.pool.SendBatch(ctx, b).Close()
-	var pgErr *pgconn.PgError
-	switch {
-	case errors.As(err, &pgErr) && pgErr.Code == "23505": // another writer's revision 1
-		if n := slices.Index(sent, true); !slices.Contains(sent[n+1:], true) {
-			fail(n, durable.Conflict("upsert", changes[n].Object.PersistenceID, 1, 1))
-			return errs, nil
-		}
-		// It aborted the whole transaction: each change again on its
-		// own, so that only the one that raced fails.
-		for i, c := range changes {
-			if !sent[i] {
-				continue
-			}
-			if err := d.one(ctx, c); err != nil {
-				if !errors.Is(err, durable.ErrRevisionConflict) {
-					return nil, err
-				}
-				fail(i, err)
-			}
-		}
-		return errs, nil
-	case err != nil:
+	if err := d.s.pool.SendBatch(ctx, b).Close(); err != nil {
 		return nil, d.mapErr(ctx, "write durable state", err)
 	}
 	d.s.signal.Notify()
+	var missed []string
 	for i, c := range changes {
-		r := results[i]
-		if sent[i] && r.changed == 0 && !(c.Delete && r.stored == 0) {
-			fail(i, durable.Conflict(callOf(c), c.Object.PersistenceID, c.Object.Revision, r.stored))
+		if !applied[i] && (errs == nil || errs[i] == nil) {
+			missed = append(missed, c.Object.PersistenceID)
+		}
+	}
+	if len(missed) == 0 {
+		return errs, nil
+	}
+	stored := map[string]int64{}
+	rows, err := d.s.pool.Query(ctx, d.stored, missed)
+	if err == nil {
+		var pid string
+		var rev int64
+		_, err = pgx.ForEachRow(rows, []any{&pid, &rev}, func() error { stored[pid] = rev; return nil })
+	}
+	if err != nil {
+		return nil, d.mapErr(ctx, "read durable state revisions", err)
+	}
+	for i, c := range changes {
+		if applied[i] || (errs != nil && errs[i] != nil) {
+			continue
+		}
+		if rev := stored[c.Object.PersistenceID]; !(c.Delete && rev == 0) {
+			fail(i, durable.Conflict(callOf(c), c.Object.PersistenceID, c.Object.Revision, rev))
 		}
 	}
 	return errs, nil
 }
 
-// statement returns the statement of a change and its arguments: the
-// insert of revision 1 ($2 and $3: slice and entity type), the update of
-// revision n ($2 and $3: the new and the stored revision), or the delete
-// of the row of revision n-1.
-func (d *DurableState) statement(c durable.Change) (string, []any) {
-	o := c.Object
-	if c.Delete {
-		return d.delete, []any{o.PersistenceID, o.Revision - 1}
+// queueRun queues the statements of one run of changes (run: each id's
+// change index, the ids distinct), which mark applied the changes whose
+// rows they changed.
+func (d *DurableState) queueRun(b *pgx.Batch, changes []durable.Change, run map[string]int, applied []bool) {
+	var ins, upd, del []int
+	for _, i := range run {
+		switch c := changes[i]; {
+		case c.Delete:
+			del = append(del, i)
+		case c.Object.Revision == 1:
+			ins = append(ins, i)
+		default:
+			upd = append(upd, i)
+		}
 	}
-	payload := o.Payload
-	if payload == nil {
-		payload = []byte{} // state_payload is NOT NULL
+	mark := func(rows pgx.Rows) error {
+		var pid string
+		_, err := pgx.ForEachRow(rows, []any{&pid}, func() error { applied[run[pid]] = true; return nil })
+		return err
 	}
-	var tags any // NULL without a tag, as the plugin writes it
-	if o.Tag != "" {
-		tags = []string{o.Tag}
+	columns := func(idx []int) (pids, manifests []string, serIDs []int32, payloads [][]byte, tags []*string) {
+		for _, i := range idx {
+			o := changes[i].Object
+			payload := o.Payload
+			if payload == nil {
+				payload = []byte{} // state_payload is NOT NULL
+			}
+			var tag *string // NULL without a tag, as the plugin writes it
+			if o.Tag != "" {
+				tag = &o.Tag
+			}
+			pids, manifests, serIDs = append(pids, o.PersistenceID), append(manifests, o.Manifest), append(serIDs, o.SerializerID)
+			payloads, tags = append(payloads, payload), append(tags, tag)
+		}
+		return
 	}
-	if o.Revision == 1 {
-		return d.insert, []any{o.PersistenceID, annals.Slice(o.PersistenceID), annals.EntityType(o.PersistenceID), o.SerializerID, o.Manifest, payload, tags}
+	if len(ins) > 0 {
+		pids, manifests, serIDs, payloads, tags := columns(ins)
+		slices, types := make([]int32, len(ins)), make([]string, len(ins))
+		for k, pid := range pids {
+			slices[k], types[k] = int32(annals.Slice(pid)), annals.EntityType(pid)
+		}
+		b.Queue(d.insert, pids, slices, types, serIDs, manifests, payloads, tags).Query(mark)
 	}
-	return d.update, []any{o.PersistenceID, o.Revision, o.Revision - 1, o.SerializerID, o.Manifest, payload, tags}
+	if len(upd) > 0 {
+		pids, manifests, serIDs, payloads, tags := columns(upd)
+		revs := make([]int64, len(upd))
+		for k, i := range upd {
+			revs[k] = changes[i].Object.Revision
+		}
+		b.Queue(d.update, pids, revs, serIDs, manifests, payloads, tags).Query(mark)
+	}
+	if len(del) > 0 {
+		pids, revs := make([]string, len(del)), make([]int64, len(del))
+		for k, i := range del {
+			pids[k], revs[k] = changes[i].Object.PersistenceID, changes[i].Object.Revision
+		}
+		b.Queue(d.delete, pids, revs).Query(mark)
+	}
 }
 
 func callOf(c durable.Change) string {

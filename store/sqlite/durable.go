@@ -1,8 +1,7 @@
 package sqlite
 
 import (
-	"bytes"
-	"context"
+		"context"
 	"database/sql"
 	"errors"
 	"iter"
@@ -89,7 +88,12 @@ func (d *DurableState) one(ctx context.Context, c durable.Change) error {
 }
 
 // Apply implements durable.Batcher: the changes are applied in one write
-// transaction (one commit), each after reading its id's stored revision.
+// transaction (one commit) with prepared statements: an insert of
+// revision 1 that does nothing when the id holds a row, an update of the
+// row of the revision before, a delete of it; the stored revision is read
+// only when one of them changed nothing (for the conflict's message, and
+// for a delete of an id that holds nothing). The orderings of the batch's
+// upserts are taken from the counter once.
 func (d *DurableState) Apply(ctx context.Context, changes []durable.Change) ([]error, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
@@ -102,12 +106,18 @@ func (d *DurableState) Apply(ctx context.Context, changes []durable.Change) ([]e
 		return nil, d.s.errs.Map(ctx, "write durable state", err, durable.ErrClosed)
 	}
 	defer release()
+	st := &d.s.stmts
+	w := stateWriter{revision: tx.Stmt(st.stateRevision), insert: tx.Stmt(st.stateInsert), update: tx.Stmt(st.stateUpdate),
+		delete: tx.Stmt(st.stateDelete), now: time.Now().UnixNano()}
+	if err := tx.Stmt(st.stateClock).QueryRow().Scan(&w.ordering); err != nil {
+		return nil, d.s.errs.Map(ctx, "write durable state", err, durable.ErrClosed)
+	}
+	clock := w.ordering
 	var errs []error
-	now := time.Now().UnixNano()
 	for i, c := range changes {
 		err := checkChange(c)
 		if err == nil {
-			err = apply(tx, c, now)
+			err = w.apply(c)
 		}
 		if err == nil {
 			continue
@@ -119,6 +129,11 @@ func (d *DurableState) Apply(ctx context.Context, changes []durable.Change) ([]e
 			errs = make([]error, len(changes))
 		}
 		errs[i] = err
+	}
+	if w.ordering != clock {
+		if _, err := tx.Stmt(st.stateSetClock).Exec(w.ordering); err != nil {
+			return nil, d.s.errs.Map(ctx, "write durable state", err, durable.ErrClosed)
+		}
 	}
 	if err := tx.Commit(); err != nil {
 		return nil, d.s.errs.Map(ctx, "write durable state", err, durable.ErrClosed)
@@ -135,47 +150,61 @@ func checkChange(c durable.Change) error {
 	return durable.Check("upsert", c.Object.PersistenceID, c.Object.Revision)
 }
 
-// apply applies c in tx once its id's stored revision is c's minus one (a
-// conflict otherwise; a delete of an id that holds nothing does nothing):
-// an upsert takes the next ordering and writes the row, a delete removes
-// it.
-func apply(tx *sql.Tx, c durable.Change, now int64) error {
+// stateWriter applies the changes of one Apply with its transaction's
+// statements.
+type stateWriter struct {
+	revision, insert, update, delete *sql.Stmt
+	now                              int64
+	ordering                         int64 // the last ordering taken
+}
+
+// apply applies c once its id's stored revision is c's minus one (a
+// conflict otherwise; a delete of an id that holds nothing does nothing).
+func (w *stateWriter) apply(c durable.Change) error {
 	o := c.Object
-	var stored int64
-	if err := tx.QueryRow(`SELECT revision FROM durable_state WHERE persistence_id = ?`, o.PersistenceID).Scan(&stored); err != nil && !errors.Is(err, sql.ErrNoRows) {
-		return err
-	}
-	call := "upsert"
-	if c.Delete {
-		call = "delete"
-	}
+	var res sql.Result
+	var err error
 	switch {
-	case c.Delete && stored == 0:
-		return nil
-	case o.Revision != stored+1:
-		return durable.Conflict(call, o.PersistenceID, o.Revision, stored)
 	case c.Delete:
-		_, err := tx.Exec(`DELETE FROM durable_state WHERE persistence_id = ?`, o.PersistenceID)
+		res, err = w.delete.Exec(o.PersistenceID, o.Revision-1)
+	default:
+		payload := o.Payload
+		if payload == nil {
+			payload = []byte{}
+		}
+		var tag any
+		if o.Tag != "" {
+			tag = o.Tag
+		}
+		if o.Revision == 1 {
+			res, err = w.insert.Exec(o.PersistenceID, payload, o.SerializerID, o.Manifest, tag, w.now,
+				annals.Slice(o.PersistenceID), annals.EntityType(o.PersistenceID), w.ordering+1)
+		} else {
+			res, err = w.update.Exec(o.PersistenceID, o.Revision, payload, o.SerializerID, o.Manifest, tag, w.now, w.ordering+1)
+		}
+	}
+	if err != nil {
 		return err
 	}
-	payload := o.Payload
-	if payload == nil {
-		payload = []byte{}
+	if n, err := res.RowsAffected(); err != nil {
+		return err
+	} else if n == 1 {
+		if !c.Delete {
+			w.ordering++
+		}
+		return nil
 	}
-	var tag any
-	if o.Tag != "" {
-		tag = o.Tag
-	}
-	if _, err := tx.Exec(`UPDATE durable_state_clock SET ordering = ordering + 1`); err != nil {
+	var stored int64
+	if err := w.revision.QueryRow(o.PersistenceID).Scan(&stored); err != nil && !errors.Is(err, sql.ErrNoRows) {
 		return err
 	}
-	_, err := tx.Exec(`INSERT INTO durable_state (persistence_id, revision, payload, serializer_id, manifest, tag, timestamp, slice, entity_type, ordering)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, (SELECT ordering FROM durable_state_clock))
-		ON CONFLICT (persistence_id) DO UPDATE SET revision = excluded.revision, payload = excluded.payload, serializer_id = excluded.serializer_id,
-			manifest = excluded.manifest, tag = excluded.tag, timestamp = excluded.timestamp, ordering = excluded.ordering`,
-		o.PersistenceID, o.Revision, bytes.Clone(payload), o.SerializerID, o.Manifest, tag, now,
-		annals.Slice(o.PersistenceID), annals.EntityType(o.PersistenceID))
-	return err
+	if c.Delete {
+		if stored == 0 {
+			return nil
+		}
+		return durable.Conflict("delete", o.PersistenceID, o.Revision, stored)
+	}
+	return durable.Conflict("upsert", o.PersistenceID, o.Revision, stored)
 }
 
 // Close closes the whole Store.

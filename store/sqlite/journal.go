@@ -24,6 +24,8 @@ type statements struct {
 	loadSnap                                                 *sql.Stmt // reader
 	maxOrdering, persistenceIDs                              *sql.Stmt // reader
 	maxStateOrdering                                         *sql.Stmt // reader
+	stateRevision, stateInsert, stateUpdate, stateDelete     *sql.Stmt // writer
+	stateClock, stateSetClock                                *sql.Stmt // writer
 }
 
 const snapshotWhere = `persistence_id = ? AND sequence_nr BETWEEN ? AND ? AND created BETWEEN ? AND ?`
@@ -52,6 +54,14 @@ func (st *statements) prepare(ctx context.Context, writer, reader *sql.DB) error
 		{reader, &st.maxOrdering, `SELECT coalesce(max(ordering), 0) FROM event_journal`},
 		{reader, &st.persistenceIDs, persistenceIDsSQL},
 		{reader, &st.maxStateOrdering, `SELECT ordering FROM durable_state_clock`},
+		{writer, &st.stateRevision, `SELECT revision FROM durable_state WHERE persistence_id = ?`},
+		{writer, &st.stateInsert, `INSERT INTO durable_state (persistence_id, revision, payload, serializer_id, manifest, tag, timestamp, slice, entity_type, ordering)
+			VALUES (?, 1, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (persistence_id) DO NOTHING`},
+		{writer, &st.stateUpdate, `UPDATE durable_state SET revision = ?2, payload = ?3, serializer_id = ?4, manifest = ?5, tag = ?6, timestamp = ?7, ordering = ?8
+			WHERE persistence_id = ?1 AND revision = ?2 - 1`},
+		{writer, &st.stateDelete, `DELETE FROM durable_state WHERE persistence_id = ? AND revision = ?`},
+		{writer, &st.stateClock, `SELECT ordering FROM durable_state_clock`},
+		{writer, &st.stateSetClock, `UPDATE durable_state_clock SET ordering = ?`},
 	} {
 		stmt, err := p.db.PrepareContext(ctx, p.text)
 		if err != nil {
@@ -63,7 +73,8 @@ func (st *statements) prepare(ctx context.Context, writer, reader *sql.DB) error
 }
 
 func (st *statements) close() {
-	for _, s := range []*sql.Stmt{st.insert, st.insertTag, st.deleteTags, st.deleteEvents, st.keepHighest, st.highest, st.saveSnap, st.deleteSnap, st.deleteSnaps, st.loadSnap, st.maxOrdering, st.persistenceIDs, st.maxStateOrdering} {
+	for _, s := range []*sql.Stmt{st.insert, st.insertTag, st.deleteTags, st.deleteEvents, st.keepHighest, st.highest, st.saveSnap, st.deleteSnap, st.deleteSnaps, st.loadSnap, st.maxOrdering, st.persistenceIDs, st.maxStateOrdering,
+		st.stateRevision, st.stateInsert, st.stateUpdate, st.stateDelete, st.stateClock, st.stateSetClock} {
 		if s != nil {
 			_ = s.Close()
 		}

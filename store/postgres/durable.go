@@ -120,7 +120,7 @@ const stateColumns = `persistence_id, revision, db_timestamp, db_timestamp, stat
 // 3); the r2dbc layout has the plugin's indexes only, so its pages sort the
 // matching rows of the slice range, or scan the table by tag.
 type DurableState struct {
-	s                           *Store
+	s                                   *Store
 	get, insert, update, delete, stored string
 	bySlices, byTag                     string
 }

@@ -1,7 +1,7 @@
 package sqlite
 
 import (
-		"context"
+	"context"
 	"database/sql"
 	"errors"
 	"iter"

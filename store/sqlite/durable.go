@@ -92,8 +92,8 @@ func (d *DurableState) one(ctx context.Context, c durable.Change) error {
 // revision 1 that does nothing when the id holds a row, an update of the
 // row of the revision before, a delete of it; the stored revision is read
 // only when one of them changed nothing (for the conflict's message, and
-// for a delete of an id that holds nothing). The orderings of the batch's
-// upserts are taken from the counter once.
+// for a delete of an id that holds nothing). The batch's upserts take
+// their orderings from the counter in one statement.
 func (d *DurableState) Apply(ctx context.Context, changes []durable.Change) ([]error, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
@@ -109,10 +109,15 @@ func (d *DurableState) Apply(ctx context.Context, changes []durable.Change) ([]e
 	st := &d.s.stmts
 	w := stateWriter{revision: tx.Stmt(st.stateRevision), insert: tx.Stmt(st.stateInsert), update: tx.Stmt(st.stateUpdate),
 		delete: tx.Stmt(st.stateDelete), now: time.Now().UnixNano()}
-	if err := tx.Stmt(st.stateClock).QueryRow().Scan(&w.ordering); err != nil {
-		return nil, d.s.errs.Map(ctx, "write durable state", err, durable.ErrClosed)
+	// The batch's upserts take their orderings at once; a conflict leaves
+	// a gap, which offsets do not mind (they only grow).
+	if n := upserts(changes); n > 0 {
+		var last int64
+		if err := tx.Stmt(st.stateTakeOrderings).QueryRow(n).Scan(&last); err != nil {
+			return nil, d.s.errs.Map(ctx, "write durable state", err, durable.ErrClosed)
+		}
+		w.ordering = last - n
 	}
-	clock := w.ordering
 	var errs []error
 	for i, c := range changes {
 		err := checkChange(c)
@@ -130,16 +135,22 @@ func (d *DurableState) Apply(ctx context.Context, changes []durable.Change) ([]e
 		}
 		errs[i] = err
 	}
-	if w.ordering != clock {
-		if _, err := tx.Stmt(st.stateSetClock).Exec(w.ordering); err != nil {
-			return nil, d.s.errs.Map(ctx, "write durable state", err, durable.ErrClosed)
-		}
-	}
 	if err := tx.Commit(); err != nil {
 		return nil, d.s.errs.Map(ctx, "write durable state", err, durable.ErrClosed)
 	}
 	d.s.signal.Notify()
 	return errs, nil
+}
+
+// upserts counts the changes that are not deletes.
+func upserts(changes []durable.Change) int64 {
+	var n int64
+	for _, c := range changes {
+		if !c.Delete {
+			n++
+		}
+	}
+	return n
 }
 
 // checkChange checks a change's arguments, naming its call.
@@ -155,7 +166,7 @@ func checkChange(c durable.Change) error {
 type stateWriter struct {
 	revision, insert, update, delete *sql.Stmt
 	now                              int64
-	ordering                         int64 // the last ordering taken
+	ordering                         int64 // the last ordering used
 }
 
 // apply applies c once its id's stored revision is c's minus one (a
@@ -176,11 +187,12 @@ func (w *stateWriter) apply(c durable.Change) error {
 		if o.Tag != "" {
 			tag = o.Tag
 		}
+		w.ordering++ // taken, applied or not
 		if o.Revision == 1 {
 			res, err = w.insert.Exec(o.PersistenceID, payload, o.SerializerID, o.Manifest, tag, w.now,
-				annals.Slice(o.PersistenceID), annals.EntityType(o.PersistenceID), w.ordering+1)
+				annals.Slice(o.PersistenceID), annals.EntityType(o.PersistenceID), w.ordering)
 		} else {
-			res, err = w.update.Exec(o.PersistenceID, o.Revision, payload, o.SerializerID, o.Manifest, tag, w.now, w.ordering+1)
+			res, err = w.update.Exec(o.PersistenceID, o.Revision, payload, o.SerializerID, o.Manifest, tag, w.now, w.ordering)
 		}
 	}
 	if err != nil {
@@ -189,9 +201,6 @@ func (w *stateWriter) apply(c durable.Change) error {
 	if n, err := res.RowsAffected(); err != nil {
 		return err
 	} else if n == 1 {
-		if !c.Delete {
-			w.ordering++
-		}
 		return nil
 	}
 	var stored int64

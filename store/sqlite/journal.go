@@ -25,7 +25,7 @@ type statements struct {
 	maxOrdering, persistenceIDs                              *sql.Stmt // reader
 	maxStateOrdering                                         *sql.Stmt // reader
 	stateRevision, stateInsert, stateUpdate, stateDelete     *sql.Stmt // writer
-	stateClock, stateSetClock                                *sql.Stmt // writer
+	stateTakeOrderings                                       *sql.Stmt // writer
 }
 
 const snapshotWhere = `persistence_id = ? AND sequence_nr BETWEEN ? AND ? AND created BETWEEN ? AND ?`
@@ -60,8 +60,7 @@ func (st *statements) prepare(ctx context.Context, writer, reader *sql.DB) error
 		{writer, &st.stateUpdate, `UPDATE durable_state SET revision = ?2, payload = ?3, serializer_id = ?4, manifest = ?5, tag = ?6, timestamp = ?7, ordering = ?8
 			WHERE persistence_id = ?1 AND revision = ?2 - 1`},
 		{writer, &st.stateDelete, `DELETE FROM durable_state WHERE persistence_id = ? AND revision = ?`},
-		{writer, &st.stateClock, `SELECT ordering FROM durable_state_clock`},
-		{writer, &st.stateSetClock, `UPDATE durable_state_clock SET ordering = ?`},
+		{writer, &st.stateTakeOrderings, `UPDATE durable_state_clock SET ordering = ordering + ? RETURNING ordering`},
 	} {
 		stmt, err := p.db.PrepareContext(ctx, p.text)
 		if err != nil {
@@ -74,7 +73,7 @@ func (st *statements) prepare(ctx context.Context, writer, reader *sql.DB) error
 
 func (st *statements) close() {
 	for _, s := range []*sql.Stmt{st.insert, st.insertTag, st.deleteTags, st.deleteEvents, st.keepHighest, st.highest, st.saveSnap, st.deleteSnap, st.deleteSnaps, st.loadSnap, st.maxOrdering, st.persistenceIDs, st.maxStateOrdering,
-		st.stateRevision, st.stateInsert, st.stateUpdate, st.stateDelete, st.stateClock, st.stateSetClock} {
+		st.stateRevision, st.stateInsert, st.stateUpdate, st.stateDelete, st.stateTakeOrderings} {
 		if s != nil {
 			_ = s.Close()
 		}

@@ -6,13 +6,16 @@ import (
 	"testing"
 	"time"
 
+	"github.com/annals-go/annals/cmd/annals/internal/stores"
+	"github.com/annals-go/annals/durable"
 	"github.com/annals-go/annals/store/cassandra/cassandratest"
 )
 
 // TestCassandraCommands: the commands that make sense on a Cassandra
 // keyspace work on a cassandra:// URL: init (dry run, then for real),
-// copy from SQLite and back (verified), stats, ids, events, tail by tag (current,
-// resumed from a printed offset), and the compliance kit (check).
+// copy from SQLite and back (verified), stats, ids, events, state, tail by
+// tag (current, resumed from a printed offset), and the compliance kit
+// (check).
 func TestCassandraCommands(t *testing.T) {
 	t.Parallel()
 	base, _ := cassandratest.URL(t)
@@ -23,6 +26,16 @@ func TestCassandraCommands(t *testing.T) {
 	cli(t, env, "stats").want(t, 1, nil, []string{"annals init"})
 	cli(t, env, "init").want(t, 0, []string{"created schema version 1"}, nil)
 	cli(t, env, "init").want(t, 0, []string{"schema version 1"}, nil)
+
+	// Durable state: state reads it; tail --durable says there are no
+	// change queries on Cassandra.
+	withStore(t, url, func(s *stores.Store) {
+		if err := s.Durable.Upsert(t.Context(), durable.Object{PersistenceID: "Profile|c-1", Revision: 1, Payload: []byte(`{"name":"Ada"}`), SerializerID: 31, Manifest: "profile.Profile", Tag: "profiles"}); err != nil {
+			t.Fatal(err)
+		}
+	})
+	cli(t, env, "state", "Profile|c-1").want(t, 0, []string{"REVISION", "1", "profiles", `{"name":"Ada"}`}, nil)
+	cli(t, env, "tail", "--durable", "--tag", "profiles", "--current").want(t, 1, nil, []string{"no durable-state changes by tag"})
 
 	src := filepath.Join(t.TempDir(), "src.db")
 	bigSource(t, src, 30, 4)

@@ -110,8 +110,9 @@ type Change struct {
 //     wrapping ErrRevisionConflict or ErrInvalidArgument changed nothing,
 //     and the other changes are applied as if it had not been given.
 //     errs is nil when every change was applied.
-//   - err reports a failure of the call: then errs is nil, and no change
-//     was applied unless the store says otherwise.
+//   - err reports a failure of the call: then errs is nil, and, as after a
+//     failed Upsert, the changes may or may not be stored (a store that
+//     commits them in one transaction stores all of them or none).
 type Batcher interface {
 	Store
 	Apply(ctx context.Context, changes []Change) (errs []error, err error)

@@ -39,20 +39,26 @@ CREATE INDEX IF NOT EXISTS durable_state_slice_idx ON {s}.durable_state(slice, e
 func (s *Store) DurableState() *DurableState {
 	t := table(s.cfg.schema, "durable_state")
 	// A tag travels as one text per row (NULL: none) and is stored as a
-	// one-element array, as the plugin writes it.
+	// one-element array, as the plugin writes it. The rows of one Apply
+	// are stamped 1µs apart (the statement's last parameter: how many rows
+	// its earlier statements stamped), so that they do not share one
+	// timestamp: a change query's offset lists the ids seen at its
+	// timestamp, and 1,000 ids at one timestamp made every offset of the
+	// batch a copy of a map of up to 1,000 entries.
 	tags := `CASE WHEN u.tag IS NULL THEN NULL ELSE ARRAY[u.tag] END`
 	return &DurableState{s: s,
 		get: `SELECT revision, db_timestamp, state_ser_id, COALESCE(state_ser_manifest, ''), state_payload, COALESCE(tags[1], '')
 			FROM ` + t + ` WHERE persistence_id = $1 ORDER BY revision DESC LIMIT 1`,
 		insert: `INSERT INTO ` + t + ` (slice, entity_type, persistence_id, revision, db_timestamp, state_ser_id, state_ser_manifest, state_payload, tags)
-			SELECT u.slice, u.entity_type, u.pid, 1, transaction_timestamp(), u.ser_id, u.manifest, u.payload, ` + tags + `
-			FROM unnest($1::text[], $2::int[], $3::text[], $4::int[], $5::text[], $6::bytea[], $7::text[]) AS u(pid, slice, entity_type, ser_id, manifest, payload, tag)
+			SELECT u.slice, u.entity_type, u.pid, 1, transaction_timestamp() + ($8 + u.n - 1) * interval '1 microsecond', u.ser_id, u.manifest, u.payload, ` + tags + `
+			FROM unnest($1::text[], $2::int[], $3::text[], $4::int[], $5::text[], $6::bytea[], $7::text[]) WITH ORDINALITY AS u(pid, slice, entity_type, ser_id, manifest, payload, tag, n)
 			WHERE NOT EXISTS (SELECT 1 FROM ` + t + ` d WHERE d.persistence_id = u.pid)
 			ON CONFLICT DO NOTHING
 			RETURNING persistence_id`,
-		update: `UPDATE ` + t + ` AS d SET revision = u.rev, db_timestamp = GREATEST(transaction_timestamp(), d.db_timestamp + interval '1 microsecond'),
+		update: `UPDATE ` + t + ` AS d SET revision = u.rev,
+				db_timestamp = GREATEST(transaction_timestamp() + ($7 + u.n - 1) * interval '1 microsecond', d.db_timestamp + interval '1 microsecond'),
 				state_ser_id = u.ser_id, state_ser_manifest = u.manifest, state_payload = u.payload, tags = ` + tags + `
-			FROM unnest($1::text[], $2::bigint[], $3::int[], $4::text[], $5::bytea[], $6::text[]) AS u(pid, rev, ser_id, manifest, payload, tag)
+			FROM unnest($1::text[], $2::bigint[], $3::int[], $4::text[], $5::bytea[], $6::text[]) WITH ORDINALITY AS u(pid, rev, ser_id, manifest, payload, tag, n)
 			WHERE d.persistence_id = u.pid AND d.revision = u.rev - 1
 			RETURNING d.persistence_id`,
 		delete: `DELETE FROM ` + t + ` AS d USING unnest($1::text[], $2::bigint[]) AS u(pid, rev)
@@ -205,6 +211,7 @@ func (d *DurableState) Apply(ctx context.Context, changes []durable.Change) ([]e
 	}
 	applied := make([]bool, len(changes))
 	b := &pgx.Batch{}
+	stamped := 0
 	for start := 0; start < len(changes); {
 		// One run: the changes from start up to the next repeated id.
 		run := map[string]int{} // id → its change's index
@@ -220,7 +227,7 @@ func (d *DurableState) Apply(ctx context.Context, changes []durable.Change) ([]e
 			}
 			run[pid] = end
 		}
-		d.queueRun(b, changes, run, applied)
+		d.queueRun(b, changes, run, applied, &stamped)
 		start = end
 	}
 	if b.Len() == 0 {
@@ -249,14 +256,17 @@ func (d *DurableState) Apply(ctx context.Context, changes []durable.Change) ([]e
 		var rev int64
 		_, err = pgx.ForEachRow(rows, []any{&pid, &rev}, func() error { stored[pid] = rev; return nil })
 	}
-	if err != nil {
-		return nil, d.mapErr(ctx, "read durable state revisions", err)
-	}
 	for i, c := range changes {
 		if applied[i] || (errs != nil && errs[i] != nil) {
 			continue
 		}
-		if rev := stored[c.Object.PersistenceID]; !(c.Delete && rev == 0) {
+		switch rev := stored[c.Object.PersistenceID]; {
+		case err != nil:
+			// The batch is committed; what is known of this change is that
+			// it changed no row.
+			fail(i, fmt.Errorf("%w: %s %s revision %d: not applied (the stored revision could not be read: %w)",
+				durable.ErrRevisionConflict, callOf(c), c.Object.PersistenceID, c.Object.Revision, d.mapErr(ctx, "read durable state revisions", err)))
+		case !(c.Delete && rev == 0):
 			fail(i, durable.Conflict(callOf(c), c.Object.PersistenceID, c.Object.Revision, rev))
 		}
 	}
@@ -266,7 +276,7 @@ func (d *DurableState) Apply(ctx context.Context, changes []durable.Change) ([]e
 // queueRun queues the statements of one run of changes (run: each id's
 // change index, the ids distinct), which mark applied the changes whose
 // rows they changed.
-func (d *DurableState) queueRun(b *pgx.Batch, changes []durable.Change, run map[string]int, applied []bool) {
+func (d *DurableState) queueRun(b *pgx.Batch, changes []durable.Change, run map[string]int, applied []bool, stamped *int) {
 	var ins, upd, del []int
 	for _, i := range run {
 		switch c := changes[i]; {
@@ -305,7 +315,8 @@ func (d *DurableState) queueRun(b *pgx.Batch, changes []durable.Change, run map[
 		for k, pid := range pids {
 			slices[k], types[k] = int32(annals.Slice(pid)), annals.EntityType(pid)
 		}
-		b.Queue(d.insert, pids, slices, types, serIDs, manifests, payloads, tags).Query(mark)
+		b.Queue(d.insert, pids, slices, types, serIDs, manifests, payloads, tags, *stamped).Query(mark)
+		*stamped += len(ins)
 	}
 	if len(upd) > 0 {
 		pids, manifests, serIDs, payloads, tags := columns(upd)
@@ -313,7 +324,8 @@ func (d *DurableState) queueRun(b *pgx.Batch, changes []durable.Change, run map[
 		for k, i := range upd {
 			revs[k] = changes[i].Object.Revision
 		}
-		b.Queue(d.update, pids, revs, serIDs, manifests, payloads, tags).Query(mark)
+		b.Queue(d.update, pids, revs, serIDs, manifests, payloads, tags, *stamped).Query(mark)
+		*stamped += len(upd)
 	}
 	if len(del) > 0 {
 		pids, revs := make([]string, len(del)), make([]int64, len(del))

@@ -117,3 +117,29 @@ type Batcher interface {
 	Store
 	Apply(ctx context.Context, changes []Change) (errs []error, err error)
 }
+
+// CheckChange checks a change's arguments as Check does, naming the call
+// the change stands for (upsert or delete).
+func CheckChange(c Change) error {
+	if c.Delete {
+		return Check("delete", c.Object.PersistenceID, c.Object.Revision)
+	}
+	return Check("upsert", c.Object.PersistenceID, c.Object.Revision)
+}
+
+// ApplyOne applies one change through b.Apply, with Store's order of
+// checks: the change's arguments first, then the call. Batchers implement
+// Upsert and Delete with it.
+func ApplyOne(ctx context.Context, b Batcher, c Change) error {
+	if err := CheckChange(c); err != nil {
+		return err
+	}
+	errs, err := b.Apply(ctx, []Change{c})
+	if err != nil {
+		return err
+	}
+	if errs != nil {
+		return errs[0]
+	}
+	return nil
+}

@@ -115,8 +115,11 @@ type PersistenceIDsQuery interface {
 //     one it returned, nor one twice: revisions ascend, except that an
 //     object written again after a delete starts again at revision 1.
 //   - Once a revision is stored, a live query returns it or a later
-//     revision of its id; a current query returns at least the revisions
-//     stored before it started that are still stored.
+//     revision of its id, within the store's rule for late commits (the
+//     same as its event queries': on PostgreSQL, changes whose
+//     transactions commit within the backtracking distance); a current
+//     query returns at least the revisions stored before it started that
+//     are still stored.
 //   - Deleted objects are not returned: a delete removes the object, as
 //     Pekko's store does, and leaves no change to read.
 type DurableStateChangesBySlicesQuery interface {

@@ -41,6 +41,16 @@ type changeQuery struct {
 // (by slices) and tag, and skips t when it offers none.
 func changeQueries(t T, s durable.Store, et, tag string) []changeQuery {
 	t.Helper()
+	qs := offeredChangeQueries(s, et, tag)
+	if len(qs) == 0 {
+		t.Skip("store offers no durable-state change query")
+	}
+	return qs
+}
+
+// offeredChangeQueries returns the change queries s offers over entity
+// type et (by slices) and tag.
+func offeredChangeQueries(s durable.Store, et, tag string) []changeQuery {
 	var qs []changeQuery
 	if q, ok := s.(query.DurableStateChangesBySlicesQuery); ok {
 		qs = append(qs, changeQuery{"changes by slices",
@@ -59,9 +69,6 @@ func changeQueries(t T, s durable.Store, et, tag string) []changeQuery {
 			func(ctx context.Context, after query.Offset) *query.Stream[query.Envelope] {
 				return q.ChangesByTag(ctx, tag, after)
 			}})
-	}
-	if len(qs) == 0 {
-		t.Skip("store offers no durable-state change query")
 	}
 	return qs
 }
@@ -229,16 +236,10 @@ func changesLive(t T, s durable.Store) {
 		pid := fmt.Sprintf("%s|l%d", et, i)
 		upsert(t, s, tagged(pid, 1, "1", tag))
 		ctx, cancel := context.WithCancel(testContext(t))
-		stream := q.live(ctx, query.NoOffset())
-		got := make(chan query.Envelope)
-		go func() {
-			defer close(got)
-			for env := range stream.All() {
-				got <- env
-			}
-		}()
+		defer cancel()
+		got := follow(ctx, q.live(ctx, query.NoOffset()))
 		var seen []int64
-		for env := range got {
+		for env := range got.c {
 			if env.PersistenceID != pid {
 				continue // an id of an earlier query
 			}
@@ -264,10 +265,46 @@ func changesLive(t T, s durable.Store) {
 		if !slices.Equal(seen, []int64{1, 2, 3, 1}) {
 			t.Errorf("%s live returned revisions %v, want [1 2 3 1] (1 again after a delete)", q.name, seen)
 		}
-		if err := stream.Err(); !errors.Is(err, context.Canceled) {
+		if err := got.err(); !errors.Is(err, context.Canceled) {
 			t.Errorf("%s live ended with %v, want context.Canceled", q.name, err)
 		}
 	}
+}
+
+// followed is a live stream's envelopes as a channel, for rules that
+// wait for them, and the stream's end.
+type followed struct {
+	c      <-chan query.Envelope
+	stream *query.Stream[query.Envelope]
+	done   chan struct{}
+}
+
+// follow passes the stream's envelopes to a channel until the stream ends;
+// once ctx (the stream's context) ends it drops them, so a rule that
+// stops reading leaves no goroutine behind. The channel is closed at the
+// end.
+func follow(ctx context.Context, stream *query.Stream[query.Envelope]) followed {
+	c, done := make(chan query.Envelope), make(chan struct{})
+	go func() {
+		defer close(done)
+		defer close(c)
+		for env := range stream.All() {
+			if ctx.Err() != nil {
+				continue // nobody reads: the stream ends with ctx
+			}
+			select {
+			case c <- env:
+			case <-ctx.Done():
+			}
+		}
+	}()
+	return followed{c: c, stream: stream, done: done}
+}
+
+// err waits for the stream's end and returns its error.
+func (f followed) err() error {
+	<-f.done
+	return f.stream.Err()
 }
 
 func changesConcurrent(t T, s durable.Store) {

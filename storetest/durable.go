@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/annals-go/annals/durable"
+	"github.com/annals-go/annals/query"
 )
 
 // DurableHarnessFor gives the durable-state suite its store. TB is
@@ -82,7 +83,7 @@ func runDurable(t T, h DurableHarnessFor[T]) {
 	for _, r := range rules {
 		ruleTest(t, r.name, r.rule, h.Unsupported, func(t T) { r.run(t, h.New(t)) })
 	}
-	ruleTest(t, "CloseEndsCalls", "calls after Close fail with an error wrapping durable.ErrClosed, and a second Close is harmless", h.Unsupported, func(t T) {
+	ruleTest(t, "CloseEndsCalls", "calls and change queries after Close fail with an error wrapping durable.ErrClosed (arguments are checked first), and a second Close is harmless", h.Unsupported, func(t T) {
 		if h.Own == nil {
 			t.Skip("DurableHarness.Own is nil")
 		}
@@ -104,6 +105,28 @@ func runDurable(t T, h DurableHarnessFor[T]) {
 		} {
 			if !errors.Is(err, durable.ErrClosed) {
 				t.Errorf("%s after Close: %v, want an error wrapping durable.ErrClosed", call, err)
+			}
+		}
+		// Arguments are checked first, also on a closed store.
+		if err := s.Upsert(ctx, obj("", 1, "x")); !errors.Is(err, durable.ErrInvalidArgument) {
+			t.Errorf("Upsert of an empty id after Close: %v, want an error wrapping durable.ErrInvalidArgument", err)
+		}
+		// Change queries end with durable.ErrClosed.
+		for _, q := range offeredChangeQueries(s, "KitClosed", "kit-closed") {
+			var err error
+			for _, e := range q.current(ctx, query.NoOffset()) {
+				if e != nil {
+					err = e
+				}
+			}
+			if !errors.Is(err, durable.ErrClosed) {
+				t.Errorf("%s after Close ended with %v, want an error wrapping durable.ErrClosed", q.name, err)
+			}
+			live := q.live(ctx, query.NoOffset())
+			for range live.All() {
+			}
+			if err := live.Err(); !errors.Is(err, durable.ErrClosed) {
+				t.Errorf("live %s after Close ended with %v, want an error wrapping durable.ErrClosed", q.name, err)
 			}
 		}
 	})

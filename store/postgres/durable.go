@@ -5,6 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"iter"
+	"maps"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -116,15 +119,19 @@ const stateColumns = `persistence_id, revision, db_timestamp, db_timestamp, stat
 // Changes by slices and by tag are read in (db_timestamp, revision,
 // persistence_id) order with timestamp offsets whose seen pairs are
 // (id, revision), the offsets of Pekko's durable-state queries. Writers
-// stamp their rows without the journal's clock row, so the change queries
-// follow TimestampOrder's rules on both orderings (see Queries): a live
-// query stays BehindCurrentTime behind the database clock and backtracks
-// for late commits, and never delivers a revision of an id at or below
-// one it delivered. Upserts NOTIFY as event writes do. Changes by tag
-// compare the first element of tags (a DurableStateBehavior writes one
-// tag). Annals' layout has an index in each query's order (schema version
-// 3); the r2dbc layout has the plugin's indexes only, so its pages sort the
-// matching rows of the slice range, or scan the table by tag.
+// stamp their rows without the journal's clock row (the rows of one Apply
+// 1µs apart, from the transaction's time; an update at least 1µs after
+// the row it replaces), so the change queries follow TimestampOrder's
+// rules on both orderings (see Queries): a live query stays
+// BehindCurrentTime behind the database clock and backtracks for late
+// commits (within WithBacktracking's window and distance), delivers no
+// change twice, and a revision of an id only after the lower ones it
+// delivered, except revision 1 of an object written again after a
+// delete. Upserts NOTIFY as event writes do. Changes by tag compare the
+// first element of tags (a DurableStateBehavior writes one tag). Annals'
+// layout has an index in each query's order (schema version 3); the r2dbc
+// layout has the plugin's indexes only, so its pages sort the matching
+// rows of the slice range, or scan the table by tag.
 type DurableState struct {
 	s                                   *Store
 	get, insert, update, delete, stored string
@@ -165,24 +172,12 @@ func (d *DurableState) Get(ctx context.Context, persistenceID string) (durable.O
 
 // Upsert implements durable.Store.Upsert.
 func (d *DurableState) Upsert(ctx context.Context, o durable.Object) error {
-	return d.one(ctx, durable.Change{Object: o})
+	return durable.ApplyOne(ctx, d, durable.Change{Object: o})
 }
 
 // Delete implements durable.Store.Delete.
 func (d *DurableState) Delete(ctx context.Context, persistenceID string, revision int64) error {
-	return d.one(ctx, durable.Change{Object: durable.Object{PersistenceID: persistenceID, Revision: revision}, Delete: true})
-}
-
-// one applies one change.
-func (d *DurableState) one(ctx context.Context, c durable.Change) error {
-	errs, err := d.Apply(ctx, []durable.Change{c})
-	if err != nil {
-		return err
-	}
-	if errs != nil {
-		return errs[0]
-	}
-	return nil
+	return durable.ApplyOne(ctx, d, durable.Change{Object: durable.Object{PersistenceID: persistenceID, Revision: revision}, Delete: true})
 }
 
 // Apply implements durable.Batcher: the changes go in one round trip and
@@ -221,7 +216,7 @@ func (d *DurableState) Apply(ctx context.Context, changes []durable.Change) ([]e
 			if _, again := run[pid]; again {
 				break
 			}
-			if err := checkChange(changes[end]); err != nil {
+			if err := durable.CheckChange(changes[end]); err != nil {
 				fail(end, err)
 				continue
 			}
@@ -237,7 +232,34 @@ func (d *DurableState) Apply(ctx context.Context, changes []durable.Change) ([]e
 		b.Queue(`SELECT pg_notify($1, '')`, d.s.channel)
 	}
 	if err := d.s.pool.SendBatch(ctx, b).Close(); err != nil {
-		return nil, d.mapErr(ctx, "write durable state", err)
+		var pgErr *pgconn.PgError
+		if !errors.As(err, &pgErr) || !refused(pgErr) {
+			return nil, d.mapErr(ctx, "write durable state", err)
+		}
+		// A value the server refuses (too long, not valid text) rolled the
+		// whole batch back: with several changes, each goes again on its
+		// own, so that only the refused one fails; alone, it is invalid.
+		if n := len(changes) - countErrs(errs); n > 1 {
+			for i, c := range changes {
+				if errs != nil && errs[i] != nil {
+					continue
+				}
+				if err := durable.ApplyOne(ctx, d, c); err != nil {
+					if !errors.Is(err, durable.ErrRevisionConflict) && !errors.Is(err, durable.ErrInvalidArgument) {
+						return nil, err
+					}
+					fail(i, err)
+				}
+			}
+			return errs, nil
+		}
+		for i := range changes {
+			if errs == nil || errs[i] == nil {
+				fail(i, fmt.Errorf("%w: %s %s revision %d: the server refused a value: %w", durable.ErrInvalidArgument,
+					callOf(changes[i]), changes[i].Object.PersistenceID, changes[i].Object.Revision, err))
+			}
+		}
+		return errs, nil
 	}
 	d.s.signal.Notify()
 	var missed []string
@@ -277,8 +299,14 @@ func (d *DurableState) Apply(ctx context.Context, changes []durable.Change) ([]e
 // change index, the ids distinct), which mark applied the changes whose
 // rows they changed.
 func (d *DurableState) queueRun(b *pgx.Batch, changes []durable.Change, run map[string]int, applied []bool, stamped *int) {
+	// Each statement changes its rows in id order, so that two batches of
+	// overlapping ids (two processes, or a JVM writer) lock them in one
+	// order and wait for each other instead of deadlocking.
+	order := slices.SortedFunc(maps.Values(run), func(a, b int) int {
+		return strings.Compare(changes[a].Object.PersistenceID, changes[b].Object.PersistenceID)
+	})
 	var ins, upd, del []int
-	for _, i := range run {
+	for _, i := range order {
 		switch c := changes[i]; {
 		case c.Delete:
 			del = append(del, i)
@@ -336,16 +364,29 @@ func (d *DurableState) queueRun(b *pgx.Batch, changes []durable.Change, run map[
 	}
 }
 
+// refused reports a server error that refuses a value of the statement
+// (SQLSTATE class 22, data exception, such as a value too long for its
+// column or text that is not valid UTF-8, or 54, a program limit).
+func refused(e *pgconn.PgError) bool {
+	return strings.HasPrefix(e.Code, "22") || strings.HasPrefix(e.Code, "54")
+}
+
+// countErrs counts the changes that failed before the batch was sent.
+func countErrs(errs []error) int {
+	n := 0
+	for _, err := range errs {
+		if err != nil {
+			n++
+		}
+	}
+	return n
+}
+
 func callOf(c durable.Change) string {
 	if c.Delete {
 		return "delete"
 	}
 	return "upsert"
-}
-
-// checkChange checks a change's arguments, naming its call.
-func checkChange(c durable.Change) error {
-	return durable.Check(callOf(c), c.Object.PersistenceID, c.Object.Revision)
 }
 
 // Close closes the whole Store.
@@ -373,7 +414,7 @@ func (d *DurableState) ChangesByTag(ctx context.Context, tag string, after query
 	return q.follow(ctx, after, &liveQuery{q: q, read: d.byTagReader(tag), tag: tag, ordering: TimestampOrder, states: true})
 }
 
-func (d *DurableState) queries() *Queries { return &Queries{s: d.s} }
+func (d *DurableState) queries() *Queries { return &Queries{s: d.s, states: d} }
 
 func (d *DurableState) bySlicesReader(entityType string, minSlice, maxSlice int) pageReader {
 	return func(ctx context.Context, k key, upper time.Time, limit int, emit func([]row) []row) ([]row, error) {

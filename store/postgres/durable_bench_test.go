@@ -146,6 +146,7 @@ func BenchmarkDurableChangesCatchUp(b *testing.B) {
 					var p []byte
 					var tags []string
 					if err := rows.Scan(&pid, &rev, &ts, &ser, &manifest, &p, &tags); err != nil {
+						rows.Close()
 						b.Fatal(err)
 					}
 					got++

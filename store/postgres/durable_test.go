@@ -319,7 +319,11 @@ func TestDurableChangesSeeLateCommits(t *testing.T) {
 			go func() {
 				defer close(got)
 				for env := range stream.All() {
-					got <- env
+					select {
+					case got <- env:
+					case <-ctx.Done():
+						return
+					}
 				}
 			}()
 			if err := s.DurableState().Upsert(ctx, durable.Object{PersistenceID: early, Revision: 1, Payload: []byte("early"), SerializerID: 31}); err != nil {
@@ -347,6 +351,103 @@ func TestDurableChangesSeeLateCommits(t *testing.T) {
 			want := []string{early + "@1", late + "@1", early + "@2"}
 			if !slices.Equal(seen, want) {
 				t.Errorf("live changes returned %v, want %v", seen, want)
+			}
+		})
+	}
+}
+
+// TestDurableChangesRecreatedEarlier: an object deleted and written again
+// with a db_timestamp before the one of its last change the live query
+// delivered (a batch stamps rows ahead of the clock; another writer's
+// clock may lag) is still delivered, found by backtracking: a state row is
+// a duplicate only when it is the revision and stamp last delivered.
+func TestDurableChangesRecreatedEarlier(t *testing.T) {
+	t.Parallel()
+	s := open(t, postgres.WithBacktracking(postgres.DefaultBacktrackWindow, 2*time.Second), postgres.WithPollInterval(50*time.Millisecond))
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	d := s.DurableState()
+	et := fmt.Sprintf("Again%d", time.Now().UnixNano())
+	pid := et + "|a"
+	stream := d.ChangesBySlices(ctx, et, 0, annals.NumberOfSlices-1, query.NoOffset())
+	got := make(chan query.Envelope)
+	go func() {
+		defer close(got)
+		for env := range stream.All() {
+			select {
+			case got <- env:
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
+	upsert := func(rev int64) {
+		t.Helper()
+		if err := d.Upsert(ctx, durable.Object{PersistenceID: pid, Revision: rev, Payload: []byte("x"), SerializerID: 31}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	upsert(1)
+	var seen []string
+	for env := range got {
+		seen = append(seen, fmt.Sprintf("%d:%s", env.SequenceNr, env.Payload))
+		if len(seen) == 1 {
+			upsert(2)
+		}
+		if env.SequenceNr == 2 {
+			if err := d.Delete(ctx, pid, 3); err != nil {
+				t.Fatal(err)
+			}
+			// Written again, stamped 1 ms before the delivered revision 2.
+			if _, err := s.Pool().Exec(ctx, `INSERT INTO `+pgx.Identifier{s.Schema(), "durable_state"}.Sanitize()+`
+				(slice, entity_type, persistence_id, revision, db_timestamp, state_ser_id, state_ser_manifest, state_payload, tags)
+				VALUES ($1, $2, $3, 1, $4, 31, 'm', 'again', NULL)`, annals.Slice(pid), et, pid, env.Timestamp.Add(-time.Millisecond)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if len(seen) == 3 {
+			cancel()
+		}
+	}
+	if want := []string{"1:x", "2:x", "1:again"}; !slices.Equal(seen, want) {
+		t.Errorf("live changes returned %v, want %v", seen, want)
+	}
+}
+
+// TestDurableApplyRefusedValueFailsAlone: a change with a value the server
+// refuses (a manifest over the column's 255 characters) fails alone with
+// durable.ErrInvalidArgument; the batch's other changes are stored, on
+// both layouts.
+func TestDurableApplyRefusedValueFailsAlone(t *testing.T) {
+	t.Parallel()
+	for _, l := range layouts {
+		t.Run(l.name, func(t *testing.T) {
+			t.Parallel()
+			d := open(t, l.opts...).DurableState()
+			ctx := t.Context()
+			pid := func(k string) string { return fmt.Sprintf("Refused|%s-%d", k, time.Now().UnixNano()) }
+			a, long, c := pid("a"), pid("long"), pid("c")
+			errs, err := d.Apply(ctx, []durable.Change{
+				{Object: durable.Object{PersistenceID: a, Revision: 1, Payload: []byte("a")}},
+				{Object: durable.Object{PersistenceID: long, Revision: 1, Payload: []byte("l"), Manifest: strings.Repeat("m", 300)}},
+				{Object: durable.Object{PersistenceID: c, Revision: 1, Payload: []byte("c")}},
+			})
+			if err != nil {
+				t.Fatalf("Apply: %v, want the refused change to fail alone", err)
+			}
+			if errs == nil || errs[0] != nil || !errors.Is(errs[1], durable.ErrInvalidArgument) || errs[2] != nil {
+				t.Fatalf("Apply: %v, want [nil, ErrInvalidArgument, nil]", errs)
+			}
+			for _, id := range []string{a, c} {
+				if _, ok, err := d.Get(ctx, id); err != nil || !ok {
+					t.Errorf("Get(%s): found %v, %v; want it stored", id, ok, err)
+				}
+			}
+			if _, ok, _ := d.Get(ctx, long); ok {
+				t.Errorf("the refused change was stored")
+			}
+			if err := d.Upsert(ctx, durable.Object{PersistenceID: long, Revision: 1, Manifest: strings.Repeat("m", 300)}); !errors.Is(err, durable.ErrInvalidArgument) {
+				t.Errorf("Upsert of the refused value alone: %v, want ErrInvalidArgument", err)
 			}
 		})
 	}

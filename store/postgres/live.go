@@ -8,7 +8,6 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/annals-go/annals/journal"
 	"github.com/annals-go/annals/query"
 )
 
@@ -26,7 +25,8 @@ type liveQuery struct {
 	ordering Ordering
 	// states marks a query of durable-state changes: an id's revisions
 	// skip by design (only the latest is stored), so skipped ones are not
-	// looked for, and a revision below one delivered is never delivered.
+	// looked for, and a row is a duplicate only when it is the revision
+	// and stamp last delivered (revision 1 after a delete is new).
 	states bool
 	main   cursor // the main query's position and the offset it gives envelopes
 	back   key    // the backtracking query's position
@@ -65,12 +65,12 @@ func (q *Queries) follow(ctx context.Context, after query.Offset, l *liveQuery) 
 		wait := s.cfg.poll
 		for {
 			if s.isClosed() {
-				return journal.ErrClosed
+				return q.closedErr()
 			}
 			wake := s.signal.Wait() // before reading: a commit during the round wakes the next
 			full, stop, err := l.round(ctx, yield)
 			if err != nil {
-				return s.errs.Map(ctx, "live query", err, journal.ErrClosed)
+				return q.mapErr(ctx, "live query", err)
 			}
 			if stop {
 				return nil
@@ -236,9 +236,11 @@ func (l *liveQuery) deliver(r row, earlier []row, yield func(query.Envelope) boo
 	d, known := l.delivered[r.PersistenceID]
 	switch {
 	case l.states:
-		// A state row's db_timestamp grows with each change of its id,
-		// also across a delete: revision 1 after a delete is new.
-		if known && !r.dbTimestamp.After(d.ts) {
+		// A state row read again is the one delivered (same revision and
+		// stamp): a row never goes back, since rows are changed in place
+		// and rounds read ever later snapshots. Any other is a new change,
+		// revision 1 after a delete included, whatever its stamp.
+		if known && r.SequenceNr == d.seq && r.dbTimestamp.Equal(d.ts) {
 			return true
 		}
 	case r.SequenceNr <= d.seq:

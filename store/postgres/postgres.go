@@ -168,12 +168,15 @@ func WithMaxPayloadSize(n int) Option { return func(c *config) { c.maxPayload = 
 func WithPollInterval(d time.Duration) Option { return func(c *config) { c.poll = d } }
 
 // WithBehindCurrentTime sets how far behind the database clock live queries
-// read in TimestampOrder (default 100ms; URL: behind_current_time=100ms).
+// read in TimestampOrder, and live durable-state change queries in either
+// ordering (default 100ms; URL: behind_current_time=100ms).
 func WithBehindCurrentTime(d time.Duration) Option { return func(c *config) { c.behind = d } }
 
 // WithBacktracking sets the backtracking query's window (how far behind the
 // live position it starts, default 2m) and how far behind the database
-// clock it reads (default 10s).
+// clock it reads (default 10s), for live queries in TimestampOrder and
+// live durable-state change queries in either ordering. A transaction
+// that commits later than that distance after its timestamp can be missed.
 func WithBacktracking(window, behind time.Duration) Option {
 	return func(c *config) { c.backtrackWindow, c.backtrackBehind = window, behind }
 }

@@ -7,6 +7,7 @@ import (
 	"maps"
 	"time"
 
+	"github.com/annals-go/annals/durable"
 	"github.com/annals-go/annals/journal"
 	"github.com/annals-go/annals/query"
 )
@@ -32,7 +33,30 @@ import (
 // backtracking at that offset: an event stamped before it whose
 // transaction had not committed when the earlier query passed it, and that
 // the earlier query's backtracking had not yet found, is not delivered.
-type Queries struct{ s *Store }
+type Queries struct {
+	s *Store
+	// states is the durable-state store whose change queries these are
+	// (nil for events): their errors are durable's.
+	states *DurableState
+}
+
+// closedErr is the error of a query on a closed store.
+func (q *Queries) closedErr() error {
+	if q.states != nil {
+		return durable.ErrClosed
+	}
+	return journal.ErrClosed
+}
+
+// mapErr maps a query's error by the store's rule (journal.StoreErrors);
+// a change query's as its DurableState's calls (a missing table is
+// ErrSchemaMissing).
+func (q *Queries) mapErr(ctx context.Context, op string, err error) error {
+	if q.states != nil {
+		return q.states.mapErr(ctx, op, err)
+	}
+	return q.s.errs.Map(ctx, op, err, journal.ErrClosed)
+}
 
 var (
 	_ query.EventsByPersistenceIDQuery = (*Queries)(nil)
@@ -146,12 +170,12 @@ func (q *Queries) current(ctx context.Context, after query.Offset, read pageRead
 			return
 		}
 		if q.s.isClosed() {
-			yield(query.Envelope{}, journal.ErrClosed)
+			yield(query.Envelope{}, q.closedErr())
 			return
 		}
 		upper, err := q.s.dbNow(ctx)
 		if err != nil {
-			yield(query.Envelope{}, q.s.errs.Map(ctx, "query", err, journal.ErrClosed))
+			yield(query.Envelope{}, q.mapErr(ctx, "query", err))
 			return
 		}
 		// Pages grow while they come back full (a catch-up), up to
@@ -166,7 +190,7 @@ func (q *Queries) current(ctx context.Context, after query.Offset, read pageRead
 				return
 			}
 			if err != nil {
-				yield(query.Envelope{}, q.s.errs.Map(ctx, "query", err, journal.ErrClosed))
+				yield(query.Envelope{}, q.mapErr(ctx, "query", err))
 				return
 			}
 			if n < size {

@@ -16,10 +16,11 @@ import (
 // table). Its Close closes the whole Store.
 func (s *Store) DurableState() *DurableState { return &DurableState{s: s} }
 
-// DurableState is the durable.Store of a Store, and its change queries.
-// An Upsert or Delete is one transaction on the writer connection, which
-// reads the stored revision and writes the next, so two writers of one
-// revision cannot both succeed.
+// DurableState is the durable.Store of a Store (a durable.Batcher), and
+// its change queries. A call is one transaction on the writer connection,
+// whose statements change a row only when its stored revision is the one
+// before the change's (an insert of revision 1 when the id holds none), so
+// two writers of one revision cannot both succeed.
 //
 // Each Upsert takes the next value of a counter (durable_state_clock) as
 // the row's ordering; the change queries' offsets are sequence offsets of
@@ -64,27 +65,12 @@ func (d *DurableState) Get(ctx context.Context, persistenceID string) (durable.O
 
 // Upsert implements durable.Store.Upsert.
 func (d *DurableState) Upsert(ctx context.Context, o durable.Object) error {
-	return d.one(ctx, durable.Change{Object: o})
+	return durable.ApplyOne(ctx, d, durable.Change{Object: o})
 }
 
 // Delete implements durable.Store.Delete: it removes the row.
 func (d *DurableState) Delete(ctx context.Context, persistenceID string, revision int64) error {
-	return d.one(ctx, durable.Change{Object: durable.Object{PersistenceID: persistenceID, Revision: revision}, Delete: true})
-}
-
-// one applies one change in a transaction of its own.
-func (d *DurableState) one(ctx context.Context, c durable.Change) error {
-	if err := checkChange(c); err != nil {
-		return err
-	}
-	errs, err := d.Apply(ctx, []durable.Change{c})
-	if err != nil {
-		return err
-	}
-	if errs != nil {
-		return errs[0]
-	}
-	return nil
+	return durable.ApplyOne(ctx, d, durable.Change{Object: durable.Object{PersistenceID: persistenceID, Revision: revision}, Delete: true})
 }
 
 // Apply implements durable.Batcher: the changes are applied in one write
@@ -120,7 +106,7 @@ func (d *DurableState) Apply(ctx context.Context, changes []durable.Change) ([]e
 	}
 	var errs []error
 	for i, c := range changes {
-		err := checkChange(c)
+		err := durable.CheckChange(c)
 		if err == nil {
 			err = w.apply(c)
 		}
@@ -151,14 +137,6 @@ func upserts(changes []durable.Change) int64 {
 		}
 	}
 	return n
-}
-
-// checkChange checks a change's arguments, naming its call.
-func checkChange(c durable.Change) error {
-	if c.Delete {
-		return durable.Check("delete", c.Object.PersistenceID, c.Object.Revision)
-	}
-	return durable.Check("upsert", c.Object.PersistenceID, c.Object.Revision)
 }
 
 // stateWriter applies the changes of one Apply with its transaction's

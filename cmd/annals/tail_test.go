@@ -130,6 +130,13 @@ func writeEvents(t *testing.T, url, pid string, from, to int64, tag string) {
 // its banner; next returns the next event it prints.
 func liveTail(t *testing.T, env []string, banner string, args ...string) (next func() eventOut, wait func() error) {
 	t.Helper()
+	return startTail[eventOut](t, env, banner, args...)
+}
+
+// startTail starts tail --json with args, waits for its banner, and
+// decodes the lines it prints as T.
+func startTail[T any](t *testing.T, env []string, banner string, args ...string) (next func() T, wait func() error) {
+	t.Helper()
 	cmd := exec.CommandContext(t.Context(), annalsBin, append([]string{"tail", "--json"}, args...)...)
 	cmd.Env = append(cleanEnv(), env...)
 	stdout, err := cmd.StdoutPipe()
@@ -150,12 +157,12 @@ func liveTail(t *testing.T, env []string, banner string, args ...string) (next f
 	}
 	go func() { _, _ = io.Copy(io.Discard, errLines) }()
 	lines := bufio.NewScanner(stdout)
-	next = func() eventOut {
+	next = func() T {
 		t.Helper()
 		if !lines.Scan() {
 			t.Fatalf("tail %q ended early: %v", args, lines.Err())
 		}
-		var e eventOut
+		var e T
 		if err := json.Unmarshal(lines.Bytes(), &e); err != nil {
 			t.Fatalf("line %q: %v", lines.Text(), err)
 		}
@@ -290,31 +297,13 @@ func TestTailDurable(t *testing.T) {
 		cli(t, env, "tail", "--durable", "--id", "Profile|p-1").want(t, 2, nil, []string{"annals state ID"})
 
 		// Live: a change stored after the tail started.
-		cmd := exec.CommandContext(t.Context(), annalsBin, "tail", "--durable", "--json", "--type", "Profile", "--from-offset", string(byType[1].Offset), "--limit", "1")
-		cmd.Env = append(cleanEnv(), env...)
-		stdout, err := cmd.StdoutPipe()
-		if err != nil {
-			t.Fatal(err)
-		}
-		stderr, err := cmd.StderrPipe()
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		banner, _ := bufio.NewReader(stderr).ReadString('\n')
-		if !strings.Contains(banner, "following durable-state changes of Profile") {
-			t.Fatalf("banner %q", banner)
-		}
+		next, wait := startTail[changeOut](t, env, "following durable-state changes of Profile", "--durable", "--type", "Profile", "--from-offset", string(byType[1].Offset), "--limit", "1")
 		writeStates(t, st.url, "Profile|p-2", 2, 2, "people")
-		out, err := io.ReadAll(stdout)
-		if werr := cmd.Wait(); err != nil || werr != nil {
-			t.Fatalf("live tail --durable: %v %v", err, werr)
+		if c := next(); c.PersistenceID != "Profile|p-2" || c.Revision != 2 {
+			t.Errorf("live tail --durable printed %+v, want Profile|p-2 at revision 2", c)
 		}
-		var c changeOut
-		if err := json.Unmarshal(bytes.TrimSpace(out), &c); err != nil || c.PersistenceID != "Profile|p-2" || c.Revision != 2 {
-			t.Errorf("live tail --durable printed %q (%v), want Profile|p-2 at revision 2", out, err)
+		if err := wait(); err != nil {
+			t.Errorf("tail --durable --limit 1: %v, want exit 0", err)
 		}
 	})
 }

@@ -2,7 +2,6 @@ package memory
 
 import (
 	"bytes"
-	"cmp"
 	"context"
 	"iter"
 	"slices"
@@ -168,51 +167,16 @@ func (d *DurableState) ChangesByTag(ctx context.Context, tag string, after query
 // the offset and at or below the ordering the store had when the scan
 // began, that match.
 func (d *DurableState) scan(ctx context.Context, after query.Offset, match func(durable.Object) bool) iter.Seq2[query.Envelope, error] {
-	return func(yield func(query.Envelope, error) bool) {
-		from, err := sequenceOf(after)
-		if err != nil {
-			yield(query.Envelope{}, err)
-			return
-		}
-		s := d.s
-		s.mu.RLock()
-		bound := s.stateOrdering
-		s.mu.RUnlock()
-		page := make([]query.Envelope, 0, replayPage)
-		for {
-			if err := ctx.Err(); err != nil {
-				yield(query.Envelope{}, err)
-				return
+	s := d.s
+	return pagedScan(ctx, s, after, durable.ErrClosed, func() ([]stateRef, int64) { return s.stateOrder, s.stateOrdering },
+		func(r stateRef) int64 { return r.ordering },
+		func(ref stateRef) (query.Envelope, bool) {
+			st, ok := s.states[ref.pid]
+			if !ok || st.ordering != ref.ordering || !match(st.obj) {
+				return query.Envelope{}, false
 			}
-			page = page[:0]
-			s.mu.RLock()
-			if s.closed {
-				s.mu.RUnlock()
-				yield(query.Envelope{}, durable.ErrClosed)
-				return
-			}
-			i, _ := slices.BinarySearchFunc(s.stateOrder, from+1, func(r stateRef, o int64) int { return cmp.Compare(r.ordering, o) })
-			for ; i < len(s.stateOrder) && len(page) < replayPage && s.stateOrder[i].ordering <= bound; i++ {
-				ref := s.stateOrder[i]
-				from = ref.ordering
-				st, ok := s.states[ref.pid]
-				if !ok || st.ordering != ref.ordering || !match(st.obj) {
-					continue
-				}
-				page = append(page, stateEnvelope(st.obj, query.SequenceOffset(ref.ordering)))
-			}
-			done := i >= len(s.stateOrder) || s.stateOrder[i].ordering > bound
-			s.mu.RUnlock()
-			for _, env := range page {
-				if !yield(env, nil) {
-					return
-				}
-			}
-			if done {
-				return
-			}
-		}
-	}
+			return stateEnvelope(st.obj, query.SequenceOffset(ref.ordering)), true
+		})
 }
 
 // stateEnvelope is the envelope of o's change at offset at.

@@ -51,15 +51,37 @@ func sequenceOf(after query.Offset) (int64, error) {
 // or below the ordering the store had when the scan began, that match.
 // Deleted events are skipped.
 func (q *Queries) scan(ctx context.Context, after query.Offset, match func(orderRef) bool) iter.Seq2[query.Envelope, error] {
+	s := q.s
+	return pagedScan(ctx, s, after, journal.ErrClosed, func() ([]orderRef, int64) { return s.order, s.ordering },
+		func(r orderRef) int64 { return r.ordering },
+		func(ref orderRef) (query.Envelope, bool) {
+			if !match(ref) {
+				return query.Envelope{}, false
+			}
+			log := s.logs[ref.pid]
+			k, found := log.find(ref.seq)
+			if !found {
+				return query.Envelope{}, false
+			}
+			return query.FromRepr(cloneRepr(log.events[k]), query.SequenceOffset(ref.ordering)), true
+		})
+}
+
+// pagedScan yields the envelopes of refs, a list ascending by ordering,
+// after the offset and at or below the highest ordering when the scan
+// began: pages of up to replayPage envelopes, each found under the read
+// lock (which refs and env are called under; refs returns the list and
+// its highest ordering) and yielded after it is released. env returns a
+// ref's envelope, or false to pass it by. A closed store yields closed.
+func pagedScan[R any](ctx context.Context, s *Store, after query.Offset, closed error, refs func() ([]R, int64), ordering func(R) int64, env func(R) (query.Envelope, bool)) iter.Seq2[query.Envelope, error] {
 	return func(yield func(query.Envelope, error) bool) {
 		from, err := sequenceOf(after)
 		if err != nil {
 			yield(query.Envelope{}, err)
 			return
 		}
-		s := q.s
 		s.mu.RLock()
-		bound := s.ordering
+		_, bound := refs()
 		s.mu.RUnlock()
 		page := make([]query.Envelope, 0, replayPage)
 		for {
@@ -71,25 +93,21 @@ func (q *Queries) scan(ctx context.Context, after query.Offset, match func(order
 			s.mu.RLock()
 			if s.closed {
 				s.mu.RUnlock()
-				yield(query.Envelope{}, journal.ErrClosed)
+				yield(query.Envelope{}, closed)
 				return
 			}
-			i, _ := slices.BinarySearchFunc(s.order, from+1, func(r orderRef, o int64) int { return cmp.Compare(r.ordering, o) })
-			for ; i < len(s.order) && len(page) < replayPage && s.order[i].ordering <= bound; i++ {
-				ref := s.order[i]
-				from = ref.ordering
-				if !match(ref) {
-					continue
-				}
-				log := s.logs[ref.pid]
-				if k, found := log.find(ref.seq); found {
-					page = append(page, query.FromRepr(cloneRepr(log.events[k]), query.SequenceOffset(ref.ordering)))
+			list, _ := refs()
+			i, _ := slices.BinarySearchFunc(list, from+1, func(r R, o int64) int { return cmp.Compare(ordering(r), o) })
+			for ; i < len(list) && len(page) < replayPage && ordering(list[i]) <= bound; i++ {
+				from = ordering(list[i])
+				if e, ok := env(list[i]); ok {
+					page = append(page, e)
 				}
 			}
-			done := i >= len(s.order) || s.order[i].ordering > bound
+			done := i >= len(list) || ordering(list[i]) > bound
 			s.mu.RUnlock()
-			for _, env := range page {
-				if !yield(env, nil) {
+			for _, e := range page {
+				if !yield(e, nil) {
 					return
 				}
 			}

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/annals-go/annals"
 	"github.com/annals-go/annals/durable"
@@ -308,11 +309,7 @@ func TestDurableChangesSeeLateCommits(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer tx.Rollback(context.Background())
-			if _, err := tx.Exec(ctx, `INSERT INTO `+pgx.Identifier{s.Schema(), "durable_state"}.Sanitize()+`
-				(slice, entity_type, persistence_id, revision, db_timestamp, state_ser_id, state_ser_manifest, state_payload, tags)
-				VALUES ($1, $2, $3, 1, transaction_timestamp(), 31, 'm', 'late', NULL)`, annals.Slice(late), et, late); err != nil {
-				t.Fatal(err)
-			}
+			insertStateRow(t, tx, s.Schema(), late, nil, "late")
 
 			stream := s.DurableState().ChangesBySlices(ctx, et, 0, annals.NumberOfSlices-1, query.NoOffset())
 			got := make(chan query.Envelope)
@@ -399,11 +396,7 @@ func TestDurableChangesRecreatedEarlier(t *testing.T) {
 				t.Fatal(err)
 			}
 			// Written again, stamped 1 ms before the delivered revision 2.
-			if _, err := s.Pool().Exec(ctx, `INSERT INTO `+pgx.Identifier{s.Schema(), "durable_state"}.Sanitize()+`
-				(slice, entity_type, persistence_id, revision, db_timestamp, state_ser_id, state_ser_manifest, state_payload, tags)
-				VALUES ($1, $2, $3, 1, $4, 31, 'm', 'again', NULL)`, annals.Slice(pid), et, pid, env.Timestamp.Add(-time.Millisecond)); err != nil {
-				t.Fatal(err)
-			}
+			insertStateRow(t, s.Pool(), s.Schema(), pid, env.Timestamp.Add(-time.Millisecond), "again")
 		}
 		if len(seen) == 3 {
 			cancel()
@@ -450,5 +443,20 @@ func TestDurableApplyRefusedValueFailsAlone(t *testing.T) {
 				t.Errorf("Upsert of the refused value alone: %v, want ErrInvalidArgument", err)
 			}
 		})
+	}
+}
+
+// insertStateRow inserts revision 1 of pid into the schema's durable_state
+// as a JVM writer would (no NOTIFY), stamped at (nil: the transaction's
+// time), with the payload.
+func insertStateRow(t *testing.T, db interface {
+	Exec(context.Context, string, ...any) (pgconn.CommandTag, error)
+}, schema, pid string, at any, payload string) {
+	t.Helper()
+	if _, err := db.Exec(t.Context(), `INSERT INTO `+pgx.Identifier{schema, "durable_state"}.Sanitize()+`
+		(slice, entity_type, persistence_id, revision, db_timestamp, state_ser_id, state_ser_manifest, state_payload, tags)
+		VALUES ($1, $2, $3, 1, COALESCE($4::timestamptz, transaction_timestamp()), 31, 'm', $5, NULL)`,
+		annals.Slice(pid), annals.EntityType(pid), pid, at, []byte(payload)); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -110,7 +110,7 @@ func TestCheckPassesAndLeavesTheStoreAsItWas(t *testing.T) {
 		var out checkOut
 		decode(t, cli(t, nil, "check", "--store", st.url, "--short", "--json"), &out)
 		t.Logf("check --short on %s: %v", st.kind, time.Since(start).Round(time.Millisecond))
-		if !out.OK || out.Store != st.url || len(out.Suites) != 3 || out.RemovedIDs < 100 {
+		if !out.OK || out.Store != st.url || len(out.Suites) != 4 || out.RemovedIDs < 100 {
 			t.Fatalf("check: %+v", out)
 		}
 		for _, s := range out.Suites {

@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"maps"
 	"slices"
 	"strings"
 	"sync"
@@ -13,7 +14,9 @@ import (
 
 	"github.com/annals-go/annals/admin"
 	"github.com/annals-go/annals/cmd/annals/internal/stores"
+	"github.com/annals-go/annals/durable"
 	"github.com/annals-go/annals/journal"
+	"github.com/annals-go/annals/query"
 	"github.com/annals-go/annals/snapshot"
 	"github.com/annals-go/annals/storetest"
 )
@@ -22,13 +25,14 @@ func checkCommand() *command {
 	return &command{
 		name: "check", summary: "run the compliance kit against a live store",
 		help: `Runs the compliance kit (package storetest: every rule of the journal,
-snapshot and query contracts, as the store plugins' own tests run it)
+snapshot, query and durable-state contracts, as the store plugins' own
+tests run it)
 against the store --store names, for operators who bring their own
 database: it checks the store as deployed, on your server, file system and
 settings. The kit writes under persistence ids of its own (entity types
 starting with "Kit" or "T" followed by hex digits, unique per run) and
-removes every id it wrote afterwards; your ids are neither read nor
-changed. The kit writes about 150,000 events (100,000 of them in one id,
+removes every id it wrote afterwards (events, snapshots and durable
+states); your ids are neither read nor changed. The kit writes about 150,000 events (100,000 of them in one id,
 which --short leaves out), so run it when a few seconds of extra load are
 welcome; an SQLite file keeps the space they took, for later use. If the
 command is killed, the kit's ids stay (apart from yours: their entity
@@ -64,7 +68,7 @@ messages for failures on stderr; exit code 1 when a rule fails.
 				if err != nil {
 					return err
 				}
-				k := &kit{e: e, url: url, s: s, written: map[string]bool{}}
+				k := &kit{e: e, url: url, s: s, written: map[string]bool{}, states: map[string]bool{}}
 				return k.run(checkOptions{run: *run, short: *short, verbose: *verbose, asJSON: *asJSON, timeout: *timeout})
 			}
 		},
@@ -154,6 +158,7 @@ type kit struct {
 
 	mu      sync.Mutex
 	written map[string]bool // ids the kit wrote or deleted
+	states  map[string]bool // ids whose durable state the kit wrote
 }
 
 // suiteJSON is the JSON shape of one suite's results.
@@ -195,6 +200,12 @@ func (k *kit) run(o checkOptions) error {
 		suites = append(suites, storetest.QuerySuite(storetest.QueryHarnessFor[storetest.T]{
 			New:             func(storetest.T) (journal.Journal, any) { return j, k.s.Queries },
 			IDsInStoreOrder: k.s.IDsInStoreOrder,
+		}))
+	}
+	if k.s.Durable != nil {
+		suites = append(suites, storetest.DurableSuite(storetest.DurableHarnessFor[storetest.T]{
+			New: func(storetest.T) durable.Store { return k.recordingDurable(k.s.Durable, false) },
+			Own: func(t storetest.T) durable.Store { return k.recordingDurable(k.another(t).Durable, true) },
 		}))
 	}
 	rep, err := storetest.Check(ctx, storetest.Options{
@@ -267,7 +278,7 @@ func (k *kit) summary(rep storetest.Report) checkResult {
 			sj.Skipped = append(sj.Skipped, rule)
 		}
 	}
-	for _, name := range []string{"journal", "snapshots", "queries"} {
+	for _, name := range []string{"journal", "snapshots", "queries", "durable"} {
 		if sj := suites[name]; sj != nil {
 			slices.Sort(sj.Failed)
 			slices.Sort(sj.Skipped)
@@ -305,6 +316,9 @@ func (k *kit) cleanUp() (int, error) {
 	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(k.e.ctx), 5*time.Minute)
 	defer cancel()
+	if err := k.removeStates(ctx); err != nil {
+		return 0, err
+	}
 	for chunk := range slices.Chunk(ids, 500) {
 		if err := p.Purge(ctx, chunk); err != nil {
 			return 0, fmt.Errorf("purging: %w", err)
@@ -384,4 +398,107 @@ func (s *recordingSnapshots) Close() error {
 		return s.Store.Close()
 	}
 	return nil
+}
+
+// removeStates deletes the durable state of every id the kit wrote one of.
+func (k *kit) removeStates(ctx context.Context) error {
+	k.mu.Lock()
+	ids := slices.Sorted(maps.Keys(k.states))
+	k.mu.Unlock()
+	for _, pid := range ids {
+		for {
+			o, found, err := k.s.Durable.Get(ctx, pid)
+			if err != nil {
+				return fmt.Errorf("removing durable state: %w", err)
+			}
+			if !found {
+				break
+			}
+			err = k.s.Durable.Delete(ctx, pid, o.Revision+1)
+			if err == nil {
+				break
+			}
+			if !errors.Is(err, durable.ErrRevisionConflict) {
+				return fmt.Errorf("removing durable state: %w", err)
+			}
+			// A rule's writer was still at it: read the revision again.
+		}
+	}
+	return nil
+}
+
+// wroteState notes an id whose durable state the kit writes.
+func (k *kit) wroteState(pid string) {
+	if pid == "" {
+		return // refused by every store
+	}
+	k.mu.Lock()
+	k.states[pid] = true
+	k.mu.Unlock()
+}
+
+// durableChanges is a durable store's change queries, both of which a
+// store offers or none (the kit's wrappers pass both on).
+type durableChanges interface {
+	query.DurableStateChangesBySlicesQuery
+	query.DurableStateChangesByTagQuery
+}
+
+// recordingDurable returns s, noting every id the kit writes the state of,
+// with the capabilities s has (durable.Batcher, the change queries), so
+// the suite runs the rules s offers. closes: Close closes s (a store
+// opened for the rule).
+func (k *kit) recordingDurable(s durable.Store, closes bool) durable.Store {
+	r := &recordingStates{Store: s, k: k, closes: closes}
+	b, batcher := s.(durable.Batcher)
+	c, changes := s.(durableChanges)
+	switch {
+	case batcher && changes:
+		return struct {
+			recordingBatcher
+			durableChanges
+		}{recordingBatcher{r, b}, c}
+	case batcher:
+		return recordingBatcher{r, b}
+	case changes:
+		return struct {
+			*recordingStates
+			durableChanges
+		}{r, c}
+	}
+	return r
+}
+
+// recordingStates notes every id the kit upserts.
+type recordingStates struct {
+	durable.Store
+	k      *kit
+	closes bool
+}
+
+func (d *recordingStates) Upsert(ctx context.Context, o durable.Object) error {
+	d.k.wroteState(o.PersistenceID)
+	return d.Store.Upsert(ctx, o)
+}
+
+func (d *recordingStates) Close() error {
+	if d.closes {
+		return d.Store.Close()
+	}
+	return nil
+}
+
+// recordingBatcher notes every id the kit applies an upsert of.
+type recordingBatcher struct {
+	*recordingStates
+	b durable.Batcher
+}
+
+func (d recordingBatcher) Apply(ctx context.Context, changes []durable.Change) ([]error, error) {
+	for _, c := range changes {
+		if !c.Delete {
+			d.k.wroteState(c.Object.PersistenceID)
+		}
+	}
+	return d.b.Apply(ctx, changes)
 }

@@ -123,16 +123,22 @@ func TestDurableState(t *testing.T) {
 					}
 					close(start)
 					wg.Wait()
-					won := -1
+					won, unknown := -1, 0
 					for i, err := range errs {
 						switch {
 						case err == nil && won >= 0:
 							t.Fatalf("round %d: calls %d and %d both succeeded", round, won, i)
 						case err == nil:
 							won = i
+						case casUnknown(err):
+							unknown++ // contention timed the round out: the store's doc calls the outcome unknown
 						case !errors.Is(err, durable.ErrRevisionConflict):
 							t.Fatalf("round %d: call %d: %v, want nil or ErrRevisionConflict", round, i, err)
 						}
+					}
+					if won < 0 && unknown > 0 {
+						t.Logf("round %d: no call answered success; %d timed out under contention, outcome unknown", round, unknown)
+						continue
 					}
 					if won < 0 {
 						t.Fatalf("round %d: no call succeeded: %v", round, errs)
@@ -325,4 +331,13 @@ func TestDurableStateSchema(t *testing.T) {
 		t.Fatalf("Upsert after Migrate: %v", err)
 	}
 	wantDurable(t, ds, "Schema|a", 1, "a")
+}
+
+// casUnknown reports a lightweight transaction whose outcome Cassandra
+// could not tell (a write timeout of the CAS write type, or CAS write
+// unknown), as racing writers on one partition can meet on a loaded node.
+func casUnknown(err error) bool {
+	var timeout *gocql.RequestErrWriteTimeout
+	var unknown *gocql.RequestErrCASWriteUnknown
+	return (errors.As(err, &timeout) && timeout.WriteType == "CAS") || errors.As(err, &unknown)
 }

@@ -186,30 +186,10 @@ func crashChild(t *testing.T, dir string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	reg := serialization.NewRegistry()
-	if err := shipping.Register(reg); err != nil {
-		t.Fatal(err)
-	}
-	var host *entity.Host[shipping.Command, shipping.Event, shipping.Order]
-	d, err := delivery.New(shipping.EntityType, delivery.Config[shipping.ShipRequest]{
-		Destinations: map[string]delivery.Destination[shipping.ShipRequest]{shipping.Warehouse: flaky},
-		Confirm: func(ctx context.Context, id string, deliveryID int64) error {
-			return host.Send(ctx, id, shipping.ConfirmShipment{DeliveryID: deliveryID, Run: run})
-		},
+	host, d := wire(t, store.Journal(), store.Snapshots(), flaky, delivery.Config[shipping.ShipRequest]{
 		RedeliverInterval: 50 * time.Millisecond,
 		AttemptTimeout:    5 * time.Second,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	b := shipping.Behavior()
-	if err := delivery.Attach(&b, d, shipping.Outbox); err != nil {
-		t.Fatal(err)
-	}
-	host, err = entity.NewHost(b, entity.HostConfig{Journal: store.Journal(), Snapshots: store.Snapshots(), Registry: reg})
-	if err != nil {
-		t.Fatal(err)
-	}
+	}, run)
 	go d.Run(ctx)
 	fmt.Println("started")
 	var wg sync.WaitGroup

@@ -9,6 +9,7 @@ import (
 	"github.com/annals-go/annals/delivery"
 	"github.com/annals-go/annals/entity"
 	"github.com/annals-go/annals/examples/shipping"
+	"github.com/annals-go/annals/journal"
 	"github.com/annals-go/annals/serialization"
 	"github.com/annals-go/annals/snapshot"
 	"github.com/annals-go/annals/store/memory"
@@ -16,20 +17,22 @@ import (
 
 type orders = entity.Host[shipping.Command, shipping.Event, shipping.Order]
 
-// start makes a host and a running deliverer to dest on store.
-func start(t *testing.T, store *memory.Store, dest delivery.Destination[shipping.ShipRequest]) (*orders, *delivery.Deliverer[shipping.ShipRequest]) {
+// wire makes the orders' host on the stores and its deliverer to dest
+// (cfg gives the deliverer's settings; its Destinations and Confirm are
+// set here): confirmations go back to the order as ConfirmShipment,
+// recorded with run. The deliverer is not running.
+func wire(t testing.TB, j journal.Journal, snaps snapshot.Store, dest delivery.Destination[shipping.ShipRequest], cfg delivery.Config[shipping.ShipRequest], run int) (*orders, *delivery.Deliverer[shipping.ShipRequest]) {
 	t.Helper()
 	reg := serialization.NewRegistry()
 	if err := shipping.Register(reg); err != nil {
 		t.Fatal(err)
 	}
 	var host *orders
-	d, err := delivery.New(shipping.EntityType, delivery.Config[shipping.ShipRequest]{
-		Destinations: map[string]delivery.Destination[shipping.ShipRequest]{shipping.Warehouse: dest},
-		Confirm: func(ctx context.Context, id string, deliveryID int64) error {
-			return host.Send(ctx, id, shipping.ConfirmShipment{DeliveryID: deliveryID})
-		},
-	})
+	cfg.Destinations = map[string]delivery.Destination[shipping.ShipRequest]{shipping.Warehouse: dest}
+	cfg.Confirm = func(ctx context.Context, id string, deliveryID int64) error {
+		return host.Send(ctx, id, shipping.ConfirmShipment{DeliveryID: deliveryID, Run: run})
+	}
+	d, err := delivery.New(shipping.EntityType, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -37,10 +40,17 @@ func start(t *testing.T, store *memory.Store, dest delivery.Destination[shipping
 	if err := delivery.Attach(&b, d, shipping.Outbox); err != nil {
 		t.Fatal(err)
 	}
-	host, err = entity.NewHost(b, entity.HostConfig{Journal: store.Journal(), Snapshots: store.Snapshots(), Registry: reg})
+	host, err = entity.NewHost(b, entity.HostConfig{Journal: j, Snapshots: snaps, Registry: reg})
 	if err != nil {
 		t.Fatal(err)
 	}
+	return host, d
+}
+
+// start makes a host and a running deliverer to dest on store.
+func start(t *testing.T, store *memory.Store, dest delivery.Destination[shipping.ShipRequest]) (*orders, *delivery.Deliverer[shipping.ShipRequest]) {
+	t.Helper()
+	host, d := wire(t, store.Journal(), store.Snapshots(), dest, delivery.Config[shipping.ShipRequest]{}, 0)
 	ctx, cancel := context.WithCancel(t.Context())
 	done := make(chan struct{})
 	go func() { d.Run(ctx); close(done) }()

@@ -241,17 +241,24 @@ func (s *Store) Backlog(ctx context.Context, after query.Offset, f admin.EventFi
 	for pid, seq := range after.Seen {
 		seenIDs, seenSeqs = append(seenIDs, pid), append(seenSeqs, seq)
 	}
+	// The events after the offset, less those at its timestamp it lists
+	// as seen; on the r2dbc layout delete markers do not count, times are
+	// db_timestamps (the plugin's write_timestamp is milliseconds), and
+	// tags are read from the tags column.
+	text := `SELECT count(*), min(e.write_timestamp), max(e.write_timestamp) FROM ` + table(s.cfg.schema, "event_journal") + ` e
+		WHERE e.db_timestamp >= $1 AND ($2 = '' OR e.entity_type = $2) AND e.slice BETWEEN $3 AND $4
+		AND ($5 = '' OR EXISTS (SELECT 1 FROM ` + table(s.cfg.schema, "event_tag") + ` t WHERE t.tag = $5 AND t.persistence_id = e.persistence_id AND t.seq_nr = e.seq_nr))`
 	if s.cfg.layout == LayoutR2DBC {
-		return s.backlogR2DBC(ctx, from, f, seenIDs, seenSeqs)
+		text = `SELECT count(*), min(e.db_timestamp), max(e.db_timestamp) FROM ` + table(s.cfg.schema, "event_journal") + ` e
+		WHERE NOT e.deleted AND e.db_timestamp >= $1 AND ($2 = '' OR e.entity_type = $2) AND e.slice BETWEEN $3 AND $4
+		AND ($5 = '' OR $5 = ANY(e.tags))`
 	}
+	text += `
+		AND NOT (e.db_timestamp = $1 AND EXISTS (SELECT 1 FROM unnest($6::text[], $7::bigint[]) AS seen(pid, seq)
+			WHERE seen.pid = e.persistence_id AND e.seq_nr <= seen.seq))`
 	var b admin.Backlog
 	var lo, hi *time.Time
-	err := s.pool.QueryRow(ctx, `SELECT count(*), min(e.write_timestamp), max(e.write_timestamp) FROM `+table(s.cfg.schema, "event_journal")+` e
-		WHERE e.db_timestamp >= $1 AND ($2 = '' OR e.entity_type = $2) AND e.slice BETWEEN $3 AND $4
-		AND ($5 = '' OR EXISTS (SELECT 1 FROM `+table(s.cfg.schema, "event_tag")+` t WHERE t.tag = $5 AND t.persistence_id = e.persistence_id AND t.seq_nr = e.seq_nr))
-		AND NOT (e.db_timestamp = $1 AND EXISTS (SELECT 1 FROM unnest($6::text[], $7::bigint[]) AS seen(pid, seq)
-			WHERE seen.pid = e.persistence_id AND e.seq_nr <= seen.seq))`,
-		from, f.EntityType, f.MinSlice, f.MaxSlice, f.Tag, seenIDs, seenSeqs).Scan(&b.Events, &lo, &hi)
+	err := s.pool.QueryRow(ctx, text, from, f.EntityType, f.MinSlice, f.MaxSlice, f.Tag, seenIDs, seenSeqs).Scan(&b.Events, &lo, &hi)
 	if err != nil {
 		return admin.Backlog{}, s.errs.Map(ctx, "backlog", err, journal.ErrClosed)
 	}
@@ -266,11 +273,12 @@ func (s *Store) Purge(ctx context.Context, persistenceIDs []string) error {
 	if len(persistenceIDs) == 0 {
 		return nil
 	}
+	tables := []string{"event_tag", "event_journal", "journal_metadata", "snapshot"}
 	if s.cfg.layout == LayoutR2DBC {
-		return s.purgeR2DBC(ctx, persistenceIDs)
+		tables = []string{"event_journal", "snapshot"} // markers are rows of event_journal
 	}
 	b := &pgx.Batch{}
-	for _, name := range []string{"event_tag", "event_journal", "journal_metadata", "snapshot"} {
+	for _, name := range tables {
 		b.Queue(`DELETE FROM `+table(s.cfg.schema, name)+` WHERE persistence_id = ANY($1)`, persistenceIDs)
 	}
 	if err := s.pool.SendBatch(ctx, b).Close(); err != nil {

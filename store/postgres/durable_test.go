@@ -312,17 +312,7 @@ func TestDurableChangesSeeLateCommits(t *testing.T) {
 			insertStateRow(t, tx, s.Schema(), late, nil, "late")
 
 			stream := s.DurableState().ChangesBySlices(ctx, et, 0, annals.NumberOfSlices-1, query.NoOffset())
-			got := make(chan query.Envelope)
-			go func() {
-				defer close(got)
-				for env := range stream.All() {
-					select {
-					case got <- env:
-					case <-ctx.Done():
-						return
-					}
-				}
-			}()
+			got := envelopes(ctx, stream)
 			if err := s.DurableState().Upsert(ctx, durable.Object{PersistenceID: early, Revision: 1, Payload: []byte("early"), SerializerID: 31}); err != nil {
 				t.Fatal(err)
 			}
@@ -367,17 +357,7 @@ func TestDurableChangesRecreatedEarlier(t *testing.T) {
 	et := fmt.Sprintf("Again%d", time.Now().UnixNano())
 	pid := et + "|a"
 	stream := d.ChangesBySlices(ctx, et, 0, annals.NumberOfSlices-1, query.NoOffset())
-	got := make(chan query.Envelope)
-	go func() {
-		defer close(got)
-		for env := range stream.All() {
-			select {
-			case got <- env:
-			case <-ctx.Done():
-				return
-			}
-		}
-	}()
+	got := envelopes(ctx, stream)
 	upsert := func(rev int64) {
 		t.Helper()
 		if err := d.Upsert(ctx, durable.Object{PersistenceID: pid, Revision: rev, Payload: []byte("x"), SerializerID: 31}); err != nil {
@@ -459,4 +439,21 @@ func insertStateRow(t *testing.T, db interface {
 		annals.Slice(pid), annals.EntityType(pid), pid, at, []byte(payload)); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// envelopes passes a live stream's envelopes to a channel, closed when the
+// stream ends or ctx does.
+func envelopes(ctx context.Context, stream *query.Stream[query.Envelope]) <-chan query.Envelope {
+	got := make(chan query.Envelope)
+	go func() {
+		defer close(got)
+		for env := range stream.All() {
+			select {
+			case got <- env:
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
+	return got
 }

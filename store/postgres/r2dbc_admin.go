@@ -9,7 +9,6 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/annals-go/annals/admin"
-	"github.com/annals-go/annals/journal"
 )
 
 // ErrLayoutUnsupported reports an operation the store's layout does not
@@ -47,40 +46,6 @@ func (s *Store) statsR2DBC(ctx context.Context) (admin.Stats, error) {
 		}
 		return nil
 	})
-}
-
-// backlogR2DBC is Backlog on the r2dbc layout: delete markers are not
-// counted, tags are read from the tags column, and the oldest and newest
-// are db_timestamps.
-func (s *Store) backlogR2DBC(ctx context.Context, from time.Time, f admin.EventFilter, seenIDs []string, seenSeqs []int64) (admin.Backlog, error) {
-	var b admin.Backlog
-	var lo, hi *time.Time
-	err := s.pool.QueryRow(ctx, `SELECT count(*), min(e.db_timestamp), max(e.db_timestamp) FROM `+table(s.cfg.schema, "event_journal")+` e
-		WHERE NOT e.deleted AND e.db_timestamp >= $1 AND ($2 = '' OR e.entity_type = $2) AND e.slice BETWEEN $3 AND $4
-		AND ($5 = '' OR $5 = ANY(e.tags))
-		AND NOT (e.db_timestamp = $1 AND EXISTS (SELECT 1 FROM unnest($6::text[], $7::bigint[]) AS seen(pid, seq)
-			WHERE seen.pid = e.persistence_id AND e.seq_nr <= seen.seq))`,
-		from, f.EntityType, f.MinSlice, f.MaxSlice, f.Tag, seenIDs, seenSeqs).Scan(&b.Events, &lo, &hi)
-	if err != nil {
-		return admin.Backlog{}, s.errs.Map(ctx, "backlog", err, journal.ErrClosed)
-	}
-	if lo != nil {
-		b.Oldest, b.Newest = lo.UTC(), hi.UTC()
-	}
-	return b, nil
-}
-
-// purgeR2DBC is Purge on the r2dbc layout: the ids' rows (markers
-// included) and snapshots, in one transaction.
-func (s *Store) purgeR2DBC(ctx context.Context, persistenceIDs []string) error {
-	b := &pgx.Batch{}
-	for _, name := range []string{"event_journal", "snapshot"} {
-		b.Queue(`DELETE FROM `+table(s.cfg.schema, name)+` WHERE persistence_id = ANY($1)`, persistenceIDs)
-	}
-	if err := s.pool.SendBatch(ctx, b).Close(); err != nil {
-		return s.errs.Map(ctx, "purge", err, journal.ErrClosed)
-	}
-	return nil
 }
 
 // baselineR2DBC is OpenBaseline's answer on the r2dbc layout.

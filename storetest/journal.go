@@ -246,7 +246,7 @@ func journalRules() []journalRule {
 
 	rules = append(rules,
 		journalRule{"UnknownIDHighestIsZero", "the highest sequence number of an id never written is 0, and its replay is empty", unknownIDHighestIsZero},
-		journalRule{"TopOfRange", "events numbered up to math.MaxInt64 are stored, and a replay to the top of the range ends after the last of them", topOfRange},
+		journalRule{"FarNumbersReadableOrRefused", "a write far above an id's highest (up to math.MaxInt64) is stored and read back in full, or refused with ErrInvalidArgument and nothing stored", farNumbers},
 		journalRule{"HighestWithoutReplay", "HighestSequenceNr returns the highest stored number without a replay, whatever the from hint", highestWithoutReplay},
 		journalRule{"HighestKeptAfterPartialDelete", "deleting some events does not lower the highest sequence number", highestKeptAfterPartialDelete},
 		journalRule{"HighestKeptAfterDeletingAll", "deleting every event keeps the highest sequence number, also when to is beyond it", highestKeptAfterDeletingAll},
@@ -278,34 +278,82 @@ func unknownIDHighestIsZero(t T, j journal.Journal, _ JournalHarnessFor[T]) {
 	}
 }
 
-// topOfRange: events numbered up to math.MaxInt64 are stored, and a replay to the top of the range ends after the last of them.
-func topOfRange(t T, j journal.Journal, h JournalHarnessFor[T]) {
-	if h.Capabilities.ScansFromFirst {
-		t.Skip("store declares ScansFromFirst: it cannot read a journal that starts at the top of the range")
+// farNumbers: an id whose numbers start far above 1, or jump far past its
+// highest, is either stored and read back in full (Replay from any bound,
+// HighestSequenceNr) or refused with ErrInvalidArgument, with nothing
+// stored; a store never acknowledges events it cannot read.
+func farNumbers(t T, j journal.Journal, _ JournalHarnessFor[T]) {
+	cases := []struct {
+		name      string
+		before    int64 // events 1..before are stored first
+		from, to  int64 // the far write
+		replayAts []int64
+	}{
+		{"top of the range", 0, maxSeq - 1, maxSeq, []int64{1, maxSeq - 1, maxSeq}},
+		{"first at 1,000,001", 0, 1_000_001, 1_000_002, []int64{1, 1_000_001, 1_000_002}},
+		{"first at 5,000,001", 0, 5_000_001, 5_000_001, []int64{1, 5_000_001}},
+		{"2 then 2,000,001", 2, 2_000_001, 2_000_002, []int64{1, 3, 2_000_002}},
 	}
-	pid := uniqueID(t, "KitJournal")
-	// Not atomicRange: its loop would wrap around at the top.
-	mustWrite(t, j, journal.AtomicWrite{PersistenceID: pid, Events: []journal.Repr{ev(pid, maxSeq-1), ev(pid, maxSeq)}})
-	for _, from := range []int64{1, maxSeq - 1, maxSeq} {
-		var got []int64
-		for e, err := range j.Replay(testContext(t), pid, from, maxSeq, maxSeq) {
-			if err != nil {
-				t.Fatalf("Replay(from=%d): %v", from, err)
+	for _, c := range cases {
+		pid := uniqueID(t, "KitJournal")
+		ctx := testContext(t)
+		if c.before > 0 {
+			mustWrite(t, j, atomicRange(pid, 1, c.before))
+		}
+		// Not atomicRange: its loop would wrap around at the top.
+		far := journal.AtomicWrite{PersistenceID: pid}
+		for seq := c.from; ; seq++ {
+			far.Events = append(far.Events, ev(pid, seq))
+			if seq == c.to {
+				break
 			}
-			if got = append(got, e.SequenceNr); len(got) > 2 {
-				break // a replay that wraps around yields forever
+		}
+		res, err := j.Write(ctx, []journal.AtomicWrite{far})
+		if err != nil {
+			t.Fatalf("%s: Write: outcome unknown: %v", c.name, err)
+		}
+		var refused error
+		if res != nil {
+			refused = res[0]
+		}
+		stored := seqs(1, c.before)
+		want := c.before
+		switch {
+		case refused == nil:
+			want = c.to
+			for seq := c.from; ; seq++ {
+				stored = append(stored, seq)
+				if seq == c.to {
+					break
+				}
+			}
+		case !errors.Is(refused, journal.ErrInvalidArgument) || !errors.Is(refused, journal.ErrRejected):
+			t.Errorf("%s: Write = %v, want nil (stored) or a rejection wrapping ErrInvalidArgument", c.name, refused)
+			continue
+		}
+		for _, from := range c.replayAts {
+			var got []int64
+			for e, err := range j.Replay(ctx, pid, from, maxSeq, maxSeq) {
+				if err != nil {
+					t.Fatalf("%s: Replay(from=%d): %v", c.name, from, err)
+				}
+				if got = append(got, e.SequenceNr); len(got) > len(stored) {
+					break // a replay that wraps around yields forever
+				}
+			}
+			var wantReplay []int64
+			for _, s := range stored {
+				if s >= from {
+					wantReplay = append(wantReplay, s)
+				}
+			}
+			if !slices.Equal(got, wantReplay) {
+				t.Errorf("%s (write result %v): Replay(from=%d, to=max) yielded %v, want %v", c.name, refused, from, got, wantReplay)
 			}
 		}
-		want := []int64{maxSeq - 1, maxSeq}
-		if from == maxSeq {
-			want = want[1:]
+		if n := highest(t, j, pid, 0); n != want {
+			t.Errorf("%s (write result %v): HighestSequenceNr = %d, want %d", c.name, refused, n, want)
 		}
-		if !slices.Equal(got, want) {
-			t.Errorf("Replay(from=%d, to=max) yielded %v, want %v", from, got, want)
-		}
-	}
-	if n := highest(t, j, pid, 0); n != maxSeq {
-		t.Errorf("HighestSequenceNr = %d, want %d", n, int64(maxSeq))
 	}
 }
 

@@ -39,12 +39,6 @@ type Capabilities struct {
 	// SkipLargeReplay skips the 100,000-event replay rule (for stores whose
 	// test servers are too slow for it); the rule still runs by default.
 	SkipLargeReplay bool
-	// ScansFromFirst: the store finds an id's events by scanning its
-	// partitions from the first (akka-persistence-cassandra's layout), so
-	// a journal that jumps to numbers far beyond its first cannot be read;
-	// the TopOfRange rule, which stores events at math.MaxInt64, is
-	// skipped.
-	ScansFromFirst bool
 	// StoreTimestamps: the store keeps its own clock's time of the write
 	// as an event's timestamp, not the writer's (the r2dbc layout, as
 	// akka-persistence-r2dbc does); FieldsRoundTrip checks that the

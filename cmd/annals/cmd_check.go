@@ -186,7 +186,7 @@ func (k *kit) run(o checkOptions) error {
 			Own: func(t storetest.T) journal.Journal {
 				return &recordingJournal{Journal: k.another(t).Journal, k: k, closes: true}
 			},
-			Capabilities: storetest.Capabilities{GlobalOrdering: k.s.GlobalOrdering, ScansFromFirst: k.s.ScansFromFirst, StoreTimestamps: k.s.KitStoreTimestamps},
+			Capabilities: storetest.Capabilities{GlobalOrdering: k.s.GlobalOrdering, StoreTimestamps: k.s.KitStoreTimestamps},
 		}),
 		storetest.SnapshotSuite(storetest.SnapshotHarnessFor[storetest.T]{
 			New: func(storetest.T) snapshot.Store { return ss },

@@ -18,8 +18,7 @@ func TestKits(t *testing.T) {
 		cassandra.WithEventualConsistencyDelay(0), cassandra.WithFirstTimeBucket(time.Now().Add(-time.Hour)))
 	t.Run("journal", func(t *testing.T) {
 		storetest.RunJournal(t, storetest.JournalHarness{
-			New:          func(t *testing.T) journal.Journal { return s.Journal() },
-			Capabilities: storetest.Capabilities{ScansFromFirst: true},
+			New: func(t *testing.T) journal.Journal { return s.Journal() },
 		})
 	})
 	t.Run("queries", func(t *testing.T) {

@@ -34,7 +34,7 @@ func openCassandra(ctx context.Context, u string, mode Mode) (*Store, error) {
 	return &Store{
 		Kind: "cassandra", Where: s.Where(),
 		Journal: s.Journal(), Snapshots: s.Snapshots(), Queries: s.ReadJournal(), Durable: s.DurableState(), Admin: s,
-		IDsInStoreOrder: true, ScansFromFirst: true, Close: s.Close,
+		IDsInStoreOrder: true, Close: s.Close,
 	}, nil
 }
 

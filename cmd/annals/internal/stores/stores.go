@@ -63,10 +63,6 @@ type Store struct {
 	// commit order across all ids (annals check then has the compliance
 	// kit check it).
 	GlobalOrdering bool
-	// ScansFromFirst: the journal finds an id's events by scanning from its
-	// first partition (Cassandra), so check skips the kit's rule that
-	// stores events at the top of the sequence range.
-	ScansFromFirst bool
 	// IDsInStoreOrder: the read journal lists persistence ids in an order
 	// of its own (Cassandra's token order), not ascending.
 	IDsInStoreOrder bool

@@ -176,12 +176,23 @@ type SnapshotPolicy[E, S any] struct {
 	// Optional: when a snapshot cannot be decoded, recover from the next
 	// older one instead of failing (three are tried, the youngest first,
 	// as Akka does); when none can be used, or the snapshot store fails,
-	// recover from all events. Recovery still fails when the events a
-	// snapshot would have covered were deleted.
+	// recover from all events. Recovery still fails when the snapshot
+	// passed over covered deleted events: when the event after the older
+	// snapshot used (event 1 without one) was deleted, whether or not
+	// events remain after the deletion.
 	Optional bool
 }
 
 // Recovery configures how an entity starts.
+//
+// A recovery rebuilds the state from what the journal keeps, as Akka and
+// Pekko do: events deleted with no snapshot covering them are skipped, the
+// events that remain are applied to the snapshot's state (the empty state
+// without one), and (without ToSequenceNr) the entity's sequence number is
+// the highest the id ever stored, deleted events included, so its next
+// event follows it. An id whose events were all deleted recovers the
+// snapshot's state (or the empty state) at that number; once it has
+// written again, it recovers that state with its new events applied.
 type Recovery struct {
 	// Disabled starts entities from the empty state and sequence number 0
 	// without reading the journal or snapshots (for entities whose history

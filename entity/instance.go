@@ -63,9 +63,13 @@ type instance[C, E, S any] struct {
 	handled   int          // commands handled since the last recovery
 	// of the last recovery: the snapshot's sequence number, events replayed
 	fromSnapshot, replayed int64
-	failures               int         // consecutive failures, for the restart backoff
-	idle                   *time.Timer // raises signalIdle IdleTimeout after lastUsed
-	lastUsed               time.Time   // when the last command was handled or recovery ended
+	// of the recovery in progress: the first event replayed (0: none), and
+	// why a snapshot was passed over (nil: none was)
+	firstReplayed int64
+	passedOver    error
+	failures      int         // consecutive failures, for the restart backoff
+	idle          *time.Timer // raises signalIdle IdleTimeout after lastUsed
+	lastUsed      time.Time   // when the last command was handled or recovery ended
 }
 
 // put delivers env to the mailbox, starting a goroutine for the entity if
@@ -313,6 +317,7 @@ func (inst *instance[C, E, S]) recoverState() (err error) {
 		}()
 	}
 	inst.fromSnapshot, inst.replayed = 0, 0
+	inst.firstReplayed, inst.passedOver = 0, nil
 	defer func() {
 		if r := recover(); r != nil {
 			err = fmt.Errorf("%w of %s: panic: %v", ErrRecovery, inst.pid, r)
@@ -367,7 +372,11 @@ func (inst *instance[C, E, S]) restore(ctx context.Context) (int64, error) {
 				return 0, err
 			}
 		}
-		return highest, inst.apply(h.cfg.Journal.Replay(ctx, inst.pid, inst.seq+1, to, math.MaxInt64))
+		base := inst.seq
+		if err := inst.apply(h.cfg.Journal.Replay(ctx, inst.pid, inst.seq+1, to, math.MaxInt64)); err != nil {
+			return 0, err
+		}
+		return highest, inst.checkPassedOver(base, to)
 	}
 
 	req := recovery.Request{PersistenceID: inst.pid, ToSequenceNr: b.Recovery.ToSequenceNr}
@@ -390,6 +399,7 @@ func (inst *instance[C, E, S]) restore(ctx context.Context) (int64, error) {
 			events, more = nil, true
 		}
 	}
+	base := inst.seq
 	if err := inst.apply(func(yield func(journal.Repr, error) bool) {
 		for _, r := range events {
 			if !yield(r, nil) {
@@ -404,7 +414,24 @@ func (inst *instance[C, E, S]) restore(ctx context.Context) (int64, error) {
 			return 0, err
 		}
 	}
-	return res.Highest, nil
+	return res.Highest, inst.checkPassedOver(base, to)
+}
+
+// checkPassedOver fails a recovery that passed a snapshot over (it could
+// not be loaded or decoded, with Snapshots.Optional) and replayed the
+// events after base (the sequence number of the older snapshot it used, 0
+// for none) up to to, when the event after base was not among them: it
+// was deleted, and the snapshot passed over covered it (or, when it could
+// not be loaded, may have), so the state rebuilt from what remains could
+// be wrong. The rule looks only at the event after base, never at the
+// events that remain after the deletion, so a recovery that fails keeps
+// failing, and one that succeeds keeps succeeding, after the entity
+// writes again.
+func (inst *instance[C, E, S]) checkPassedOver(base, to int64) error {
+	if inst.passedOver == nil || to <= base || inst.firstReplayed == base+1 {
+		return nil
+	}
+	return fmt.Errorf("%w of %s: a snapshot was passed over (%w) and events from %d were deleted: the state cannot be rebuilt without it", ErrRecovery, inst.pid, inst.passedOver, base+1)
 }
 
 // snapshotLoadAttempts is how many snapshots a recovery with
@@ -418,7 +445,8 @@ const snapshotLoadAttempts = 3
 // that cannot be decoded is logged and the next older one tried, at most
 // snapshotLoadAttempts in all, as Akka does; when none is usable, or the
 // load itself fails, the state starts empty and every event is replayed.
-// Without a snapshot the state is left as it is (empty).
+// A snapshot passed over is noted in inst.passedOver (see
+// checkPassedOver). Without a snapshot the state is left as it is (empty).
 func (inst *instance[C, E, S]) restoreSnapshot(ctx context.Context, crit snapshot.Criteria, loaded *snapshot.Snapshot) error {
 	h, b := inst.h, &inst.h.b
 	for attempt := 1; ; attempt++ {
@@ -444,6 +472,7 @@ func (inst *instance[C, E, S]) restoreSnapshot(ctx context.Context, crit snapsho
 		if !b.Snapshots.Optional {
 			return fmt.Errorf("%w of %s: %w", ErrRecovery, inst.pid, err)
 		}
+		inst.passedOver = err
 		var decode *snapshotDecodeError
 		if !errors.As(err, &decode) || attempt == snapshotLoadAttempts || snap.Metadata.SequenceNr <= 1 {
 			h.cfg.Logger.Warn("snapshot ignored, replaying all events", "persistence_id", inst.pid, "err", err)
@@ -462,21 +491,21 @@ type snapshotDecodeError struct{ err error }
 func (e *snapshotDecodeError) Error() string { return e.err.Error() }
 func (e *snapshotDecodeError) Unwrap() error { return e.err }
 
-// apply applies the events read to the state. The first must follow the
-// state's sequence number: events between the snapshot (or the start)
-// and it were deleted, and without the snapshot that covers them the
-// state cannot be rebuilt.
+// apply applies the events read to the state, as they come. The first
+// need not follow the state's sequence number: events between the
+// snapshot (or the start) and it were deleted with no snapshot covering
+// them, and the state is rebuilt from what remains, as Akka and Pekko
+// rebuild it (see Recovery). A snapshot passed over is checked by
+// checkPassedOver.
 func (inst *instance[C, E, S]) apply(events iter.Seq2[journal.Repr, error]) error {
 	b := &inst.h.b
-	first := true
 	for r, err := range events {
 		if err != nil {
 			return fmt.Errorf("%w of %s: replay: %w", ErrRecovery, inst.pid, err)
 		}
-		if first && r.SequenceNr != inst.seq+1 {
-			return fmt.Errorf("%w of %s: events %d to %d were deleted and no snapshot covers them", ErrRecovery, inst.pid, inst.seq+1, r.SequenceNr-1)
+		if inst.firstReplayed == 0 {
+			inst.firstReplayed = r.SequenceNr
 		}
-		first = false
 		decoded, err := inst.decode(r)
 		if err != nil {
 			return fmt.Errorf("%w of %s: %w", ErrRecovery, inst.pid, err)

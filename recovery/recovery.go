@@ -53,6 +53,12 @@ type Request struct {
 //     Highest, ascending, at most MaxEvents of them, as Replay returns
 //     them. More is true when MaxEvents were returned and the last is
 //     below both bounds: later ones may exist.
+//   - Events deleted with no snapshot covering them are not read, and
+//     nothing stands for them: the first event may follow the snapshot's
+//     number (or 0) by more than one. A recovery rebuilds the state from
+//     the events that remain, at Highest, as Akka and Pekko do; an id
+//     whose events were all deleted reads none until it writes again,
+//     and then reads the new events alone.
 //   - The three are read consistently: the events and the highest number
 //     are those stored when the snapshot was selected, or later.
 type Result struct {

@@ -119,6 +119,23 @@ func runRecovery(t T, h RecoveryHarnessFor[T]) {
 				ten(t, j, s, pid)
 				deleteTo(t, j, pid, 10)
 			}, req: recovery.Request{Snapshot: &latest}, highest: 10},
+		{name: "DeletedPastTheSnapshot", rule: "events deleted beyond the snapshot are skipped: the events read are those kept after it",
+			setup: func(t T, j journal.Journal, s snapshot.Store, pid string) {
+				tenWithSnapshots(t, j, s, pid)
+				deleteTo(t, j, pid, 8)
+			}, req: recovery.Request{Snapshot: &latest}, highest: 10, snapshot: 6, events: seqs(9, 10)},
+		{name: "DeletedWithoutSnapshotThenWritten", rule: "an id whose events were all deleted, with no snapshot, takes its next event at the highest number + 1, and a recovery reads it alone",
+			setup: func(t T, j journal.Journal, s snapshot.Store, pid string) {
+				mustWrite(t, j, atomicRange(pid, 1, 3))
+				deleteTo(t, j, pid, 3)
+				mustWrite(t, j, atomicRange(pid, 4, 4))
+			}, req: recovery.Request{Snapshot: &latest}, highest: 4, events: seqs(4, 4)},
+		{name: "DeletedPrefixWithoutSnapshotThenWritten", rule: "after a deletion of a prefix with no snapshot, a recovery reads the events kept and the ones written since, ascending",
+			setup: func(t T, j journal.Journal, s snapshot.Store, pid string) {
+				mustWrite(t, j, atomicRange(pid, 1, 3))
+				deleteTo(t, j, pid, 2)
+				mustWrite(t, j, atomicRange(pid, 4, 5))
+			}, req: recovery.Request{Snapshot: &latest, MaxEvents: 2}, highest: 5, events: seqs(3, 4), more: true},
 	}
 	names := []string{"InvalidArguments", "ReadsOwnSnapshots"}
 	for _, c := range cases {

@@ -20,10 +20,11 @@ func deleteToCommand() *command {
 		name: "delete-to", args: "ID SEQ", summary: "delete the events of an id up to a sequence number",
 		help: `Deletes the events of persistence id ID with sequence numbers up to SEQ,
 atomically. The id's highest sequence number is kept, so an entity never
-reuses a number. Recovery then needs a snapshot at or after the last
-deleted event to rebuild the state: without one, the entity can no longer
-recover, so delete-to refuses unless --allow-uncovered is given (for
-entities that recover without their history). ` + deleteSafety + `
+reuses a number. Recovery then starts from a snapshot at or after the last
+deleted event; without one it skips the deleted events and rebuilds the
+state from the events kept alone (as Akka and Pekko do), which loses what
+the deleted events did, so delete-to refuses unless --allow-uncovered is
+given (for entities that do not need their history). ` + deleteSafety + `
 
 --json prints {"persistence_id", "store", "to", "events" (how many go),
 "first" and "last" (their sequence numbers, 0 when none),
@@ -40,7 +41,7 @@ deleted events), "dry_run", "deleted"}.`,
 			c.store, c.asJSON = storeFlag(fs), jsonFlag(fs)
 			fs.BoolVar(&c.yes, "yes", false, "delete without asking")
 			fs.BoolVar(&c.dry, "dry-run", false, "show what would be deleted; change nothing")
-			fs.BoolVar(&c.uncovered, "allow-uncovered", false, "delete even when no snapshot covers the deleted events (the entity can then not recover its state)")
+			fs.BoolVar(&c.uncovered, "allow-uncovered", false, "delete even when no snapshot covers the deleted events (the entity's state is then rebuilt from the events kept alone)")
 			return c.run
 		},
 	}
@@ -140,9 +141,9 @@ func (r deleteToReport) coverage() string {
 	case r.Covered:
 		return fmt.Sprintf("the snapshot at %d covers them: recovery starts from it", r.Snapshot)
 	case r.Snapshot == 0:
-		return fmt.Sprintf("no snapshot covers them (%s has none): %s could no longer recover its state", r.PersistenceID, r.PersistenceID)
+		return fmt.Sprintf("no snapshot covers them (%s has none): %s's state is then rebuilt from the events kept alone", r.PersistenceID, r.PersistenceID)
 	}
-	return fmt.Sprintf("no snapshot covers them (the latest is at %d): %s could no longer recover its state", r.Snapshot, r.PersistenceID)
+	return fmt.Sprintf("no snapshot covers them (the latest is at %d): %s's state is then rebuilt from that snapshot and the events kept alone", r.Snapshot, r.PersistenceID)
 }
 
 func (c *deleteToCmd) report(e *env, out deleteToReport) error {

@@ -390,7 +390,7 @@ func TestDeleteTo(t *testing.T) {
 			{[]string{"delete-to", "Account|a-1", "3", "--dry-run"}, 0, `(sequence numbers 1–3); 2 kept; the highest sequence number stays 5;
 the snapshot at 5 covers them`, ""},
 			{[]string{"delete-to", "Account|a-1", "5", "--dry-run"}, 0, `would delete 5 events of "Account|a-1" in ` + st.kind, ""},
-			{[]string{"delete-to", "Account|a-2", "2", "--dry-run"}, 0, `no snapshot covers them (Account|a-2 has none): Account|a-2 could no longer recover its state`, ""},
+			{[]string{"delete-to", "Account|a-2", "2", "--dry-run"}, 0, `no snapshot covers them (Account|a-2 has none): Account|a-2's state is then rebuilt from the events kept alone`, ""},
 			{[]string{"delete-to", "Account|a-2", "2", "--yes"}, 2, "", "refusing: no snapshot covers them (Account|a-2 has none)"},
 			{[]string{"delete-to", "Account|a-1", "3"}, 2, "", "standard input is not a terminal; pass --yes"},
 			{[]string{"delete-to", "Cart|c-1", "4", "--yes"}, 0, "nothing to delete", ""},

@@ -24,6 +24,38 @@
 // max_mutation_size): a write the server refuses as invalid is rejected,
 // with the server's message, and nothing of it is stored.
 //
+// # Numbers far apart
+//
+// A replay (Annals' and Pekko's alike) reads an id's partitions from the
+// one of its deleted-to mark, or of the first number wanted, up to the
+// first empty partition after it; so does HighestSequenceNr. A write must
+// therefore land where that scan reaches, and Write keeps to these rules,
+// checked when Annals first writes into a partition of the id (reading the
+// id's partitions as HighestSequenceNr does):
+//
+//   - An id that keeps no events (never written, or every event deleted)
+//     may go on at any number above its deleted-to mark. When such a write
+//     is the first by Annals into its partition and does not start at the
+//     number after the mark (or at 1), Write first records the mark at the
+//     number before it, a deletion of nothing; replays and
+//     HighestSequenceNr then start there, in Annals and in Pekko (whose
+//     replays would otherwise wait for the missing numbers, and fail). A
+//     journal copied from a store where its first events were deleted is
+//     written so.
+//   - An id that keeps events may go on in the partition of its highest
+//     number or in the next one. A write whose first number lies further
+//     (which would leave an empty partition between, so that no replay
+//     would ever read it) is rejected with an error wrapping
+//     journal.ErrInvalidArgument that names the partitions, and nothing of
+//     it is stored.
+//
+// Writers number an id's events consecutively, so neither happens to an
+// entity; the rules are for copies and for writers that skip numbers. A
+// gap that stays within those partitions is stored as written: Annals
+// replays it, Pekko's replays wait for the missing numbers. Events written
+// by other means (Pekko's writers, or Annals before these rules) beyond an
+// empty partition stay unread.
+//
 // # Conflicts
 //
 // A second writer of a stored (persistence id, sequence number) gets a
@@ -36,8 +68,9 @@
 // first number of its write too (two writers that start from the same
 // highest number choose the same first number and the same partition).
 // Numbers removed by DeleteTo are not guarded: a writer that recovered
-// before a deletion and writes below the deleted-to mark afterwards is not
-// detected. Pekko's writers do not use lightweight transactions; a Pekko
+// before a deletion (or before a mark a far write recorded; see Numbers
+// far apart) and writes below the deleted-to mark afterwards is not
+// detected, and its events stay hidden below the mark. Pekko's writers do not use lightweight transactions; a Pekko
 // writer overwrites silently, as it always has.
 //
 // # Tags

@@ -108,6 +108,15 @@ func (s *Store) partition(seq int64) int64 { return (max(seq, 1) - 1) / s.cfg.pa
 // Write implements journal.Journal. Each atomic write is one conditional
 // batch in one partition; writes of different ids run concurrently (up to
 // the store's concurrency), writes of one id one after another, in order.
+//
+// A write is only stored where a replay reads it (see "Numbers far apart"
+// in the package documentation). A write of an id that keeps no events may
+// start at any number above the deleted-to mark; when it is the first by
+// Annals into its partition and does not start right after the mark, the
+// mark is first moved to the number before it. A write of an id that keeps
+// events, whose first number lies beyond the partition after the one
+// holding its highest number, is rejected with an error wrapping
+// journal.ErrInvalidArgument, and nothing of it is stored.
 func (j *Journal) Write(ctx context.Context, writes []journal.AtomicWrite) ([]error, error) {
 	if j.s.isClosed() {
 		return nil, journal.ErrClosed
@@ -203,6 +212,14 @@ func (j *Journal) writeOne(ctx context.Context, w journal.AtomicWrite) (rejected
 		st.listed = true
 	}
 	for _, guard := range []string{s.sql.guard, s.sql.guardNew} {
+		if guard == s.sql.guardNew && first > 1 {
+			// The partition's first write by Annals: it must lie where
+			// replays read (see "Numbers far apart" in the package
+			// documentation).
+			if rejected, err := s.reachable(ctx, w.PersistenceID, first, last, pnr); rejected != nil || err != nil {
+				return rejected, err
+			}
+		}
 		b := s.session.Batch(gocql.LoggedBatch).WithContext(ctx)
 		b.SetConsistency(s.cfg.writeCL)
 		b.SerialConsistency(gocql.LocalSerial)
@@ -247,6 +264,43 @@ func (j *Journal) writeOne(ctx context.Context, w journal.AtomicWrite) (rejected
 	return &journal.ConflictError{PersistenceID: w.PersistenceID, SequenceNr: first}, nil
 }
 
+// reachable checks, before the first write by Annals into partition pnr of
+// pid, that a replay of pid will read it, and writes the deleted-to mark
+// first-1 when that is what makes it so. A write it may not store gets a
+// rejection wrapping ErrInvalidArgument.
+//
+// The mark is written before the events. A batch the server refuses as
+// invalid is refused at the write's first attempt (the same batch with the
+// other guard), before this runs; when the events' batch then fails (the
+// outcome unknown, or a concurrent writer took the partition), the mark
+// stays, hiding nothing, since the id kept no events.
+func (s *Store) reachable(ctx context.Context, pid string, first, last, pnr int64) (rejected, err error) {
+	r, err := s.scan(ctx, pid, 0)
+	if err != nil {
+		return nil, err
+	}
+	switch {
+	case first-1 <= max(r.deleted, r.kept):
+		// The next number, or one at or below the highest: what the
+		// guard checks where it can (see Conflicts).
+		return nil, nil
+	case r.kept > r.deleted:
+		if pnr <= r.pnr+1 {
+			return nil, nil // replays read on from the partition of the highest
+		}
+		gap := fmt.Sprintf("partition %d", r.pnr+1)
+		if pnr-1 > r.pnr+1 {
+			gap = fmt.Sprintf("partitions %d–%d", r.pnr+1, pnr-1)
+		}
+		return journal.Reject("%w: %s %d–%d would be stored in partition %d, and the id's highest number, %d, is in partition %d: "+
+			"%s would be empty between them, and a replay stops at the first empty partition (of %d numbers)",
+			journal.ErrInvalidArgument, pid, first, last, pnr, r.kept, r.pnr, gap, s.cfg.partitionSize), nil
+	}
+	// No events are kept: the mark at first-1 hides none, and makes
+	// every replay (Annals' and Pekko's) start at first.
+	return nil, s.session.Query(s.sql.setDeletedTo, pid, first-1).WithContext(ctx).Consistency(s.cfg.writeCL).Exec()
+}
+
 // deletedTo reads the id's deleted-to mark, 0 when none.
 func (s *Store) deletedTo(ctx context.Context, pid string) (int64, error) {
 	var to int64
@@ -258,9 +312,10 @@ func (s *Store) deletedTo(ctx context.Context, pid string) (int64, error) {
 }
 
 // Replay implements journal.Journal. It reads partition by partition,
-// from one before the partition of the first number wanted (a write that
-// crossed a boundary lives in the partition of its first event), and
-// stops at the first empty partition after that one.
+// from one before the partition of the first number wanted or of the one
+// after the deleted-to mark (a write that crossed a boundary lives in the
+// partition of its first event), and stops at the first empty partition
+// after that one.
 func (j *Journal) Replay(ctx context.Context, persistenceID string, from, to, max int64) iter.Seq2[journal.Repr, error] {
 	return func(yield func(journal.Repr, error) bool) {
 		if err := journal.CheckReplay(persistenceID, from, to, max); err != nil {
@@ -378,25 +433,45 @@ func (j *Journal) HighestSequenceNr(ctx context.Context, persistenceID string, f
 
 // highest reads pid's highest sequence number; see HighestSequenceNr.
 func (s *Store) highest(ctx context.Context, persistenceID string, from int64) (int64, error) {
+	r, err := s.scan(ctx, persistenceID, from)
+	if err != nil {
+		return 0, err
+	}
+	return max(r.deleted, r.kept), nil
+}
+
+// reach is what a scan of an id's partitions found.
+type reach struct {
+	deleted int64 // the deleted-to mark, 0 when none
+	kept    int64 // the highest number above the mark, 0 when none
+	pnr     int64 // the partition holding kept
+}
+
+// scan reads pid's deleted-to mark and the highest number of the
+// partitions a replay reads: from the one before the mark's (or the
+// hint's) to the first empty one after it.
+func (s *Store) scan(ctx context.Context, persistenceID string, from int64) (reach, error) {
 	deleted, err := s.deletedTo(ctx, persistenceID)
 	if err != nil {
-		return 0, s.errs.Map(ctx, "highest sequence number", err, journal.ErrClosed)
+		return reach{}, s.errs.Map(ctx, "highest sequence number", err, journal.ErrClosed)
 	}
-	highest := deleted
+	r := reach{deleted: deleted}
 	home := s.partition(max(from, deleted+1))
 	for pnr := max(home-1, 0); ; pnr++ {
 		var seq int64
 		err := s.session.Query(s.sql.highest, persistenceID, pnr).WithContext(ctx).Consistency(s.cfg.readCL).Scan(&seq)
 		if errors.Is(err, gocql.ErrNotFound) {
 			if pnr > home {
-				return highest, nil
+				return r, nil
 			}
 			continue
 		}
 		if err != nil {
-			return 0, s.errs.Map(ctx, "highest sequence number", err, journal.ErrClosed)
+			return reach{}, s.errs.Map(ctx, "highest sequence number", err, journal.ErrClosed)
 		}
-		highest = max(highest, seq)
+		if seq > deleted && seq > r.kept {
+			r.kept, r.pnr = seq, pnr
+		}
 	}
 }
 

@@ -152,6 +152,29 @@ func TestPekkoSharesAKeyspace(t *testing.T) {
 		t.Errorf("Annals replays Cart|g1 as %v, want [x y z]", got)
 	}
 
+	// Annals writes Cart|far from 1,000,001 (two partitions in, as a copy
+	// of a journal whose first million events were deleted does): Pekko
+	// recovers it, starting where the deleted-to mark says, and continues
+	// it; Annals reads what Pekko wrote after it.
+	far := journal.AtomicWrite{PersistenceID: "Cart|far"}
+	for i, v := range []string{"f1", "f2"} {
+		payload, id, manifest, err := reg.Serialize(Added{Item: v})
+		if err != nil {
+			t.Fatal(err)
+		}
+		far.Events = append(far.Events, journal.Repr{PersistenceID: "Cart|far", SequenceNr: 1_000_001 + int64(i), Payload: payload, SerializerID: id, Manifest: manifest})
+	}
+	mustWriteAll(t, s.Journal(), far)
+	if got := run("write", ks, "Cart|far", "", "f3"); !slices.Equal(got, []string{"recovered f1,f2", "written 1"}) {
+		t.Errorf("Pekko continues Cart|far: %q, want it to recover f1,f2 and write 1", got)
+	}
+	if got := items("Cart|far"); !slices.Equal(got, []string{"f1", "f2", "f3"}) {
+		t.Errorf("Annals replays Cart|far as %v, want [f1 f2 f3]", got)
+	}
+	if n, err := s.Journal().HighestSequenceNr(t.Context(), "Cart|far", 0); err != nil || n != 1_000_003 {
+		t.Errorf("HighestSequenceNr of Cart|far = %d, %v; want 1000003", n, err)
+	}
+
 	// Both sides' events by tag see all seven events, each id's in order.
 	perID := func(lines []string, field func(string) (string, string)) map[string][]string {
 		out := map[string][]string{}

@@ -70,7 +70,10 @@ func WithReplicatorClientOptions(opts ...kgo.Opt) ReplicatorOption {
 
 // WithErrorHandler is called with every error the replicator meets and
 // goes on from: a partition stopped at a record it cannot decode, an
-// eventual store failure it retries.
+// eventual store failure it retries, a failure of a topic's consumer
+// (a fetch, the group session while the brokers are away). Each error
+// names its topic, and its partition when it is of one; a group
+// session's error names the topic's consumer group too.
 func WithErrorHandler(f func(error)) ReplicatorOption {
 	return func(c *replicatorConfig) { c.onError = f }
 }
@@ -217,7 +220,7 @@ func (r *Replicator) Run(ctx context.Context) error {
 			return fmt.Errorf("kafka journal: a consumer of %s: %w", topic, err)
 		}
 		started[topic] = true
-		g.Go(func() error { return r.runMember(gctx, cl) })
+		g.Go(func() error { return r.runMember(gctx, topic, cl) })
 		return nil
 	}
 	if r.pattern == nil {
@@ -254,7 +257,7 @@ func (r *Replicator) Run(ctx context.Context) error {
 }
 
 // runMember replicates one topic's consumer until ctx ends.
-func (r *Replicator) runMember(ctx context.Context, cl *kgo.Client) error {
+func (r *Replicator) runMember(ctx context.Context, topic string, cl *kgo.Client) error {
 	defer cl.Close()
 	for {
 		fs := cl.PollFetches(ctx)
@@ -267,7 +270,7 @@ func (r *Replicator) runMember(ctx context.Context, cl *kgo.Client) error {
 			if errors.Is(err, context.Canceled) {
 				return
 			}
-			r.cfg.onError(fmt.Errorf("kafka journal: fetching %s/%d: %w", t, p, err))
+			r.cfg.onError(r.fetchError(topic, t, p, err))
 		})
 		commits := map[string]map[int32]kgo.EpochOffset{}
 		fs.EachPartition(func(p kgo.FetchTopicPartition) {
@@ -303,6 +306,20 @@ func (r *Replicator) runMember(ctx context.Context, cl *kgo.Client) error {
 			return fatal
 		}
 	}
+}
+
+// fetchError names what the consumer of topic failed at: the partition
+// of the error, the whole topic (partition -1), or, for an error of the
+// group session, which franz-go gives with no topic, the topic and its
+// consumer group.
+func (r *Replicator) fetchError(topic, t string, p int32, err error) error {
+	switch {
+	case t == "":
+		return fmt.Errorf("kafka journal: consuming %s in group %s: %w", topic, r.cfg.group+"-"+topic, err)
+	case p < 0:
+		return fmt.Errorf("kafka journal: fetching %s: %w", t, err)
+	}
+	return fmt.Errorf("kafka journal: fetching %s/%d: %w", t, p, err)
 }
 
 // replicate applies one partition's records, retrying eventual store

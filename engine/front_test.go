@@ -35,9 +35,10 @@ func TestFrontKeepsJournalContract(t *testing.T) {
 				return f
 			}
 			storetest.RunJournal(t, storetest.JournalHarness{
-				New:          newFront,
-				Own:          newFront,
-				Capabilities: storetest.Capabilities{GlobalOrdering: true},
+				New:            newFront,
+				Own:            newFront,
+				Capabilities:   storetest.Capabilities{GlobalOrdering: true},
+				MaxPayloadSize: memory.DefaultMaxPayloadSize,
 			})
 		})
 	}

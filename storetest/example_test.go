@@ -28,7 +28,8 @@ func ExampleCheck() {
 	rep, err := storetest.Check(ctx, storetest.Options{Short: true},
 		storetest.JournalSuite(storetest.JournalHarnessFor[storetest.T]{
 			New: newJournal, Own: newJournal,
-			Capabilities: storetest.Capabilities{GlobalOrdering: true},
+			Capabilities:   storetest.Capabilities{GlobalOrdering: true},
+			MaxPayloadSize: memory.DefaultMaxPayloadSize,
 		}),
 		storetest.SnapshotSuite(storetest.SnapshotHarnessFor[storetest.T]{New: newSnapshots, Own: newSnapshots}),
 	)

@@ -32,6 +32,11 @@ type JournalHarnessFor[TB any] struct {
 	Own func(t TB) journal.Journal
 	// Capabilities declares what the store supports beyond the contract.
 	Capabilities Capabilities
+	// MaxPayloadSize is the largest event payload, in bytes, the journal
+	// New returns accepts (its WithMaxPayloadSize, or its default): the
+	// OversizedWriteAmongSmall rule writes one byte more. 0 skips that
+	// rule with a message saying so.
+	MaxPayloadSize int
 	// Unsupported names rules (by their subtest names) that the store
 	// cannot keep by design, each with the reason; those rules are skipped
 	// with the reason. A rule name that is not in the suite fails the suite,
@@ -52,7 +57,7 @@ type journalRule struct {
 // h.New makes, one named, parallel subtest of t per rule.
 func RunJournal(t *testing.T, h JournalHarness) {
 	t.Helper()
-	runJournal(testingT{t}, JournalHarnessFor[T]{New: forTesting(h.New), Own: forTesting(h.Own), Capabilities: h.Capabilities, Unsupported: h.Unsupported})
+	runJournal(testingT{t}, JournalHarnessFor[T]{New: forTesting(h.New), Own: forTesting(h.Own), Capabilities: h.Capabilities, MaxPayloadSize: h.MaxPayloadSize, Unsupported: h.Unsupported})
 }
 
 // JournalSuite is the journal suite (RunJournal's rules) for Check, named
@@ -259,6 +264,7 @@ func journalRules() []journalRule {
 		journalRule{"AtomicWriteAllOrNothing", "an atomic write whose later event conflicts stores none of its events", atomicWriteAllOrNothing},
 		journalRule{"SecondWriterConflict", "a second write of a stored (id, seq) fails with a *ConflictError wrapping ErrSequenceConflict and ErrRejected, and the stored event is unchanged", secondWriterConflict},
 		journalRule{"RejectedWriteKeepsNeighbours", "one rejected atomic write in a batch is reported at its index and its neighbours are stored", rejectedWriteKeepsNeighbours},
+		journalRule{"OversizedWriteAmongSmall", "one atomic write with a payload above the store's limit, among small writes of other ids in one call, is rejected at its own index with nothing of it stored, every other write is stored, and the refused id's next write is taken at the refused numbers", oversizedWriteAmongSmall},
 		journalRule{"InvalidArgumentsRejected", "invalid arguments are rejected with an error wrapping ErrInvalidArgument that names the problem, and nothing is stored", invalidArguments},
 		journalRule{"ConcurrentWritersKeepOrder", "100 ids written concurrently by 100 goroutines keep per-id order with no gaps", concurrentWriters},
 		journalRule{"ReplayHonoursCancellation", "replay and highest sequence number end with the context's error once it is cancelled", cancellation},
@@ -523,6 +529,72 @@ func rejectedWriteKeepsNeighbours(t T, j journal.Journal, _ JournalHarnessFor[T]
 		if got := replaySeqs(t, j, x.pid, 1, maxSeq, maxSeq); !slices.Equal(got, x.want) {
 			t.Errorf("%s holds %v, want %v", x.pid, got, x.want)
 		}
+	}
+}
+
+// oversizedWriteAmongSmall: one atomic write with a payload above the
+// store's limit, among small writes of other ids in one call, is rejected
+// at its own index with nothing of it stored, every other write is stored,
+// and the refused id's next write is taken at the refused numbers.
+func oversizedWriteAmongSmall(t T, j journal.Journal, h JournalHarnessFor[T]) {
+	if h.MaxPayloadSize <= 0 {
+		t.Skip("the harness declares no MaxPayloadSize")
+	}
+	ctx := testContext(t)
+	big := uniqueID(t, "KitOversize")
+	// The big write is an atomic write of a small event and the oversized
+	// one, in the middle of the call; small ids before and after it.
+	oversized := journal.AtomicWrite{PersistenceID: big, Events: []journal.Repr{ev(big, 1), ev(big, 2)}}
+	oversized.Events[1].Payload = bytes.Repeat([]byte{'x'}, h.MaxPayloadSize+1)
+	var (
+		writes []journal.AtomicWrite
+		small  []string
+	)
+	for i := range 17 {
+		if i == 8 {
+			writes = append(writes, oversized)
+			continue
+		}
+		pid := uniqueID(t, "KitOversize")
+		small = append(small, pid)
+		writes = append(writes, single(pid, 1))
+	}
+	res, err := j.Write(ctx, writes)
+	if err != nil {
+		t.Fatalf("Write: outcome unknown: %v", err)
+	}
+	if res == nil {
+		t.Fatalf("Write stored every write, want the one with a %d-byte payload (limit %d) at index 8 rejected", h.MaxPayloadSize+1, h.MaxPayloadSize)
+	}
+	if len(res) != len(writes) {
+		t.Fatalf("Write returned %d results, want %d", len(res), len(writes))
+	}
+	for i, r := range res {
+		switch {
+		case i == 8 && !errors.Is(r, journal.ErrRejected):
+			t.Errorf("result 8 (the oversized write) = %v, want a rejection wrapping ErrRejected", r)
+		case i != 8 && r != nil:
+			t.Errorf("result %d (a small write of %s) = %v, want nil", i, writes[i].PersistenceID, r)
+		}
+	}
+	for _, pid := range small {
+		if got := replaySeqs(t, j, pid, 1, maxSeq, maxSeq); !slices.Equal(got, []int64{1}) {
+			t.Errorf("%s holds %v after its write was acknowledged, want [1]", pid, got)
+		}
+	}
+	if got := replaySeqs(t, j, big, 1, maxSeq, maxSeq); len(got) != 0 {
+		t.Errorf("the rejected write's id holds %v, want nothing", got)
+	}
+	if n := highest(t, j, big, 0); n != 0 {
+		t.Errorf("HighestSequenceNr of the rejected write's id = %d, want 0", n)
+	}
+	// The entity that was refused writes again at the same numbers.
+	mustWrite(t, j, atomicRange(big, 1, 2))
+	if got := replaySeqs(t, j, big, 1, maxSeq, maxSeq); !slices.Equal(got, seqs(1, 2)) {
+		t.Errorf("the refused id holds %v after writing 1..2 again, want [1 2]", got)
+	}
+	if got := replayAll(t, j, big); len(got) == 2 && len(got[1].Payload) > h.MaxPayloadSize {
+		t.Errorf("event 2 of the refused id replays with the refused %d-byte payload", len(got[1].Payload))
 	}
 }
 

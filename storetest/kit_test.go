@@ -94,7 +94,30 @@ func (j keepsYielded) Replay(ctx context.Context, pid string, from, to, max int6
 	}
 }
 
+// completionOrder gives a call's results in the order a producer that
+// finishes rejections first would (franz-go's ProduceSync): the rejected
+// writes' results first, so each lands on the wrong write.
+type completionOrder struct{ journal.Journal }
+
+func (j completionOrder) Write(ctx context.Context, ws []journal.AtomicWrite) ([]error, error) {
+	res, err := j.Journal.Write(ctx, ws)
+	if res == nil || err != nil {
+		return res, err
+	}
+	out := make([]error, 0, len(res))
+	for _, r := range res {
+		if r != nil {
+			out = append(out, r)
+		}
+	}
+	for len(out) < len(res) {
+		out = append(out, nil)
+	}
+	return out, nil
+}
+
 var broken = map[string]func(journal.Journal) journal.Journal{
+	"completionOrder": func(j journal.Journal) journal.Journal { return completionOrder{j} },
 	"materializes":    func(j journal.Journal) journal.Journal { return materializes{j} },
 	"keepsYielded":    func(j journal.Journal) journal.Journal { return keepsYielded{j} },
 	"skipsDuplicates": func(j journal.Journal) journal.Journal { return skipsDuplicates{j} },
@@ -111,11 +134,12 @@ func TestBrokenJournal(t *testing.T) {
 	}
 	storetest.RunJournal(t, storetest.JournalHarness{
 		New: func(t *testing.T) journal.Journal {
-			s := memory.New()
+			s := memory.New(memory.WithMaxPayloadSize(1 << 10))
 			t.Cleanup(func() { _ = s.Close() })
 			return broken[name](s.Journal())
 		},
-		Capabilities: storetest.Capabilities{GlobalOrdering: true, SkipLargeReplay: name != "materializes" && name != "keepsYielded"},
+		Capabilities:   storetest.Capabilities{GlobalOrdering: true, SkipLargeReplay: name != "materializes" && name != "keepsYielded"},
+		MaxPayloadSize: 1 << 10,
 	})
 }
 
@@ -128,6 +152,7 @@ type brokenJournal struct {
 
 func brokenJournals() []brokenJournal {
 	return []brokenJournal{
+		{"completionOrder", []string{"OversizedWriteAmongSmall", "RejectedWriteKeepsNeighbours"}, "one atomic write with a payload above the store's limit"},
 		{"skipsDuplicates", []string{"SecondWriterConflict", "AtomicWriteAllOrNothing", "RejectedWriteKeepsNeighbours"}, "a second write of a stored (id, seq) fails"},
 		{"ignoresMax", []string{"ReplayCountLimit", "ReplayBoundsWithLimit", "ReplaySingleByLimitOne", "DeletedPrefixLimitCountsKeptEvents"}, "a replay yields at most max events"},
 		{"forgetsHighest", []string{"HighestKeptAfterDeletingAll"}, "deleting every event keeps the highest sequence number"},
@@ -170,11 +195,12 @@ func TestCheckCatchesBrokenJournals(t *testing.T) {
 		t.Run(tt.broken, func(t *testing.T) {
 			rep, err := storetest.Check(t.Context(), storetest.Options{}, storetest.JournalSuite(storetest.JournalHarnessFor[storetest.T]{
 				New: func(t storetest.T) journal.Journal {
-					s := memory.New()
+					s := memory.New(memory.WithMaxPayloadSize(1 << 10))
 					t.Cleanup(func() { _ = s.Close() })
 					return broken[tt.broken](s.Journal())
 				},
-				Capabilities: storetest.Capabilities{GlobalOrdering: true, SkipLargeReplay: tt.broken != "materializes" && tt.broken != "keepsYielded"},
+				Capabilities:   storetest.Capabilities{GlobalOrdering: true, SkipLargeReplay: tt.broken != "materializes" && tt.broken != "keepsYielded"},
+				MaxPayloadSize: 1 << 10,
 			}))
 			if err != nil {
 				t.Fatal(err)

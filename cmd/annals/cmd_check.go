@@ -186,7 +186,8 @@ func (k *kit) run(o checkOptions) error {
 			Own: func(t storetest.T) journal.Journal {
 				return &recordingJournal{Journal: k.another(t).Journal, k: k, closes: true}
 			},
-			Capabilities: storetest.Capabilities{GlobalOrdering: k.s.GlobalOrdering, StoreTimestamps: k.s.KitStoreTimestamps},
+			Capabilities:   storetest.Capabilities{GlobalOrdering: k.s.GlobalOrdering, StoreTimestamps: k.s.KitStoreTimestamps},
+			MaxPayloadSize: k.s.MaxPayloadSize,
 		}),
 		storetest.SnapshotSuite(storetest.SnapshotHarnessFor[storetest.T]{
 			New: func(storetest.T) snapshot.Store { return ss },

@@ -69,6 +69,12 @@ const Version = "annals"
 // "journal-" followed by the type ("journal" for ids without one).
 const DefaultTopicPrefix = "journal-"
 
+// DefaultMaxPayloadSize is the largest event payload a journal accepts by
+// default: 960 KiB, which leaves room, under the producer's default batch
+// limit of about 1 MB (franz-go's ProducerBatchMaxBytes) and the broker's
+// default message.max.bytes of 1 MiB, for the rest of an Append record.
+const DefaultMaxPayloadSize = 960 << 10
+
 // ErrInvalidConfig reports options that cannot work.
 var ErrInvalidConfig = errors.New("kafka journal: invalid configuration")
 
@@ -82,6 +88,7 @@ type config struct {
 	cacheSize   int
 	snapshots   snapshot.Store
 	expireAfter time.Duration
+	maxPayload  int
 }
 
 // WithTopic sets the topic of each entity type (default DefaultTopicPrefix
@@ -111,6 +118,16 @@ func WithHeadCache(entries int) Option { return func(c *config) { c.cacheSize = 
 // purged (PurgeExpired, or the replicator WithPurgeExpired), from the
 // day its last append plus d falls on. 0 (the default) never expires.
 func WithExpireAfter(d time.Duration) Option { return func(c *config) { c.expireAfter = d } }
+
+// WithMaxPayloadSize sets the largest event payload, in bytes, that Write
+// accepts (default DefaultMaxPayloadSize); an atomic write with a larger
+// one is rejected before anything is produced, with an error wrapping
+// journal.ErrInvalidArgument that names the event. An atomic write is
+// one record, so all of its events together must also fit the
+// producer's batch limit (ProducerBatchMaxBytes, through
+// WithClientOptions) and the topic's max.message.bytes: a record either
+// refuses is rejected too. Raise all three together.
+func WithMaxPayloadSize(n int) Option { return func(c *config) { c.maxPayload = n } }
 
 // DefaultTopic returns the default topic of an entity type.
 func DefaultTopic(entityType string) string {
@@ -145,7 +162,7 @@ type Journal struct {
 // Open returns a journal on the Kafka cluster at brokers (host:port), with
 // tables as its eventual store. It does not own tables.
 func Open(ctx context.Context, brokers []string, tables eventual.Tables, opts ...Option) (*Journal, error) {
-	cfg := config{topic: DefaultTopic, cacheSize: DefaultHeadCacheEntries}
+	cfg := config{topic: DefaultTopic, cacheSize: DefaultHeadCacheEntries, maxPayload: DefaultMaxPayloadSize}
 	if h, err := os.Hostname(); err == nil {
 		cfg.origin = h
 	}
@@ -157,6 +174,8 @@ func Open(ctx context.Context, brokers []string, tables eventual.Tables, opts ..
 		return nil, fmt.Errorf("%w: no brokers", ErrInvalidConfig)
 	case tables == nil:
 		return nil, fmt.Errorf("%w: no eventual store", ErrInvalidConfig)
+	case cfg.maxPayload <= 0:
+		return nil, fmt.Errorf("%w: a payload limit of %d bytes", ErrInvalidConfig, cfg.maxPayload)
 	case cfg.cacheSize < 0:
 		return nil, fmt.Errorf("%w: a head cache of %d entries", ErrInvalidConfig, cfg.cacheSize)
 	}

@@ -295,7 +295,8 @@ func TestJournalKit(t *testing.T) {
 							t.Cleanup(func() { awaitReplicated(t, tables, run+"KitJournal") })
 						}
 						storetest.RunJournal(t, storetest.JournalHarness{
-							New: func(t *testing.T) journal.Journal { return j },
+							New:            func(t *testing.T) journal.Journal { return j },
+							MaxPayloadSize: kafka.DefaultMaxPayloadSize,
 						})
 						rj := j.ReadJournal(50 * time.Millisecond)
 						storetest.RunQueries(t, storetest.QueryHarness{New: func(t *testing.T) (journal.Journal, any) { return j, rj }})

@@ -18,8 +18,10 @@ import (
 // Write implements journal.Journal: one Append record per atomic write,
 // all produced together and acknowledged by every in-sync replica before
 // Write returns. A write whose first number is not above the id's known
-// highest is a *journal.ConflictError; a record the broker refuses as too
-// large is a rejection.
+// highest is a *journal.ConflictError; an event above the payload limit
+// (WithMaxPayloadSize) and a record the producer or the broker refuses as
+// too large are rejections. Each outcome is that of its own write's
+// record, whatever order the records complete in.
 func (j *Journal) Write(ctx context.Context, writes []journal.AtomicWrite) ([]error, error) {
 	if j.closed.Load() {
 		return nil, journal.ErrClosed
@@ -36,6 +38,10 @@ func (j *Journal) Write(ctx context.Context, writes []journal.AtomicWrite) ([]er
 	}
 	for i, w := range writes {
 		if err := journal.CheckAtomicWrite(w); err != nil {
+			results[i] = err
+			continue
+		}
+		if err := journal.CheckPayloads(w, j.cfg.maxPayload); err != nil {
 			results[i] = err
 			continue
 		}
@@ -69,16 +75,33 @@ func (j *Journal) Write(ctx context.Context, writes []journal.AtomicWrite) ([]er
 	if len(records) == 0 {
 		return journal.Results(results), nil
 	}
+	// franz-go gives the results in the order the records complete (a
+	// record the client refuses at once comes before those the broker
+	// acknowledges), never by position: each result is paired with its
+	// write through its record.
+	produced := make(map[*kgo.Record]int, len(records))
+	for k, r := range records {
+		produced[r] = index[k]
+	}
 	var unknown error
-	for k, r := range j.cl.ProduceSync(ctx, records...) {
-		if r.Err == nil {
+	for _, r := range j.cl.ProduceSync(ctx, records...) {
+		i, ok := produced[r.Record]
+		if !ok {
+			unknown = errors.Join(unknown, fmt.Errorf("kafka journal: the client returned the outcome of a record it was not given (key %q)", recordKey(r.Record)))
 			continue
 		}
-		if errors.Is(r.Err, kerr.MessageTooLarge) || errors.Is(r.Err, kerr.RecordListTooLarge) {
-			results[index[k]] = journal.Reject("%s: %w", writes[index[k]].PersistenceID, r.Err)
-			continue
+		delete(produced, r.Record)
+		switch {
+		case r.Err == nil:
+		case errors.Is(r.Err, kerr.MessageTooLarge) || errors.Is(r.Err, kerr.RecordListTooLarge):
+			results[i] = journal.Reject("%s: the record of %d events (%d bytes) is larger than the producer or the broker accepts (franz-go's ProducerBatchMaxBytes, the topic's max.message.bytes): %w",
+				writes[i].PersistenceID, len(writes[i].Events), len(r.Record.Value), r.Err)
+		default:
+			unknown = errors.Join(unknown, fmt.Errorf("kafka journal: producing %s: %w", writes[i].PersistenceID, r.Err))
 		}
-		unknown = errors.Join(unknown, fmt.Errorf("kafka journal: producing %s: %w", writes[index[k]].PersistenceID, r.Err))
+	}
+	if len(produced) > 0 {
+		unknown = errors.Join(unknown, fmt.Errorf("kafka journal: the client returned no outcome for %d of %d records", len(produced), len(records)))
 	}
 	if unknown != nil {
 		for pid := range pending {
@@ -86,13 +109,22 @@ func (j *Journal) Write(ctx context.Context, writes []journal.AtomicWrite) ([]er
 		}
 		return nil, unknown
 	}
-	for k, i := range index {
+	for _, i := range index {
 		if results[i] == nil {
-			j.remember(string(records[k].Key), pending[string(records[k].Key)])
+			pid := writes[i].PersistenceID
+			j.remember(pid, writes[i].Events[len(writes[i].Events)-1].SequenceNr)
 		}
 	}
 	j.written.Notify()
 	return journal.Results(results), nil
+}
+
+// recordKey is r's key, or "" for a nil record.
+func recordKey(r *kgo.Record) string {
+	if r == nil {
+		return ""
+	}
+	return string(r.Key)
 }
 
 func record(key eventual.Key, value []byte, headers map[string][]byte, now time.Time) *kgo.Record {

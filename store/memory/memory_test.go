@@ -20,9 +20,10 @@ func TestJournalCompliance(t *testing.T) {
 		return s.Journal()
 	}
 	storetest.RunJournal(t, storetest.JournalHarness{
-		New:          newJournal,
-		Own:          newJournal,
-		Capabilities: storetest.Capabilities{GlobalOrdering: true},
+		New:            newJournal,
+		Own:            newJournal,
+		Capabilities:   storetest.Capabilities{GlobalOrdering: true},
+		MaxPayloadSize: memory.DefaultMaxPayloadSize,
 	})
 }
 

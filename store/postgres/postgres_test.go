@@ -47,8 +47,9 @@ func TestJournalKit(t *testing.T) {
 			t.Parallel()
 			s := open(t, o.opts...)
 			storetest.RunJournal(t, storetest.JournalHarness{
-				New: func(t *testing.T) journal.Journal { return s.Journal() },
-				Own: func(t *testing.T) journal.Journal { return open(t, o.opts...).Journal() },
+				New:            func(t *testing.T) journal.Journal { return s.Journal() },
+				Own:            func(t *testing.T) journal.Journal { return open(t, o.opts...).Journal() },
+				MaxPayloadSize: postgres.DefaultMaxPayloadSize,
 			})
 		})
 	}

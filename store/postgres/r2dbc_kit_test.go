@@ -26,7 +26,8 @@ func TestR2DBCJournalKit(t *testing.T) {
 		Own: func(t *testing.T) journal.Journal { return open(t, r2dbcOpts...).Journal() },
 		// No write_timestamp column: an event's Timestamp reads as its
 		// db_timestamp, as Pekko's PersistentRepr.timestamp does.
-		Capabilities: storetest.Capabilities{StoreTimestamps: true},
+		Capabilities:   storetest.Capabilities{StoreTimestamps: true},
+		MaxPayloadSize: postgres.DefaultMaxPayloadSize,
 	})
 }
 

@@ -27,9 +27,10 @@ func openTemp(t testing.TB, opts ...sqlite.Option) *sqlite.Store {
 
 func TestJournalCompliance(t *testing.T) {
 	storetest.RunJournal(t, storetest.JournalHarness{
-		New:          func(t *testing.T) journal.Journal { return openTemp(t).Journal() },
-		Own:          func(t *testing.T) journal.Journal { return openTemp(t).Journal() },
-		Capabilities: storetest.Capabilities{GlobalOrdering: true},
+		New:            func(t *testing.T) journal.Journal { return openTemp(t).Journal() },
+		Own:            func(t *testing.T) journal.Journal { return openTemp(t).Journal() },
+		Capabilities:   storetest.Capabilities{GlobalOrdering: true},
+		MaxPayloadSize: sqlite.DefaultMaxPayloadSize,
 	})
 }
 
@@ -46,8 +47,9 @@ func TestSnapshotCompliance(t *testing.T) {
 func TestJournalComplianceSharedFile(t *testing.T) {
 	shared := openTemp(t)
 	storetest.RunJournal(t, storetest.JournalHarness{
-		New:          func(*testing.T) journal.Journal { return shared.Journal() },
-		Capabilities: storetest.Capabilities{GlobalOrdering: true},
+		New:            func(*testing.T) journal.Journal { return shared.Journal() },
+		Capabilities:   storetest.Capabilities{GlobalOrdering: true},
+		MaxPayloadSize: sqlite.DefaultMaxPayloadSize,
 	})
 }
 

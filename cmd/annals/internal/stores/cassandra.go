@@ -32,7 +32,7 @@ func openCassandra(ctx context.Context, u string, mode Mode) (*Store, error) {
 		return nil, err
 	}
 	return &Store{
-		Kind: "cassandra", Where: s.Where(),
+		Kind: "cassandra", Where: s.Where(), MaxPayloadSize: cassandra.DefaultMaxPayloadSize,
 		Journal: s.Journal(), Snapshots: s.Snapshots(), Queries: s.ReadJournal(), Durable: s.DurableState(), Admin: s,
 		IDsInStoreOrder: true, Close: s.Close,
 	}, nil

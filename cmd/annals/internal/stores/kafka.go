@@ -136,7 +136,7 @@ func (k kafkaScheme) open(ctx context.Context, u string, mode Mode) (*Store, err
 		return nil, err
 	}
 	return &Store{
-		Kind: "kafka", Where: fmt.Sprintf("Kafka %s, eventual store %s", strings.Join(p.Brokers, ","), inner.Where),
+		Kind: "kafka", Where: fmt.Sprintf("Kafka %s, eventual store %s", strings.Join(p.Brokers, ","), inner.Where), MaxPayloadSize: kafka.DefaultMaxPayloadSize,
 		Journal: j, Snapshots: inner.Snapshots, Queries: j.ReadJournal(0), Admin: kafkaAdmin{Journal: j, inner: inner.Admin},
 		Close: func() error { return errors.Join(j.Close(), inner.Close()) },
 	}, nil

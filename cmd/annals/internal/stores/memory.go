@@ -15,7 +15,7 @@ func Memory() Scheme {
 	return Scheme{
 		Open: func(context.Context, string, Mode) (*Store, error) {
 			s := memory.New()
-			return &Store{Kind: "memory", Where: "memory (nothing survives the process)",
+			return &Store{Kind: "memory", Where: "memory (nothing survives the process)", MaxPayloadSize: memory.DefaultMaxPayloadSize,
 				Journal: s.Journal(), Snapshots: s.Snapshots(), Queries: s.Queries(), Offsets: s.Projections(), Durable: s.DurableState(), GlobalOrdering: true,
 				Close: s.Close}, nil
 		},

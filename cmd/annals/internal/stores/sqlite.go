@@ -39,7 +39,7 @@ func openSQLite(ctx context.Context, url string, mode Mode) (*Store, error) {
 		return nil, err
 	}
 	return &Store{
-		Kind: "sqlite", Where: s.Path(),
+		Kind: "sqlite", Where: s.Path(), MaxPayloadSize: sqlite.DefaultMaxPayloadSize,
 		Journal: s.Journal(), Snapshots: s.Snapshots(), Queries: s.Queries(), Offsets: s.Projections(), Durable: s.DurableState(), Admin: s, GlobalOrdering: true,
 		Close: s.Close,
 	}, nil

@@ -63,6 +63,9 @@ type Store struct {
 	// commit order across all ids (annals check then has the compliance
 	// kit check it).
 	GlobalOrdering bool
+	// MaxPayloadSize is the largest event payload the journal accepts, in
+	// bytes (annals check writes one byte more among small writes).
+	MaxPayloadSize int
 	// IDsInStoreOrder: the read journal lists persistence ids in an order
 	// of its own (Cassandra's token order), not ascending.
 	IDsInStoreOrder bool

@@ -2,6 +2,7 @@ package kafka
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"time"
@@ -11,128 +12,222 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/annals-go/annals/store/kafka/eventual"
+	"github.com/annals-go/annals/store/kafka/wire"
 )
 
 // DefaultHeadCacheEntries bounds the actions a journal's head cache holds
 // per topic partition.
 const DefaultHeadCacheEntries = 100_000
 
-// headCacheWait is how long a read waits for the cache to reach its Mark
-// before reading the partition itself.
-const headCacheWait = 2 * time.Second
+// DefaultHeadCacheBytes bounds the bytes of Append values a journal's head
+// cache holds per topic; past it, appends are held without their values
+// (a replay of their events reads the partition) until the replicator's
+// pointer passes older ones.
+const DefaultHeadCacheBytes = 64 << 20
+
+// headCacheStall is how long a read waits for the head cache to move when
+// it has not yet reached the read's Mark, before it reads the partition
+// itself. A read waits as long as the cache keeps moving (it may be
+// loading a long head at the start), within the read's own deadline.
+const headCacheStall = 2 * time.Second
+
+// headCacheRetry is how long after a failed start (the topic's offsets or
+// pointers could not be read) reads of a topic go without the cache
+// before the next start is tried.
+const headCacheRetry = time.Second
 
 // headCache follows each topic the journal reads with one consumer that
-// keeps the action headers of records the eventual store has not applied
-// yet (seed 002's head cache): a read whose head lies within what the
-// cache holds folds it from memory instead of reading the partition.
-// Entries the eventual store's pointer has passed are dropped; a partition
-// holds at most max entries (the oldest go first, and reads before them
-// read the partition).
+// keeps the topic's actions the eventual store has not applied yet (seed
+// 002's head cache): from each partition's pointer, so that a journal that
+// starts while the replicator is behind holds the whole unreplicated head
+// once, instead of each read reading it again. Every read of the topic
+// folds its id's actions from memory, in time proportional to that id's
+// actions (they are indexed by key), and a replay takes the values of the
+// id's unreplicated appends from memory too. Entries the pointer has
+// passed are dropped; a partition holds at most max entries (the oldest
+// go first, and reads before them read the partition) and a topic at most
+// maxBytes of Append values.
 type headCache struct {
-	j   *Journal
-	max int
+	j        *Journal
+	max      int
+	maxBytes int
 
 	mu     sync.Mutex
-	topics map[string]*topicCache
+	topics map[string]*topicStart
+}
+
+// topicStart is a topic's cache once ready is closed: t, or err when the
+// start failed (at failedAt).
+type topicStart struct {
+	ready    chan struct{}
+	t        *topicCache
+	err      error
+	failedAt time.Time
 }
 
 type topicCache struct {
-	cl     *kgo.Client
-	mu     sync.Mutex
-	parts  map[int32]*partCache
-	moved  chan struct{} // closed and replaced when any partition moves on
-	closed bool
+	cl       *kgo.Client
+	maxBytes int
+
+	mu    sync.Mutex
+	parts map[int32]*partCache
+	bytes int           // Append values held, across partitions
+	moved chan struct{} // closed and replaced when any partition moves on
 }
 
 // partCache holds the actions of offsets [from, next): next is the offset
 // after the last record read.
 type partCache struct {
 	from, next int64
-	entries    []cacheEntry
+	entries    []*cacheEntry            // in offset order
+	byKey      map[string][]*cacheEntry // each key's entries, in offset order
 }
 
+// cacheEntry is one action of the head. value is the record's value for an
+// Append held with it (nil otherwise); headers are the record's headers.
 type cacheEntry struct {
-	offset int64
-	key    string
-	action eventual.ActionRecord
+	offset  int64
+	key     string
+	action  eventual.ActionRecord
+	value   []byte
+	headers []kgo.RecordHeader
 }
 
-func newHeadCache(j *Journal, max int) *headCache {
-	return &headCache{j: j, max: max, topics: map[string]*topicCache{}}
+func newHeadCache(j *Journal, max, maxBytes int) *headCache {
+	return &headCache{j: j, max: max, maxBytes: maxBytes, topics: map[string]*topicStart{}}
 }
 
-// topic returns the cache of topic, starting its consumer on first use at
-// the end offsets of the topic's partitions, read first: each partition's
-// cache then holds [end, end) at once, so that a read right after the
-// start waits for the cache to reach its mark instead of finding no cache
-// for the partition (which a consumer told only "at the end" would not
-// have until its first records arrive).
+// topic returns the cache of topic, starting it on first use: its
+// consumer begins at each partition's pointer (the partition's first
+// record when it has none, or max entries before its end when the head is
+// longer). Concurrent first reads wait for one start; a failed start is
+// tried again after headCacheRetry, and reads until then go without the
+// cache.
 func (c *headCache) topic(ctx context.Context, topic string) (*topicCache, error) {
 	c.mu.Lock()
-	defer c.mu.Unlock()
-	if t, ok := c.topics[topic]; ok {
-		return t, nil
+	if c.topics == nil {
+		c.mu.Unlock()
+		return nil, errors.New("kafka journal: closed")
 	}
-	ends, err := endOffsets(ctx, c.j.cl, topic)
+	s, ok := c.topics[topic]
+	if ok && s.err != nil && time.Since(s.failedAt) >= headCacheRetry {
+		ok = false
+	}
+	if !ok {
+		s = &topicStart{ready: make(chan struct{})}
+		c.topics[topic] = s
+		c.mu.Unlock()
+		t, err := c.start(ctx, topic)
+		c.mu.Lock()
+		s.t, s.err, s.failedAt = t, err, time.Now()
+		if c.topics == nil { // closed meanwhile
+			if t != nil {
+				t.cl.Close()
+			}
+			s.t, s.err = nil, errors.New("kafka journal: closed")
+		}
+		close(s.ready)
+		c.mu.Unlock()
+		return s.t, s.err
+	}
+	c.mu.Unlock()
+	select {
+	case <-s.ready:
+		return s.t, s.err
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
+
+// start reads topic's partitions' start and end offsets and pointers, and
+// starts its consumer.
+func (c *headCache) start(ctx context.Context, topic string) (*topicCache, error) {
+	starts, ends, err := partitionOffsets(ctx, c.j.cl, topic)
 	if err != nil {
 		return nil, err
 	}
-	start := map[int32]kgo.Offset{}
-	t := &topicCache{parts: map[int32]*partCache{}, moved: make(chan struct{})}
+	from := map[int32]kgo.Offset{}
+	t := &topicCache{parts: map[int32]*partCache{}, moved: make(chan struct{}), maxBytes: c.maxBytes}
 	for p, end := range ends {
-		start[p] = kgo.NewOffset().At(end)
-		t.parts[p] = &partCache{from: end, next: end}
+		first := starts[p]
+		pointer, ok, err := c.j.tables.Pointer(ctx, topic, p)
+		if err != nil {
+			return nil, fmt.Errorf("kafka journal: reading the pointer of %s/%d: %w", topic, p, err)
+		}
+		if ok {
+			first = max(first, pointer+1)
+		}
+		first = max(first, end-int64(c.max))
+		from[p] = kgo.NewOffset().At(first)
+		t.parts[p] = &partCache{from: first, next: first, byKey: map[string][]*cacheEntry{}}
 	}
 	cl, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(c.j.brokers...),
-		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{topic: start}), kgo.FetchMaxWait(100 * time.Millisecond),
-		kgo.FetchMaxBytes(readerFetchBytes), kgo.FetchMaxPartitionBytes(readerFetchBytes)}, c.j.cfg.clientOpts...)...)
+		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{topic: from}), kgo.FetchMaxWait(100 * time.Millisecond),
+		kgo.FetchMaxBytes(headCacheFetchBytes), kgo.FetchMaxPartitionBytes(headCacheFetchBytes)}, c.j.cfg.clientOpts...)...)
 	if err != nil {
 		return nil, err
 	}
 	t.cl = cl
-	c.topics[topic] = t
 	go t.follow(c.max)
 	return t, nil
 }
 
-// endOffsets returns the end offset of each partition of topic.
-func endOffsets(ctx context.Context, cl *kgo.Client, topic string) (map[int32]int64, error) {
+// headCacheFetchBytes bounds a head cache's fetch: larger than a single
+// read's, since one cache serves every read of a topic.
+const headCacheFetchBytes = 1 << 20
+
+// partitionOffsets returns the first and the end offset of each partition
+// of topic.
+func partitionOffsets(ctx context.Context, cl *kgo.Client, topic string) (starts, ends map[int32]int64, err error) {
 	meta := kmsg.NewPtrMetadataRequest()
 	mt := kmsg.NewMetadataRequestTopic()
 	mt.Topic = kmsg.StringPtr(topic)
 	meta.Topics = append(meta.Topics, mt)
 	mresp, err := meta.RequestWith(ctx, cl)
 	if err != nil {
-		return nil, fmt.Errorf("kafka journal: partitions of %s: %w", topic, err)
+		return nil, nil, fmt.Errorf("kafka journal: partitions of %s: %w", topic, err)
 	}
-	req := kmsg.NewPtrListOffsetsRequest()
-	rt := kmsg.NewListOffsetsRequestTopic()
-	rt.Topic = topic
+	var partitions []int32
 	for _, t := range mresp.Topics {
 		if err := kerr.ErrorForCode(t.ErrorCode); err != nil {
-			return nil, fmt.Errorf("kafka journal: partitions of %s: %w", topic, err)
+			return nil, nil, fmt.Errorf("kafka journal: partitions of %s: %w", topic, err)
 		}
 		for _, p := range t.Partitions {
+			partitions = append(partitions, p.Partition)
+		}
+	}
+	list := func(timestamp int64, what string) (map[int32]int64, error) {
+		req := kmsg.NewPtrListOffsetsRequest()
+		rt := kmsg.NewListOffsetsRequestTopic()
+		rt.Topic = topic
+		for _, p := range partitions {
 			rp := kmsg.NewListOffsetsRequestTopicPartition()
-			rp.Partition, rp.Timestamp = p.Partition, -1 // -1: the end
+			rp.Partition, rp.Timestamp = p, timestamp
 			rt.Partitions = append(rt.Partitions, rp)
 		}
-	}
-	req.Topics = append(req.Topics, rt)
-	resp, err := req.RequestWith(ctx, cl)
-	if err != nil {
-		return nil, fmt.Errorf("kafka journal: end offsets of %s: %w", topic, err)
-	}
-	ends := map[int32]int64{}
-	for _, t := range resp.Topics {
-		for _, p := range t.Partitions {
-			if err := kerr.ErrorForCode(p.ErrorCode); err != nil {
-				return nil, fmt.Errorf("kafka journal: end offset of %s/%d: %w", topic, p.Partition, err)
-			}
-			ends[p.Partition] = p.Offset
+		req.Topics = append(req.Topics, rt)
+		resp, err := req.RequestWith(ctx, cl)
+		if err != nil {
+			return nil, fmt.Errorf("kafka journal: %s offsets of %s: %w", what, topic, err)
 		}
+		out := map[int32]int64{}
+		for _, t := range resp.Topics {
+			for _, p := range t.Partitions {
+				if err := kerr.ErrorForCode(p.ErrorCode); err != nil {
+					return nil, fmt.Errorf("kafka journal: %s offset of %s/%d: %w", what, topic, p.Partition, err)
+				}
+				out[p.Partition] = p.Offset
+			}
+		}
+		return out, nil
 	}
-	return ends, nil
+	if starts, err = list(-2, "start"); err != nil { // -2: the first offset
+		return nil, nil, err
+	}
+	if ends, err = list(-1, "end"); err != nil { // -1: the end
+		return nil, nil, err
+	}
+	return starts, ends, nil
 }
 
 // follow reads the topic until the client closes.
@@ -149,26 +244,31 @@ func (t *topicCache) follow(max int) {
 			}
 			pc := t.parts[p.Partition]
 			if pc == nil { // a partition added since the start
-				pc = &partCache{from: p.Records[0].Offset, next: p.Records[0].Offset}
+				pc = &partCache{from: p.Records[0].Offset, next: p.Records[0].Offset, byKey: map[string][]*cacheEntry{}}
 				t.parts[p.Partition] = pc
 			}
 			for _, r := range p.Records {
+				// Offsets a partition skips hold no record (compaction,
+				// control records): the cache still covers them.
 				if r.Offset < pc.next {
 					continue
-				}
-				if r.Offset > pc.next && len(pc.entries) == 0 {
-					pc.from = r.Offset // a gap (compaction, transaction markers) before anything is held
 				}
 				pc.next = r.Offset + 1
 				a, ok, err := decode(r, false)
 				if err != nil || !ok {
 					continue // the replicator and direct reads report malformed records
 				}
-				pc.entries = append(pc.entries, cacheEntry{offset: r.Offset, key: string(r.Key), action: a})
+				e := &cacheEntry{offset: r.Offset, key: string(r.Key), action: a}
+				if a.Action.Header.Kind == wire.Append && t.bytes+len(r.Value) <= t.maxBytes {
+					e.value, e.headers = r.Value, r.Headers
+					t.bytes += len(r.Value)
+				}
+				pc.entries = append(pc.entries, e)
+				pc.byKey[e.key] = append(pc.byKey[e.key], e)
 			}
 			if over := len(pc.entries) - max; over > 0 {
-				pc.from = pc.entries[over].offset
-				pc.entries = append(pc.entries[:0:0], pc.entries[over:]...)
+				t.drop(pc, over)
+				pc.from = pc.entries[0].offset
 			}
 		})
 		close(t.moved)
@@ -177,53 +277,107 @@ func (t *topicCache) follow(max int) {
 	}
 }
 
-// fold calls f with key's actions in [from, until) of a partition when the
-// cache holds that whole range (waiting up to headCacheWait for it to
-// reach until), and drops the entries at or before pointer. ok is false
-// when the cache cannot serve the range.
-func (t *topicCache) fold(ctx context.Context, partition int32, key string, from, until, pointer int64, f func(eventual.ActionRecord)) (ok bool) {
-	deadline := time.NewTimer(headCacheWait)
-	defer deadline.Stop()
+// drop removes pc's n oldest entries.
+func (t *topicCache) drop(pc *partCache, n int) {
+	for _, e := range pc.entries[:n] {
+		ks := pc.byKey[e.key]
+		if len(ks) <= 1 {
+			delete(pc.byKey, e.key)
+		} else {
+			pc.byKey[e.key] = ks[1:] // e is the key's oldest
+		}
+		t.bytes -= len(e.value)
+	}
+	pc.entries = append(pc.entries[:0:0], pc.entries[n:]...)
+}
+
+// covering waits until the cache of partition covers [from, until) and
+// returns it with t.mu held, having dropped the entries at or before
+// pointer (-1: none). It returns nil (t.mu not held) when the cache
+// cannot serve the range: it has not seen the partition, the range starts
+// before what it holds, or it made no progress for headCacheStall.
+func (t *topicCache) covering(ctx context.Context, partition int32, from, until, pointer int64) *partCache {
+	stall := time.NewTimer(headCacheStall)
+	defer stall.Stop()
 	for {
 		t.mu.Lock()
 		pc := t.parts[partition]
 		if pc != nil && pointer >= 0 {
-			pc.evict(pointer)
+			t.evict(pc, pointer)
 		}
-		if pc != nil && pc.from <= max(from, 0) && pc.next > until {
-			for _, e := range pc.entries {
-				if e.offset >= from && e.offset < until && e.key == key {
-					f(e.action)
-				}
-			}
-			t.mu.Unlock()
-			return true
+		if pc != nil && pc.from <= max(from, 0) && pc.next >= until {
+			return pc
 		}
 		if pc == nil || pc.from > max(from, 0) {
 			t.mu.Unlock()
-			return false // the cache has not seen the partition, or the range starts before what it holds
+			return nil
 		}
-		moved := t.moved
+		moved, next := t.moved, pc.next
 		t.mu.Unlock()
 		select {
 		case <-moved:
-		case <-deadline.C:
-			return false
+			t.mu.Lock()
+			progressed := t.parts[partition] != nil && t.parts[partition].next > next
+			t.mu.Unlock()
+			if progressed {
+				stall.Reset(headCacheStall)
+			}
+		case <-stall.C:
+			return nil
 		case <-ctx.Done():
-			return false
+			return nil
 		}
 	}
 }
 
-// evict drops the entries at or before pointer, which the eventual store
+// fold calls f with key's actions in [from, until) of a partition when the
+// cache holds that whole range (see covering). ok is false when the cache
+// cannot serve the range.
+func (t *topicCache) fold(ctx context.Context, partition int32, key string, from, until, pointer int64, f func(eventual.ActionRecord)) (ok bool) {
+	pc := t.covering(ctx, partition, from, until, pointer)
+	if pc == nil {
+		return false
+	}
+	defer t.mu.Unlock()
+	for _, e := range pc.byKey[key] {
+		if e.offset >= from && e.offset < until {
+			f(e.action)
+		}
+	}
+	return true
+}
+
+// appends returns key's Append records in [from, until) of a partition,
+// values included, when the cache holds the range and every one of them
+// with its value; ok is false otherwise.
+func (t *topicCache) appends(ctx context.Context, topic string, partition int32, key string, from, until int64) (records []*kgo.Record, ok bool) {
+	pc := t.covering(ctx, partition, from, until, -1)
+	if pc == nil {
+		return nil, false
+	}
+	defer t.mu.Unlock()
+	for _, e := range pc.byKey[key] {
+		if e.offset < from || e.offset >= until || e.action.Action.Header.Kind != wire.Append {
+			continue
+		}
+		if e.value == nil {
+			return nil, false
+		}
+		records = append(records, &kgo.Record{Topic: topic, Partition: partition, Offset: e.offset, Key: []byte(e.key),
+			Value: e.value, Headers: e.headers, Timestamp: e.action.Timestamp})
+	}
+	return records, true
+}
+
+// evict drops pc's entries at or before pointer, which the eventual store
 // has applied.
-func (pc *partCache) evict(pointer int64) {
+func (t *topicCache) evict(pc *partCache, pointer int64) {
 	i := 0
 	for i < len(pc.entries) && pc.entries[i].offset <= pointer {
 		i++
 	}
 	if i > 0 {
-		pc.entries = append(pc.entries[:0:0], pc.entries[i:]...)
+		t.drop(pc, i)
 	}
 	if pointer+1 > pc.from && pointer+1 <= pc.next {
 		pc.from = pointer + 1
@@ -233,8 +387,14 @@ func (pc *partCache) evict(pointer int64) {
 func (c *headCache) close() {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	for _, t := range c.topics {
-		t.cl.Close()
+	for _, s := range c.topics {
+		select {
+		case <-s.ready:
+			if s.t != nil {
+				s.t.cl.Close()
+			}
+		default: // its start closes it
+		}
 	}
-	c.topics = map[string]*topicCache{}
+	c.topics = nil
 }

@@ -31,10 +31,22 @@
 // read the partition's pointer and the id's head in the eventual store
 // (in that order: the replicator moves the pointer after the heads); when
 // the store has applied everything up to the Mark (its pointer, or the
-// id's own last offset, has reached it) Kafka is not read. Otherwise the partition is
-// read from there to the Mark, and the id's deletes and purges in that
-// head are applied before anything is streamed; the head's events follow
+// id's own last offset, has reached it) Kafka is not read. Otherwise the
+// id's actions from there to the Mark are folded in, its deletes and
+// purges applied before anything is streamed; the head's events follow
 // the store's, without duplicates at the seam.
+//
+// The unreplicated head comes from the head cache: one consumer per
+// topic, started at each partition's pointer when the journal first reads
+// the topic, holds the actions the eventual store has not applied yet
+// (with the values of appends, up to DefaultHeadCacheBytes per topic),
+// indexed by id, and drops them as the pointer passes them. All the
+// recoveries of a partition share that one read, and a recovery's cost is
+// that of its own id's actions, however far behind the replicator is. A
+// read the cache cannot serve (a head longer than the cache holds, a
+// cache that stopped moving for 2 s, WithHeadCache(0)) reads the
+// partition itself, at most four such reads at once. A read whose
+// context has no deadline is bounded by DefaultReadTimeout.
 //
 // # Events written by other clients
 //
@@ -108,9 +120,10 @@ func WithClientOptions(opts ...kgo.Opt) Option {
 }
 
 // WithHeadCache sets how many actions the head cache keeps per topic
-// partition (default DefaultHeadCacheEntries); 0 turns the cache off, and
-// every read whose head the eventual store has not applied reads the
-// partition.
+// partition (default DefaultHeadCacheEntries): a partition whose
+// unreplicated head is longer is held from that many actions before its
+// end. 0 turns the cache off, and every read whose head the eventual
+// store has not applied reads the partition.
 func WithHeadCache(entries int) Option { return func(c *config) { c.cacheSize = entries } }
 
 // WithExpireAfter makes every append carry an expire-after of d (the
@@ -148,7 +161,8 @@ type Journal struct {
 	cl      *kgo.Client
 	cache   *headCache // nil when off
 
-	headReads atomic.Int64 // reads of a partition's head (not from the cache)
+	headReads atomic.Int64  // reads of a partition's head (not from the cache)
+	readers   chan struct{} // a slot per partition read in progress (headReaders)
 
 	mu    sync.Mutex
 	known map[string]int64 // highest sequence number per id, as written or read here
@@ -180,7 +194,7 @@ func Open(ctx context.Context, brokers []string, tables eventual.Tables, opts ..
 		return nil, fmt.Errorf("%w: a head cache of %d entries", ErrInvalidConfig, cfg.cacheSize)
 	}
 	cl, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(brokers...), kgo.RequiredAcks(kgo.AllISRAcks()),
-		kgo.AllowAutoTopicCreation(), kgo.ProducerLinger(0)}, cfg.clientOpts...)...)
+		kgo.AllowAutoTopicCreation(), kgo.ProducerLinger(0), kgo.RecordDeliveryTimeout(DefaultReadTimeout)}, cfg.clientOpts...)...)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 	}
@@ -188,10 +202,10 @@ func Open(ctx context.Context, brokers []string, tables eventual.Tables, opts ..
 		cl.Close()
 		return nil, fmt.Errorf("kafka journal: no broker at %v answers: %w", brokers, err)
 	}
-	j := &Journal{cfg: cfg, brokers: brokers, tables: tables, cl: cl, known: map[string]int64{}}
+	j := &Journal{cfg: cfg, brokers: brokers, tables: tables, cl: cl, known: map[string]int64{}, readers: make(chan struct{}, headReaders)}
 	j.errs = journal.StoreErrors{Store: "kafka journal", Closed: j.closed.Load}
 	if cfg.cacheSize > 0 {
-		j.cache = newHeadCache(j, cfg.cacheSize)
+		j.cache = newHeadCache(j, cfg.cacheSize, DefaultHeadCacheBytes)
 	}
 	return j, nil
 }

@@ -51,6 +51,8 @@ func (j *Journal) readKey(ctx context.Context, key eventual.Key) (view, error) {
 	if j.closed.Load() {
 		return view{}, journal.ErrClosed
 	}
+	ctx, cancel := j.bounded(ctx)
+	defer cancel()
 	v := view{key: key, appendsFrom: -1}
 	var idBytes [16]byte
 	_, _ = rand.Read(idBytes[:])
@@ -81,18 +83,15 @@ func (j *Journal) readKey(ctx context.Context, key eventual.Key) (view, error) {
 	if from >= mark {
 		return v, nil
 	}
-	if j.cache != nil {
-		if t, err := j.cache.topic(ctx, key.Topic); err == nil {
-			p := int64(-1)
-			if ok {
-				p = pointer
-			}
-			if t.fold(ctx, partition, key.ID, from, mark, p, v.fold) {
-				return v, nil
-			}
+	if t := j.cachedTopic(ctx, key.Topic); t != nil {
+		p := int64(-1)
+		if ok {
+			p = pointer
+		}
+		if t.fold(ctx, partition, key.ID, from, mark, p, v.fold) {
+			return v, nil
 		}
 	}
-	j.headReads.Add(1)
 	err = j.readHead(ctx, key, partition, from, mark, false, func(a eventual.ActionRecord) bool {
 		v.fold(a)
 		return true
@@ -220,7 +219,7 @@ func (j *Journal) stream(ctx context.Context, v view, persistenceID string, from
 		}
 		if v.appendsFrom >= 0 && last < min(to, v.seqNr) {
 			stopped := false
-			err := j.readHead(ctx, v.key, v.partition, v.appendsFrom, v.mark, true, func(a eventual.ActionRecord) bool {
+			err := j.readAppends(ctx, v.key, v.partition, v.appendsFrom, v.mark, func(a eventual.ActionRecord) bool {
 				h := a.Action.Header
 				if h.Kind != wire.Append || h.To <= last || h.To < start {
 					return true
@@ -252,10 +251,74 @@ func (j *Journal) stream(ctx context.Context, v view, persistenceID string, from
 	}
 }
 
+// cachedTopic returns the head cache of topic, or nil when the cache is
+// off or cannot start.
+func (j *Journal) cachedTopic(ctx context.Context, topic string) *topicCache {
+	if j.cache == nil {
+		return nil
+	}
+	t, err := j.cache.topic(ctx, topic)
+	if err != nil {
+		return nil
+	}
+	return t
+}
+
+// readAppends calls f with the key's Append actions, values decoded, in a
+// partition from offset from to before until, in order, until f returns
+// false: from the head cache when it holds them all with their values,
+// else from the partition.
+func (j *Journal) readAppends(ctx context.Context, key eventual.Key, partition int32, from, until int64, f func(eventual.ActionRecord) bool) error {
+	if t := j.cachedTopic(ctx, key.Topic); t != nil {
+		if records, ok := t.appends(ctx, key.Topic, partition, key.ID, from, until); ok {
+			for _, r := range records {
+				a, ok, err := decode(r, true)
+				if err != nil {
+					return err
+				}
+				if ok && !f(a) {
+					return nil
+				}
+			}
+			return nil
+		}
+	}
+	return j.readHead(ctx, key, partition, from, until, true, f)
+}
+
+// bounded returns ctx, bounded by DefaultReadTimeout when it has no
+// deadline: no read of the journal waits for the broker or the eventual
+// store without end.
+func (j *Journal) bounded(ctx context.Context) (context.Context, context.CancelFunc) {
+	if _, ok := ctx.Deadline(); ok {
+		return ctx, func() {}
+	}
+	return context.WithTimeout(ctx, DefaultReadTimeout)
+}
+
+// DefaultReadTimeout bounds a read's Mark, pointer, head and unreplicated
+// head when the caller's context has no deadline. The producer's records
+// are bounded the same way (kgo.RecordDeliveryTimeout, unless the
+// client options set another).
+const DefaultReadTimeout = 30 * time.Second
+
+// headReaders is how many reads of partitions (reads the head cache
+// cannot serve) run at once per journal; others wait their turn, within
+// their context.
+const headReaders = 4
+
 // readHead calls f with pid's actions in a partition from offset from
 // (-1: the partition's start) to before until, in order, decoding Append
-// values only when values is true, until f returns false.
+// values only when values is true, until f returns false. It reads the
+// partition (a consumer of its own), at most headReaders at once.
 func (j *Journal) readHead(ctx context.Context, key eventual.Key, partition int32, from, until int64, values bool, f func(eventual.ActionRecord) bool) error {
+	select {
+	case j.readers <- struct{}{}:
+		defer func() { <-j.readers }()
+	case <-ctx.Done():
+		return fmt.Errorf("kafka journal: waiting to read %s/%d: %w", key.Topic, partition, ctx.Err())
+	}
+	j.headReads.Add(1)
 	start := kgo.NewOffset().AtStart()
 	if from >= 0 {
 		start = kgo.NewOffset().At(from)

@@ -1,0 +1,47 @@
+package kafka_test
+
+import (
+	"context"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/annals-go/annals/internal/outagetest"
+	"github.com/annals-go/annals/store/kafka"
+	"github.com/annals-go/annals/store/kafka/eventual/pg/pgeventualtest"
+	"github.com/annals-go/annals/store/kafka/kafkatest"
+	"github.com/annals-go/annals/store/postgres"
+	"github.com/annals-go/annals/store/postgres/pgtest"
+)
+
+// TestOutageDrill runs the outage drill (package internal/outagetest) on
+// the Kafka journal, its eventual store and snapshots in PostgreSQL and
+// its replicator running in this process: the broker of scripts/services
+// is stopped for 15 s while 32 callers deposit into 200 accounts, then
+// started again, and writes must resume in this same process. It stops
+// the broker ANNALS_SERVICES_DIR names, so it runs only when asked, on a
+// broker of its own:
+//
+//	export ANNALS_SERVICES_DIR=/tmp/drill
+//	scripts/services up kafka && eval "$(scripts/services env kafka)"
+//	ANNALS_OUTAGE_DRILL=1 go test ./store/kafka -run TestOutageDrill -v
+//	scripts/services down kafka
+func TestOutageDrill(t *testing.T) {
+	if os.Getenv("ANNALS_OUTAGE_DRILL") == "" {
+		t.Skip("stops the Kafka broker: set ANNALS_OUTAGE_DRILL=1 and run it alone, on a broker of its own (see the comment)")
+	}
+	brokers := kafkatest.Real(t)
+	dsn, schema := pgtest.Schema(t)
+	tables := pgeventualtest.OpenIn(t, schema)
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	ps, err := postgres.Open(ctx, dsn, postgres.WithMigrate(true))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ps.Close() })
+	run := kafkatest.Prefix(t, brokers, "drill")
+	j := open(t, brokers, tables, kafka.WithTopic(func(et string) string { return run + et }), kafka.WithSnapshots(ps.Snapshots()))
+	replicate(t, brokers, tables, kafka.WithTopicPattern("^"+run), kafka.WithGroup(run), kafka.WithTopicDiscovery(time.Second))
+	outagetest.Run(t, outagetest.Config{Journal: j, Snapshots: ps.Snapshots(), Services: "../../scripts/services", Service: "kafka"})
+}

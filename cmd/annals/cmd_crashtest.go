@@ -24,6 +24,7 @@ import (
 	"github.com/annals-go/annals/cmd/annals/internal/stores"
 	"github.com/annals-go/annals/engine"
 	"github.com/annals-go/annals/entity"
+	"github.com/annals-go/annals/journal"
 	"github.com/annals-go/annals/serialization"
 )
 
@@ -45,6 +46,13 @@ snapshot). After each kill it checks every entity's journal:
   gaps          sequence numbers are not contiguous
   recovery      a new host, recovering the entity (from its snapshot and
                 the events after it), does not reach the journal's state
+  refused-stored  a write the store refused (a rejection: definitely not
+                stored) is stored
+
+With --oversized N, about one write in N carries an event whose payload
+is one byte above the store's payload limit: the store must refuse that
+write alone (the writes of other entities in the same store call are
+stored), and the entity writes its next events at the refused numbers.
 
 and prints a summary: cycles, acknowledged writes and events, the counts
 above, and the time a new host took to recover an entity (p50, p99).
@@ -62,10 +70,12 @@ an OS crash; to test those, run the writer in a VM you reset instead.
 --json prints {"store", "scratch", "cycles", "entities", "snapshot_every",
 "acknowledged_writes", "acknowledged_events", "stored_events", "lost",
 "duplicated", "half_written", "gaps", "recovery_mismatches", "late_commits",
+"refused_writes", "refused_stored",
 "recovery_p50_ms", "recovery_p99_ms", "problems": [text], "ok"}.`,
 		examples: []string{
 			"annals crash-test --store sqlite:./annals.db",
 			"annals crash-test --store postgres://annals@db.internal/annals --cycles 200 --snapshot-every 10",
+			"annals crash-test --store cassandra://127.0.0.1:9042/annals --cycles 20 --oversized 50",
 		},
 		maxArgs: 0,
 		setup: func(fs *flag.FlagSet) func(*env, []string) error {
@@ -76,10 +86,11 @@ an OS crash; to test those, run the writer in a VM you reset instead.
 			fs.Int64Var(&c.snapshotEvery, "snapshot-every", 0, "entities save a snapshot every `N` events (0: none)")
 			fs.DurationVar(&c.maxRun, "max-run", time.Second, "kill the writer at a random moment within `DURATION` of its start")
 			fs.IntVar(&c.writers, "writers", 64, "`N` commands in flight in the writer")
+			fs.IntVar(&c.oversized, "oversized", 0, "about one write in `N` has an event above the store's payload limit (0: none)")
 			keep := fs.Bool("keep", false, "keep the scratch store (it is kept anyway when a check fails)")
 			return func(e *env, _ []string) error {
-				if c.cycles < 1 || c.entities < 1 || c.writers < 1 || c.snapshotEvery < 0 || c.maxRun <= 0 {
-					return usagef("--cycles, --entities and --writers must be at least 1, --max-run positive, --snapshot-every not negative")
+				if c.cycles < 1 || c.entities < 1 || c.writers < 1 || c.snapshotEvery < 0 || c.maxRun <= 0 || c.oversized < 0 {
+					return usagef("--cycles, --entities and --writers must be at least 1, --max-run positive, --snapshot-every and --oversized not negative")
 				}
 				url, err := e.storeURL(*store)
 				if err != nil {
@@ -103,6 +114,7 @@ const crashWriterEnv = "ANNALS_CRASH_TEST_WRITER"
 
 type crashConfig struct {
 	cycles, entities, writers int
+	oversized                 int // about one write in oversized is above the payload limit; 0: none
 	snapshotEvery             int64
 	maxRun                    time.Duration
 }
@@ -117,6 +129,7 @@ type crashCommand interface{ isCrashCommand() }
 type crashWrite struct {
 	Token string
 	Size  int
+	Pad   int                   // the padding of the write's last event, in bytes
 	Reply entity.ReplyTo[int64] // the last event's sequence number
 }
 
@@ -125,11 +138,13 @@ type crashGet struct{ Reply entity.ReplyTo[crashState] }
 func (crashWrite) isCrashCommand() {}
 func (crashGet) isCrashCommand()   {}
 
-// crashEvent is event Index (from 0) of Size of the write Token.
+// crashEvent is event Index (from 0) of Size of the write Token; Pad
+// makes its payload as large as a test needs.
 type crashEvent struct {
 	Token string `json:"t"`
 	Index int    `json:"i"`
 	Size  int    `json:"n"`
+	Pad   string `json:"p,omitempty"`
 }
 
 // crashState folds the events: how many, and a hash of their order and
@@ -157,6 +172,7 @@ func crashBehavior(snapshotEvery int64) entity.Behavior[crashCommand, crashEvent
 				for i := range evs {
 					evs[i] = crashEvent{Token: c.Token, Index: i, Size: c.Size}
 				}
+				evs[len(evs)-1].Pad = strings.Repeat(".", c.Pad)
 				return fx.Persist(evs...).ThenReply(func(s crashState) { c.Reply.Send(s.Events) })
 			case crashGet:
 				return fx.Reply(func(s crashState) { c.Reply.Send(s) })
@@ -206,7 +222,8 @@ func crashEntityID(i int) string { return fmt.Sprintf("e-%05d", i) }
 
 // crashWriter is the child: it writes until it is killed, printing
 // "ready" once the store is open, then "ack ENTITY TOKEN LAST SIZE" for
-// each write the store acknowledged, after the acknowledgement.
+// each write the store acknowledged, after the acknowledgement, and "rej
+// ENTITY TOKEN" for each write it refused.
 func crashWriter(e *env, url string, c crashConfig, cycle string) error {
 	s, err := e.mux.Open(e.ctx, url, stores.Existing)
 	if err != nil {
@@ -225,24 +242,41 @@ func crashWriter(e *env, url string, c crashConfig, cycle string) error {
 		_, err := io.WriteString(e.stdout, line)
 		return err
 	}
+	var next atomic.Int64
+	write := func(oversized bool) error {
+		id := crashEntityID(rand.IntN(c.entities))
+		token := fmt.Sprintf("%s.%d", cycle, next.Add(1))
+		size := 1 + 2*rand.IntN(2) // 1 or 3
+		pad := 0
+		if oversized {
+			pad = s.MaxPayloadSize + 1
+		}
+		last, err := entity.Ask(e.ctx, h, id, func(r entity.ReplyTo[int64]) crashCommand {
+			return crashWrite{Token: token, Size: size, Pad: pad, Reply: r}
+		})
+		switch {
+		case errors.Is(err, journal.ErrRejected):
+			return out(fmt.Sprintf("rej %s %s\n", id, token))
+		case err != nil:
+			return nil // outcome unknown: not acknowledged
+		}
+		return out(fmt.Sprintf("ack %s %s %d %d\n", id, token, last, size))
+	}
+	if c.oversized > 0 {
+		// One oversized write before the kill may come, so that every
+		// cycle has one refusal to check.
+		if err := write(true); err != nil {
+			return err
+		}
+	}
 	if err := out("ready\n"); err != nil {
 		return err
 	}
-	var next atomic.Int64
 	var wg sync.WaitGroup
 	for range c.writers {
 		wg.Go(func() {
 			for e.ctx.Err() == nil {
-				id := crashEntityID(rand.IntN(c.entities))
-				token := fmt.Sprintf("%s.%d", cycle, next.Add(1))
-				size := 1 + 2*rand.IntN(2) // 1 or 3
-				last, err := entity.Ask(e.ctx, h, id, func(r entity.ReplyTo[int64]) crashCommand {
-					return crashWrite{Token: token, Size: size, Reply: r}
-				})
-				if err != nil {
-					continue // outcome unknown or refused: not acknowledged
-				}
-				if out(fmt.Sprintf("ack %s %s %d %d\n", id, token, last, size)) != nil {
+				if write(c.oversized > 0 && rand.IntN(c.oversized) == 0) != nil {
 					return
 				}
 			}
@@ -252,10 +286,12 @@ func crashWriter(e *env, url string, c crashConfig, cycle string) error {
 	return nil
 }
 
-// crashAck is one acknowledged write.
+// crashAck is one acknowledged write, or one refused (refused: last and
+// size are 0).
 type crashAck struct {
 	token      string
 	last, size int64
+	refused    bool
 }
 
 // crashTally is what the checks found, over all cycles.
@@ -263,6 +299,7 @@ type crashTally struct {
 	cycles, ackWrites, ackEvents, stored int64
 	lost, duplicated, halfWritten, gaps  int64
 	mismatches                           int64
+	refused, refusedStored               int64
 	late                                 int64 // writes in flight at a kill that committed after it
 	recoveries                           []time.Duration
 	problems                             []string
@@ -275,7 +312,7 @@ func (t *crashTally) problem(format string, args ...any) {
 }
 
 func (t *crashTally) ok() bool {
-	return t.lost == 0 && t.duplicated == 0 && t.halfWritten == 0 && t.gaps == 0 && t.mismatches == 0
+	return t.lost == 0 && t.duplicated == 0 && t.halfWritten == 0 && t.gaps == 0 && t.mismatches == 0 && t.refusedStored == 0
 }
 
 func runCrashTest(e *env, url string, c crashConfig, asJSON, keep bool) (err error) {
@@ -321,8 +358,12 @@ func runCrashTest(e *env, url string, c crashConfig, asJSON, keep bool) (err err
 		}
 		for id, as := range got {
 			acks[id] = append(acks[id], as...)
-			t.ackWrites += int64(len(as))
 			for _, a := range as {
+				if a.refused {
+					t.refused++
+					continue
+				}
+				t.ackWrites++
 				t.ackEvents += a.size
 			}
 		}
@@ -348,7 +389,7 @@ func runCrashTest(e *env, url string, c crashConfig, asJSON, keep bool) (err err
 // moment, and returns the writes it acknowledged, by entity.
 func crashCycle(e *env, exe, scratch string, c crashConfig, cycle int) (map[string][]crashAck, error) {
 	cmd := exec.Command(exe, "crash-test", "--store", scratch, "--entities", strconv.Itoa(c.entities),
-		"--snapshot-every", strconv.FormatInt(c.snapshotEvery, 10), "--writers", strconv.Itoa(c.writers))
+		"--snapshot-every", strconv.FormatInt(c.snapshotEvery, 10), "--writers", strconv.Itoa(c.writers), "--oversized", strconv.Itoa(c.oversized))
 	cmd.Env = append(os.Environ(), crashWriterEnv+"="+strconv.Itoa(cycle))
 	ownGroup(cmd) // a Ctrl-C stops this program, which kills the writer
 	var stderr bytes.Buffer
@@ -377,6 +418,8 @@ func crashCycle(e *env, exe, scratch string, c crashConfig, cycle int) (map[stri
 					continue // a line cut by the kill
 				}
 				acks[f[1]] = append(acks[f[1]], crashAck{token: f[2], last: last, size: size})
+			case len(f) == 3 && f[0] == "rej":
+				acks[f[1]] = append(acks[f[1]], crashAck{token: f[2], refused: true})
 			}
 		}
 		read <- sc.Err()
@@ -481,6 +524,13 @@ func crashVerify(ctx context.Context, s *stores.Store, c crashConfig, acks map[s
 		}
 		closeRun()
 		for _, a := range acks[id] {
+			if a.refused {
+				if runs[a.token] > 0 {
+					t.refusedStored++
+					t.problem("%s: write %s was refused and is stored", pid, a.token)
+				}
+				continue
+			}
 			for seq := a.last - a.size + 1; seq <= a.last; seq++ {
 				if ev, ok := events[seq]; !ok || ev.Token != a.token || int64(ev.Index) != seq-(a.last-a.size+1) {
 					t.lost++
@@ -616,12 +666,14 @@ func crashReport(e *env, s *stores.Store, scratch string, c crashConfig, t *cras
 			Gaps               int64    `json:"gaps"`
 			RecoveryMismatches int64    `json:"recovery_mismatches"`
 			LateCommits        int64    `json:"late_commits"`
+			RefusedWrites      int64    `json:"refused_writes"`
+			RefusedStored      int64    `json:"refused_stored"`
 			RecoveryP50ms      float64  `json:"recovery_p50_ms"`
 			RecoveryP99ms      float64  `json:"recovery_p99_ms"`
 			Problems           []string `json:"problems"`
 			OK                 bool     `json:"ok"`
 		}{s.Kind, stores.Redact(scratch), t.cycles, c.entities, c.snapshotEvery, t.ackWrites, t.ackEvents, t.stored,
-			t.lost, t.duplicated, t.halfWritten, t.gaps, t.mismatches, t.late, ms(p50), ms(p99), append([]string{}, t.problems...), t.ok()}
+			t.lost, t.duplicated, t.halfWritten, t.gaps, t.mismatches, t.late, t.refused, t.refusedStored, ms(p50), ms(p99), append([]string{}, t.problems...), t.ok()}
 		if err := writeJSON(e.stdout, out); err != nil {
 			return err
 		}
@@ -638,6 +690,9 @@ func crashReport(e *env, s *stores.Store, scratch string, c crashConfig, t *cras
 		row(tw, "duplicated", t.duplicated)
 		row(tw, "half-written", t.halfWritten)
 		row(tw, "gaps", t.gaps)
+		if c.oversized > 0 || t.refused > 0 {
+			row(tw, "refused", fmt.Sprintf("%s writes refused (events above the payload limit), %d of them stored", num(t.refused), t.refusedStored))
+		}
 		row(tw, "recovery", fmt.Sprintf("%d mismatches; %s recoveries by a new host: p50 %s, p99 %s", t.mismatches, num(int64(len(t.recoveries))), dur(p50), dur(p99)))
 		if t.late > 0 {
 			row(tw, "late commits", fmt.Sprintf("%d entities gained a write after the kill (its commit was under way: its outcome was unknown, and it landed whole)", t.late))
@@ -650,7 +705,7 @@ func crashReport(e *env, s *stores.Store, scratch string, c crashConfig, t *cras
 		}
 	}
 	if !t.ok() {
-		return fmt.Errorf("%d acknowledged events lost, %d writes duplicated, %d half-written, %d gaps, %d recoveries wrong", t.lost, t.duplicated, t.halfWritten, t.gaps, t.mismatches)
+		return fmt.Errorf("%d acknowledged events lost, %d writes duplicated, %d half-written, %d gaps, %d recoveries wrong, %d refused writes stored", t.lost, t.duplicated, t.halfWritten, t.gaps, t.mismatches, t.refusedStored)
 	}
 	if !asJSON {
 		fmt.Fprintf(e.stdout, "\nOK: after each of %d kills, every acknowledged event was there, once, in order, and recovered.\n", t.cycles)

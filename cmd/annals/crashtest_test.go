@@ -12,26 +12,37 @@ import (
 	"github.com/annals-go/annals/entity"
 	"github.com/annals-go/annals/journal"
 	"github.com/annals-go/annals/snapshot"
+	"github.com/annals-go/annals/store/cassandra/cassandratest"
+	"github.com/annals-go/annals/store/kafka/kafkatest"
 	"github.com/annals-go/annals/store/postgres/pgtest"
 )
 
-// TestCrashTest runs a short crash test (the one CI runs) on SQLite and
-// PostgreSQL: the writer is killed three times, nothing acknowledged is
-// missing, and the scratch store is removed. A memory store is refused.
+// TestCrashTest runs a short crash test (the one CI runs) on SQLite,
+// PostgreSQL, Cassandra and the Kafka journal, with oversized writes in
+// the mix on all but PostgreSQL: the writer is killed three times, nothing
+// acknowledged is missing, no refused write is stored, and the scratch
+// store is removed. A memory store is refused.
 func TestCrashTest(t *testing.T) {
 	t.Parallel()
 	for _, c := range []struct {
-		name  string
-		store func(t *testing.T) string
-		snaps string
+		name      string
+		store     func(t *testing.T) string
+		snaps     string
+		oversized string // --oversized
 	}{
-		{"sqlite", func(t *testing.T) string { return "sqlite:" + filepath.Join(t.TempDir(), "user.db") }, "0"},
-		{"postgres", func(t *testing.T) string { dsn, _ := pgtest.Schema(t); return dsn }, "3"},
+		{"sqlite", func(t *testing.T) string { return "sqlite:" + filepath.Join(t.TempDir(), "user.db") }, "0", "20"},
+		{"postgres", func(t *testing.T) string { dsn, _ := pgtest.Schema(t); return dsn }, "3", "0"},
+		{"cassandra", func(t *testing.T) string { u, _ := cassandratest.URL(t); return u }, "3", "20"},
+		{"kafka", func(t *testing.T) string {
+			brokers := kafkatest.Real(t)
+			dsn, _ := pgtest.Schema(t)
+			return "kafka://" + brokers[0] + "/?topic_prefix=" + kafkatest.Prefix(t, brokers, "crash") + "&eventual=" + dsn
+		}, "3", "20"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
 			url := c.store(t)
-			r := cli(t, nil, "crash-test", "--store", url, "--cycles", "3", "--entities", "50", "--snapshot-every", c.snaps, "--max-run", "300ms", "--json")
+			r := cli(t, nil, "crash-test", "--store", url, "--cycles", "3", "--entities", "50", "--snapshot-every", c.snaps, "--oversized", c.oversized, "--max-run", "300ms", "--json")
 			var out struct {
 				Store              string   `json:"store"`
 				SnapshotEvery      int64    `json:"snapshot_every"`
@@ -48,16 +59,21 @@ func TestCrashTest(t *testing.T) {
 				HalfWritten        int64    `json:"half_written"`
 				Gaps               int64    `json:"gaps"`
 				RecoveryMismatches int64    `json:"recovery_mismatches"`
+				RefusedWrites      int64    `json:"refused_writes"`
+				RefusedStored      int64    `json:"refused_stored"`
 				Problems           []string `json:"problems"`
 				OK                 bool     `json:"ok"`
 				Scratch            string   `json:"scratch"`
 			}
 			decode(t, r, &out)
-			if !out.OK || out.Cycles != 3 || out.Entities != 50 || out.Lost+out.Duplicated+out.HalfWritten+out.Gaps+out.RecoveryMismatches != 0 || len(out.Problems) != 0 {
+			if !out.OK || out.Cycles != 3 || out.Entities != 50 || out.Lost+out.Duplicated+out.HalfWritten+out.Gaps+out.RecoveryMismatches+out.RefusedStored != 0 || len(out.Problems) != 0 {
 				t.Errorf("crash test: %+v", out)
 			}
 			if out.Store != c.name || out.RecoveryP50ms <= 0 || out.RecoveryP99ms < out.RecoveryP50ms {
 				t.Errorf("store %q, recovery p50 %v ms, p99 %v ms; want %s and figures", out.Store, out.RecoveryP50ms, out.RecoveryP99ms, c.name)
+			}
+			if (c.oversized != "0") != (out.RefusedWrites > 0) {
+				t.Errorf("%d writes refused with --oversized %s", out.RefusedWrites, c.oversized)
 			}
 			if out.AcknowledgedWrites == 0 || out.StoredEvents < out.AcknowledgedEvents {
 				t.Errorf("%d writes acknowledged, %d events of them, %d stored: want some, all stored", out.AcknowledgedWrites, out.AcknowledgedEvents, out.StoredEvents)
@@ -129,6 +145,9 @@ func TestCrashVerifyFinds(t *testing.T) {
 			}
 			return acks
 		}, func(t crashTally) int64 { return t.mismatches }},
+		{"refused-stored", func(t *testing.T, s *stores.Store, acks []crashAck) []crashAck {
+			return append(acks, crashAck{token: "w2", refused: true}) // w2 is stored
+		}, func(t crashTally) int64 { return t.refusedStored }},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			s, err := stores.New().Open(t.Context(), "sqlite:"+filepath.Join(t.TempDir(), "c.db"), stores.Create)

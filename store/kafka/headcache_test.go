@@ -1,10 +1,12 @@
 package kafka_test
 
 import (
+	"context"
 	"fmt"
 
 	"golang.org/x/sync/errgroup"
 
+	"github.com/annals-go/annals/engine"
 	"github.com/annals-go/annals/journal"
 	"github.com/annals-go/annals/recovery"
 	"slices"
@@ -109,6 +111,46 @@ func TestHeadCacheHoldsTheUnreplicatedHead(t *testing.T) {
 			}
 			if reads := kafka.HeadReads(j); reads != 0 {
 				t.Errorf("%d of %d recoveries read the partition, want 0 (the head cache holds the unreplicated head)", reads, ids)
+			}
+		})
+	}
+}
+
+// TestColdStartRecoveries: a process's first 1,000 recoveries on a topic
+// that does not exist yet, 64 at a time, each bounded by the journal
+// front's default call timeout: every one succeeds (empty), and they
+// share the head cache instead of each reading the partition.
+func TestColdStartRecoveries(t *testing.T) {
+	for _, broker := range []string{"fake", "real"} {
+		t.Run(broker, func(t *testing.T) {
+			brokers := brokersOf(t, broker)
+			tables, _ := openEventual(t, "postgres")
+			run := kafkatest.Prefix(t, brokers, "cold")
+			j := open(t, brokers, tables, kafka.WithTopic(func(string) string { return run + "Cold" }))
+			const ids = 1000
+			g, ctx := errgroup.WithContext(t.Context())
+			g.SetLimit(64)
+			for i := range ids {
+				g.Go(func() error {
+					rctx, cancel := context.WithTimeout(ctx, engine.DefaultCallTimeout)
+					defer cancel()
+					pid := fmt.Sprintf("Cold|%d", i)
+					res, err := j.ReadRecovery(rctx, recovery.Request{PersistenceID: pid, ToSequenceNr: 1 << 62, MaxEvents: 1000})
+					if err != nil {
+						return fmt.Errorf("%s: %w", pid, err)
+					}
+					if res.Highest != 0 || len(res.Events) != 0 {
+						return fmt.Errorf("%s recovered highest %d with %d events, want nothing", pid, res.Highest, len(res.Events))
+					}
+					return nil
+				})
+			}
+			if err := g.Wait(); err != nil {
+				t.Fatal(err)
+			}
+			t.Logf("%d of %d recoveries read the partition", kafka.HeadReads(j), ids)
+			if reads := kafka.HeadReads(j); reads > 64 {
+				t.Errorf("%d of %d recoveries read the partition, want at most the first 64 (the head cache serves the rest)", reads, ids)
 			}
 		})
 	}

@@ -277,7 +277,13 @@ type Store struct {
 // duration), replication (the keyspace's replication map for Migrate, e.g.
 // "{'class':'NetworkTopologyStrategy','dc1':3}"), or the shorthand
 // replication_factor=N for SimpleStrategy. Options given to Open override
-// the URL. The port defaults to 9042, the keyspace to "pekko".
+// the URL. The port defaults to 9042, the keyspace to "pekko"; every host
+// has the same port (the driver also connects to the nodes it finds, on
+// that port).
+//
+// The store outlives restarts of the nodes: while no node answers, calls
+// fail fast with the driver's error; once one answers again, they work
+// again within seconds, in the same process.
 //
 // Open fails with ErrUnreachable when no host answers, ErrSchemaMissing
 // when the keyspace lacks the store's tables (unless WithMigrate), and
@@ -340,7 +346,25 @@ func (s *Store) connect(ctx context.Context, keyspace string) (*gocql.Session, e
 	cluster.SerialConsistency = gocql.LocalSerial
 	cluster.ProtoVersion = 4
 	cluster.QueryObserver = s.cfg.observer
-	cluster.DisableInitialHostLookup = len(s.cfg.hosts) == 1 && isLoopback(s.cfg.hosts[0])
+	// The driver looks the cluster's nodes up (system.local, system.peers)
+	// and connects to them on cluster.Port, the hosts' one port; so its
+	// pools know each node by its host id. Without the lookup (the
+	// driver's DisableInitialHostLookup, which the store once set for one
+	// loopback host) a pool's host has an id of the driver's making: when
+	// the node restarts, the control connection reconnects and adds the
+	// node under its real id, and the ring refresh that follows removes
+	// the made-up host, and with it the node from the host selection
+	// policy (which forgets hosts by address); every call then failed with
+	// "no hosts available in the pool" until the process restarted.
+	port, err := commonPort(s.cfg.hosts)
+	if err != nil {
+		return nil, err
+	}
+	cluster.Port = port
+	// Down nodes are tried again this often (the driver's default is a
+	// minute); the control connection brings back a node it reconnects
+	// to at once, this bounds the wait when that first attempt fails.
+	cluster.ReconnectInterval = reconnectInterval
 	type result struct {
 		session *gocql.Session
 		err     error
@@ -366,13 +390,30 @@ func (s *Store) connect(ctx context.Context, keyspace string) (*gocql.Session, e
 	}
 }
 
-func isLoopback(hostport string) bool {
-	host, _, err := net.SplitHostPort(hostport)
-	if err != nil {
-		host = hostport
+// reconnectInterval is how often the driver tries to connect to the nodes
+// it has marked down.
+const reconnectInterval = 2 * time.Second
+
+// commonPort returns the port of hosts (host:port each), which must be the
+// same for all: the driver connects to every node of the cluster, found or
+// given, on one port.
+func commonPort(hosts []string) (int, error) {
+	port := 0
+	for _, h := range hosts {
+		_, p, err := net.SplitHostPort(h)
+		if err != nil {
+			return 0, fmt.Errorf("%w: host %q: %w", ErrInvalidConfig, h, err)
+		}
+		n, err := strconv.Atoi(p)
+		if err != nil || n <= 0 || n > 65535 {
+			return 0, fmt.Errorf("%w: host %q: bad port", ErrInvalidConfig, h)
+		}
+		if port != 0 && n != port {
+			return 0, fmt.Errorf("%w: hosts %s: the nodes of a cluster share one port", ErrInvalidConfig, strings.Join(hosts, ","))
+		}
+		port = n
 	}
-	ip := net.ParseIP(host)
-	return host == "localhost" || (ip != nil && ip.IsLoopback())
+	return port, nil
 }
 
 // Keyspace returns the store's keyspace.
@@ -427,7 +468,8 @@ func (c *config) validate() error {
 	case strings.TrimSpace(c.replication) == "":
 		return fmt.Errorf("%w: empty replication", ErrInvalidConfig)
 	}
-	return nil
+	_, err := commonPort(c.hosts)
+	return err
 }
 
 func parseURL(raw string, cfg *config) error {

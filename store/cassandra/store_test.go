@@ -185,6 +185,8 @@ func TestBadInput(t *testing.T) {
 		{"cassandra://" + addr + "/ks?first_time_bucket=2015-11-20", cassandra.ErrInvalidConfig},
 		{"cassandra://" + addr + "/ks?eventual_consistency_delay=-1s", cassandra.ErrInvalidConfig},
 		{"cassandra://" + addr + "/ks?gap_timeout=soon", cassandra.ErrInvalidConfig},
+		{"cassandra://127.0.0.1:9042,127.0.0.2:9043/ks", cassandra.ErrInvalidConfig}, // the nodes of a cluster share one port
+		{"cassandra://127.0.0.1:0/ks", cassandra.ErrInvalidConfig},
 		{"cassandra://127.0.0.1:1/ks?timeout=2s", cassandra.ErrUnreachable},
 		{"cassandra://" + addr + "/annals_no_such_keyspace", cassandra.ErrSchemaMissing},
 	} {

@@ -43,12 +43,9 @@ func newStatements(schema string, ordering Ordering) statements {
 		"{columns}", eventColumns,
 	)
 	return statements{
-		// One atomic write: the events of one id, stamped with a
-		// db_timestamp that grows per id (the later of the statement's time
-		// and the id's previous event plus 1µs, then 1µs per event), and
+		// Atomic writes in one statement: rows carry their id, each
+		// stamped with a db_timestamp of its own (see insertSQL), and
 		// their tags.
-		// Atomic writes in one statement: rows carry their id, and ord
-		// numbers an id's events within the statement.
 		insert:       r.Replace(insertSQL(ordering, false)),
 		insertTagged: r.Replace(insertSQL(ordering, true)),
 		highest: r.Replace(`SELECT COALESCE(GREATEST(
@@ -144,34 +141,41 @@ SELECT pid FROM (
 // insertSQL is the statement that inserts the events of atomic writes,
 // given as parallel arrays ($1–$11: id, seq, write time, serializer,
 // manifest, payload, writer, tags as JSON, metadata, slice, entity type);
-// when tagged, it inserts their tags too.
+// when tagged, it inserts their tags too. In TimestampOrder the events of
+// one id are adjacent, in order (see insertArgs).
 //
-// Every row gets a db_timestamp of its own, 1µs after the row before it in
-// the statement, so that the rows of a call do not share one key prefix in
-// the timestamp indexes (equal timestamps make every index insertion
-// compare persistence ids, which costs more than the insertion itself):
-//   - CommitOrder: from the schema's clock row, which the statement moves
-//     past the last timestamp it assigns. The row's lock, held to the
-//     commit, orders the writers: timestamps grow with commits across all
-//     ids, also when the server's clock steps back.
-//   - TimestampOrder: from the statement's time, and for each id at least
-//     1µs past its latest stored event (ord, $12: the event's position
-//     among its id's events in the statement; $13: the distinct ids, whose
-//     latest events are read once, before any row is inserted; $14: each
-//     row's id as an index into $13), so that they grow per id.
+// Every row gets a db_timestamp of its own, at least 1µs apart from every
+// other row of the call, so that the rows of a call (up to 1,000 atomic
+// writes of different ids under group commit) do not share one: Pekko's
+// by-slices query fails when more events than its buffer share one
+// timestamp, a timestamp offset lists every id seen at its timestamp, and
+// equal timestamps make every index insertion compare persistence ids,
+// which costs more than the insertion itself:
+//   - CommitOrder: from the schema's clock row, 1µs per row of the
+//     statement, which the statement moves past the last timestamp it
+//     assigns. The row's lock, held to the commit, orders the writers:
+//     timestamps grow with commits across all ids, also when the server's
+//     clock steps back.
+//   - TimestampOrder: stampSQL's, from the transaction's time and, so
+//     that they grow per id, its id's latest stored event plus 1µs per
+//     event (ord, $12: the event's position among its id's events in the
+//     statement; $13: the distinct ids, whose latest events are read once,
+//     before any row is inserted; $14: each row's id as an index into
+//     $13; $15, $16: stampSQL's rows before and rows in all).
 func insertSQL(o Ordering, tagged bool) string {
-	base, ts, arrays, names := `WITH base AS (
+	base := `WITH base AS (
 	UPDATE {clock} SET db_timestamp = GREATEST(statement_timestamp(), db_timestamp + interval '1 microsecond') + (cardinality($1::text[]) - 1) * interval '1 microsecond'
 	WHERE id = 1
 	RETURNING db_timestamp - (cardinality($1::text[]) - 1) * interval '1 microsecond' AS ts
-)`, `(SELECT ts FROM base) + (i.n - 1) * interval '1 microsecond'`, ``, ``
+)`
+	ts, arrays, names := `(SELECT ts FROM base) + (i.n - 1) * interval '1 microsecond'`, ``, ``
 	if o == TimestampOrder {
 		base = `WITH base AS MATERIALIZED (
 	SELECT array_agg(COALESCE((SELECT e.db_timestamp FROM {journal} e WHERE e.persistence_id = p.pid ORDER BY e.seq_nr DESC LIMIT 1), '-infinity')
 		ORDER BY p.idx) AS latest
 	FROM unnest($13::text[]) WITH ORDINALITY AS p(pid, idx)
 )`
-		ts = `GREATEST(statement_timestamp() + (i.n - 1) * interval '1 microsecond', (SELECT latest FROM base)[i.pidx] + i.ord * interval '1 microsecond')`
+		ts = stampSQL(`(SELECT latest FROM base)[i.pidx] + i.ord * interval '1 microsecond'`, "$15::bigint", "$16::bigint")
 		arrays, names = `, $12::int[], $14::int[]`, `, ord, pidx`
 	}
 	insert := `INSERT INTO {journal} (slice, entity_type, persistence_id, seq_nr, db_timestamp, write_timestamp, event_ser_id, event_ser_manifest, event_payload, writer, tags, meta_payload)
@@ -191,6 +195,34 @@ INSERT INTO {tag} (tag, db_timestamp, seq_nr, persistence_id)
 	SELECT DISTINCT t.tag, ins.db_timestamp, ins.seq_nr, ins.persistence_id FROM ins, unnest(ins.tags) AS t(tag)`
 }
 
+// stampSQL is the db_timestamp of row i.n of an insert statement where
+// the id's rows grow per id from floor (SQL: the earliest timestamp the
+// row's id allows, 1µs per event past its previous one), the statement
+// follows before rows of its transaction, and the transaction's
+// statements insert total rows (SQL of bigint parameters; a Write call
+// sends one statement, or one per atomic write to find one the server
+// refuses).
+//
+// Row p of the transaction (p = before + i.n - 1, from 0) gets
+// transaction_timestamp() + p µs, or, when floor is later, the first
+// timestamp at or after floor that is p µs modulo total after
+// transaction_timestamp(). So:
+//   - no two rows of a call share a timestamp: each is alone in its class
+//     modulo total;
+//   - no row is earlier than its floor, and an id's rows grow with its
+//     sequence numbers: its rows are adjacent, and along them the floor
+//     and p both grow by 1, so they take floor or p alike, 1µs apart;
+//     across statements the floor is read from the rows stored before;
+//   - a row moves less than total µs past its floor, and only a row whose
+//     id's previous event is later than the clock moves: one id ahead of
+//     the clock carries no other with it.
+func stampSQL(floor, before, total string) string {
+	at := `transaction_timestamp() + (` + before + ` + i.n - 1) * interval '1 microsecond'`
+	return `CASE WHEN ` + floor + ` > ` + at + ` THEN ` + floor + ` + (((` + before + ` + i.n - 1
+		- (extract(epoch FROM ` + floor + ` - transaction_timestamp()) * 1000000)::bigint) % ` + total + ` + ` + total + `) % ` + total + `) * interval '1 microsecond'
+		ELSE ` + at + ` END`
+}
+
 // Journal is the store's event journal.
 type Journal struct{ s *Store }
 
@@ -202,43 +234,56 @@ func (s *Store) Journal() *Journal { return &Journal{s: s} }
 // Close closes the store.
 func (j *Journal) Close() error { return j.s.Close() }
 
+// insertColumns are the arguments of an insert statement for some atomic
+// writes: the eleven columns, then, when asked for per id, each event's
+// position among its id's events in the statement (ords) and each row's
+// id as a 1-based index into the distinct ids (pidx, index).
+type insertColumns struct {
+	cols   []any
+	ords   []int32
+	pidx   []int32
+	index  map[string]int32
+	tagged bool // an event has tags
+}
+
+// distinct returns the distinct ids, in order of first appearance.
+func (c insertColumns) distinct() []string {
+	ids := make([]string, len(c.index))
+	for pid, at := range c.index {
+		ids[at-1] = pid
+	}
+	return ids
+}
+
 // insertArgs returns the arguments of the insert statements for the
-// atomic writes writes[pending...] in ordering o, and whether any event has
-// tags.
-func insertArgs(o Ordering, writes []journal.AtomicWrite, pending []int, now time.Time) ([]any, bool) {
+// atomic writes writes[pending...]. With perID, the writes of each id are
+// made adjacent, in their order, the ids in order of first appearance (as
+// stampSQL needs), and the per-id columns are filled.
+func insertArgs(perID bool, writes []journal.AtomicWrite, pending []int, now time.Time) insertColumns {
 	n := 0
 	for _, i := range pending {
 		n += len(writes[i].Events)
 	}
+	var c insertColumns
+	if perID {
+		pending, c.index = groupByID(writes, pending)
+		c.ords, c.pidx = make([]int32, 0, n), make([]int32, 0, n)
+	}
 	pids, seqs, wts, serIDs := make([]string, 0, n), make([]int64, 0, n), make([]time.Time, 0, n), make([]int32, 0, n)
 	manifests, payloads, writers := make([]string, 0, n), make([][]byte, 0, n), make([]string, 0, n)
 	tags, metas, slices, types := make([]*string, 0, n), make([][]byte, 0, n), make([]int32, 0, n), make([]string, 0, n)
-	// TimestampOrder: the distinct ids in order of first appearance, each
-	// id's 1-based position among them, and per row, the event's position
-	// among its id's events and its id's position.
-	timestamps := o == TimestampOrder
-	var distinct []string
-	var index map[string]int32
-	var counts, ords, pidx []int32
-	if timestamps {
-		index, ords, pidx = map[string]int32{}, make([]int32, 0, n), make([]int32, 0, n)
-	}
-	tagged := false
+	var last string // the id of the row before
+	var ord int32   // its position among its id's events
 	for _, i := range pending {
 		w := writes[i]
 		slice, et := int32(annals.Slice(w.PersistenceID)), annals.EntityType(w.PersistenceID)
-		var at int32
-		if timestamps {
-			if at = index[w.PersistenceID]; at == 0 {
-				distinct, counts = append(distinct, w.PersistenceID), append(counts, 0)
-				at = int32(len(distinct))
-				index[w.PersistenceID] = at
-			}
+		if w.PersistenceID != last {
+			last, ord = w.PersistenceID, 0
 		}
 		for _, e := range w.Events {
-			if timestamps {
-				counts[at-1]++
-				ords, pidx = append(ords, counts[at-1]), append(pidx, at)
+			if perID {
+				ord++
+				c.ords, c.pidx = append(c.ords, ord), append(c.pidx, c.index[w.PersistenceID])
 			}
 			ts := e.Timestamp
 			if ts.IsZero() {
@@ -252,18 +297,47 @@ func insertArgs(o Ordering, writes []journal.AtomicWrite, pending []int, now tim
 			if len(e.Tags) > 0 {
 				b, _ := json.Marshal(e.Tags) // strings always marshal
 				t := string(b)
-				tag, tagged = &t, true
+				tag, c.tagged = &t, true
 			}
 			pids, seqs, wts, serIDs = append(pids, w.PersistenceID), append(seqs, e.SequenceNr), append(wts, ts), append(serIDs, e.SerializerID)
 			manifests, payloads, writers = append(manifests, e.Manifest), append(payloads, payload), append(writers, e.WriterID)
 			tags, metas, slices, types = append(tags, tag), append(metas, e.Metadata), append(slices, slice), append(types, et)
 		}
 	}
-	args := []any{pids, seqs, wts, serIDs, manifests, payloads, writers, tags, metas, slices, types}
-	if timestamps {
-		return append(args, ords, distinct, pidx), tagged
+	c.cols = []any{pids, seqs, wts, serIDs, manifests, payloads, writers, tags, metas, slices, types}
+	return c
+}
+
+// groupByID returns pending (indexes into writes) with the writes of each
+// id adjacent, in their order, the ids in order of first appearance
+// (pending itself when no id has two writes), and each id's 1-based
+// position among the ids.
+func groupByID(writes []journal.AtomicWrite, pending []int) ([]int, map[string]int32) {
+	index := make(map[string]int32, len(pending))
+	var counts []int // writes per id
+	for _, i := range pending {
+		at, ok := index[writes[i].PersistenceID]
+		if !ok {
+			at = int32(len(counts) + 1)
+			index[writes[i].PersistenceID] = at
+			counts = append(counts, 0)
+		}
+		counts[at-1]++
 	}
-	return args, tagged
+	if len(counts) == len(pending) {
+		return pending, index
+	}
+	next := make([]int, len(counts)) // where each id's next write goes
+	for k := 1; k < len(counts); k++ {
+		next[k] = next[k-1] + counts[k-1]
+	}
+	grouped := make([]int, len(pending))
+	for _, i := range pending {
+		at := index[writes[i].PersistenceID] - 1
+		grouped[next[at]] = i
+		next[at]++
+	}
+	return grouped, index
 }
 
 // conflictKey reads the (persistence id, sequence number) of a unique
@@ -350,12 +424,19 @@ func (j *Journal) send(ctx context.Context, writes []journal.AtomicWrite, pendin
 	s := j.s
 	b := &pgx.Batch{}
 	inserts := 1
+	var total, before int64 // rows of the transaction, of the statements queued
+	for _, i := range pending {
+		total += int64(len(writes[i].Events))
+	}
 	queue := func(pending []int) {
-		args, tagged := s.writeArgs(writes, pending, now)
+		args, tagged := s.writeArgs(writes, pending, now, before, total)
 		if tagged {
 			b.Queue(s.sql.insertTagged, args...)
 		} else {
 			b.Queue(s.sql.insert, args...)
+		}
+		for _, i := range pending {
+			before += int64(len(writes[i].Events))
 		}
 	}
 	if each {

@@ -21,12 +21,16 @@ import (
 //     meta_ser_manifest, meta_payload NULL, or 4 (the bytes serializer,
 //     Akka's and Pekko's ByteArraySerializer), the empty string and
 //     journal.Repr.Metadata when the event has metadata.
-//   - db_timestamp is the plugin's: the later of transaction_timestamp()
-//     and the db_timestamp of the id's row at the sequence number before
-//     the write's first event plus 1µs, then 1µs more per event of the
-//     atomic write. The layout has no write_timestamp: an event's
-//     journal.Repr.Timestamp reads as its db_timestamp (as the plugin's
-//     PersistentRepr.timestamp does), and the writer's own is not kept.
+//   - db_timestamp grows per id as the plugin's does: from
+//     transaction_timestamp(), never below the db_timestamp of the id's
+//     row at the sequence number before the event plus 1µs. Where the
+//     plugin gives the rows of one transaction that one timestamp, Annals
+//     gives every row of a call its own (see r2dbcInsertSQL): group commit
+//     puts many ids in one statement, and Pekko's by-slices query fails
+//     when more rows than its buffer share one timestamp.
+//   - The layout has no write_timestamp: an event's journal.Repr.Timestamp
+//     reads as its db_timestamp (as the plugin's PersistentRepr.timestamp
+//     does), and the writer's own is not kept.
 //   - Reads skip rows with deleted = true (delete markers): replays,
 //     recoveries and queries alike. The highest sequence number counts
 //     them, as the plugin does.
@@ -54,7 +58,7 @@ func newR2DBCStatements(schema string) statements {
 	)
 	ms := func(param string) string { return `floor(` + param + `::numeric / 1000000)::bigint` }
 	criteria := `persistence_id = $1 AND seq_nr >= $2 AND seq_nr <= $3 AND write_timestamp >= ` + ms("$4") + ` AND write_timestamp <= ` + ms("$5")
-	insert := r.Replace(r2dbcInsertSQL)
+	insert := r.Replace(r2dbcInsertSQL())
 	return statements{
 		insert:       insert,
 		insertTagged: insert, // tags live in the tags column only
@@ -139,37 +143,44 @@ SELECT pid FROM ids WHERE pid IS NOT NULL LIMIT $3`),
 }
 
 // r2dbcInsertSQL inserts the events of atomic writes given as parallel
-// arrays ($1–$11 as insertSQL's; $12: each event's position among its
-// id's events in the statement, from 1) in the plugin's row shape. An
-// event's db_timestamp is the plugin's rule for the events of one atomic
-// write run one after another in one transaction: the later of
-// transaction_timestamp() and the id's row at the sequence number before
-// the write's first event plus 1µs, then 1µs more per event.
-const r2dbcInsertSQL = `INSERT INTO {journal} (slice, entity_type, persistence_id, seq_nr, db_timestamp, event_ser_id, event_ser_manifest, event_payload,
+// arrays ($1–$11 as insertSQL's, the events of one id adjacent, in order;
+// $12: each event's position among its id's events in the statement, from
+// 1; $13, $14: stampSQL's rows before and rows in all) in the plugin's row
+// shape. A row's db_timestamp is stampSQL's: from the transaction's time
+// and, so that they grow per id, from the id's row at the sequence number
+// before the id's first event in the statement plus 1µs per event. No two
+// rows of a call share one. (The plugin stamps every row of its
+// transaction transaction_timestamp() unless the id's previous row is
+// later, so a whole atomic batch shares one timestamp; group commit puts
+// up to 1,000 ids in one statement, and Pekko's by-slices query fails
+// when more rows than its buffer share one timestamp.)
+func r2dbcInsertSQL() string {
+	return `INSERT INTO {journal} (slice, entity_type, persistence_id, seq_nr, db_timestamp, event_ser_id, event_ser_manifest, event_payload,
 	deleted, writer, adapter_manifest, tags, meta_ser_id, meta_ser_manifest, meta_payload)
 SELECT i.slice, i.entity_type, i.pid, i.seq_nr,
-	GREATEST(transaction_timestamp() + (i.ord - 1) * interval '1 microsecond',
-		(SELECT p.db_timestamp FROM {journal} p WHERE p.persistence_id = i.pid AND p.seq_nr = i.seq_nr - i.ord) + i.ord * interval '1 microsecond'),
+	` + stampSQL(`(SELECT p.db_timestamp FROM {journal} p WHERE p.persistence_id = i.pid AND p.seq_nr = i.seq_nr - i.ord) + i.ord * interval '1 microsecond'`, "$13::bigint", "$14::bigint") + `,
 	i.ser_id, i.manifest, i.payload, false, i.writer, '',
 	CASE WHEN i.tags IS NULL THEN NULL ELSE ARRAY(SELECT jsonb_array_elements_text(i.tags::jsonb)) END,
 	CASE WHEN i.meta IS NULL THEN NULL ELSE ` + r2dbcMetaSerializerIDText + ` END, CASE WHEN i.meta IS NULL THEN NULL ELSE '' END, i.meta
 FROM unnest($1::text[], $2::bigint[], $3::timestamptz[], $4::int[], $5::text[], $6::bytea[], $7::text[], $8::text[], $9::bytea[], $10::int[], $11::text[], $12::int[])
 	WITH ORDINALITY AS i(pid, seq_nr, wts, ser_id, manifest, payload, writer, tags, meta, slice, entity_type, ord, n)`
+}
 
 // writeArgs returns the arguments of the store's insert statement for the
-// atomic writes writes[pending...], and whether any event has tags.
-func (s *Store) writeArgs(writes []journal.AtomicWrite, pending []int, now time.Time) ([]any, bool) {
-	if s.cfg.layout != LayoutR2DBC {
-		return insertArgs(s.cfg.ordering, writes, pending, now)
+// atomic writes writes[pending...], in a transaction whose statements
+// insert total rows, before of them ahead of this one (see stampSQL), and
+// whether any event has tags.
+func (s *Store) writeArgs(writes []journal.AtomicWrite, pending []int, now time.Time, before, total int64) ([]any, bool) {
+	switch {
+	case s.cfg.layout == LayoutR2DBC:
+		c := insertArgs(true, writes, pending, now)
+		return append(c.cols, c.ords, before, total), c.tagged
+	case s.cfg.ordering == TimestampOrder:
+		c := insertArgs(true, writes, pending, now)
+		return append(c.cols, c.ords, c.distinct(), c.pidx, before, total), c.tagged
 	}
-	args, tagged := insertArgs(CommitOrder, writes, pending, now)
-	var ords []int32
-	for _, i := range pending {
-		for k := range writes[i].Events {
-			ords = append(ords, int32(k+1))
-		}
-	}
-	return append(args, ords), tagged
+	c := insertArgs(false, writes, pending, now)
+	return c.cols, c.tagged
 }
 
 // deleteR2DBC is DeleteTo on the r2dbc layout, as the plugin deletes: in

@@ -190,9 +190,12 @@ func TestR2DBCWritesPekkoRows(t *testing.T) {
 	}
 }
 
-// TestR2DBCTimestampRule: db_timestamp is the plugin's: the later of the
-// transaction's time and the previous row's (an event or a delete marker)
-// plus 1µs, then 1µs per event of an atomic write.
+// TestR2DBCTimestampRule: db_timestamp grows per id as the plugin's
+// does: from the transaction's time, 1µs per event, and never earlier than
+// the previous row's (an event or a delete marker) plus 1µs. Where the
+// previous row is later, the write's rows stay 1µs apart and move less
+// than 1µs per row of the call past it, so as to share no timestamp with
+// another row of the call (see TestWriteSpacesRowsApart).
 func TestR2DBCTimestampRule(t *testing.T) {
 	t.Parallel()
 	s := open(t, postgres.WithLayout(postgres.LayoutR2DBC))
@@ -204,7 +207,9 @@ func TestR2DBCTimestampRule(t *testing.T) {
 		prevSeq  int64 // a row stored before, at future (0: none)
 		marker   bool  // that row is a delete marker
 		from, to int64 // the atomic write
-		want     func(base time.Time, seq int64) time.Time
+		// the earliest db_timestamp of each event; it may be later by
+		// less than the rows of the call, in µs
+		want func(base time.Time, seq int64) time.Time
 	}{
 		{"after a later event", 1, false, 2, 4, func(_ time.Time, seq int64) time.Time {
 			return future.Add(time.Duration(seq-1) * time.Microsecond)
@@ -242,10 +247,13 @@ func TestR2DBCTimestampRule(t *testing.T) {
 			for _, r := range rows {
 				ts[rowInt(t, r, "seq_nr")] = rowTime(t, r, "db_timestamp")
 			}
-			base := ts[c.from]
+			base, slack := ts[c.from], time.Duration(c.to-c.from+1)*time.Microsecond
 			for seq := c.from; seq <= c.to; seq++ {
-				if want := c.want(base, seq); !ts[seq].Equal(want) {
-					t.Errorf("db_timestamp of #%d = %v, want %v", seq, ts[seq], want)
+				if want := c.want(base, seq); ts[seq].Before(want) || !ts[seq].Before(want.Add(slack)) {
+					t.Errorf("db_timestamp of #%d = %v, want %v or less than %v later", seq, ts[seq], want, slack)
+				}
+				if seq > c.from && ts[seq].Sub(ts[seq-1]) != time.Microsecond {
+					t.Errorf("db_timestamp of #%d = %v, want 1µs after #%d's %v", seq, ts[seq], seq-1, ts[seq-1])
 				}
 			}
 		})

@@ -376,3 +376,93 @@ func (c *countingTables) InsertRecords(ctx context.Context, key eventual.Key, se
 	}
 	return nil
 }
+
+// BenchmarkRecoveryBehind: recoveries (ReadRecovery, one per op, of ids
+// in turn) by a journal started while the replicator is behind by lag
+// single-event appends of 1,000 ids (none replicated), 100-byte payloads,
+// as a service that restarts during a replication backlog meets them.
+// The head cache (default settings) reads the backlog once; the first
+// recoveries wait for it, outside the measure. Beside it ("raw"), what a
+// reader without the cache does: a new franz-go consumer reading the
+// partition from the pointer (here its start) to its end, decoding the
+// id's events. Lags of 10,000 and 90,000 fit the cache's default of
+// 100,000 actions per partition; 300,000 does not, and shows the cost
+// past the bound (recoveries read the partition, four at a time).
+func BenchmarkRecoveryBehind(b *testing.B) {
+	const ids = 1000
+	brokers := kafkatest.Real(b)
+	for _, lag := range []int{10_000, 90_000, 300_000} {
+		b.Run(fmt.Sprintf("lag=%d", lag), func(b *testing.B) {
+			tables := pgeventualtest.Open(b)
+			topic := benchTopic(b, brokers, fmt.Sprintf("behind-%d", lag))
+			opts := []kafka.Option{kafka.WithTopic(func(string) string { return topic })}
+			w := open(b, brokers, tables, opts...)
+			pid := func(i int) string { return fmt.Sprintf("Bench|%d", i) }
+			for seq := int64(1); seq <= int64(lag/ids); seq++ {
+				ws := make([]journal.AtomicWrite, ids)
+				for i := range ids {
+					ws[i] = journal.AtomicWrite{PersistenceID: pid(i), Events: []journal.Repr{benchEvent(pid(i), seq)}}
+				}
+				if res, err := w.Write(b.Context(), ws); err != nil || res != nil {
+					b.Fatal(res, err)
+				}
+			}
+			want := int64(lag / ids)
+			b.Run("annals", func(b *testing.B) {
+				j := open(b, brokers, tables, opts...)
+				recover := func(i int) {
+					res, err := j.ReadRecovery(b.Context(), recovery.Request{PersistenceID: pid(i % ids), ToSequenceNr: 1 << 62, MaxEvents: 10_000})
+					if err != nil || res.Highest != want || int64(len(res.Events)) != want {
+						b.Fatal(res.Highest, len(res.Events), err)
+					}
+				}
+				recover(0) // the cache has read the backlog
+				i := 0
+				for b.Loop() {
+					recover(i)
+					i++
+				}
+				b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "recoveries/s")
+				b.ReportMetric(float64(kafka.HeadReads(j)), "partition-reads")
+			})
+			b.Run("raw", func(b *testing.B) {
+				i := 0
+				for b.Loop() {
+					id := pid(i % ids)
+					i++
+					cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...),
+						kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{topic: {0: kgo.NewOffset().AtStart()}}))
+					if err != nil {
+						b.Fatal(err)
+					}
+					var events, seen int64
+				poll:
+					for {
+						fs := cl.PollFetches(b.Context())
+						if err := fs.Err0(); err != nil {
+							b.Fatal(err)
+						}
+						for _, r := range fs.Records() {
+							seen++
+							if string(r.Key) == id && len(r.Headers) > 0 && r.Headers[0].Key == wire.HeaderKey {
+								es, err := wire.DecodeBinary(r.Value)
+								if err != nil {
+									b.Fatal(err)
+								}
+								events += int64(len(es.Events))
+							}
+							if seen >= int64(lag) {
+								break poll
+							}
+						}
+					}
+					cl.Close()
+					if events != want {
+						b.Fatalf("read %d events of %s", events, id)
+					}
+				}
+				b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "recoveries/s")
+			})
+		})
+	}
+}

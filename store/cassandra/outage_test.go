@@ -328,6 +328,28 @@ func TestOutageDrill(t *testing.T) {
 	services("up")
 	back := time.Since(start)
 	upAt.Store(int64(back))
+	// The store's own reconnection, apart from the front's circuit
+	// breaker (whose half-open probe comes every ResetTimeout): the first
+	// read of the journal that succeeds.
+	storeBack := make(chan time.Duration, 1)
+	go func() {
+		tick := time.NewTicker(100 * time.Millisecond)
+		defer tick.Stop()
+		for load.Err() == nil {
+			pctx, cancel := context.WithTimeout(load, 5*time.Second)
+			_, err := s.Journal().HighestSequenceNr(pctx, "Probe|store", 0)
+			cancel()
+			if err == nil {
+				storeBack <- time.Since(start) - back
+				return
+			}
+			select {
+			case <-tick.C:
+			case <-load.Done():
+			}
+		}
+		storeBack <- -1
+	}()
 	ok := wait("resumption", resumed, resumeLimit)
 	if ok {
 		wait("after resumption", nil, after) // the load goes on this long
@@ -371,8 +393,9 @@ func TestOutageDrill(t *testing.T) {
 	t.Logf("first failed call %.2fs after the stop began; first ErrCircuitOpen %.2fs after it", firstFail.Seconds(), firstOpen.Seconds())
 	t.Logf("failed calls: %d, returned in p50 %v, p99 %v, max %v", len(failing), pct(failing, 0.5), pct(failing, 0.99), pct(failing, 1))
 	t.Logf("outcomes: %v; acknowledged deposits started after the node answered: %d", counts, okAfter)
+	t.Logf("the store answered again %.1fs after the node did", (<-storeBack).Seconds())
 	if ok {
-		t.Logf("first acknowledged write %.1fs after the node answered again", firstOK.Seconds())
+		t.Logf("first acknowledged write %.1fs after the node answered again (the front's circuit breaker lets a call through every %v while open)", firstOK.Seconds(), engine.DefaultResetTimeout)
 	}
 	if counts["ask timeout"] > 0 {
 		t.Errorf("%d callers waited out their %v timeout; want each told why", counts["ask timeout"], askTimeout)

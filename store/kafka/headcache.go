@@ -9,7 +9,6 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
-	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/annals-go/annals/store/kafka/eventual"
 	"github.com/annals-go/annals/store/kafka/wire"
@@ -42,9 +41,10 @@ const headCacheRetry = time.Second
 // starts while the replicator is behind holds the whole unreplicated head
 // once, instead of each read reading it again. Every read of the topic
 // folds its id's actions from memory, in time proportional to that id's
-// actions (they are indexed by key), and a replay takes the values of the
-// id's unreplicated appends from memory too. Entries the pointer has
-// passed are dropped; a partition holds at most max entries (the oldest
+// actions (they are indexed by key; Marks, which change nothing, are not
+// held), and a replay takes the values of the id's unreplicated appends
+// from memory too. Entries the pointer has passed are dropped; a
+// partition holds at most max entries (the oldest
 // go first, and reads before them read the partition) and a topic at most
 // maxBytes of Append values.
 type headCache struct {
@@ -177,54 +177,19 @@ func (c *headCache) start(ctx context.Context, topic string) (*topicCache, error
 const headCacheFetchBytes = 1 << 20
 
 // partitionOffsets returns the first and the end offset of each partition
-// of topic.
+// of topic; a topic the cluster does not know yet is an error.
 func partitionOffsets(ctx context.Context, cl *kgo.Client, topic string) (starts, ends map[int32]int64, err error) {
-	meta := kmsg.NewPtrMetadataRequest()
-	mt := kmsg.NewMetadataRequestTopic()
-	mt.Topic = kmsg.StringPtr(topic)
-	meta.Topics = append(meta.Topics, mt)
-	mresp, err := meta.RequestWith(ctx, cl)
+	partitions, err := partitionsOf(ctx, cl, topic)
 	if err != nil {
-		return nil, nil, fmt.Errorf("kafka journal: partitions of %s: %w", topic, err)
-	}
-	var partitions []int32
-	for _, t := range mresp.Topics {
-		if err := kerr.ErrorForCode(t.ErrorCode); err != nil {
-			return nil, nil, fmt.Errorf("kafka journal: partitions of %s: %w", topic, err)
-		}
-		for _, p := range t.Partitions {
-			partitions = append(partitions, p.Partition)
-		}
-	}
-	list := func(timestamp int64, what string) (map[int32]int64, error) {
-		req := kmsg.NewPtrListOffsetsRequest()
-		rt := kmsg.NewListOffsetsRequestTopic()
-		rt.Topic = topic
-		for _, p := range partitions {
-			rp := kmsg.NewListOffsetsRequestTopicPartition()
-			rp.Partition, rp.Timestamp = p, timestamp
-			rt.Partitions = append(rt.Partitions, rp)
-		}
-		req.Topics = append(req.Topics, rt)
-		resp, err := req.RequestWith(ctx, cl)
-		if err != nil {
-			return nil, fmt.Errorf("kafka journal: %s offsets of %s: %w", what, topic, err)
-		}
-		out := map[int32]int64{}
-		for _, t := range resp.Topics {
-			for _, p := range t.Partitions {
-				if err := kerr.ErrorForCode(p.ErrorCode); err != nil {
-					return nil, fmt.Errorf("kafka journal: %s offset of %s/%d: %w", what, topic, p.Partition, err)
-				}
-				out[p.Partition] = p.Offset
-			}
-		}
-		return out, nil
-	}
-	if starts, err = list(-2, "start"); err != nil { // -2: the first offset
 		return nil, nil, err
 	}
-	if ends, err = list(-1, "end"); err != nil { // -1: the end
+	if len(partitions) == 0 {
+		return nil, nil, fmt.Errorf("kafka journal: topic %s: %w", topic, kerr.UnknownTopicOrPartition)
+	}
+	if starts, err = listOffsets(ctx, cl, topic, partitions, -2); err != nil {
+		return nil, nil, err
+	}
+	if ends, err = listOffsets(ctx, cl, topic, partitions, -1); err != nil {
 		return nil, nil, err
 	}
 	return starts, ends, nil
@@ -257,6 +222,9 @@ func (t *topicCache) follow(max int) {
 				a, ok, err := decode(r, false)
 				if err != nil || !ok {
 					continue // the replicator and direct reads report malformed records
+				}
+				if a.Action.Header.Kind == wire.Mark {
+					continue // a read's upper bound: nothing to fold
 				}
 				e := &cacheEntry{offset: r.Offset, key: string(r.Key), action: a}
 				if a.Action.Header.Kind == wire.Append && t.bytes+len(r.Value) <= t.maxBytes {

@@ -72,48 +72,25 @@ func TestHeadCacheServesReads(t *testing.T) {
 // serves every recovery from it: 300 recoveries, 64 at a time, each with
 // its id's events, and no recovery reads the partition.
 func TestHeadCacheHoldsTheUnreplicatedHead(t *testing.T) {
-	for _, broker := range []string{"fake", "real"} {
-		t.Run(broker, func(t *testing.T) {
-			brokers := brokersOf(t, broker)
-			tables, _ := openEventual(t, "postgres")
-			run := kafkatest.Prefix(t, brokers, "behind")
-			topic := run + "Behind"
-			opts := []kafka.Option{kafka.WithTopic(func(string) string { return topic })}
-			const ids, events = 300, 20
-			writer := open(t, brokers, tables, opts...)
-			pid := func(i int) string { return fmt.Sprintf("Behind|%d", i) }
-			for seq := int64(1); seq <= events; seq++ {
-				var ws []journal.AtomicWrite
-				for i := range ids {
-					ws = append(ws, journal.AtomicWrite{PersistenceID: pid(i), Events: []journal.Repr{sized(pid(i), seq, 100)}})
-				}
-				if res, err := writer.Write(t.Context(), ws); err != nil || res != nil {
-					t.Fatalf("Write: %v %v", res, err)
-				}
-			}
-			j := open(t, brokers, tables, opts...) // a process that starts now
-			g, ctx := errgroup.WithContext(t.Context())
-			g.SetLimit(64)
+	onEachBroker(t, "behind", func(t *testing.T, b brokerEnv) {
+		const ids, events = 300, 20
+		writer := open(t, b.brokers, b.tables, b.topic("Behind"))
+		pid := func(i int) string { return fmt.Sprintf("Behind|%d", i) }
+		for seq := int64(1); seq <= events; seq++ {
+			var ws []journal.AtomicWrite
 			for i := range ids {
-				g.Go(func() error {
-					res, err := j.ReadRecovery(ctx, recovery.Request{PersistenceID: pid(i), ToSequenceNr: 1 << 62, MaxEvents: 1000})
-					if err != nil {
-						return fmt.Errorf("%s: %w", pid(i), err)
-					}
-					if res.Highest != events || len(res.Events) != events || res.Events[events-1].SequenceNr != events {
-						return fmt.Errorf("%s recovered highest %d with %d events, want %d and %d", pid(i), res.Highest, len(res.Events), events, events)
-					}
-					return nil
-				})
+				ws = append(ws, journal.AtomicWrite{PersistenceID: pid(i), Events: []journal.Repr{sized(pid(i), seq, 100)}})
 			}
-			if err := g.Wait(); err != nil {
-				t.Fatal(err)
+			if res, err := writer.Write(t.Context(), ws); err != nil || res != nil {
+				t.Fatalf("Write: %v %v", res, err)
 			}
-			if reads := kafka.HeadReads(j); reads != 0 {
-				t.Errorf("%d of %d recoveries read the partition, want 0 (the head cache holds the unreplicated head)", reads, ids)
-			}
-		})
-	}
+		}
+		j := open(t, b.brokers, b.tables, b.topic("Behind")) // a process that starts now
+		recoverAll(t, j, ids, pid, events)
+		if reads := kafka.HeadReads(j); reads != 0 {
+			t.Errorf("%d of %d recoveries read the partition, want 0 (the head cache holds the unreplicated head)", reads, ids)
+		}
+	})
 }
 
 // TestColdStartRecoveries: a process's first 1,000 recoveries on a topic
@@ -121,37 +98,38 @@ func TestHeadCacheHoldsTheUnreplicatedHead(t *testing.T) {
 // front's default call timeout: every one succeeds (empty), and they
 // share the head cache instead of each reading the partition.
 func TestColdStartRecoveries(t *testing.T) {
-	for _, broker := range []string{"fake", "real"} {
-		t.Run(broker, func(t *testing.T) {
-			brokers := brokersOf(t, broker)
-			tables, _ := openEventual(t, "postgres")
-			run := kafkatest.Prefix(t, brokers, "cold")
-			j := open(t, brokers, tables, kafka.WithTopic(func(string) string { return run + "Cold" }))
-			const ids = 1000
-			g, ctx := errgroup.WithContext(t.Context())
-			g.SetLimit(64)
-			for i := range ids {
-				g.Go(func() error {
-					rctx, cancel := context.WithTimeout(ctx, engine.DefaultCallTimeout)
-					defer cancel()
-					pid := fmt.Sprintf("Cold|%d", i)
-					res, err := j.ReadRecovery(rctx, recovery.Request{PersistenceID: pid, ToSequenceNr: 1 << 62, MaxEvents: 1000})
-					if err != nil {
-						return fmt.Errorf("%s: %w", pid, err)
-					}
-					if res.Highest != 0 || len(res.Events) != 0 {
-						return fmt.Errorf("%s recovered highest %d with %d events, want nothing", pid, res.Highest, len(res.Events))
-					}
-					return nil
-				})
+	onEachBroker(t, "cold", func(t *testing.T, b brokerEnv) {
+		const ids = 1000
+		j := open(t, b.brokers, b.tables, b.topic("Cold"))
+		recoverAll(t, j, ids, func(i int) string { return fmt.Sprintf("Cold|%d", i) }, 0)
+		if reads := kafka.HeadReads(j); reads > 64 {
+			t.Errorf("%d of %d recoveries read the partition, want at most the first 64 (the head cache serves the rest)", reads, ids)
+		}
+	})
+}
+
+// recoverAll recovers the ids pid(0) to pid(ids-1) through j, 64 at a
+// time, each bounded by the journal front's default call timeout, and
+// fails t unless each recovers events 1 to events.
+func recoverAll(t *testing.T, j *kafka.Journal, ids int, pid func(int) string, events int64) {
+	t.Helper()
+	g, ctx := errgroup.WithContext(t.Context())
+	g.SetLimit(64)
+	for i := range ids {
+		g.Go(func() error {
+			rctx, cancel := context.WithTimeout(ctx, engine.DefaultCallTimeout)
+			defer cancel()
+			res, err := j.ReadRecovery(rctx, recovery.Request{PersistenceID: pid(i), ToSequenceNr: 1 << 62, MaxEvents: 1000})
+			if err != nil {
+				return fmt.Errorf("%s: %w", pid(i), err)
 			}
-			if err := g.Wait(); err != nil {
-				t.Fatal(err)
+			if res.Highest != events || int64(len(res.Events)) != events || (events > 0 && res.Events[events-1].SequenceNr != events) {
+				return fmt.Errorf("%s recovered highest %d with %d events, want %d and %d", pid(i), res.Highest, len(res.Events), events, events)
 			}
-			t.Logf("%d of %d recoveries read the partition", kafka.HeadReads(j), ids)
-			if reads := kafka.HeadReads(j); reads > 64 {
-				t.Errorf("%d of %d recoveries read the partition, want at most the first 64 (the head cache serves the rest)", reads, ids)
-			}
+			return nil
 		})
+	}
+	if err := g.Wait(); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -20,11 +20,16 @@ import (
 	"github.com/sony/gobreaker/v2"
 )
 
-// Defaults of Config, Akka's journal circuit-breaker settings.
+// Defaults of Config: Akka's journal circuit-breaker settings, but for
+// the reset timeout (see DefaultResetTimeout).
 const (
-	DefaultMaxFailures  = 10
-	DefaultCallTimeout  = 10 * time.Second
-	DefaultResetTimeout = 30 * time.Second
+	DefaultMaxFailures = 10
+	DefaultCallTimeout = 10 * time.Second
+	// DefaultResetTimeout is 5 s where Akka's is 30 s: a probe is a single
+	// call, and writes resume at the first probe after the store is back,
+	// so the longer wait only kept writes failing for up to half a minute
+	// after the store answered again.
+	DefaultResetTimeout = 5 * time.Second
 	DefaultMaxBatchSize = 1000
 	DefaultMaxLinger    = 5 * time.Millisecond
 	DefaultMaxCalls     = 2
@@ -76,7 +81,8 @@ type Config struct {
 	// arguments and callers' cancellations are not failures.
 	MaxFailures uint32
 	// ResetTimeout is how long the breaker stays open before it lets one
-	// call probe the store (default DefaultResetTimeout = 30 s).
+	// call probe the store (default DefaultResetTimeout = 5 s); while the
+	// probe fails, it opens again for as long.
 	ResetTimeout time.Duration
 	// Logger receives the circuit breaker's state changes (default
 	// slog.Default()).

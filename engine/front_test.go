@@ -379,7 +379,7 @@ func TestConfigValidate(t *testing.T) {
 		}
 	}
 	f := newFront(t, memory.New().Journal(), engine.Config{})
-	want := engine.Config{MaxBatchSize: 1000, MaxLinger: 5 * time.Millisecond, MaxCalls: 2, CallTimeout: 10 * time.Second, MaxFailures: 10, ResetTimeout: 30 * time.Second, Logger: slog.Default()}
+	want := engine.Config{MaxBatchSize: 1000, MaxLinger: 5 * time.Millisecond, MaxCalls: 2, CallTimeout: 10 * time.Second, MaxFailures: 10, ResetTimeout: 5 * time.Second, Logger: slog.Default()}
 	if got := f.Config(); !reflect.DeepEqual(got, want) {
 		t.Errorf("defaults = %+v, want Akka's %+v", got, want)
 	}

@@ -110,8 +110,13 @@ func TestCheckPassesAndLeavesTheStoreAsItWas(t *testing.T) {
 		var out checkOut
 		decode(t, cli(t, nil, "check", "--store", st.url, "--short", "--json"), &out)
 		t.Logf("check --short on %s: %v", st.kind, time.Since(start).Round(time.Millisecond))
-		if !out.OK || out.Store != st.url || len(out.Suites) != 4 || out.RemovedIDs < 100 {
+		// journal, snapshots, queries, batch-queries (both stores offer
+		// events by tag and by slices) and durable.
+		if !out.OK || out.Store != st.url || len(out.Suites) != 5 || out.RemovedIDs < 100 {
 			t.Fatalf("check: %+v", out)
+		}
+		if s := out.Suites[3]; s.Suite != "batch-queries" || s.Rules != 2 || s.Passed != 2 {
+			t.Errorf("suite %+v, want batch-queries' 2 rules passed", s)
 		}
 		for _, s := range out.Suites {
 			// The journal suite skips LargeReplayStreams (--short), and on
@@ -140,7 +145,7 @@ func TestCheckPassesAndLeavesTheStoreAsItWas(t *testing.T) {
 	t.Run("memory", func(t *testing.T) {
 		t.Parallel()
 		r := cli(t, nil, "check", "--store", "memory:", "--short")
-		r.want(t, 0, []string{"SUITE", "journal", "queries", "check passed"}, nil)
+		r.want(t, 0, []string{"SUITE", "journal", "queries", "batch-queries", "check passed"}, nil)
 		// The testing runner's own last line is not printed: the summary
 		// is the command's last word.
 		for _, line := range strings.Split(r.stdout+r.stderr, "\n") {

@@ -25,8 +25,9 @@ func checkCommand() *command {
 	return &command{
 		name: "check", summary: "run the compliance kit against a live store",
 		help: `Runs the compliance kit (package storetest: every rule of the journal,
-snapshot, query and durable-state contracts, as the store plugins' own
-tests run it)
+snapshot, query and durable-state contracts, and the queries over one
+write of 1,000 ids where the store offers events by tag or by slices, as
+the store plugins' own tests run them)
 against the store --store names, for operators who bring their own
 database: it checks the store as deployed, on your server, file system and
 settings. The kit writes under persistence ids of its own (entity types
@@ -203,6 +204,11 @@ func (k *kit) run(o checkOptions) error {
 			IDsInStoreOrder: k.s.IDsInStoreOrder,
 		}))
 	}
+	if offsetQueries(k.s.Queries) {
+		suites = append(suites, storetest.BatchQuerySuite(storetest.QueryHarnessFor[storetest.T]{
+			New: func(storetest.T) (journal.Journal, any) { return j, k.s.Queries },
+		}))
+	}
 	if k.s.Durable != nil {
 		suites = append(suites, storetest.DurableSuite(storetest.DurableHarnessFor[storetest.T]{
 			New: func(storetest.T) durable.Store { return k.recordingDurable(k.s.Durable, false) },
@@ -238,6 +244,15 @@ func (k *kit) run(o checkOptions) error {
 		return errCheckFailed
 	}
 	return nil
+}
+
+// offsetQueries reports whether the read journal rj offers events by tag
+// or by slices, the queries the batch suite reads with (the Kafka
+// journal's offers neither).
+func offsetQueries(rj any) bool {
+	_, byTag := rj.(query.EventsByTagQuery)
+	_, bySlices := rj.(query.EventsBySlicesQuery)
+	return byTag || bySlices
 }
 
 // progress prints a rule's result as go test does: a failure with its
@@ -279,7 +294,7 @@ func (k *kit) summary(rep storetest.Report) checkResult {
 			sj.Skipped = append(sj.Skipped, rule)
 		}
 	}
-	for _, name := range []string{"journal", "snapshots", "queries", "durable"} {
+	for _, name := range []string{"journal", "snapshots", "queries", "batch-queries", "durable"} {
 		if sj := suites[name]; sj != nil {
 			slices.Sort(sj.Failed)
 			slices.Sort(sj.Skipped)

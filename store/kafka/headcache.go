@@ -99,8 +99,8 @@ func newHeadCache(j *Journal, max, maxBytes int) *headCache {
 
 // topic returns the cache of topic, starting it on first use: its
 // consumer begins at each partition's pointer (the partition's first
-// record when it has none, or max entries before its end when the head is
-// longer). Concurrent first reads wait for one start; a failed start is
+// record when it has none); of a head longer than max actions it keeps
+// the last max. Concurrent first reads wait for one start; a failed start is
 // tried again after headCacheRetry, and reads until then go without the
 // cache.
 func (c *headCache) topic(ctx context.Context, topic string) (*topicCache, error) {
@@ -157,7 +157,7 @@ func (c *headCache) start(ctx context.Context, topic string) (*topicCache, error
 		if ok {
 			first = max(first, pointer+1)
 		}
-		first = max(first, end-int64(c.max))
+		first = min(first, end)
 		from[p] = kgo.NewOffset().At(first)
 		t.parts[p] = &partCache{from: first, next: first, byKey: map[string][]*cacheEntry{}}
 	}

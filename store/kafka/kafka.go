@@ -46,7 +46,8 @@
 // read the cache cannot serve (a head longer than the cache holds, a
 // cache that stopped moving for 2 s, WithHeadCache(0)) reads the
 // partition itself, at most four such reads at once. A read whose
-// context has no deadline is bounded by DefaultReadTimeout.
+// context has no deadline is bounded by WithReadTimeout (default
+// DefaultReadTimeout), and so is every record the journal produces.
 //
 // # Events written by other clients
 //
@@ -101,6 +102,7 @@ type config struct {
 	snapshots   snapshot.Store
 	expireAfter time.Duration
 	maxPayload  int
+	readTimeout time.Duration
 }
 
 // WithTopic sets the topic of each entity type (default DefaultTopicPrefix
@@ -142,6 +144,13 @@ func WithExpireAfter(d time.Duration) Option { return func(c *config) { c.expire
 // refuses is rejected too. Raise all three together.
 func WithMaxPayloadSize(n int) Option { return func(c *config) { c.maxPayload = n } }
 
+// WithReadTimeout bounds, when the caller's context has no deadline, each
+// read's Mark, pointer, head and unreplicated head, and every record the
+// journal produces (franz-go's RecordDeliveryTimeout, unless
+// WithClientOptions sets another); default DefaultReadTimeout. A write
+// whose records time out has an unknown outcome.
+func WithReadTimeout(d time.Duration) Option { return func(c *config) { c.readTimeout = d } }
+
 // DefaultTopic returns the default topic of an entity type.
 func DefaultTopic(entityType string) string {
 	if entityType == "" {
@@ -176,7 +185,7 @@ type Journal struct {
 // Open returns a journal on the Kafka cluster at brokers (host:port), with
 // tables as its eventual store. It does not own tables.
 func Open(ctx context.Context, brokers []string, tables eventual.Tables, opts ...Option) (*Journal, error) {
-	cfg := config{topic: DefaultTopic, cacheSize: DefaultHeadCacheEntries, maxPayload: DefaultMaxPayloadSize}
+	cfg := config{topic: DefaultTopic, cacheSize: DefaultHeadCacheEntries, maxPayload: DefaultMaxPayloadSize, readTimeout: DefaultReadTimeout}
 	if h, err := os.Hostname(); err == nil {
 		cfg.origin = h
 	}
@@ -188,13 +197,15 @@ func Open(ctx context.Context, brokers []string, tables eventual.Tables, opts ..
 		return nil, fmt.Errorf("%w: no brokers", ErrInvalidConfig)
 	case tables == nil:
 		return nil, fmt.Errorf("%w: no eventual store", ErrInvalidConfig)
+	case cfg.readTimeout <= 0:
+		return nil, fmt.Errorf("%w: a read timeout of %v", ErrInvalidConfig, cfg.readTimeout)
 	case cfg.maxPayload <= 0:
 		return nil, fmt.Errorf("%w: a payload limit of %d bytes", ErrInvalidConfig, cfg.maxPayload)
 	case cfg.cacheSize < 0:
 		return nil, fmt.Errorf("%w: a head cache of %d entries", ErrInvalidConfig, cfg.cacheSize)
 	}
 	cl, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(brokers...), kgo.RequiredAcks(kgo.AllISRAcks()),
-		kgo.AllowAutoTopicCreation(), kgo.ProducerLinger(0), kgo.RecordDeliveryTimeout(DefaultReadTimeout)}, cfg.clientOpts...)...)
+		kgo.AllowAutoTopicCreation(), kgo.ProducerLinger(0), kgo.RecordDeliveryTimeout(cfg.readTimeout)}, cfg.clientOpts...)...)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 	}

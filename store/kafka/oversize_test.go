@@ -8,6 +8,9 @@ import (
 	"slices"
 	"sync"
 	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kfake"
 
 	"github.com/annals-go/annals/engine"
 	"github.com/annals-go/annals/journal"
@@ -208,4 +211,28 @@ func replayedSeqs(t testing.TB, j journal.Journal, pid string) []int64 {
 		out = append(out, e.SequenceNr)
 	}
 	return out
+}
+
+// TestCallsWithoutDeadlineEnd: with the broker gone, a read and a write
+// whose contexts have no deadline end with an error once the read
+// timeout has passed, instead of waiting for the broker without end.
+func TestCallsWithoutDeadlineEnd(t *testing.T) {
+	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.AllowAutoTopicCreation())
+	if err != nil {
+		t.Fatal(err)
+	}
+	tables, _ := openEventual(t, "postgres")
+	j := open(t, c.ListenAddrs(), tables, kafka.WithReadTimeout(2*time.Second))
+	pid := "Gone|1"
+	if res, err := j.Write(t.Context(), []journal.AtomicWrite{{PersistenceID: pid, Events: []journal.Repr{sized(pid, 1, 10)}}}); err != nil || res != nil {
+		t.Fatalf("Write with the broker up: %v %v", res, err)
+	}
+	c.Close()
+	if _, err := j.HighestSequenceNr(context.Background(), pid, 0); err == nil {
+		t.Error("HighestSequenceNr with the broker gone succeeded")
+	}
+	res, err := j.Write(context.Background(), []journal.AtomicWrite{{PersistenceID: pid, Events: []journal.Repr{sized(pid, 2, 10)}}})
+	if err == nil {
+		t.Errorf("Write with the broker gone: %v, want an unknown outcome", res)
+	}
 }

@@ -286,20 +286,17 @@ func (j *Journal) readAppends(ctx context.Context, key eventual.Key, partition i
 	return j.readHead(ctx, key, partition, from, until, true, f)
 }
 
-// bounded returns ctx, bounded by DefaultReadTimeout when it has no
-// deadline: no read of the journal waits for the broker or the eventual
-// store without end.
+// bounded returns ctx, bounded by the read timeout (WithReadTimeout) when
+// it has no deadline: no read of the journal waits for the broker or the
+// eventual store without end.
 func (j *Journal) bounded(ctx context.Context) (context.Context, context.CancelFunc) {
 	if _, ok := ctx.Deadline(); ok {
 		return ctx, func() {}
 	}
-	return context.WithTimeout(ctx, DefaultReadTimeout)
+	return context.WithTimeout(ctx, j.cfg.readTimeout)
 }
 
-// DefaultReadTimeout bounds a read's Mark, pointer, head and unreplicated
-// head when the caller's context has no deadline. The producer's records
-// are bounded the same way (kgo.RecordDeliveryTimeout, unless the
-// client options set another).
+// DefaultReadTimeout is the default of WithReadTimeout.
 const DefaultReadTimeout = 30 * time.Second
 
 // headReaders is how many reads of partitions (reads the head cache

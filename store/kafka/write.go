@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kerr"
@@ -84,7 +85,7 @@ func (j *Journal) Write(ctx context.Context, writes []journal.AtomicWrite) ([]er
 		produced[r] = index[k]
 	}
 	var unknown error
-	for _, r := range j.cl.ProduceSync(ctx, records...) {
+	for _, r := range j.produceSync(ctx, records...) {
 		i, ok := produced[r.Record]
 		if !ok {
 			unknown = errors.Join(unknown, fmt.Errorf("kafka journal: the client returned the outcome of a record it was not given (key %q)", recordKey(r.Record)))
@@ -117,6 +118,49 @@ func (j *Journal) Write(ctx context.Context, writes []journal.AtomicWrite) ([]er
 	}
 	j.written.Notify()
 	return journal.Results(results), nil
+}
+
+// produceSync produces records and returns their results, in completion
+// order, once all have one or ctx ends, whichever comes first (then each
+// record still in flight has ctx's error, and its outcome is unknown).
+// Unlike franz-go's ProduceSync it never waits past ctx: an idempotent
+// producer does not fail a record it may have sent until the broker
+// answers, which may be never.
+func (j *Journal) produceSync(ctx context.Context, records ...*kgo.Record) kgo.ProduceResults {
+	ctx, cancel := j.bounded(ctx)
+	defer cancel()
+	var (
+		mu      sync.Mutex
+		results = make(kgo.ProduceResults, 0, len(records))
+		done    = make(chan struct{})
+	)
+	for _, r := range records {
+		j.cl.Produce(ctx, r, func(r *kgo.Record, err error) {
+			mu.Lock()
+			defer mu.Unlock()
+			if results = append(results, kgo.ProduceResult{Record: r, Err: err}); len(results) == len(records) {
+				close(done)
+			}
+		})
+	}
+	select {
+	case <-done:
+		return results
+	case <-ctx.Done():
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	out := append(kgo.ProduceResults(nil), results...)
+	answered := make(map[*kgo.Record]bool, len(out))
+	for _, r := range out {
+		answered[r.Record] = true
+	}
+	for _, r := range records {
+		if !answered[r] {
+			out = append(out, kgo.ProduceResult{Record: r, Err: fmt.Errorf("no answer from the broker: %w", ctx.Err())})
+		}
+	}
+	return out
 }
 
 // recordKey is r's key, or "" for a nil record.
@@ -173,7 +217,7 @@ func (j *Journal) produce(ctx context.Context, key eventual.Key, h wire.Header) 
 		return 0, 0, err
 	}
 	r := record(key, nil, map[string][]byte{wire.HeaderKey: header}, time.Now())
-	if err := j.cl.ProduceSync(ctx, r).FirstErr(); err != nil {
+	if err := j.produceSync(ctx, r).FirstErr(); err != nil {
 		return 0, 0, j.errs.Map(ctx, fmt.Sprintf("producing a %v for %s", h.Kind, key.ID), err, journal.ErrClosed)
 	}
 	return r.Partition, r.Offset, nil

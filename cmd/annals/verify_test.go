@@ -11,13 +11,11 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/twmb/franz-go/pkg/kgo"
-
 	"github.com/annals-go/annals/cmd/annals/internal/stores"
 	"github.com/annals-go/annals/journal"
 	"github.com/annals-go/annals/snapshot"
 	"github.com/annals-go/annals/store/kafka/kafkatest"
-	"github.com/annals-go/annals/store/kafka/wire"
+	"github.com/annals-go/annals/store/kafka/wire/wiretest"
 	"github.com/annals-go/annals/store/postgres/pgtest"
 )
 
@@ -366,19 +364,7 @@ func TestVerifyKafkaHead(t *testing.T) {
 		}
 	})
 	// An Append of Acct|v-1 whose value is not the events its header says.
-	header, err := wire.EncodeHeader(wire.Header{Kind: wire.Append, From: 5, To: 5, PayloadType: wire.Binary})
-	if err != nil {
-		t.Fatal(err)
-	}
-	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Close()
-	poison := &kgo.Record{Topic: topic, Key: []byte("Acct|v-1"), Value: []byte{1, 2, 3}, Headers: []kgo.RecordHeader{{Key: wire.HeaderKey, Value: header}}}
-	if err := cl.ProduceSync(t.Context(), poison).FirstErr(); err != nil {
-		t.Fatal(err)
-	}
+	poison := wiretest.ProduceUndecodable(t, brokers, topic, "Acct|v-1", 5)
 
 	out := verifyJSON(t, 1, "--store", url)
 	if out.OK || out.IDs != 2 || out.Events != 6 || out.Snapshots != 0 || out.Payloads.Read != 6 {

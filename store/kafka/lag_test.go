@@ -16,6 +16,7 @@ import (
 	"github.com/annals-go/annals/store/kafka/eventual/pg/pgeventualtest"
 	"github.com/annals-go/annals/store/kafka/kafkatest"
 	"github.com/annals-go/annals/store/kafka/wire"
+	"github.com/annals-go/annals/store/kafka/wire/wiretest"
 )
 
 // TestLag: Lag reads what each partition holds past the eventual store's
@@ -37,20 +38,7 @@ func TestLag(t *testing.T) {
 			pid := "Lag|1"
 			write(t, j, pid, 1, 2, "a") // a Mark (the first write reads the id), then the Append: offsets 0, 1
 			write(t, j, pid, 3, 3, "a") // offset 2
-			header, err := wire.EncodeHeader(wire.Header{Kind: wire.Append, From: 4, To: 4, PayloadType: wire.Binary})
-			if err != nil {
-				t.Fatal(err)
-			}
-			cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer cl.Close()
-			poison := &kgo.Record{Topic: topic, Key: []byte(pid), Value: []byte{1, 2, 3},
-				Headers: []kgo.RecordHeader{{Key: wire.HeaderKey, Value: header}}}
-			if err := cl.ProduceSync(t.Context(), poison).FirstErr(); err != nil {
-				t.Fatal(err)
-			}
+			poison := wiretest.ProduceUndecodable(t, brokers, topic, pid, 4)
 			if poison.Offset != 3 {
 				t.Fatalf("the undecodable record is at offset %d, want 3 (after the Mark and two appends)", poison.Offset)
 			}
@@ -113,7 +101,7 @@ func TestLag(t *testing.T) {
 
 			// Kafka deletes offsets 0..2 (as retention would): offset 2
 			// was never applied, and is lost.
-			deleteRecords(t, cl, topic, p, 3)
+			deleteRecords(t, brokers, topic, p, 3)
 			check("offsets before 3 deleted", lagOf("offsets before 3 deleted"), kafka.PartitionLag{Pointer: 1, Start: 3, End: 4, Behind: 1, Lost: 1,
 				Records: 1, IDs: []string{pid}}, true)
 
@@ -140,8 +128,13 @@ func TestLag(t *testing.T) {
 
 // deleteRecords moves the start of a partition to offset, as retention
 // does.
-func deleteRecords(t *testing.T, cl *kgo.Client, topic string, partition int32, offset int64) {
+func deleteRecords(t *testing.T, brokers []string, topic string, partition int32, offset int64) {
 	t.Helper()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
 	req := kmsg.NewPtrDeleteRecordsRequest()
 	rt := kmsg.NewDeleteRecordsRequestTopic()
 	rt.Topic = topic

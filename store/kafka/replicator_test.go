@@ -8,13 +8,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/twmb/franz-go/pkg/kgo"
-
 	"github.com/annals-go/annals/store/kafka"
 	"github.com/annals-go/annals/store/kafka/eventual"
 	"github.com/annals-go/annals/store/kafka/eventual/cql/cqltest"
 	"github.com/annals-go/annals/store/kafka/kafkatest"
 	"github.com/annals-go/annals/store/kafka/wire"
+	"github.com/annals-go/annals/store/kafka/wire/wiretest"
 )
 
 // replicated is signalled each time the replicator moves a pointer.
@@ -84,20 +83,7 @@ func TestReplicatorPoisonRecord(t *testing.T) {
 			key := eventual.Key{ID: pid, Topic: topic}
 			write(t, j, pid, 1, 2, "a")
 			// An Append whose value is not the events its header says.
-			header, err := wire.EncodeHeader(wire.Header{Kind: wire.Append, From: 3, To: 3, PayloadType: wire.Binary})
-			if err != nil {
-				t.Fatal(err)
-			}
-			cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer cl.Close()
-			poison := &kgo.Record{Topic: topic, Key: []byte(pid), Value: []byte{1, 2, 3},
-				Headers: []kgo.RecordHeader{{Key: wire.HeaderKey, Value: header}}}
-			if err := cl.ProduceSync(t.Context(), poison).FirstErr(); err != nil {
-				t.Fatal(err)
-			}
+			poison := wiretest.ProduceUndecodable(t, brokers, topic, pid, 3)
 			write(t, j, "Poison|2", 1, 1, "b") // another id; same partition or not
 			rep := newReplicated()
 			opts := append(rep.options(), kafka.WithTopics(topic), kafka.WithGroup(run))

@@ -1,7 +1,8 @@
 // Package wiretest reads the Kafka journal fixtures shared beside the
 // checkout (../shared/fixtures/kafka-journal): the Scala project's test
 // resources and the records the Scala library wrote to a real broker.
-// Tests skip when the fixtures are not there.
+// Tests skip when the fixtures are not there. It also produces records
+// no reader can decode, for the tests of those that must report them.
 package wiretest
 
 import (
@@ -13,6 +14,8 @@ import (
 	"runtime"
 	"testing"
 	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/annals-go/annals/store/kafka/wire"
 )
@@ -86,4 +89,25 @@ func ScalaWritten(t testing.TB, file string) []wire.Record {
 		t.Fatal(err)
 	}
 	return out
+}
+
+// ProduceUndecodable produces to topic on brokers an Append of key whose
+// header says it holds event seq and whose value is not events (a record
+// the replicator stops at), and returns it with its partition and offset.
+func ProduceUndecodable(t testing.TB, brokers []string, topic, key string, seq int64) *kgo.Record {
+	t.Helper()
+	header, err := wire.EncodeHeader(wire.Header{Kind: wire.Append, From: seq, To: seq, PayloadType: wire.Binary})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	r := &kgo.Record{Topic: topic, Key: []byte(key), Value: []byte{1, 2, 3}, Headers: []kgo.RecordHeader{{Key: wire.HeaderKey, Value: header}}}
+	if err := cl.ProduceSync(t.Context(), r).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+	return r
 }

@@ -43,7 +43,7 @@ var layers = map[string][]string{
 	"store/kafka/eventual":          {"store/kafka/wire"},
 	"store/kafka/eventual/cql":      {"store/kafka/eventual"},
 	"store/kafka/eventual/pg":       {"store/kafka/eventual"},
-	"store/kafka/kafkatest":         {},
+	"store/kafka/kafkatest":         {"store/kafka"},
 	"store/kafka/wire/wiretest":     {"store/kafka/wire"},
 	"store/postgres/pgtest":         {"store/postgres"},
 	"store/cassandra/cassandratest": {"store/cassandra"},

@@ -21,6 +21,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/annals-go/annals/store/kafka"
 )
 
 // DefaultAddress is the broker `scripts/services up kafka` starts.
@@ -117,34 +119,5 @@ func deletePrefixed(ctx context.Context, brokers []string, prefix string) error 
 		}
 	}
 
-	meta, err := kmsg.NewPtrMetadataRequest().RequestWith(ctx, cl)
-	if err != nil {
-		return fmt.Errorf("listing topics: %w", err)
-	}
-	delTopics := kmsg.NewPtrDeleteTopicsRequest()
-	for _, tp := range meta.Topics {
-		if tp.Topic != nil && strings.HasPrefix(*tp.Topic, prefix) {
-			delTopics.TopicNames = append(delTopics.TopicNames, *tp.Topic)
-			dt := kmsg.NewDeleteTopicsRequestTopic()
-			dt.Topic = tp.Topic
-			delTopics.Topics = append(delTopics.Topics, dt)
-		}
-	}
-	if len(delTopics.TopicNames) == 0 {
-		return nil
-	}
-	resp, err := delTopics.RequestWith(ctx, cl)
-	if err != nil {
-		return fmt.Errorf("deleting topics: %w", err)
-	}
-	for _, tp := range resp.Topics {
-		if err := kerr.ErrorForCode(tp.ErrorCode); err != nil && !errors.Is(err, kerr.UnknownTopicOrPartition) {
-			name := ""
-			if tp.Topic != nil {
-				name = *tp.Topic
-			}
-			return fmt.Errorf("deleting topic %s: %w", name, err)
-		}
-	}
-	return nil
+	return kafka.DeleteTopics(ctx, brokers, prefix)
 }

@@ -2,11 +2,14 @@ package stores
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"net/url"
 	"slices"
 	"strings"
+	"time"
 
 	gocql "github.com/apache/cassandra-gocql-driver/v2"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -257,11 +260,21 @@ func (k kafkaScheme) scratch(ctx context.Context, u string) (string, func() erro
 	if err != nil {
 		return "", nil, err
 	}
-	inner, remove, err := scheme.Scratch(ctx, p.Eventual)
+	inner, removeInner, err := scheme.Scratch(ctx, p.Eventual)
 	if err != nil {
 		return "", nil, err
 	}
-	return "kafka://" + strings.Join(p.Brokers, ",") + "/?topic_prefix=" + url.QueryEscape(p.TopicPrefix) + "&eventual=" + inner, remove, nil
+	// Topics of the scratch store's own: an eventual store of its own
+	// beside topics another journal wrote would read their records.
+	var b [6]byte
+	_, _ = rand.Read(b[:])
+	prefix := "annals-scratch-" + hex.EncodeToString(b[:]) + "-"
+	remove := func() error {
+		dctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		return errors.Join(kafka.DeleteTopics(dctx, p.Brokers, prefix), removeInner())
+	}
+	return "kafka://" + strings.Join(p.Brokers, ",") + "/?topic_prefix=" + url.QueryEscape(prefix) + "&eventual=" + inner, remove, nil
 }
 
 // cassandraSession and postgresPool are what the eventual tables need of

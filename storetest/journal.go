@@ -265,6 +265,7 @@ func journalRules() []journalRule {
 		journalRule{"SecondWriterConflict", "a second write of a stored (id, seq) fails with a *ConflictError wrapping ErrSequenceConflict and ErrRejected, and the stored event is unchanged", secondWriterConflict},
 		journalRule{"RejectedWriteKeepsNeighbours", "one rejected atomic write in a batch is reported at its index and its neighbours are stored", rejectedWriteKeepsNeighbours},
 		journalRule{"OversizedWriteAmongSmall", "one atomic write with a payload above the store's limit, among small writes of other ids in one call, is rejected at its own index with nothing of it stored, every other write is stored, and the refused id's next write is taken at the refused numbers", oversizedWriteAmongSmall},
+		journalRule{"LongTagStoredOrRefused", "an event with a 70,000-byte tag is stored and replayed with it, or its write is refused with ErrInvalidArgument and nothing stored; either way the id's next write is stored and the id replays", longTag},
 		journalRule{"InvalidArgumentsRejected", "invalid arguments are rejected with an error wrapping ErrInvalidArgument that names the problem, and nothing is stored", invalidArguments},
 		journalRule{"ConcurrentWritersKeepOrder", "100 ids written concurrently by 100 goroutines keep per-id order with no gaps", concurrentWriters},
 		journalRule{"ReplayHonoursCancellation", "replay and highest sequence number end with the context's error once it is cancelled", cancellation},
@@ -596,6 +597,47 @@ func oversizedWriteAmongSmall(t T, j journal.Journal, h JournalHarnessFor[T]) {
 	if got := replayAll(t, j, big); len(got) == 2 && len(got[1].Payload) > h.MaxPayloadSize {
 		t.Errorf("event 2 of the refused id replays with the refused %d-byte payload", len(got[1].Payload))
 	}
+}
+
+// longTag: an event with a 70,000-byte tag is stored and replayed with it,
+// or its write is refused with ErrInvalidArgument and nothing stored;
+// either way the id's next write is stored and the id replays.
+func longTag(t T, j journal.Journal, _ JournalHarnessFor[T]) {
+	pid := uniqueID(t, "KitTag")
+	tag := strings.Repeat("t", 70_000)
+	e := ev(pid, 1)
+	e.Tags = []string{tag}
+	res, err := j.Write(testContext(t), []journal.AtomicWrite{{PersistenceID: pid, Events: []journal.Repr{e}}})
+	if err != nil {
+		t.Fatalf("Write: outcome unknown: %v", err)
+	}
+	next := int64(1)
+	switch {
+	case res == nil:
+		got := replayAll(t, j, pid)
+		if len(got) != 1 || len(got[0].Tags) != 1 || got[0].Tags[0] != tag {
+			t.Fatalf("the stored event replays as %d events, tags of %v bytes; want its tag", len(got), tagLengths(got))
+		}
+		next = 2
+	case !errors.Is(res[0], journal.ErrInvalidArgument) || !errors.Is(res[0], journal.ErrRejected):
+		t.Fatalf("Write = %v, want nil or a rejection wrapping ErrInvalidArgument", res[0])
+	}
+	mustWrite(t, j, single(pid, next))
+	if got := replaySeqs(t, j, pid, 1, maxSeq, maxSeq); !slices.Equal(got, seqs(1, next)) {
+		t.Errorf("the id replays %v, want %v", got, seqs(1, next))
+	}
+}
+
+func tagLengths(es []journal.Repr) [][]int {
+	var out [][]int
+	for _, e := range es {
+		var ls []int
+		for _, tag := range e.Tags {
+			ls = append(ls, len(tag))
+		}
+		out = append(out, ls)
+	}
+	return out
 }
 
 func replayAll(t T, j journal.Journal, pid string) []journal.Repr {

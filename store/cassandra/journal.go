@@ -171,13 +171,28 @@ func cmpErr(have, err error) error {
 	return err
 }
 
-// check rejects an atomic write the store cannot take.
+// maxTagBytes is the longest tag Cassandra takes: a tag is a component of
+// tag_views' partition key, and a key component has at most 65,535 bytes.
+const maxTagBytes = 65535
+
+// check rejects an atomic write the store cannot take: invalid, above the
+// payload limit, with a tag longer than maxTagBytes (Cassandra would take
+// the events and refuse the tag row, leaving the id unrecoverable), or
+// with more events than a partition holds.
 func (j *Journal) check(w journal.AtomicWrite) error {
 	if err := journal.CheckAtomicWrite(w); err != nil {
 		return rejection(err)
 	}
 	if err := journal.CheckPayloads(w, j.s.cfg.maxPayload); err != nil {
 		return rejection(err)
+	}
+	for _, e := range w.Events {
+		for _, tag := range e.Tags {
+			if len(tag) > maxTagBytes {
+				return journal.Reject("%w: event %d of %q has a tag of %d bytes (%.20q…): a tag is part of tag_views' partition key, which Cassandra limits to %d bytes",
+					journal.ErrInvalidArgument, e.SequenceNr, w.PersistenceID, len(tag), tag, maxTagBytes)
+			}
+		}
 	}
 	if n := int64(len(w.Events)); n > j.s.cfg.partitionSize {
 		return journal.Reject("%d events of %q in one atomic write, more than the partition size %d", n, w.PersistenceID, j.s.cfg.partitionSize)

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -234,5 +235,41 @@ func TestCallsWithoutDeadlineEnd(t *testing.T) {
 	res, err := j.Write(context.Background(), []journal.AtomicWrite{{PersistenceID: pid, Events: []journal.Repr{sized(pid, 2, 10)}}})
 	if err == nil {
 		t.Errorf("Write with the broker gone: %v, want an unknown outcome", res)
+	}
+}
+
+// TestLongTagReplicates: an event with a tag longer than a Cassandra key
+// component (65,535 bytes) is either refused by the journal with
+// ErrInvalidArgument, or replicated into each eventual store: the journal
+// never takes what the replicator cannot apply (the partition's
+// replication would stop there for good).
+func TestLongTagReplicates(t *testing.T) {
+	for kind, openTables := range eventualStores {
+		t.Run(kind, func(t *testing.T) {
+			tables := openTables(t)
+			brokers := kafkatest.Fake(t)
+			run := kafkatest.Prefix(t, brokers, "longtag")
+			topic := run + "Tag"
+			j := open(t, brokers, tables, kafka.WithTopic(func(string) string { return topic }))
+			pid := "Tag|1"
+			e := sized(pid, 1, 10)
+			e.Tags = []string{strings.Repeat("t", 70_000)}
+			res, err := j.Write(t.Context(), []journal.AtomicWrite{{PersistenceID: pid, Events: []journal.Repr{e}}})
+			if err != nil {
+				t.Fatalf("Write: outcome unknown: %v", err)
+			}
+			if res != nil {
+				if !errors.Is(res[0], journal.ErrInvalidArgument) {
+					t.Fatalf("Write = %v, want nil or ErrInvalidArgument", res[0])
+				}
+				e.Tags = nil // refused: the id goes on without it
+				if res, err := j.Write(t.Context(), []journal.AtomicWrite{{PersistenceID: pid, Events: []journal.Repr{e}}}); err != nil || res != nil {
+					t.Fatalf("Write without the tag: %v %v", res, err)
+				}
+			}
+			rep := newReplicated()
+			replicate(t, brokers, tables, append(rep.options(), kafka.WithTopics(topic), kafka.WithGroup(run))...)
+			rep.await(t, "the event replicated", func() bool { return headSeq(t, tables, eventual.Key{ID: pid, Topic: topic}) == 1 })
+		})
 	}
 }

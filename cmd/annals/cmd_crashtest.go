@@ -36,8 +36,9 @@ scratch store beside the one --store names (a new file in the same
 directory for SQLite, a new schema or keyspace on the same server;
 removed at the end, kept when something is wrong), each cycle starts a
 writer process (this same program) that runs --entities entities, each
-command persisting one event or an atomic group of three, and kills it
-with SIGKILL at a random moment (while entities recover, write or
+command persisting one event or an atomic group of three, and, once the
+writer has had its first write acknowledged, kills it with SIGKILL at a
+random moment within --max-run (while entities recover, write or
 snapshot). After each kill it checks every entity's journal:
 
   lost          an event whose write was acknowledged is not there
@@ -221,7 +222,8 @@ func crashHost(s *stores.Store, snapshotEvery int64) (h *entity.Host[crashComman
 func crashEntityID(i int) string { return fmt.Sprintf("e-%05d", i) }
 
 // crashWriter is the child: it writes until it is killed, printing
-// "ready" once the store is open, then "ack ENTITY TOKEN LAST SIZE" for
+// "ready" once the store has acknowledged a write (and, with
+// --oversized, refused an oversized one), "ack ENTITY TOKEN LAST SIZE" for
 // each write the store acknowledged, after the acknowledgement, and "rej
 // ENTITY TOKEN" for each write it refused.
 func crashWriter(e *env, url string, c crashConfig, cycle string) error {
@@ -243,7 +245,9 @@ func crashWriter(e *env, url string, c crashConfig, cycle string) error {
 		return err
 	}
 	var next atomic.Int64
-	write := func(oversized bool) error {
+	// write makes one write and reports its outcome; acked says whether
+	// the store acknowledged it.
+	write := func(oversized bool) (acked bool, err error) {
 		id := crashEntityID(rand.IntN(c.entities))
 		token := fmt.Sprintf("%s.%d", cycle, next.Add(1))
 		size := 1 + 2*rand.IntN(2) // 1 or 3
@@ -256,16 +260,26 @@ func crashWriter(e *env, url string, c crashConfig, cycle string) error {
 		})
 		switch {
 		case errors.Is(err, journal.ErrRejected):
-			return out(fmt.Sprintf("rej %s %s\n", id, token))
+			return false, out(fmt.Sprintf("rej %s %s\n", id, token))
 		case err != nil:
-			return nil // outcome unknown: not acknowledged
+			return false, nil // outcome unknown: not acknowledged
 		}
-		return out(fmt.Sprintf("ack %s %s %d %d\n", id, token, last, size))
+		return true, out(fmt.Sprintf("ack %s %s %d %d\n", id, token, last, size))
+	}
+	// Before the kill may come: one acknowledged write (the store is
+	// open and takes writes, so that every cycle has one to check), and
+	// with --oversized one oversized write (one refusal to check).
+	for acked := false; !acked; {
+		var err error
+		if acked, err = write(false); err != nil {
+			return err
+		}
+		if e.ctx.Err() != nil {
+			return e.ctx.Err()
+		}
 	}
 	if c.oversized > 0 {
-		// One oversized write before the kill may come, so that every
-		// cycle has one refusal to check.
-		if err := write(true); err != nil {
+		if _, err := write(true); err != nil {
 			return err
 		}
 	}
@@ -276,7 +290,7 @@ func crashWriter(e *env, url string, c crashConfig, cycle string) error {
 	for range c.writers {
 		wg.Go(func() {
 			for e.ctx.Err() == nil {
-				if write(c.oversized > 0 && rand.IntN(c.oversized) == 0) != nil {
+				if _, err := write(c.oversized > 0 && rand.IntN(c.oversized) == 0); err != nil {
 					return
 				}
 			}
@@ -435,7 +449,7 @@ func crashCycle(e *env, exe, scratch string, c crashConfig, cycle int) (map[stri
 		_ = cmd.Process.Kill()
 		<-read
 		_ = cmd.Wait()
-		return nil, fmt.Errorf("the writer was not ready after 2 minutes (opening the store): %s", strings.TrimSpace(stderr.String()))
+		return nil, fmt.Errorf("the writer was not ready after 2 minutes (opening the store, its first write): %s", strings.TrimSpace(stderr.String()))
 	case <-e.ctx.Done():
 		_ = cmd.Process.Kill()
 		<-read

@@ -1,9 +1,11 @@
 package kafka
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
 
@@ -228,7 +230,9 @@ func (t *topicCache) follow(max int) {
 				}
 				e := &cacheEntry{offset: r.Offset, key: string(r.Key), action: a}
 				if a.Action.Header.Kind == wire.Append && t.bytes+len(r.Value) <= t.maxBytes {
-					e.value, e.headers = r.Value, r.Headers
+					// Copies: the record's slices share the fetched batch's
+					// buffer, which a held slice would keep whole.
+					e.value, e.headers = bytes.Clone(r.Value), cloneHeaders(r.Headers)
 					t.bytes += len(r.Value)
 				}
 				pc.entries = append(pc.entries, e)
@@ -243,6 +247,15 @@ func (t *topicCache) follow(max int) {
 		t.moved = make(chan struct{})
 		t.mu.Unlock()
 	}
+}
+
+// cloneHeaders copies hs, keys and values.
+func cloneHeaders(hs []kgo.RecordHeader) []kgo.RecordHeader {
+	out := make([]kgo.RecordHeader, len(hs))
+	for i, h := range hs {
+		out[i] = kgo.RecordHeader{Key: strings.Clone(h.Key), Value: bytes.Clone(h.Value)}
+	}
+	return out
 }
 
 // drop removes pc's n oldest entries.

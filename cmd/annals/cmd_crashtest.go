@@ -33,8 +33,9 @@ func crashTestCommand() *command {
 		name: "crash-test", summary: "kill a writer process again and again and verify that nothing acknowledged is lost",
 		help: `Shows, on your own database, that Annals keeps what it acknowledged. In a
 scratch store beside the one --store names (a new file in the same
-directory for SQLite, a new schema or keyspace on the same server;
-removed at the end, kept when something is wrong), each cycle starts a
+directory for SQLite, a new schema or keyspace on the same server, for
+Kafka also topics of its own; removed at the end, kept when something is
+wrong), each cycle starts a
 writer process (this same program) that runs --entities entities, each
 command persisting one event or an atomic group of three, and, once the
 writer has had its first write acknowledged, kills it with SIGKILL at a

@@ -134,3 +134,20 @@ func Read(ctx context.Context, j journal.Journal, snaps snapshot.Store, req Requ
 	res.More = len(res.Events) == req.MaxEvents && res.Events[len(res.Events)-1].SequenceNr < to
 	return res, nil
 }
+
+// ThreeCalls returns a Reader over a journal without the capability: it
+// reads each recovery with Read on j and snaps, and reads the snapshots
+// of snaps only (and none). It lets a journal and snapshot store be held
+// to the Reader's rules, as the compliance kit does.
+func ThreeCalls(j journal.Journal, snaps snapshot.Store) Reader { return threeCalls{j, snaps} }
+
+type threeCalls struct {
+	j     journal.Journal
+	snaps snapshot.Store
+}
+
+func (r threeCalls) ReadsSnapshotsOf(s snapshot.Store) bool { return s == nil || s == r.snaps }
+
+func (r threeCalls) ReadRecovery(ctx context.Context, req Request) (Result, error) {
+	return Read(ctx, r.j, r.snaps, req)
+}

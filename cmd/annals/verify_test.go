@@ -19,66 +19,15 @@ import (
 	"github.com/annals-go/annals/store/postgres/pgtest"
 )
 
-// verifyOut is the --json shape of verify.
-type verifyOut struct {
-	Store     string `json:"store"`
-	Integrity struct {
-		Checked  bool     `json:"checked"`
-		Problems []string `json:"problems"`
-	} `json:"integrity"`
-	Kafka *struct {
-		Topics     []string `json:"topics"`
-		Partitions []struct {
-			Topic       string `json:"topic"`
-			Partition   int32  `json:"partition"`
-			Pointer     *int64 `json:"pointer"`
-			Start       int64  `json:"start"`
-			End         int64  `json:"end"`
-			Behind      int64  `json:"behind"`
-			Lost        int64  `json:"lost"`
-			Records     int64  `json:"records"`
-			Appends     int64  `json:"appends"`
-			Events      int64  `json:"events"`
-			Marks       int64  `json:"marks"`
-			Undecodable int64  `json:"undecodable"`
-			IDs         int    `json:"ids"`
-		} `json:"partitions"`
-	} `json:"kafka"`
-	IDs       int64 `json:"ids"`
-	Events    int64 `json:"events"`
-	Snapshots int64 `json:"snapshots"`
-	Payloads  struct {
-		Read        int64              `json:"read"`
-		Serializers []verifySerializer `json:"serializers"`
-		NotChecked  []string           `json:"not_checked"`
-	} `json:"payloads"`
-	Problems []verifyProblemOut `json:"problems"`
-	OK       bool               `json:"ok"`
-}
-
-type verifySerializer struct {
-	SerializerID     int32  `json:"serializer_id"`
-	Name             string `json:"name"`
-	Known            bool   `json:"known"`
-	Payloads         int64  `json:"payloads"`
-	ManifestsChecked int64  `json:"manifests_checked"`
-	Decoded          int64  `json:"decoded"`
-}
-
-type verifyProblemOut struct {
-	PersistenceID string `json:"persistence_id"`
-	Problem       string `json:"problem"`
-}
-
 // verifyJSON runs verify --json with args, wants exit code, and decodes
 // its output, every field known.
-func verifyJSON(t *testing.T, code int, args ...string) verifyOut {
+func verifyJSON(t *testing.T, code int, args ...string) verifyResult {
 	t.Helper()
 	r := cli(t, nil, append([]string{"verify", "--json"}, args...)...)
 	if r.code != code {
 		t.Fatalf("verify %q: want exit %d; got %s", args, code, r)
 	}
-	var out verifyOut
+	var out verifyResult
 	dec := json.NewDecoder(strings.NewReader(r.stdout))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&out); err != nil {
@@ -88,7 +37,7 @@ func verifyJSON(t *testing.T, code int, args ...string) verifyOut {
 }
 
 // problemsText is the problems one per line, "ID: problem".
-func problemsText(ps []verifyProblemOut) string {
+func problemsText(ps []verifyProblem) string {
 	var b strings.Builder
 	for _, p := range ps {
 		fmt.Fprintf(&b, "%s: %s\n", p.PersistenceID, p.Problem)
@@ -98,7 +47,7 @@ func problemsText(ps []verifyProblemOut) string {
 
 // wantProblems fails the test unless ps are, in order, problems of the
 // given ids whose texts contain the given parts.
-func wantProblems(t *testing.T, what string, ps []verifyProblemOut, want []verifyProblemOut) {
+func wantProblems(t *testing.T, what string, ps []verifyProblem, want []verifyProblem) {
 	t.Helper()
 	ok := len(ps) == len(want)
 	for i := 0; ok && i < len(ps); i++ {
@@ -115,7 +64,7 @@ func TestVerifyHealthy(t *testing.T) {
 	t.Parallel()
 	forEachFixture(t, func(t *testing.T, st testStore) {
 		before := contents(t, st.url)
-		var out verifyOut
+		var out verifyResult
 		decode(t, cli(t, nil, "verify", "--store", st.url, "--json"), &out)
 		if !out.OK || out.IDs != 5 || out.Events == 0 || out.Snapshots == 0 || len(out.Problems) != 0 || out.Integrity.Checked != st.sqlite() ||
 			out.Payloads.Read != out.Events+out.Snapshots || out.Kafka != nil {
@@ -137,7 +86,7 @@ func TestVerifyFindsDamage(t *testing.T) {
 		st := fixture(t, sqliteKind)
 		rawExec(t, st.path, `UPDATE event_journal SET tags = '{not json' WHERE persistence_id = 'Account|a-2' AND sequence_nr = 2`)
 		r := cli(t, nil, "verify", "--store", st.url, "--json")
-		var out verifyOut
+		var out verifyResult
 		if err := json.Unmarshal([]byte(r.stdout), &out); err != nil || r.code != 1 {
 			t.Fatalf("verify of a damaged row: %v; %s", err, r)
 		}
@@ -171,7 +120,7 @@ func TestVerifyFindsDamage(t *testing.T) {
 		}
 		f.Close()
 		r := cli(t, nil, "verify", "--store", st.url, "--json")
-		var out verifyOut
+		var out verifyResult
 		if err := json.Unmarshal([]byte(r.stdout), &out); err != nil || r.code != 1 {
 			t.Fatalf("verify of a damaged index: %v; %s", err, r)
 		}
@@ -213,11 +162,11 @@ func TestVerifyUnknownSerializer(t *testing.T) {
 	if out.OK || out.IDs != 5 || out.Events != 13 || out.Snapshots != 1 || out.Payloads.Read != 14 {
 		t.Errorf("verify: %+v", out)
 	}
-	wantProblems(t, "unknown serializers", out.Problems, []verifyProblemOut{
+	wantProblems(t, "unknown serializers", out.Problems, []verifyProblem{
 		{"Account|a-1", `events 2, 4: serializer 77 is not in the registry (manifest "Deposited")`},
 		{"Account|a-1", `snapshot 5: serializer 78 is not in the registry (manifest "Account")`},
 	})
-	wantSerializers := []verifySerializer{
+	wantSerializers := []payloadStats{
 		{SerializerID: 4, Name: "bytes", Known: true, Payloads: 2, Decoded: 2},
 		{SerializerID: 31, Name: "json", Known: true, Payloads: 9},
 		{SerializerID: 77, Payloads: 2},
@@ -282,29 +231,29 @@ func TestVerifyRegistry(t *testing.T) {
 	if err := os.WriteFile(file, []byte("# the ids our services register\n77   # the legacy one\n\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	unknown77 := verifyProblemOut{"Other|o-1", `event 1: serializer 77 is not in the registry (manifest "X")`}
+	unknown77 := verifyProblem{"Other|o-1", `event 1: serializer 77 is not in the registry (manifest "X")`}
 	for _, c := range []struct {
 		name     string
 		registry []string
 		code     int
-		problems []verifyProblemOut
+		problems []verifyProblem
 		// per serializer id: manifests checked, decoded
 		checked, decoded map[int32]int64
 	}{
-		{name: "built-in", code: 1, problems: []verifyProblemOut{unknown77},
+		{name: "built-in", code: 1, problems: []verifyProblem{unknown77},
 			checked: map[int32]int64{}, decoded: map[int32]int64{4: 1}},
 		{name: "an id", registry: []string{"77"}, code: 0,
 			checked: map[int32]int64{}, decoded: map[int32]int64{4: 1}},
 		{name: "a file", registry: []string{"@" + file}, code: 0,
 			checked: map[int32]int64{}, decoded: map[int32]int64{4: 1}},
 		{name: "an id and the manifests it accepts", registry: []string{"77:Y,Z"}, code: 1,
-			problems: []verifyProblemOut{{"Other|o-1", `event 1: manifest "X" is not one the registry knows for serializer 77`}},
+			problems: []verifyProblem{{"Other|o-1", `event 1: manifest "X" is not one the registry knows for serializer 77`}},
 			checked:  map[int32]int64{77: 1}, decoded: map[int32]int64{4: 1}},
 		{name: "JSON manifests", registry: []string{"77:X", "31:bank.Deposited.v2,bank.Withdrawn,bank.Deposited,bank.Account"}, code: 1,
-			problems: []verifyProblemOut{{"Other|o-1", `event 3: manifest "Other" is not one the registry knows for serializer 31 (json)`}},
+			problems: []verifyProblem{{"Other|o-1", `event 3: manifest "Other" is not one the registry knows for serializer 31 (json)`}},
 			checked:  map[int32]int64{31: 5, 77: 1}, decoded: map[int32]int64{4: 1}},
 		{name: "the demo", registry: []string{"demo", "77:X"}, code: 1,
-			problems: []verifyProblemOut{
+			problems: []verifyProblem{
 				{"Account|b-1", `event 2: the payload does not decode: serialization: cannot decode payload (serializer id 31, manifest "bank.Withdrawn")`},
 				{"Other|o-1", `event 3: manifest "Other" is not one the registry knows for serializer 31 (json)`},
 			},
@@ -370,7 +319,7 @@ func TestVerifyKafkaHead(t *testing.T) {
 	if out.OK || out.IDs != 2 || out.Events != 6 || out.Snapshots != 0 || out.Payloads.Read != 6 {
 		t.Errorf("verify: %+v", out)
 	}
-	wantProblems(t, "an undecodable record", out.Problems, []verifyProblemOut{
+	wantProblems(t, "an undecodable record", out.Problems, []verifyProblem{
 		{"Acct|v-1", fmt.Sprintf("the record at %s/%d offset %d does not decode", topic, poison.Partition, poison.Offset)},
 		{"Acct|v-1", "replay failed after event 4"},
 	})

@@ -1,7 +1,6 @@
 package cassandra_test
 
 import (
-	"context"
 	"testing"
 	"time"
 
@@ -48,7 +47,7 @@ func TestKits(t *testing.T) {
 		storetest.RunRecovery(t, storetest.RecoveryHarness{
 			New: func(t *testing.T) (recovery.Reader, journal.Journal, snapshot.Store) {
 				j, snaps := s.Journal(), s.Snapshots()
-				return threeCalls{j, snaps}, j, snaps
+				return recovery.ThreeCalls(j, snaps), j, snaps
 			},
 			Foreign: func(t *testing.T) snapshot.Store {
 				m := memory.New()
@@ -57,22 +56,4 @@ func TestKits(t *testing.T) {
 			},
 		})
 	})
-}
-
-// threeCalls reads a Cassandra store's recoveries with recovery.Read: the
-// three calls an entity makes on a journal without the one-call
-// capability, which the Cassandra journal lacks. Through it the recovery
-// suite holds the Cassandra journal and snapshot store to the rules the
-// stores that read a recovery in one call keep (deletions without a
-// snapshot among them).
-type threeCalls struct {
-	j     journal.Journal
-	snaps snapshot.Store
-}
-
-// ReadsSnapshotsOf is true for the snapshot store it was made with, or none.
-func (r threeCalls) ReadsSnapshotsOf(s snapshot.Store) bool { return s == nil || s == r.snaps }
-
-func (r threeCalls) ReadRecovery(ctx context.Context, req recovery.Request) (recovery.Result, error) {
-	return recovery.Read(ctx, r.j, r.snaps, req)
 }

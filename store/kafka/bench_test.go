@@ -192,33 +192,7 @@ func BenchmarkRecovery1000(b *testing.B) {
 			b.Run("raw", func(b *testing.B) {
 				first, last := head[0], head[len(head)-1]
 				for b.Loop() {
-					cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...),
-						kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{topic: {first.Partition: kgo.NewOffset().At(first.Offset)}}))
-					if err != nil {
-						b.Fatal(err)
-					}
-					events := 0
-				poll:
-					for {
-						fs := cl.PollFetches(b.Context())
-						if err := fs.Err0(); err != nil {
-							b.Fatal(err)
-						}
-						for _, r := range fs.Records() {
-							if string(r.Key) == pid && len(r.Value) > 0 && len(r.Headers) > 0 && r.Headers[0].Key == wire.HeaderKey {
-								es, err := wire.DecodeBinary(r.Value)
-								if err != nil {
-									b.Fatal(err)
-								}
-								events += len(es.Events)
-							}
-							if r.Offset >= last.Offset {
-								break poll
-							}
-						}
-					}
-					cl.Close()
-					if events != n {
+					if events := rawRead(b, brokers, topic, first.Partition, first.Offset, last.Offset, pid); events != n {
 						b.Fatalf("read %d events", events)
 					}
 				}
@@ -453,33 +427,7 @@ func BenchmarkRecoveryBehind(b *testing.B) {
 				for b.Loop() {
 					id := pid(i % ids)
 					i++
-					cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...),
-						kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{topic: {0: kgo.NewOffset().AtStart()}}))
-					if err != nil {
-						b.Fatal(err)
-					}
-					var events int64
-				poll:
-					for {
-						fs := cl.PollFetches(b.Context())
-						if err := fs.Err0(); err != nil {
-							b.Fatal(err)
-						}
-						for _, r := range fs.Records() {
-							if string(r.Key) == id && len(r.Value) > 0 && len(r.Headers) > 0 && r.Headers[0].Key == wire.HeaderKey {
-								es, err := wire.DecodeBinary(r.Value)
-								if err != nil {
-									b.Fatal(err)
-								}
-								events += int64(len(es.Events))
-							}
-							if r.Offset >= end {
-								break poll
-							}
-						}
-					}
-					cl.Close()
-					if events != want {
+					if events := rawRead(b, brokers, topic, 0, 0, end, id); events != want {
 						b.Fatalf("read %d events of %s", events, id)
 					}
 				}
@@ -502,4 +450,35 @@ func endOfBacklog(b *testing.B, brokers []string, topic string) int64 {
 		b.Fatal(err)
 	}
 	return r.Offset
+}
+
+// rawRead is what a reader without Annals does to recover id: a new
+// franz-go consumer of a partition from offset from to offset last,
+// decoding the id's Append records; it returns the events read.
+func rawRead(b *testing.B, brokers []string, topic string, partition int32, from, last int64, id string) int {
+	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...),
+		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{topic: {partition: kgo.NewOffset().At(from)}}))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer cl.Close()
+	events := 0
+	for {
+		fs := cl.PollFetches(b.Context())
+		if err := fs.Err0(); err != nil {
+			b.Fatal(err)
+		}
+		for _, r := range fs.Records() {
+			if string(r.Key) == id && len(r.Value) > 0 && len(r.Headers) > 0 && r.Headers[0].Key == wire.HeaderKey {
+				es, err := wire.DecodeBinary(r.Value)
+				if err != nil {
+					b.Fatal(err)
+				}
+				events += len(es.Events)
+			}
+			if r.Offset >= last {
+				return events
+			}
+		}
+	}
 }

@@ -1,17 +1,13 @@
 package kafka_test
 
 import (
-	"context"
 	"os"
 	"testing"
 	"time"
 
 	"github.com/annals-go/annals/internal/outagetest"
 	"github.com/annals-go/annals/store/kafka"
-	"github.com/annals-go/annals/store/kafka/eventual/pg/pgeventualtest"
 	"github.com/annals-go/annals/store/kafka/kafkatest"
-	"github.com/annals-go/annals/store/postgres"
-	"github.com/annals-go/annals/store/postgres/pgtest"
 )
 
 // TestOutageDrill runs the outage drill (package internal/outagetest) on
@@ -35,21 +31,13 @@ func TestOutageDrill(t *testing.T) {
 		t.Fatal("ANNALS_OUTAGE_DRILL: set ANNALS_SERVICES_DIR to the folder of a broker of the drill's own (scripts/services up kafka with it), never the shared broker's")
 	}
 	brokers := kafkatest.Real(t)
-	dsn, schema := pgtest.Schema(t)
-	tables := pgeventualtest.OpenIn(t, schema)
-	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
-	defer cancel()
-	ps, err := postgres.Open(ctx, dsn, postgres.WithMigrate(true))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ps.Close() })
+	tables, snaps := eventualWithSnapshots(t)
 	run := kafkatest.Prefix(t, brokers, "drill")
-	j := open(t, brokers, tables, kafka.WithTopic(func(et string) string { return run + et }), kafka.WithSnapshots(ps.Snapshots()))
+	j := open(t, brokers, tables, kafka.WithTopic(func(et string) string { return run + et }), kafka.WithSnapshots(snaps))
 	replicate(t, brokers, tables, kafka.WithTopicPattern("^"+run), kafka.WithGroup(run), kafka.WithTopicDiscovery(time.Second))
 	outagetest.Run(t, outagetest.Config{
 		Journal:   j,
-		Snapshots: ps.Snapshots(),
+		Snapshots: snaps,
 		Services:  outagetest.Services(t, "../../scripts/services", "kafka"),
 		Probe:     outagetest.WriteProbe(j),
 	})

@@ -9,6 +9,7 @@ import (
 	"github.com/annals-go/annals/recovery"
 	"github.com/annals-go/annals/snapshot"
 	"github.com/annals-go/annals/store/kafka"
+	"github.com/annals-go/annals/store/kafka/eventual"
 	"github.com/annals-go/annals/store/kafka/eventual/pg/pgeventualtest"
 	"github.com/annals-go/annals/store/kafka/kafkatest"
 	"github.com/annals-go/annals/store/memory"
@@ -24,16 +25,7 @@ func TestRecoveryKit(t *testing.T) {
 	for _, broker := range []string{"fake", "real"} {
 		t.Run(broker, func(t *testing.T) {
 			brokers := brokersOf(t, broker)
-			dsn, schema := pgtest.Schema(t)
-			tables := pgeventualtest.OpenIn(t, schema)
-			ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
-			defer cancel()
-			ps, err := postgres.Open(ctx, dsn, postgres.WithMigrate(true))
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { ps.Close() })
-			snaps := ps.Snapshots()
+			tables, snaps := eventualWithSnapshots(t)
 			run := kafkatest.Prefix(t, brokers, "test")
 			j := open(t, brokers, tables, kafka.WithTopic(func(et string) string { return run + et }), kafka.WithSnapshots(snaps))
 			replicate(t, brokers, tables, kafka.WithTopicPattern("^"+run), kafka.WithGroup(run))
@@ -47,4 +39,21 @@ func TestRecoveryKit(t *testing.T) {
 			})
 		})
 	}
+}
+
+// eventualWithSnapshots opens an eventual store in a PostgreSQL schema of
+// the test's own and the snapshot store in that schema (as annals opens a
+// kafka:// URL with a postgres:// eventual store).
+func eventualWithSnapshots(t *testing.T) (eventual.Tables, snapshot.Store) {
+	t.Helper()
+	dsn, schema := pgtest.Schema(t)
+	tables := pgeventualtest.OpenIn(t, schema)
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	ps, err := postgres.Open(ctx, dsn, postgres.WithMigrate(true))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ps.Close() })
+	return tables, ps.Snapshots()
 }

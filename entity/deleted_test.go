@@ -42,8 +42,8 @@ func (r *recoveries) take() []string {
 // snapshot that covers them are skipped, as Akka and Pekko recover such
 // an id: the state is rebuilt from the snapshot (or the empty state) and
 // the events that remain, at the highest number kept, and it stays so
-// after the entity writes again (issue 27, defect 6: the second recovery
-// failed, so the id was dead after Annals wrote its next event). Deposits
+// after the entity writes again (a recovery that refused the gap left the
+// id dead once Annals had written its next event). Deposits
 // of 1, 2 and 4 are events 1–3; a new host recovers, deposits 8 (event
 // 4), and a third host recovers again.
 func TestRecoveryAfterDeletionWithoutSnapshot(t *testing.T) {

@@ -19,8 +19,8 @@ import (
 // all deleted), and refused with ErrInvalidArgument, nothing stored, when
 // kept events would leave an empty partition between; either way
 // HighestSequenceNr and Replay agree with what Write answered. The cases
-// include those of issue 27: 1,000,001 on a fresh id (once stored and
-// unreadable), and 2, 499,999 and 500,001.
+// include 1,000,001 on a fresh id (two partitions in, which a scan from
+// the first partition does not reach), and 2, 499,999 and 500,001.
 func TestFarNumbers(t *testing.T) {
 	s := cassandratest.Open(t)
 	if s.PartitionSize() != cassandra.DefaultPartitionSize {

@@ -18,8 +18,8 @@ import (
 // numbers, at least 1µs past its previous event's, which may be ahead of
 // the server's clock. Group commit puts up to 1,000 writes of different
 // ids in one call: with one timestamp among them, Pekko's by-slices query
-// fails ("Too many events stored with the same timestamp", issue 27,
-// defect 7), and every offset would list them all. The by-slices query
+// fails ("Too many events stored with the same timestamp"), and every
+// offset would list them all. The by-slices query
 // still returns every event once, each at an offset of its own.
 func TestWriteSpacesRowsApart(t *testing.T) {
 	t.Parallel()

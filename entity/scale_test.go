@@ -100,7 +100,7 @@ func residentKiB() (now, peak int64) {
 }
 
 // BenchmarkManyEntities creates ANNALS_BENCH_ENTITIES entities (default
-// 100,000; the README's run uses 1,000,000) on SQLite in one process, on a
+// 100,000; docs/performance.md's run uses 1,000,000) on SQLite in one process, on a
 // host that keeps at most 10,000 live: 1,000 clients each deposit once to
 // their share of the ids (every entity persists one event, and all but the
 // last 10,000 passivate to make room), then read each balance back, which

@@ -26,7 +26,7 @@ func TestFrontKeepsJournalContract(t *testing.T) {
 	for _, calls := range []int{1, 2, 8} {
 		t.Run(fmt.Sprintf("calls=%d", calls), func(t *testing.T) {
 			newFront := func(t *testing.T) journal.Journal {
-				s := memory.New()
+				s := memory.New(memory.WithMaxPayloadSize(storetest.KitMaxPayloadSize))
 				f, err := engine.NewFront(s.Journal(), engine.Config{MaxCalls: calls})
 				if err != nil {
 					t.Fatal(err)
@@ -38,7 +38,7 @@ func TestFrontKeepsJournalContract(t *testing.T) {
 				New:            newFront,
 				Own:            newFront,
 				Capabilities:   storetest.Capabilities{GlobalOrdering: true},
-				MaxPayloadSize: memory.DefaultMaxPayloadSize,
+				MaxPayloadSize: storetest.KitMaxPayloadSize,
 			})
 		})
 	}

@@ -35,7 +35,9 @@ type JournalHarnessFor[TB any] struct {
 	// MaxPayloadSize is the largest event payload, in bytes, the journal
 	// New returns accepts (its WithMaxPayloadSize, or its default): the
 	// OversizedWriteAmongSmall rule writes one byte more. 0 skips that
-	// rule with a message saying so.
+	// rule with a message saying so. Under go test, open the store with
+	// KitMaxPayloadSize: the rule holds its payload while LargeReplayStreams,
+	// in the same process, measures the heap.
 	MaxPayloadSize int
 	// Unsupported names rules (by their subtest names) that the store
 	// cannot keep by design, each with the reason; those rules are skipped
@@ -46,6 +48,12 @@ type JournalHarnessFor[TB any] struct {
 
 // JournalHarness gives the journal suite its store under go test.
 type JournalHarness = JournalHarnessFor[*testing.T]
+
+// KitMaxPayloadSize is the payload limit to open a store with for the
+// journal suite under go test (1 MiB): small enough that the
+// OversizedWriteAmongSmall rule's payload does not weigh on the heap
+// LargeReplayStreams measures in the same process.
+const KitMaxPayloadSize = 1 << 20
 
 type journalRule struct {
 	name string

@@ -17,13 +17,12 @@ import (
 // compliance kits on one keyspace (partitions of 2,500 numbers, so that
 // the kit's writes of 1,000 events cross partition boundaries).
 func TestKits(t *testing.T) {
-	s := cassandratest.Open(t, cassandra.WithPartitionSize(2500),
+	s := cassandratest.Open(t, cassandra.WithPartitionSize(2500), cassandra.WithMaxPayloadSize(storetest.KitMaxPayloadSize),
 		cassandra.WithEventualConsistencyDelay(0), cassandra.WithFirstTimeBucket(time.Now().Add(-time.Hour)))
 	t.Run("journal", func(t *testing.T) {
 		storetest.RunJournal(t, storetest.JournalHarness{
-			New: func(t *testing.T) journal.Journal { return s.Journal() },
-			// The store is opened without WithMaxPayloadSize.
-			MaxPayloadSize: cassandra.DefaultMaxPayloadSize,
+			New:            func(t *testing.T) journal.Journal { return s.Journal() },
+			MaxPayloadSize: storetest.KitMaxPayloadSize,
 		})
 	})
 	t.Run("queries", func(t *testing.T) {

@@ -15,7 +15,7 @@ import (
 
 func TestJournalCompliance(t *testing.T) {
 	newJournal := func(t *testing.T) journal.Journal {
-		s := memory.New()
+		s := memory.New(memory.WithMaxPayloadSize(storetest.KitMaxPayloadSize))
 		t.Cleanup(func() { _ = s.Close() })
 		return s.Journal()
 	}
@@ -23,7 +23,7 @@ func TestJournalCompliance(t *testing.T) {
 		New:            newJournal,
 		Own:            newJournal,
 		Capabilities:   storetest.Capabilities{GlobalOrdering: true},
-		MaxPayloadSize: memory.DefaultMaxPayloadSize,
+		MaxPayloadSize: storetest.KitMaxPayloadSize,
 	})
 }
 

@@ -45,11 +45,12 @@ func TestJournalKit(t *testing.T) {
 	for _, o := range orderings {
 		t.Run(o.name, func(t *testing.T) {
 			t.Parallel()
-			s := open(t, o.opts...)
+			opts := append([]postgres.Option{postgres.WithMaxPayloadSize(storetest.KitMaxPayloadSize)}, o.opts...)
+			s := open(t, opts...)
 			storetest.RunJournal(t, storetest.JournalHarness{
 				New:            func(t *testing.T) journal.Journal { return s.Journal() },
-				Own:            func(t *testing.T) journal.Journal { return open(t, o.opts...).Journal() },
-				MaxPayloadSize: postgres.DefaultMaxPayloadSize,
+				Own:            func(t *testing.T) journal.Journal { return open(t, opts...).Journal() },
+				MaxPayloadSize: storetest.KitMaxPayloadSize,
 			})
 		})
 	}

@@ -20,14 +20,15 @@ var r2dbcOpts = []postgres.Option{postgres.WithLayout(postgres.LayoutR2DBC), pos
 
 func TestR2DBCJournalKit(t *testing.T) {
 	t.Parallel()
-	s := open(t, r2dbcOpts...)
+	opts := append([]postgres.Option{postgres.WithMaxPayloadSize(storetest.KitMaxPayloadSize)}, r2dbcOpts...)
+	s := open(t, opts...)
 	storetest.RunJournal(t, storetest.JournalHarness{
 		New: func(t *testing.T) journal.Journal { return s.Journal() },
-		Own: func(t *testing.T) journal.Journal { return open(t, r2dbcOpts...).Journal() },
+		Own: func(t *testing.T) journal.Journal { return open(t, opts...).Journal() },
 		// No write_timestamp column: an event's Timestamp reads as its
 		// db_timestamp, as Pekko's PersistentRepr.timestamp does.
 		Capabilities:   storetest.Capabilities{StoreTimestamps: true},
-		MaxPayloadSize: postgres.DefaultMaxPayloadSize,
+		MaxPayloadSize: storetest.KitMaxPayloadSize,
 	})
 }
 

@@ -25,12 +25,18 @@ func openTemp(t testing.TB, opts ...sqlite.Option) *sqlite.Store {
 	return s
 }
 
+// openKit opens a store for the journal suite: a new file, with the
+// kit's payload limit.
+func openKit(t testing.TB) *sqlite.Store {
+	return openTemp(t, sqlite.WithMaxPayloadSize(storetest.KitMaxPayloadSize))
+}
+
 func TestJournalCompliance(t *testing.T) {
 	storetest.RunJournal(t, storetest.JournalHarness{
-		New:            func(t *testing.T) journal.Journal { return openTemp(t).Journal() },
-		Own:            func(t *testing.T) journal.Journal { return openTemp(t).Journal() },
+		New:            func(t *testing.T) journal.Journal { return openKit(t).Journal() },
+		Own:            func(t *testing.T) journal.Journal { return openKit(t).Journal() },
 		Capabilities:   storetest.Capabilities{GlobalOrdering: true},
-		MaxPayloadSize: sqlite.DefaultMaxPayloadSize,
+		MaxPayloadSize: storetest.KitMaxPayloadSize,
 	})
 }
 
@@ -45,11 +51,11 @@ func TestSnapshotCompliance(t *testing.T) {
 // database file, in parallel: the single writer and the reader pool under
 // concurrent load.
 func TestJournalComplianceSharedFile(t *testing.T) {
-	shared := openTemp(t)
+	shared := openKit(t)
 	storetest.RunJournal(t, storetest.JournalHarness{
 		New:            func(*testing.T) journal.Journal { return shared.Journal() },
 		Capabilities:   storetest.Capabilities{GlobalOrdering: true},
-		MaxPayloadSize: sqlite.DefaultMaxPayloadSize,
+		MaxPayloadSize: storetest.KitMaxPayloadSize,
 	})
 }
 

@@ -71,6 +71,7 @@ type Store struct {
 	signal   query.Signal
 
 	projections *Projections
+	membership  *Membership
 	snaps       map[string][]snapshot.Snapshot // ascending by sequence number
 	states      map[string]storedState         // durable state by persistence id
 	// stateOrdering counts durable-state changes; stateOrder lists them

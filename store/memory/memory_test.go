@@ -2,6 +2,7 @@ package memory_test
 
 import (
 	"errors"
+	"github.com/annals-go/annals/membership"
 	"testing"
 	"time"
 
@@ -80,4 +81,8 @@ func TestDurableStateCompliance(t *testing.T) {
 		return s.DurableState()
 	}
 	storetest.RunDurableState(t, storetest.DurableHarness{New: newStore, Own: newStore})
+}
+
+func TestMembershipKit(t *testing.T) {
+	storetest.RunMembership(t, func(t *testing.T) membership.Store { return memory.New().Membership() })
 }

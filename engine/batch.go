@@ -38,6 +38,7 @@ type flights struct {
 type request struct {
 	ctx    context.Context
 	writes []journal.AtomicWrite
+	fence  func() error           // nil: none (see WriteFenced)
 	one    [1]journal.AtomicWrite // Persist's write, without an allocation
 	done   chan result
 	taken  bool // guarded by Front.mu: in a batch, no longer cancellable
@@ -65,6 +66,21 @@ func (f *Front) Write(ctx context.Context, writes []journal.AtomicWrite) ([]erro
 	}
 	req := f.requests.Get().(*request)
 	req.writes = writes
+	return f.write(ctx, req)
+}
+
+// WriteFenced is Write for a writer whose right to write can end: fence
+// is called right before the writes leave for the store (after any wait
+// in the queue), and when it returns an error the writes are not sent and
+// the call returns an error wrapping ErrFenced and that error (the writes
+// are definitely not stored). A holder of a lease passes a fence that fails once the lease
+// may have passed to another writer (package cluster).
+func (f *Front) WriteFenced(ctx context.Context, writes []journal.AtomicWrite, fence func() error) ([]error, error) {
+	if len(writes) == 0 {
+		return nil, nil
+	}
+	req := f.requests.Get().(*request)
+	req.writes, req.fence = writes, fence
 	return f.write(ctx, req)
 }
 
@@ -155,7 +171,7 @@ func (f *Front) write(ctx context.Context, req *request) ([]error, error) {
 // recycle returns a request whose result has been taken (or that was never
 // queued) to the pool.
 func (f *Front) recycle(req *request) {
-	req.ctx, req.writes, req.one[0], req.taken = nil, nil, journal.AtomicWrite{}, false
+	req.ctx, req.writes, req.one[0], req.taken, req.fence = nil, nil, journal.AtomicWrite{}, false, nil
 	f.requests.Put(req)
 }
 
@@ -344,6 +360,12 @@ func (f *Front) send(batch []*request) {
 		if err := r.ctx.Err(); err != nil {
 			f.finish(r, result{err: err})
 			continue
+		}
+		if r.fence != nil {
+			if err := r.fence(); err != nil {
+				f.finish(r, result{err: fmt.Errorf("%w: %w", ErrFenced, err)})
+				continue
+			}
 		}
 		live = append(live, r)
 		writes = append(writes, r.writes...)

@@ -46,6 +46,10 @@ var (
 	// ErrClosed is returned by calls on a closed Front. It wraps
 	// journal.ErrClosed, as the journal contract the front keeps asks.
 	ErrClosed = fmt.Errorf("engine: journal front closed: %w", journal.ErrClosed)
+	// ErrFenced reports writes WriteFenced did not send because their
+	// fence failed: they are definitely not stored. The fence's error is
+	// wrapped too.
+	ErrFenced = errors.New("engine: write fenced off, not sent")
 )
 
 // Config configures a Front. The zero value of a field selects its default.

@@ -344,6 +344,54 @@ func TestCancelledQueuedWriteIsNotSent(t *testing.T) {
 	})
 }
 
+// TestFenceIsCheckedWhenTheWriteLeaves: a fenced write is checked right
+// before its store call, after its wait in the queue; a fence that fails
+// then keeps it from the store, and its caller gets the fence's error.
+func TestFenceIsCheckedWhenTheWriteLeaves(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		g, release := holdCall(1)
+		f := newFront(t, g, engine.Config{})
+		go func() { _ = f.Persist(t.Context(), one("a", 1)) }()
+		synctest.Wait()
+		lost := errors.New("lease lost")
+		var fenceErr atomic.Pointer[error]
+		fence := func() error {
+			if p := fenceErr.Load(); p != nil {
+				return *p
+			}
+			return nil
+		}
+		type answer struct {
+			errs []error
+			err  error
+		}
+		fenced, kept := make(chan answer), make(chan answer)
+		go func() {
+			errs, err := f.WriteFenced(t.Context(), []journal.AtomicWrite{one("a", 2)}, fence)
+			fenced <- answer{errs, err}
+		}()
+		go func() {
+			errs, err := f.WriteFenced(t.Context(), []journal.AtomicWrite{one("b", 1)}, func() error { return nil })
+			kept <- answer{errs, err}
+		}()
+		synctest.Wait()       // both wait in the queue behind a's first write
+		fenceErr.Store(&lost) // the lease ends while they wait
+		close(release)
+		if a := <-fenced; !errors.Is(a.err, lost) || !errors.Is(a.err, engine.ErrFenced) {
+			t.Errorf("write whose fence failed while queued: %v, %v; want ErrFenced and the fence's error", a.errs, a.err)
+		}
+		if a := <-kept; a.err != nil || (a.errs != nil && a.errs[0] != nil) {
+			t.Errorf("write whose fence holds: %v, %v; want stored", a.errs, a.err)
+		}
+		if n, err := f.HighestSequenceNr(t.Context(), "a", 0); err != nil || n != 1 {
+			t.Errorf("highest of a = %d, %v, want 1: the fenced write must not be stored", n, err)
+		}
+		if n, err := f.HighestSequenceNr(t.Context(), "b", 0); err != nil || n != 1 {
+			t.Errorf("highest of b = %d, %v, want 1", n, err)
+		}
+	})
+}
+
 func TestCloseDrainsQueue(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		g, release := holdCall(1)

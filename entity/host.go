@@ -98,6 +98,12 @@ type HostConfig struct {
 	// way, each owning its ranges (annals.SliceRanges), so that no two
 	// write one id; see NotOwnedError.
 	SliceRanges []annals.SliceRange
+	// Assigned makes the host serve only the slice ranges it is given with
+	// ServeRange, starting with none, and give them up with HandOffRange
+	// (a cluster.Member gives and takes them as the cluster changes). A
+	// command for an id outside every range given fails at once with a
+	// *NotOwnedError. It cannot be set with SliceRanges.
+	Assigned bool
 	// Hooks are called on the entities' events: each value for the hook
 	// interfaces it implements (HookCommandStart, HookCommandEnd,
 	// HookPersistStart, HookPersistEnd, HookRecovered, HookPassivated,
@@ -114,13 +120,21 @@ type HostConfig struct {
 // its instance stops (its caller gets the error; the next command
 // recovers the entity with the other's events). SliceRanges keeps that
 // from happening at all.
+//
+// A command refused because its range is being handed off to another
+// host has Moving set: it was not handled, and the caller may send it
+// again once the range has moved.
 type NotOwnedError struct {
 	PersistenceID string
 	Slice         int
 	Owned         []annals.SliceRange
+	Moving        bool
 }
 
 func (e *NotOwnedError) Error() string {
+	if e.Moving {
+		return fmt.Sprintf("entity: %s (slice %d) is moving to another host", e.PersistenceID, e.Slice)
+	}
 	return fmt.Sprintf("entity: %s (slice %d) is not owned by this host (slices %v)", e.PersistenceID, e.Slice, e.Owned)
 }
 
@@ -142,6 +156,8 @@ type Host[C, E, S any] struct {
 	// was given.
 	ownFront *engine.Front
 	hooks    hooks
+	// front is cfg.Journal: the front every write goes through.
+	front *engine.Front
 	// reader reads a recovery in one call when the journal offers it for
 	// the configured snapshot store (nil: three calls).
 	reader recovery.Reader
@@ -161,6 +177,16 @@ type Host[C, E, S any] struct {
 	lru      *list.List // of started *instance, most recently used first (with MaxLive)
 	waiting  *list.List // of *instance waiting for a place, oldest first (with MaxLive)
 	evicting int        // started instances asked to passivate to make room, not yet removed
+	// served holds the ranges given with ServeRange (Assigned).
+	served []*servedRange
+}
+
+// servedRange is a slice range an Assigned host serves: writes for its
+// entities pass fence; once leaving, commands for them are refused.
+type servedRange struct {
+	r       annals.SliceRange
+	fence   func() error
+	leaving bool // guarded by Host.mu
 }
 
 // NewHost returns a host for b. It checks b and cfg and fills defaults.
@@ -182,6 +208,9 @@ func NewHost[C, E, S any](b Behavior[C, E, S], cfg HostConfig) (*Host[C, E, S], 
 			return nil, fmt.Errorf("entity: HostConfig.Restart: %w", err)
 		}
 		cfg.Restart = &r
+	}
+	if cfg.Assigned && len(cfg.SliceRanges) > 0 {
+		return nil, errors.New("entity: HostConfig.Assigned and HostConfig.SliceRanges are both set: a host's ranges are either fixed or given")
 	}
 	for _, r := range cfg.SliceRanges {
 		if r.Min < 0 || r.Max >= annals.NumberOfSlices || r.Min > r.Max {
@@ -233,6 +262,7 @@ func NewHost[C, E, S any](b Behavior[C, E, S], cfg HostConfig) (*Host[C, E, S], 
 	ctx, cancel := context.WithCancel(context.Background())
 	return &Host[C, E, S]{
 		ownFront:   ownFront,
+		front:      cfg.Journal.(*engine.Front),
 		hooks:      newHooks(cfg.Hooks),
 		reader:     reader,
 		ctx:        ctx,
@@ -389,7 +419,15 @@ func (h *Host[C, E, S]) deliver(id string, env envelope[C]) error {
 		return ErrHostClosed
 	}
 	inst := h.live[id]
-	if inst == nil {
+	switch {
+	case inst == nil && h.cfg.Assigned:
+		rng, err := h.servedFor(id)
+		if err != nil {
+			return err
+		}
+		inst = h.spawn(id)
+		inst.rng = rng
+	case inst == nil:
 		// Only owned entities have instances: the check is made once, when
 		// one is made.
 		if len(h.cfg.SliceRanges) > 0 {
@@ -398,6 +436,8 @@ func (h *Host[C, E, S]) deliver(id string, env envelope[C]) error {
 			}
 		}
 		inst = h.spawn(id)
+	case inst.rng != nil && inst.rng.leaving:
+		return &NotOwnedError{PersistenceID: inst.pid, Slice: annals.Slice(inst.pid), Moving: true}
 	}
 	if !inst.put(env) {
 		h.hooks.overflowed(inst.pid, OverflowMailbox)
@@ -420,6 +460,110 @@ func (h *Host[C, E, S]) owns(id string) error {
 		}
 	}
 	return &NotOwnedError{PersistenceID: pid, Slice: slice, Owned: slices.Clone(h.cfg.SliceRanges)}
+}
+
+// servedFor returns the served range of id's slice, or a *NotOwnedError
+// when it is in none or its range is leaving. h.mu is held.
+func (h *Host[C, E, S]) servedFor(id string) (*servedRange, error) {
+	pid := annals.PersistenceID(h.b.EntityType, id)
+	slice := annals.Slice(pid)
+	for _, sr := range h.served {
+		if sr.r.Contains(slice) {
+			if sr.leaving {
+				return nil, &NotOwnedError{PersistenceID: pid, Slice: slice, Moving: true}
+			}
+			return sr, nil
+		}
+	}
+	owned := make([]annals.SliceRange, 0, len(h.served))
+	for _, sr := range h.served {
+		owned = append(owned, sr.r)
+	}
+	return nil, &NotOwnedError{PersistenceID: pid, Slice: slice, Owned: owned}
+}
+
+// ServeRange makes an Assigned host serve the entities whose slices lie in
+// r: commands for them are taken, and each write of theirs is sent only
+// while fence returns nil (nil: always), checked as the write leaves for
+// the store (engine.Front.WriteFenced). A write refused by its fence fails
+// its command and stops (or restarts) its entity. r must not overlap a
+// range the host serves or is handing off.
+func (h *Host[C, E, S]) ServeRange(r annals.SliceRange, fence func() error) error {
+	if !h.cfg.Assigned {
+		return errors.New("entity: ServeRange on a host without HostConfig.Assigned")
+	}
+	if r.Min < 0 || r.Max >= annals.NumberOfSlices || r.Min > r.Max {
+		return fmt.Errorf("entity: ServeRange: %v is not a range of slices 0-%d", r, annals.NumberOfSlices-1)
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.closed {
+		return ErrHostClosed
+	}
+	for _, sr := range h.served {
+		if sr.r.Min <= r.Max && r.Min <= sr.r.Max {
+			return fmt.Errorf("entity: ServeRange: %v overlaps %v, which the host serves", r, sr.r)
+		}
+	}
+	h.served = append(h.served, &servedRange{r: r, fence: fence})
+	return nil
+}
+
+// HandOffRange stops serving r, a range given with ServeRange, gracefully:
+// commands for its entities are refused from now on with a *NotOwnedError
+// with Moving set (not handled: the caller may send them to the range's
+// next owner); each live entity of r handles the commands already in its
+// mailbox (its persists complete and their replies are sent) and then
+// passivates; entities that were waiting for a place under MaxLive never
+// start, and their commands are refused in the same way. HandOffRange
+// returns when every entity of r has stopped and r is no longer served, or
+// with ctx's error (r then stays leaving: call HandOffRange again to wait).
+func (h *Host[C, E, S]) HandOffRange(ctx context.Context, r annals.SliceRange) error {
+	h.mu.Lock()
+	var sr *servedRange
+	for _, x := range h.served {
+		if x.r == r {
+			sr = x
+		}
+	}
+	if sr == nil {
+		h.mu.Unlock()
+		return fmt.Errorf("entity: HandOffRange: the host does not serve %v", r)
+	}
+	sr.leaving = true
+	var gone []chan struct{}
+	var never []*instance[C, E, S]
+	for id, inst := range h.live {
+		if inst.rng != sr {
+			continue
+		}
+		if !inst.started {
+			delete(h.live, id)
+			h.waiting.Remove(inst.elem)
+			never = append(never, inst)
+			continue
+		}
+		if inst.gone == nil {
+			inst.gone = make(chan struct{})
+		}
+		gone = append(gone, inst.gone)
+		inst.raise(signalPassivate)
+	}
+	h.mu.Unlock()
+	for _, inst := range never {
+		inst.failWaiting(&NotOwnedError{PersistenceID: inst.pid, Slice: annals.Slice(inst.pid), Moving: true})
+	}
+	for _, c := range gone {
+		select {
+		case <-c:
+		case <-ctx.Done():
+			return fmt.Errorf("entity: HandOffRange %v: %w", r, ctx.Err())
+		}
+	}
+	h.mu.Lock()
+	h.served = slices.DeleteFunc(h.served, func(x *servedRange) bool { return x == sr })
+	h.mu.Unlock()
+	return nil
 }
 
 // spawn makes the instance of id and starts it, or, when MaxLive entities
@@ -486,6 +630,9 @@ func (h *Host[C, E, S]) remove(inst *instance[C, E, S], force bool) bool {
 		return true
 	}
 	delete(h.live, inst.id)
+	if inst.gone != nil {
+		close(inst.gone)
+	}
 	h.started--
 	if h.cfg.MaxLive > 0 {
 		h.lru.Remove(inst.elem)

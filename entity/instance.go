@@ -12,6 +12,7 @@ import (
 	"runtime"
 	"time"
 
+	"github.com/annals-go/annals/engine"
 	"github.com/annals-go/annals/journal"
 	"github.com/annals-go/annals/recovery"
 	"github.com/annals-go/annals/snapshot"
@@ -48,6 +49,10 @@ type instance[C, E, S any] struct {
 	elem        *list.Element // in h.lru once started, in h.waiting before
 	started     bool          // live: counted in h.started
 	passivating bool          // asked to passivate to make room (counted in h.evicting)
+	gone        chan struct{} // closed when the instance leaves h.live (made by HandOffRange)
+
+	// set at spawn: the served range of an Assigned host (nil otherwise)
+	rng *servedRange
 
 	// owned by the goroutine working for the instance
 	recovered bool // the state is recovered and the entity serves commands
@@ -720,7 +725,15 @@ func (inst *instance[C, E, S]) write(ctx context.Context, w journal.AtomicWrite)
 			}
 		}()
 	}
-	errs, err := h.cfg.Journal.Write(ctx, []journal.AtomicWrite{w})
+	var errs []error
+	if inst.rng != nil {
+		errs, err = h.front.WriteFenced(ctx, []journal.AtomicWrite{w}, inst.rng.fence)
+	} else {
+		errs, err = h.front.Write(ctx, []journal.AtomicWrite{w})
+	}
+	if errors.Is(err, engine.ErrFenced) {
+		return fmt.Errorf("entity %s: persist events %d..%d: not stored: %w", inst.pid, inst.seq+1, inst.seq+int64(len(w.Events)), err)
+	}
 	if err != nil {
 		return fmt.Errorf("entity %s: persist events %d..%d: outcome unknown: %w", inst.pid, inst.seq+1, inst.seq+int64(len(w.Events)), err)
 	}

@@ -1433,3 +1433,101 @@ func TestHostHooksMailboxOverflow(t *testing.T) {
 		t.Errorf("hooks said %q, want the mailbox overflow", got)
 	}
 }
+
+// TestHandOffRange: an Assigned host serves only the ranges given to it.
+// Handing a range off finishes the persist in flight and the commands
+// already waiting, refuses new ones with a moving *NotOwnedError, and
+// returns once the range's entities have passivated; the next owner
+// recovers them with every acknowledged event. A write whose fence fails
+// is not stored.
+func TestHandOffRange(t *testing.T) {
+	st := memoryStores(t)
+	entered, release := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	st.Journal = &faultyJournal{Journal: st.Journal, onWrite: func(n int) {
+		if n == 2 {
+			once.Do(func() { close(entered); <-release })
+		}
+	}}
+	assigned := func(c *entity.HostConfig) { c.Assigned = true }
+	a := newHost(t, st, accountBehavior(), assigned)
+	ctx := t.Context()
+	all := annals.SliceRange{Min: 0, Max: annals.NumberOfSlices - 1}
+	var notOwned *entity.NotOwnedError
+	if _, err := deposit(ctx, a, "h", 1); !errors.As(err, &notOwned) || notOwned.Moving {
+		t.Fatalf("a command before any range is served: %v, want a *NotOwnedError", err)
+	}
+	if err := a.ServeRange(all, nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.ServeRange(annals.SliceRange{Min: 3, Max: 4}, nil); err == nil {
+		t.Error("ServeRange accepted a range overlapping one served")
+	}
+	if _, err := deposit(ctx, a, "h", 1); err != nil {
+		t.Fatal(err)
+	}
+	inFlight := make(chan error, 1)
+	go func() { _, err := deposit(ctx, a, "h", 2); inFlight <- err }()
+	<-entered // the second deposit's write is in flight
+	waiting := make(chan error, 1)
+	go func() { _, err := deposit(ctx, a, "h", 4); waiting <- err }()
+	handedOff := make(chan error, 1)
+	go func() { handedOff <- a.HandOffRange(ctx, all) }()
+	// New commands are refused as soon as the hand-off has begun (Tell
+	// is answered when the command is queued or refused; a Forget queued
+	// before is handled without effect).
+	for {
+		err := a.Tell("h", Forget{})
+		if errors.As(err, &notOwned) && notOwned.Moving {
+			break
+		}
+		if err != nil {
+			t.Fatalf("Tell during the hand-off: %v", err)
+		}
+		runtime.Gosched()
+	}
+	select {
+	case err := <-handedOff:
+		t.Fatalf("HandOffRange returned %v while a persist was in flight", err)
+	default:
+	}
+	close(release)
+	if err := <-inFlight; err != nil {
+		t.Errorf("persist in flight during the hand-off: %v, want stored", err)
+	}
+	if err := <-handedOff; err != nil {
+		t.Fatalf("HandOffRange: %v", err)
+	}
+	if a.Live() != 0 {
+		t.Errorf("%d entities live after the hand-off, want 0", a.Live())
+	}
+	// The command waiting in the mailbox was either handled before the
+	// passivation or refused as moving; never lost unanswered.
+	want := int64(3)
+	if err := <-waiting; err == nil {
+		want = 7
+	} else if !errors.As(err, &notOwned) || !notOwned.Moving {
+		t.Errorf("waiting command: %v, want handled or refused as moving", err)
+	}
+	b := newHost(t, st, accountBehavior(), assigned)
+	if err := b.ServeRange(all, nil); err != nil {
+		t.Fatal(err)
+	}
+	mustBalance(t, b, "h", want)
+
+	// A fenced-off write fails its command and stores nothing.
+	lost := errors.New("lease lost")
+	c := newHost(t, st, accountBehavior(), assigned)
+	if err := c.ServeRange(all, func() error { return lost }); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := deposit(ctx, c, "fenced", 5); !errors.Is(err, lost) || !errors.Is(err, engine.ErrFenced) {
+		t.Errorf("a write whose fence fails: %v, want ErrFenced and the fence's error", err)
+	}
+	if evs := replayPayloadManifests(t, st.Journal, "Account|fenced"); len(evs) != 0 {
+		t.Errorf("the fenced write stored %d events", len(evs))
+	}
+	if _, err := entity.NewHost(accountBehavior(), entity.HostConfig{Journal: st.Journal, Registry: registry(t), Assigned: true, SliceRanges: []annals.SliceRange{all}}); err == nil {
+		t.Error("NewHost accepted Assigned with SliceRanges")
+	}
+}

@@ -35,12 +35,33 @@ import (
 // "LNG" and "INT" rows load as sequence offsets); a timestamp offset
 // without ids, which the JVM's form cannot hold, is stored there as JSON
 // under "annals-json". The paused flag is projection_management's row.
-type Projections struct{ s *Store }
+//
+// InTx's transaction has the store's schema first on its search path, so
+// a handler's unqualified table names (CREATE TABLE balances …, INSERT
+// INTO balances …) are the store's schema's, not public's: services that
+// share a database in schemas of their own keep their read models apart.
+type Projections struct {
+	s     *Store
+	begin string // BEGIN, then the schema first on the transaction's search path
+}
 
 var _ offsets.TxStore[pgx.Tx] = (*Projections)(nil)
 
 // Projections returns the store's projection offset store.
-func (s *Store) Projections() *Projections { return &Projections{s: s} }
+func (s *Store) Projections() *Projections {
+	return &Projections{s: s, begin: beginInSchema(s.cfg.schema)}
+}
+
+// beginInSchema is the statement that begins a read-model transaction:
+// BEGIN, then the schema put before the session's search path for the
+// transaction only (SET LOCAL semantics: set_config's third argument), in
+// one round trip (pgx sends a statement without arguments through the
+// simple protocol, which takes several). The schema is a plain identifier
+// (Open refuses any other), quoted as one inside the literal.
+func beginInSchema(schema string) string {
+	return fmt.Sprintf(`BEGIN; SELECT set_config('search_path', concat_ws(', ', '%s', nullif(current_setting('search_path'), '')), true)`,
+		pgx.Identifier{schema}.Sanitize())
+}
 
 func nowMillis() int64 { return time.Now().UnixMilli() }
 
@@ -119,9 +140,12 @@ func (p *Projections) Reset(ctx context.Context, id offsets.ID) error {
 }
 
 // InTx implements offsets.TxStore: fn runs in a transaction of the
-// pool, committed when fn returns nil and rolled back otherwise.
+// pool, committed when fn returns nil and rolled back otherwise. The
+// transaction's search path is the store's schema, then the session's
+// (public by default): unqualified names that fn creates land in the
+// store's schema, and those it reads are looked up there first.
 func (p *Projections) InTx(ctx context.Context, fn func(tx pgx.Tx) error) error {
-	tx, err := p.s.pool.Begin(ctx)
+	tx, err := p.s.pool.BeginTx(ctx, pgx.TxOptions{BeginQuery: p.begin})
 	if err != nil {
 		return p.s.errs.Map(ctx, "projection begin", err, journal.ErrClosed)
 	}

@@ -44,6 +44,13 @@
 //	                      it carried, linked to the others (the front batches several
 //	                      commands' writes into one call)
 //
+// Durations are in seconds, in histograms with explicit bucket boundaries
+// (the SDK's default boundaries, 0 to 10000, suit milliseconds and would
+// put every call in the first bucket): DurationBuckets, 100 µs to 10 s,
+// for store calls and recoveries; LagBuckets, the same up to an hour, for
+// projection lag, which is minutes while a projection catches up. A view
+// of the meter provider can still replace them.
+//
 // A span ends with an error status when its command, write or call
 // failed; the error is recorded on it.
 package otelannals
@@ -69,6 +76,22 @@ import (
 
 // Name is the instrumentation scope's name.
 const Name = "github.com/annals-go/annals/otelannals"
+
+// DurationBuckets returns the bucket boundaries, in seconds, of the
+// duration histograms of store calls and recoveries: 100 µs to 10 s, about
+// three per decade (1, 2.5, 5), so a percentile read from the buckets is
+// within a factor of 2.5 from a store call on a local disk to a timeout.
+// Each call returns a new slice.
+func DurationBuckets() []float64 {
+	return []float64{0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10}
+}
+
+// LagBuckets returns the bucket boundaries, in seconds, of the projection
+// lag histogram: DurationBuckets, then 30 s to an hour. Each call returns
+// a new slice.
+func LagBuckets() []float64 {
+	return append(DurationBuckets(), 30, 60, 120, 300, 600, 1800, 3600)
+}
 
 // Telemetry implements the hooks of the engine, entity and projection
 // packages; give the same value to each. It is safe for concurrent use.
@@ -129,8 +152,8 @@ func New(meters metric.MeterProvider, tracers trace.TracerProvider) (*Telemetry,
 		errs = append(errs, err)
 		return c
 	}
-	seconds := func(name, desc string) metric.Float64Histogram {
-		h, err := m.Float64Histogram(name, metric.WithDescription(desc), metric.WithUnit("s"))
+	seconds := func(name, desc string, buckets []float64) metric.Float64Histogram {
+		h, err := m.Float64Histogram(name, metric.WithDescription(desc), metric.WithUnit("s"), metric.WithExplicitBucketBoundaries(buckets...))
 		errs = append(errs, err)
 		return h
 	}
@@ -150,12 +173,12 @@ func New(meters metric.MeterProvider, tracers trace.TracerProvider) (*Telemetry,
 	errs = append(errs, err)
 	rejections, err := m.Int64ObservableCounter("annals.journal.rejections", metric.WithDescription("atomic writes the store refused"))
 	errs = append(errs, err)
-	t.callDuration = seconds("annals.journal.call.duration", "duration of one store call")
+	t.callDuration = seconds("annals.journal.call.duration", "duration of one store call", DurationBuckets())
 	t.callEvents = histogram("annals.journal.call.events", "events per store call")
 	t.queue = histogram("annals.journal.queue", "atomic writes waiting when a call was sent")
 	t.breaker = gauge("annals.journal.breaker.state", "the circuit breaker: 0 closed, 1 half-open, 2 open")
 	t.recoveries = counter("annals.entity.recoveries", "entity recoveries")
-	t.recoveryDuration = seconds("annals.entity.recovery.duration", "duration of one recovery")
+	t.recoveryDuration = seconds("annals.entity.recovery.duration", "duration of one recovery", DurationBuckets())
 	t.recoveryEvents = histogram("annals.entity.recovery.events", "events replayed per recovery")
 	live, err := m.Int64ObservableUpDownCounter("annals.entity.live", metric.WithDescription("entities recovered and not yet passivated or stopped"))
 	errs = append(errs, err)
@@ -175,7 +198,7 @@ func New(meters metric.MeterProvider, tracers trace.TracerProvider) (*Telemetry,
 	t.restarts = counter("annals.entity.restarts", "entity restarts scheduled")
 	t.snapshots = counter("annals.entity.snapshots", "snapshots taken")
 	t.overflows = counter("annals.entity.overflows", "commands refused for a full mailbox or stash")
-	t.lag = seconds("annals.projection.lag", "age of the last event an offset save covers")
+	t.lag = seconds("annals.projection.lag", "age of the last event an offset save covers", LagBuckets())
 	t.offsetsSaved = counter("annals.projection.offsets.saved", "offsets saved")
 	t.handlerErrors = counter("annals.projection.handler.errors", "projection handler errors")
 	t.paused = gauge("annals.projection.paused", "1 while the projection is paused")

@@ -3,15 +3,19 @@ package cassandra_test
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
 	"log/slog"
 	"path/filepath"
+	"slices"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/annals-go/annals/offsets"
 	"github.com/annals-go/annals/projection"
 	"github.com/annals-go/annals/query"
+	"github.com/annals-go/annals/store/cassandra"
 	"github.com/annals-go/annals/store/cassandra/cassandratest"
 	"github.com/annals-go/annals/store/sqlite"
 )
@@ -80,5 +84,53 @@ func TestProjectionByTagWithOffsetsInSQLite(t *testing.T) {
 	st, err := sq.Projections().Load(t.Context(), id)
 	if err != nil || st.Offset.Kind != query.KindTimeUUID {
 		t.Errorf("stored offset %v, %v; want a time-based UUID", st.Offset, err)
+	}
+}
+
+// TestStoredEventsByTagCountsWhatTheDelayHoldsBack: StoredEventsByTag
+// returns every row stored after its offset, those the current query
+// still holds back for the eventual-consistency delay included, in
+// timeuuid order; it is what projection.ByTag's Behind counts.
+func TestStoredEventsByTagCountsWhatTheDelayHoldsBack(t *testing.T) {
+	cs := cassandratest.Open(t, cassandra.WithEventualConsistencyDelay(time.Hour),
+		cassandra.WithFirstTimeBucket(time.Now().Add(-2*time.Hour)))
+	rj := cs.ReadJournal()
+	mustWriteAll(t, cs.Journal(), tagged("Stored|a", 1, 3, "stored"))
+	mustWriteAll(t, cs.Journal(), tagged("Stored|b", 1, 2, "stored"), tagged("Stored|c", 1, 1, "other"))
+	stored := func(after query.Offset) (out []string, offsets []query.Offset) {
+		t.Helper()
+		for env, err := range rj.StoredEventsByTag(t.Context(), "stored", after) {
+			if err != nil {
+				t.Fatal(err)
+			}
+			out = append(out, fmt.Sprintf("%s#%d", env.PersistenceID, env.SequenceNr))
+			offsets = append(offsets, env.Offset)
+		}
+		return out, offsets
+	}
+	all, offs := stored(query.NoOffset())
+	if got := byTag(t, rj, "stored", query.NoOffset()); len(got) != 0 {
+		t.Errorf("the current query returned %v within the delay, want nothing", got)
+	}
+	want := append(seqList("Stored|a", 1, 3), seqList("Stored|b", 1, 2)...)
+	if !slices.Equal(all, want) {
+		t.Fatalf("StoredEventsByTag from no offset = %v, want %v", all, want)
+	}
+	for _, c := range []struct {
+		after query.Offset
+		want  []string
+	}{
+		{offs[0], want[1:]},
+		{offs[2], want[3:]},
+		{offs[4], nil},
+	} {
+		if got, _ := stored(c.after); !slices.Equal(got, c.want) {
+			t.Errorf("StoredEventsByTag after %v = %v, want %v", c.after, got, c.want)
+		}
+	}
+	for _, err := range rj.StoredEventsByTag(t.Context(), "stored", query.SequenceOffset(1)) {
+		if !errors.Is(err, query.ErrUnsupportedOffset) {
+			t.Errorf("from a sequence offset: %v, want ErrUnsupportedOffset", err)
+		}
 	}
 }

@@ -57,6 +57,35 @@ func (r *ReadJournal) CurrentEventsByTag(ctx context.Context, tag string, after 
 	}
 }
 
+// StoredEventsByTag reads the events tagged tag whose rows are stored
+// after the offset up to the time it starts, including those
+// CurrentEventsByTag and EventsByTag still hold back (younger than the
+// eventual-consistency delay, or after a tag write of this process in
+// flight), and ends. It is for counting what a consumer of EventsByTag
+// from that offset has still to receive (projection.Projection.Behind
+// reads it through projection.ByTag): rows come in timeuuid order, each
+// id's rows numbered above the highest it delivered of that id, without
+// the search for missing rows, so an id's rows are not necessarily
+// consecutive. Offsets are as CurrentEventsByTag's.
+func (r *ReadJournal) StoredEventsByTag(ctx context.Context, tag string, after query.Offset) iter.Seq2[query.Envelope, error] {
+	return func(yield func(query.Envelope, error) bool) {
+		s := r.s
+		if s.isClosed() {
+			yield(query.Envelope{}, journal.ErrClosed)
+			return
+		}
+		c, err := s.newTagCursor(tag, after)
+		if err != nil {
+			yield(query.Envelope{}, err)
+			return
+		}
+		c.stored = true
+		if _, err := c.run(ctx, s.cfg.now(), func(env query.Envelope) bool { return yield(env, nil) }); err != nil {
+			yield(query.Envelope{}, err)
+		}
+	}
+}
+
 // EventsByTag implements query.EventsByTagQuery: CurrentEventsByTag, then
 // the rows that pass the eventual-consistency delay, read again at the
 // poll interval, and, with no delay, as soon as a write of this process

@@ -69,6 +69,10 @@ type tagCursor struct {
 	ids       map[string]idCursor
 	scanned   bool
 	end       gocql.UUID // the bound of the current run (exclusive)
+	// stored: the cursor counts what is stored (StoredEventsByTag): no
+	// horizon of writes in flight, no search for missing rows; each id's
+	// rows numbered above the highest delivered are delivered.
+	stored bool
 }
 
 func (s *Store) newTagCursor(tag string, after query.Offset) (*tagCursor, error) {
@@ -95,12 +99,12 @@ func (c *tagCursor) span() int64 { return c.s.bucket.Duration().Milliseconds() }
 // reports whether yield stopped it.
 func (c *tagCursor) run(ctx context.Context, end time.Time, yield func(query.Envelope) bool) (bool, error) {
 	s := c.s
-	if h := s.tags.horizon(c.tag); !h.IsZero() && h.Before(end) {
+	if h := s.tags.horizon(c.tag); !c.stored && !h.IsZero() && h.Before(end) {
 		end = h
 	}
 	endUUID, endBucket := gocql.MinTimeUUID(end), s.bucket.Key(end)
 	c.end = endUUID
-	if !c.scanned {
+	if !c.scanned && !c.stored {
 		c.scanned = true
 		if c.offset != (gocql.UUID{}) && c.bucket == s.bucket.Key(s.cfg.now()) {
 			if err := c.scanLowest(ctx, endUUID); err != nil {
@@ -166,7 +170,7 @@ func (c *tagCursor) handle(ctx context.Context, r viewRow, yield func(query.Enve
 	switch {
 	case r.tagSeq <= cur.tagSeq:
 		return false, nil
-	case r.tagSeq == cur.tagSeq+1:
+	case r.tagSeq == cur.tagSeq+1 || c.stored:
 		return !c.deliver(r, yield), nil
 	}
 	missing, err := c.search(ctx, r, cur)

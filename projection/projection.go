@@ -25,7 +25,11 @@
 //     going on, when the source can read by id.
 //   - A handler error is met with the Recovery strategy (fail, skip,
 //     retry-then-fail, retry-then-skip); a failure restarts the projection
-//     from its stored offset after a backoff.
+//     from its stored offset after a backoff, up to Config.MaxRestarts
+//     failed runs in a row (no bound by default).
+//   - A failing projection is visible without its logs: Status reports its
+//     run state and last error, and Behind returns a *FailingError (with
+//     the count) while it fails and has events still to handle.
 //   - Pause, Resume, Offset and ResetOffset work through the offset store,
 //     so the paused state survives restarts; a running projection in this
 //     process obeys them at once.
@@ -38,6 +42,7 @@ import (
 	"iter"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/annals-go/annals"
@@ -50,8 +55,10 @@ import (
 type Source struct {
 	// Events follows the source's events after an offset.
 	Events func(ctx context.Context, after query.Offset) *query.Stream[query.Envelope]
-	// Current, when not nil, reads the events stored after an offset and
-	// ends; Projection.Behind uses it.
+	// Current, when not nil, reads every event stored after an offset and
+	// ends, including those Events still holds back (a store whose live
+	// query waits out a delay before it delivers an event); Projection.Behind
+	// counts with it, so it must not hold events back.
 	Current func(ctx context.Context, after query.Offset) iter.Seq2[query.Envelope, error]
 	// ByID, when not nil, reads an id's events to fill gaps.
 	ByID query.EventsByPersistenceIDQuery
@@ -77,18 +84,36 @@ func BySlices(q query.EventsBySlicesQuery, entityType string, r annals.SliceRang
 	}
 }
 
+// StoredEventsByTagQuery is a read journal whose tag queries hold events
+// back after they are stored (the Cassandra store's eventual-consistency
+// delay). StoredEventsByTag reads every event tagged tag stored after the
+// offset when it starts, those held back included, and ends; it is for
+// counting what a consumer has still to receive, not for consuming.
+type StoredEventsByTagQuery interface {
+	StoredEventsByTag(ctx context.Context, tag string, after query.Offset) iter.Seq2[query.Envelope, error]
+}
+
 // ByTag is the source of the events tagged tag. It fills no gaps: an id's
 // tagged events need not have consecutive sequence numbers (telling a
 // missing tagged event from an untagged one would take per-(id, tag)
-// sequence numbers, which the stores do not keep).
+// sequence numbers, which the stores do not keep). When q is also a
+// StoredEventsByTagQuery, Source.Current is its StoredEventsByTag (so
+// Behind counts the events the delay holds back), otherwise its
+// CurrentEventsByTag.
 func ByTag(q query.EventsByTagQuery, tag string) Source {
+	current := func(ctx context.Context, after query.Offset) iter.Seq2[query.Envelope, error] {
+		return q.CurrentEventsByTag(ctx, tag, after)
+	}
+	if s, ok := q.(StoredEventsByTagQuery); ok {
+		current = func(ctx context.Context, after query.Offset) iter.Seq2[query.Envelope, error] {
+			return s.StoredEventsByTag(ctx, tag, after)
+		}
+	}
 	return Source{
 		Events: func(ctx context.Context, after query.Offset) *query.Stream[query.Envelope] {
 			return q.EventsByTag(ctx, tag, after)
 		},
-		Current: func(ctx context.Context, after query.Offset) iter.Seq2[query.Envelope, error] {
-			return q.CurrentEventsByTag(ctx, tag, after)
-		},
+		Current: current,
 	}
 }
 
@@ -165,6 +190,13 @@ type Config struct {
 	// stretched by up to Restart.RandomFactor (default 0). It is the
 	// schedule entity hosts use (entity.HostConfig.Restart).
 	Restart restart.Backoff
+	// MaxRestarts bounds the restarts of failed runs, as Akka Projections'
+	// RestartSettings maxRestarts: when a run fails MaxRestarts+1 times in
+	// a row (a run that handled an envelope before it failed starts the
+	// count again), Run stops and returns a *FailingError with GaveUp set,
+	// and Status reports RunFailed. 0 (the default) sets no bound: Run
+	// restarts until its context ends.
+	MaxRestarts int
 	// SaveAfter and SaveEvery: at-least-once offsets are saved after this
 	// many envelopes or this long, whichever first (defaults 100 and 1 s).
 	SaveAfter int
@@ -194,7 +226,7 @@ func (c Config) check() error {
 	}{
 		{"SaveAfter", c.SaveAfter < 0}, {"SaveEvery", c.SaveEvery < 0},
 		{"GroupSize", c.GroupSize < 0}, {"GroupWithin", c.GroupWithin < 0},
-		{"PausedRecheck", c.PausedRecheck < 0},
+		{"PausedRecheck", c.PausedRecheck < 0}, {"MaxRestarts", c.MaxRestarts < 0},
 	} {
 		if f.negative {
 			return fmt.Errorf("projection: Config.%s is negative", f.name)
@@ -258,6 +290,16 @@ type Projection struct {
 	control query.Signal // pause, resume or reset happened in this process
 	hooks   hooks
 	paused  bool // the last run found the projection paused (for the hooks)
+
+	// What Run is doing, for Status and Behind (guarded by mu).
+	runState    RunState
+	lastErr     error     // the last handler error or failed run
+	lastErrAt   time.Time // when lastErr happened
+	failures    int       // failed runs in a row
+	nextRestart time.Time // when RunRestarting: the next run's start
+	// failing: a handler error or failed run since the last envelope (or
+	// group) handled. Written under mu; read without it on the hot path.
+	failing atomic.Bool
 }
 
 func newProjection(id ID, src Source, store OffsetStore, cfg Config, newSink func(*Projection) sink) (*Projection, error) {
@@ -310,10 +352,20 @@ var ErrNoCurrentQuery = errors.New("projection: the source has no current query 
 // Behind returns how many events of the source are stored after the
 // projection's stored offset, up to max (max ≤ 0: no bound): the events it
 // has still to handle and save. 0 means its read model reflects every
-// event stored before the call (for AtLeastOnce: once the offset is saved).
-// It reads those events through Source.Current, so its cost grows with the
-// count: pass max 1 to ask only whether the projection has caught up. It
-// fails with ErrNoCurrentQuery when the source has no current query.
+// event stored before the call (for AtLeastOnce: once the offset is saved),
+// on every store, also where the live query holds events back for a delay
+// (Source.Current counts those). It reads those events through
+// Source.Current, so its cost grows with the count: pass max 1 to ask only
+// whether the projection has caught up. It fails with ErrNoCurrentQuery
+// when the source has no current query.
+//
+// When the count is above 0 and the projection's Run in this process is
+// failing (Status().Failing: a handler error or failed run since it last
+// handled an envelope, or Run gave up), Behind returns the count with a
+// *FailingError naming the last error, so a caller waiting for 0 sees why
+// it does not come. The projection may still recover (a transient error):
+// GaveUp tells a final stop. A projection run by another process is
+// counted only.
 func (p *Projection) Behind(ctx context.Context, max int64) (int64, error) {
 	if p.src.Current == nil {
 		return 0, fmt.Errorf("projection %s: %w", p.id, ErrNoCurrentQuery)
@@ -329,6 +381,11 @@ func (p *Projection) Behind(ctx context.Context, max int64) (int64, error) {
 		}
 		if n++; n == max {
 			break
+		}
+	}
+	if n > 0 {
+		if err := p.failingError(); err != nil {
+			return n, err
 		}
 	}
 	return n, nil
@@ -382,9 +439,15 @@ func (p *Projection) applyResets(ctx context.Context) {
 // a source that ends, until it has handled everything (and returns nil). A
 // failed run restarts from the stored offset after a backoff that doubles
 // per consecutive failure (Config.Restart).
+//
+// With Config.MaxRestarts, Run returns a *FailingError (GaveUp set) once
+// runs have failed MaxRestarts+1 times in a row. Status reports what Run
+// is doing meanwhile.
 func (p *Projection) Run(ctx context.Context) (err error) {
 	p.mu.Lock()
 	p.running = true
+	p.runState, p.failures, p.nextRestart = RunActive, 0, time.Time{}
+	p.failing.Store(false)
 	p.mu.Unlock()
 	for _, x := range p.hooks.started {
 		x.OnStarted(p.id)
@@ -392,13 +455,16 @@ func (p *Projection) Run(ctx context.Context) (err error) {
 	defer func() {
 		p.mu.Lock()
 		p.running = false
+		if p.runState != RunFailed {
+			p.runState = RunStopped
+			p.failing.Store(false)
+		}
 		p.mu.Unlock()
 		p.applyResets(ctx)
 		for _, x := range p.hooks.stopped {
 			x.OnStopped(p.id, err)
 		}
 	}()
-	failures := 0
 	for {
 		ended, progressed, err := p.runOnce(ctx)
 		if ctx.Err() != nil {
@@ -408,14 +474,16 @@ func (p *Projection) Run(ctx context.Context) (err error) {
 			if ended {
 				return nil
 			}
-			failures = 0
+			p.mu.Lock()
+			p.failures = 0
+			p.mu.Unlock()
 			continue // paused, resumed or reset: start again from the store
 		}
-		if progressed {
-			failures = 0
+		delay, gaveUp := p.runFailed(err, progressed)
+		if gaveUp != nil {
+			p.cfg.Logger.Error("projection failed; giving up (Config.MaxRestarts)", "projection", p.id.String(), "err", err, "failures", gaveUp.Failures)
+			return gaveUp
 		}
-		failures++
-		delay := p.cfg.Restart.Delay(failures)
 		p.cfg.Logger.Warn("projection failed; restarting", "projection", p.id.String(), "err", err, "in", delay)
 		for _, x := range p.hooks.restart {
 			x.OnRestartScheduled(p.id, err, delay)
@@ -427,7 +495,31 @@ func (p *Projection) Run(ctx context.Context) (err error) {
 			return ctx.Err()
 		case <-t.C:
 		}
+		p.mu.Lock()
+		p.runState, p.nextRestart = RunActive, time.Time{}
+		p.mu.Unlock()
 	}
+}
+
+// runFailed records a failed run: the delay before the next, or, past
+// Config.MaxRestarts, the error Run returns.
+func (p *Projection) runFailed(err error, progressed bool) (time.Duration, *FailingError) {
+	now := time.Now()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if progressed {
+		p.failures = 0
+	}
+	p.failures++
+	p.lastErr, p.lastErrAt = err, now
+	p.failing.Store(true)
+	if p.cfg.MaxRestarts > 0 && p.failures > p.cfg.MaxRestarts {
+		p.runState, p.nextRestart = RunFailed, time.Time{}
+		return 0, &FailingError{ID: p.id, Err: err, At: now, Failures: p.failures, GaveUp: true}
+	}
+	delay := p.cfg.Restart.Delay(p.failures)
+	p.runState, p.nextRestart = RunRestarting, now.Add(delay)
+	return delay, nil
 }
 
 // accept drops duplicates, fills gaps, and passes env on to the sink.
@@ -480,8 +572,10 @@ func (p *Projection) attempt(ctx context.Context, what string, fn func() error) 
 			}
 		}
 		if err = fn(); err == nil {
+			p.handled()
 			return nil
 		}
+		p.handlerFailed(err)
 		if len(p.hooks.handlerError) > 0 {
 			decision := DecisionRetry
 			if try == r.retries {
@@ -497,6 +591,7 @@ func (p *Projection) attempt(ctx context.Context, what string, fn func() error) 
 	}
 	if r.skip {
 		p.cfg.Logger.Warn("projection handler failed; skipping", "projection", p.id.String(), "envelope", what, "err", err)
+		p.handled() // skipped: the projection goes on
 		return errSkipped
 	}
 	return fmt.Errorf("projection %s: handler failed on %s: %w", p.id, what, err)

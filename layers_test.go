@@ -34,6 +34,7 @@ var layers = map[string][]string{
 	"projection":          {".", "internal/hooks", "offsets", "query", "restart", "serialization"},
 	"otelannals":          {"engine", "entity", "projection", "query"},
 	"delivery":            {".", "entity"},
+	"cluster":             {".", "internal/hooks", "membership"},
 
 	"store/memory":                  {".", "durable", "journal", "membership", "offsets", "query", "snapshot"},
 	"store/sqlite":                  {".", "admin", "durable", "journal", "membership", "offsets", "query", "recovery", "snapshot"},

@@ -1,0 +1,474 @@
+package cluster_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/annals-go/annals"
+	"github.com/annals-go/annals/cluster"
+	"github.com/annals-go/annals/engine"
+	"github.com/annals-go/annals/entity"
+	"github.com/annals-go/annals/examples/bank"
+	"github.com/annals-go/annals/membership"
+	"github.com/annals-go/annals/serialization"
+	"github.com/annals-go/annals/store/memory"
+)
+
+// Short terms keep the tests quick; the rules do not depend on them.
+const (
+	leaseTime = 2 * time.Second
+	heartbeat = 200 * time.Millisecond
+)
+
+// node is one member with a bank host, as a process of a service would
+// hold them.
+type node struct {
+	name   string
+	host   *entity.Host[bank.Command, bank.Event, bank.Account]
+	member *cluster.Member
+}
+
+func newHost(t *testing.T, st *memory.Store) *entity.Host[bank.Command, bank.Event, bank.Account] {
+	t.Helper()
+	reg := serialization.NewRegistry()
+	if err := bank.Register(reg); err != nil {
+		t.Fatal(err)
+	}
+	h, err := entity.NewHost(bank.Behavior(), entity.HostConfig{Journal: st.Journal(), Snapshots: st.Snapshots(), Registry: reg, Assigned: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = h.Shutdown(context.Background()) })
+	return h
+}
+
+func join(t *testing.T, st *memory.Store, s membership.Store, name string, mod func(*cluster.Config)) *node {
+	t.Helper()
+	n := &node{name: name, host: newHost(t, st)}
+	cfg := cluster.Config{Store: s, Cluster: t.Name(), Name: name, Address: name, LeaseTime: leaseTime, Heartbeat: heartbeat, Shards: []cluster.Shard{n.host}, Logger: slog.New(slog.DiscardHandler)}
+	if mod != nil {
+		mod(&cfg)
+	}
+	m, err := cluster.Join(t.Context(), cfg)
+	if err != nil {
+		t.Fatalf("Join %s: %v", name, err)
+	}
+	n.member = m
+	t.Cleanup(func() { _ = m.Leave(context.Background()) })
+	return n
+}
+
+// awaitBalanced waits until the nodes hold every range once between them,
+// in even shares.
+func awaitBalanced(t *testing.T, nodes ...*node) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), 10*leaseTime)
+	defer cancel()
+	for {
+		changed := nodes[0].member.Changed()
+		counts, seen, dup := balance(nodes)
+		k, n := cluster.DefaultRanges, len(nodes)
+		even := seen == k && !dup
+		for _, c := range counts {
+			even = even && (c == k/n || c == k/n+1)
+		}
+		if even {
+			return
+		}
+		select {
+		case <-changed:
+		case <-ctx.Done():
+			t.Fatalf("ranges not shared out evenly: counts %v, %d of %d held, duplicates %v", counts, seen, k, dup)
+		}
+	}
+}
+
+func balance(nodes []*node) (counts []int, seen int, dup bool) {
+	held := map[string]bool{}
+	for _, n := range nodes {
+		h := n.member.Held()
+		h = slices.DeleteFunc(h, func(name string) bool { return !strings.HasPrefix(name, "slices/") })
+		counts = append(counts, len(h))
+		for _, name := range h {
+			dup = dup || held[name]
+			held[name] = true
+		}
+	}
+	return counts, len(held), dup
+}
+
+func deposit(ctx context.Context, h *entity.Host[bank.Command, bank.Event, bank.Account], id string, amount int64) (int64, error) {
+	return entity.Ask(ctx, h, id, func(r entity.ReplyTo[int64]) bank.Command { return bank.Deposit{Amount: amount, Reply: r} })
+}
+
+// owner returns the node that owns id, as the first node sees it.
+func owner(t *testing.T, nodes []*node, id string) *node {
+	t.Helper()
+	o, ok := nodes[0].member.OwnerOf(annals.PersistenceID(bank.EntityType, id))
+	if !ok {
+		return nil
+	}
+	for _, n := range nodes {
+		if n.name == o.Member {
+			return n
+		}
+	}
+	t.Fatalf("owner %q of %s is no node", o.Member, id)
+	return nil
+}
+
+// TestMembersShareRangesAndHandOff: members that join share the ranges
+// evenly, each range held once; a member that leaves hands its ranges off
+// and the others take them at once; every acknowledged deposit is kept
+// across the moves.
+func TestMembersShareRangesAndHandOff(t *testing.T) {
+	st := memory.New()
+	s := st.Membership()
+	a := join(t, st, s, "a", nil)
+	if got := len(a.member.Held()); got != cluster.DefaultRanges {
+		t.Fatalf("a single member holds %d ranges after Join, want all %d", got, cluster.DefaultRanges)
+	}
+	b := join(t, st, s, "b", nil)
+	c := join(t, st, s, "c", nil)
+	nodes := []*node{a, b, c}
+	awaitBalanced(t, nodes...)
+
+	ctx := t.Context()
+	want := map[string]int64{}
+	for i := range 60 {
+		id := fmt.Sprintf("acct-%d", i)
+		n := owner(t, nodes, id)
+		if n == nil {
+			t.Fatalf("no owner for %s in a balanced cluster", id)
+		}
+		if _, err := deposit(ctx, n.host, id, 10); err != nil {
+			t.Fatalf("deposit on the owner %s of %s: %v", n.name, id, err)
+		}
+		want[id] += 10
+		for _, other := range nodes {
+			if other != n {
+				var notOwned *entity.NotOwnedError
+				if _, err := deposit(ctx, other.host, id, 1); !errors.As(err, &notOwned) {
+					t.Fatalf("deposit of %s on %s, which does not own it: %v, want a *NotOwnedError", id, other.name, err)
+				}
+			}
+		}
+	}
+	if err := c.member.Leave(ctx); err != nil {
+		t.Fatalf("Leave: %v", err)
+	}
+	if c.host.Live() != 0 {
+		t.Errorf("%d entities live on the member that left", c.host.Live())
+	}
+	awaitBalanced(t, a, b)
+	for id, balance := range want {
+		n := owner(t, []*node{a, b}, id)
+		got, err := deposit(ctx, n.host, id, 1)
+		if err != nil || got != balance+1 {
+			t.Errorf("%s on %s after the hand-off: %d, %v; want %d", id, n.name, got, err, balance+1)
+		}
+	}
+	members, err := s.Members(ctx, t.Name())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range members {
+		if m.Name == "c" {
+			t.Errorf("the member that left is still recorded: %+v", m)
+		}
+	}
+}
+
+// partitioned wraps a membership store: while cut, the calls of one
+// member fail as if the store were out of its reach.
+type partitioned struct {
+	membership.Store
+	cut atomic.Bool
+}
+
+var errCut = errors.New("network partition")
+
+func (p *partitioned) Heartbeat(ctx context.Context, cl string, m membership.Holder, ttl time.Duration) ([]membership.Lease, error) {
+	if p.cut.Load() {
+		return nil, errCut
+	}
+	return p.Store.Heartbeat(ctx, cl, m, ttl)
+}
+
+func (p *partitioned) Members(ctx context.Context, cl string) ([]membership.Member, error) {
+	if p.cut.Load() {
+		return nil, errCut
+	}
+	return p.Store.Members(ctx, cl)
+}
+
+// TestCutOffMemberStopsWritingBeforeOthersTakeOver: a member cut off from
+// the store keeps no right to write past its term: its entities' writes
+// are fenced off (not stored) before the store lets another member take
+// its ranges; the others take them within the lease time plus a few
+// heartbeats, and serve the entities with every acknowledged event.
+func TestCutOffMemberStopsWritingBeforeOthersTakeOver(t *testing.T) {
+	st := memory.New()
+	cutStore := &partitioned{Store: st.Membership()}
+	a := join(t, st, st.Membership(), "a", nil)
+	b := join(t, st, cutStore, "b", nil)
+	awaitBalanced(t, a, b)
+	ctx := t.Context()
+	var id string
+	for i := 0; id == ""; i++ {
+		if cand := fmt.Sprintf("acct-%d", i); owner(t, []*node{a, b}, cand) == b {
+			id = cand
+		}
+	}
+	if _, err := deposit(ctx, b.host, id, 5); err != nil {
+		t.Fatal(err)
+	}
+	cut := time.Now()
+	cutStore.cut.Store(true)
+	// b's writes are refused from the end of its term on, before a may
+	// take the range.
+	var fencedAt time.Time
+	for {
+		_, err := deposit(ctx, b.host, id, 1)
+		if errors.Is(err, engine.ErrFenced) || errors.As(err, new(*entity.NotOwnedError)) {
+			fencedAt = time.Now()
+			break
+		}
+		if err != nil && !errors.As(err, new(*entity.RestartingError)) && !errors.Is(err, entity.ErrStopped) {
+			t.Fatalf("b's deposit while cut off: %v", err)
+		}
+		if time.Since(cut) > 2*leaseTime {
+			t.Fatal("b still writes two lease times after it was cut off")
+		}
+	}
+	// a takes the range over, and sees every event b stored.
+	ctx2, cancel := context.WithTimeout(ctx, 3*leaseTime)
+	defer cancel()
+	for {
+		changed := a.member.Changed()
+		if o, ok := a.member.OwnerOf(annals.PersistenceID(bank.EntityType, id)); ok && o.Local {
+			break
+		}
+		select {
+		case <-changed:
+		case <-ctx2.Done():
+			t.Fatalf("a did not take b's range within %v", 3*leaseTime)
+		}
+	}
+	takenAt := time.Now()
+	if !fencedAt.Before(takenAt) {
+		t.Errorf("b was fenced off at %v, after a took its range at %v", fencedAt.Sub(cut), takenAt.Sub(cut))
+	}
+	stored, err := entity.Ask(ctx, a.host, id, func(r entity.ReplyTo[int64]) bank.Command { return bank.GetBalance{Reply: r} })
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Every write b made before its fence was acknowledged, so the
+	// balance is 5 plus one per acknowledged deposit; a's next deposit
+	// lands after them.
+	got, err := deposit(ctx, a.host, id, 100)
+	if err != nil || got != stored+100 {
+		t.Errorf("a's deposit after the take-over: %d, %v; want %d", got, err, stored+100)
+	}
+	if stored < 5 {
+		t.Errorf("balance after the take-over %d, want at least the 5 b stored", stored)
+	}
+	t.Logf("b fenced off %v after the cut, a serving %v after it", fencedAt.Sub(cut).Round(time.Millisecond), takenAt.Sub(cut).Round(time.Millisecond))
+}
+
+// TestDaemonInstancesRunOnceEach: a daemon's instances run spread over the
+// members, each on one member at a time, and move when a member leaves.
+func TestDaemonInstancesRunOnceEach(t *testing.T) {
+	st := memory.New()
+	s := st.Membership()
+	const instances = 4
+	var running [instances]atomic.Int32
+	var overlap atomic.Bool
+	var mu sync.Mutex
+	where := map[int]string{}
+	daemon := func(name string) cluster.Daemon {
+		return cluster.Daemon{Name: "balances", Instances: instances, Run: func(ctx context.Context, i int) error {
+			if running[i].Add(1) > 1 {
+				overlap.Store(true)
+			}
+			mu.Lock()
+			where[i] = name
+			mu.Unlock()
+			<-ctx.Done()
+			running[i].Add(-1)
+			return nil
+		}}
+	}
+	withDaemon := func(name string) func(*cluster.Config) {
+		return func(c *cluster.Config) { c.Daemons = []cluster.Daemon{daemon(name)} }
+	}
+	a := join(t, st, s, "a", withDaemon("a"))
+	b := join(t, st, s, "b", withDaemon("b"))
+	awaitBalanced(t, a, b)
+	awaitDaemons := func(want map[string]int) {
+		t.Helper()
+		ctx, cancel := context.WithTimeout(t.Context(), 10*leaseTime)
+		defer cancel()
+		for {
+			changed := a.member.Changed()
+			mu.Lock()
+			got := map[string]int{}
+			total := 0
+			for i := range instances {
+				if running[i].Load() == 1 {
+					got[where[i]]++
+					total++
+				}
+			}
+			mu.Unlock()
+			if total == instances && fmt.Sprint(got) == fmt.Sprint(want) {
+				return
+			}
+			select {
+			case <-changed:
+			case <-ctx.Done():
+				t.Fatalf("daemon instances running %v, want %v", got, want)
+			}
+		}
+	}
+	awaitDaemons(map[string]int{"a": 2, "b": 2})
+	if err := b.member.Leave(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	awaitDaemons(map[string]int{"a": 4})
+	if overlap.Load() {
+		t.Error("a daemon instance ran on two members at once")
+	}
+}
+
+// TestHandlerRoutesToTheOwner: requests reach the member owning their
+// entity in one hop, whichever member they arrive at; requests for no
+// entity are served where they arrive.
+func TestHandlerRoutesToTheOwner(t *testing.T) {
+	st := memory.New()
+	s := st.Membership()
+	type served struct{ by, id string }
+	var mu sync.Mutex
+	var log []served
+	var forwardedTwice atomic.Bool
+	servers := map[string]*httptest.Server{}
+	nodes := map[string]*node{}
+	for _, name := range []string{"a", "b", "c"} {
+		srv := httptest.NewUnstartedServer(nil)
+		srv.Start()
+		t.Cleanup(srv.Close)
+		n := join(t, st, s, name, func(c *cluster.Config) { c.Address = srv.Listener.Addr().String() })
+		nodes[name], servers[name] = n, srv
+		mux := http.NewServeMux()
+		deposits := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if r.Header.Get(cluster.HeaderForwardedBy) == name {
+				forwardedTwice.Store(true)
+			}
+			id := r.PathValue("id")
+			amount, err := strconv.ParseInt(r.FormValue("amount"), 10, 64)
+			if err != nil {
+				http.Error(w, err.Error(), http.StatusBadRequest)
+				return
+			}
+			balance, err := deposit(r.Context(), n.host, id, amount)
+			var notOwned *entity.NotOwnedError
+			switch {
+			case errors.As(err, &notOwned):
+				http.Error(w, err.Error(), http.StatusMisdirectedRequest)
+				return
+			case err != nil:
+				http.Error(w, err.Error(), http.StatusInternalServerError)
+				return
+			}
+			mu.Lock()
+			log = append(log, served{name, id})
+			mu.Unlock()
+			fmt.Fprint(w, balance)
+		})
+		h, err := n.member.Handler(deposits, cluster.HandlerConfig{Key: cluster.PathKey(bank.EntityType, "id")})
+		if err != nil {
+			t.Fatal(err)
+		}
+		mux.Handle("POST /accounts/{id}/deposit", h)
+		mux.HandleFunc("GET /health", func(w http.ResponseWriter, r *http.Request) { fmt.Fprint(w, name) })
+		srv.Config.Handler = mux
+	}
+	all := []*node{nodes["a"], nodes["b"], nodes["c"]}
+	awaitBalanced(t, all...)
+	for i := range 30 {
+		id := fmt.Sprintf("acct-%d", i)
+		entry := []string{"a", "b", "c"}[i%3]
+		resp, err := http.Post(servers[entry].URL+"/accounts/"+id+"/deposit?amount=3", "text/plain", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK || string(body) != "3" {
+			t.Fatalf("deposit to %s through %s: %d %q, want 200 \"3\"", id, entry, resp.StatusCode, body)
+		}
+		mu.Lock()
+		last := log[len(log)-1]
+		mu.Unlock()
+		if want := owner(t, all, id); last.id != id || last.by != want.name {
+			t.Errorf("%s entering at %s was served by %s, want its owner %s", id, entry, last.by, want.name)
+		}
+	}
+	if forwardedTwice.Load() {
+		t.Error("a member received a request it had forwarded itself")
+	}
+	resp, err := http.Get(servers["b"].URL + "/health")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if string(body) != "b" {
+		t.Errorf("a request for no entity was served by %q, want where it arrived (b)", body)
+	}
+}
+
+// TestJoinRefusals: bad configurations and a name taken by a live member
+// are refused with errors that name the problem.
+func TestJoinRefusals(t *testing.T) {
+	st := memory.New()
+	s := st.Membership()
+	join(t, st, s, "a", nil)
+	cases := []struct {
+		name string
+		cfg  cluster.Config
+		want error
+	}{
+		{"name taken", cluster.Config{Store: s, Cluster: t.Name(), Name: "a", LeaseTime: leaseTime}, membership.ErrNameTaken},
+		{"no store", cluster.Config{Name: "x"}, nil},
+		{"no name", cluster.Config{Store: s}, nil},
+		{"ranges not dividing 1024", cluster.Config{Store: s, Name: "x", Ranges: 3}, annals.ErrInvalidSliceRanges},
+		{"lease under a second", cluster.Config{Store: s, Name: "x", LeaseTime: 500 * time.Millisecond}, nil},
+		{"heartbeat too slow", cluster.Config{Store: s, Name: "x", LeaseTime: 2 * time.Second, Heartbeat: time.Second}, nil},
+		{"a hook of nothing", cluster.Config{Store: s, Name: "x", Hooks: []any{42}}, nil},
+		{"a daemon without instances", cluster.Config{Store: s, Name: "x", Daemons: []cluster.Daemon{{Name: "d", Run: func(context.Context, int) error { return nil }}}}, nil},
+	}
+	for _, c := range cases {
+		m, err := cluster.Join(t.Context(), c.cfg)
+		if err == nil {
+			_ = m.Leave(context.Background())
+			t.Errorf("%s: Join accepted it", c.name)
+			continue
+		}
+		if c.want != nil && !errors.Is(err, c.want) {
+			t.Errorf("%s: %v, want %v", c.name, err, c.want)
+		}
+	}
+}

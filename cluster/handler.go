@@ -1,0 +1,246 @@
+package cluster
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httputil"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/annals-go/annals"
+)
+
+// HeaderForwardedBy marks a request a member forwarded to the owner of its
+// entity, with the forwarding member's name. A request that carries it is
+// never forwarded again (one hop).
+const HeaderForwardedBy = "Annals-Forwarded-By"
+
+// DefaultMaxBody is HandlerConfig.MaxBody's default: 1 MiB.
+const DefaultMaxBody = 1 << 20
+
+// HandlerConfig configures Member.Handler. Key is required.
+type HandlerConfig struct {
+	// Key returns the persistence id a request is for, or false for a
+	// request that is for no entity (it is served here).
+	Key func(r *http.Request) (persistenceID string, ok bool)
+	// MoveWait bounds how long a request waits for its range to get an
+	// owner while the range moves (default LeaseTime plus two heartbeats:
+	// a failed member's ranges are taken within it). When it passes the
+	// request is answered 503 Service Unavailable with Retry-After.
+	MoveWait time.Duration
+	// MaxBody bounds the body of a request (default DefaultMaxBody): the
+	// body is kept so that the request can be sent again while its range
+	// moves. A larger body is answered 413.
+	MaxBody int64
+	// Transport forwards requests to other members (default
+	// http.DefaultTransport).
+	Transport http.RoundTripper
+}
+
+// PathKey returns a HandlerConfig.Key that takes the entity id from the
+// path wildcard wildcard (http.Request.PathValue) of routes of
+// http.ServeMux: the persistence id of entityType and that id.
+func PathKey(entityType, wildcard string) func(*http.Request) (string, bool) {
+	return func(r *http.Request) (string, bool) {
+		id := r.PathValue(wildcard)
+		if id == "" {
+			return "", false
+		}
+		return annals.PersistenceID(entityType, id), true
+	}
+}
+
+// errMisdirected is an attempt answered 421 by the member it reached.
+var errMisdirected = errors.New("cluster: the member reached does not own the entity")
+
+// attempt carries the outcome of one forwarded attempt out of the proxy.
+type attempt struct{ err error }
+
+type attemptKey struct{}
+
+type targetKey struct{}
+
+// Handler returns middleware that runs each request on the member that
+// owns its entity: served by next here when this member owns it, or
+// forwarded once to the owner's address (which serves it with its own
+// Handler and next). While the entity's range has no owner (it is moving,
+// or its member failed and no other has taken it yet) the request waits,
+// at most cfg.MoveWait, and is then answered 503 with Retry-After.
+//
+// A handler that finds the entity moved under it (its host answered a
+// *entity.NotOwnedError) answers 421 Misdirected Request: the command was
+// not handled, so the middleware runs the request again where the entity
+// is now. A forwarded request whose entity the receiving member does not
+// own is answered 421 to the forwarding member, which tries again. Only
+// the status 421 is taken this way; every other answer is the request's.
+func (m *Member) Handler(next http.Handler, cfg HandlerConfig) (http.Handler, error) {
+	if cfg.Key == nil {
+		return nil, errors.New("cluster: HandlerConfig.Key is nil")
+	}
+	if cfg.MoveWait < 0 || cfg.MaxBody < 0 {
+		return nil, errors.New("cluster: HandlerConfig has a negative setting")
+	}
+	if cfg.MoveWait == 0 {
+		cfg.MoveWait = m.cfg.LeaseTime + 2*m.cfg.Heartbeat
+	}
+	if cfg.MaxBody == 0 {
+		cfg.MaxBody = DefaultMaxBody
+	}
+	proxy := &httputil.ReverseProxy{
+		Rewrite: func(pr *httputil.ProxyRequest) {
+			pr.SetURL(pr.In.Context().Value(targetKey{}).(*url.URL))
+			pr.SetXForwarded()
+			pr.Out.Header.Set(HeaderForwardedBy, m.me.Name)
+		},
+		Transport: cfg.Transport,
+		ModifyResponse: func(resp *http.Response) error {
+			if resp.StatusCode == http.StatusMisdirectedRequest {
+				return errMisdirected
+			}
+			return nil
+		},
+		ErrorHandler: func(_ http.ResponseWriter, r *http.Request, err error) {
+			r.Context().Value(attemptKey{}).(*attempt).err = err
+		},
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		pid, ok := cfg.Key(r)
+		if !ok {
+			next.ServeHTTP(w, r)
+			return
+		}
+		forwarded := r.Header.Get(HeaderForwardedBy) != ""
+		body, err := readBody(r, cfg.MaxBody)
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusRequestEntityTooLarge)
+			return
+		}
+		ctx, cancel := context.WithTimeout(r.Context(), cfg.MoveWait)
+		defer cancel()
+		for {
+			changed := m.Changed()
+			owner, ok := m.OwnerOf(pid)
+			switch {
+			case ok && owner.Local:
+				iw := &interceptWriter{w: w, header: http.Header{}, pass421: forwarded}
+				next.ServeHTTP(iw, withBody(r, r.Context(), body))
+				if !iw.misdirected {
+					return
+				}
+			case forwarded:
+				http.Error(w, fmt.Sprintf("cluster: member %s does not own %s", m.me.Name, pid), http.StatusMisdirectedRequest)
+				return
+			case ok:
+				target, err := memberURL(owner.Address)
+				if err != nil {
+					http.Error(w, err.Error(), http.StatusBadGateway)
+					return
+				}
+				att := &attempt{}
+				actx := context.WithValue(context.WithValue(r.Context(), attemptKey{}, att), targetKey{}, target)
+				proxy.ServeHTTP(w, withBody(r, actx, body))
+				if att.err == nil {
+					return
+				}
+				if r.Context().Err() != nil {
+					return // the client went away
+				}
+			}
+			select {
+			case <-changed:
+			case <-ctx.Done():
+				if r.Context().Err() != nil {
+					return
+				}
+				w.Header().Set("Retry-After", strconv.Itoa(max(1, int(m.cfg.Heartbeat/time.Second))))
+				http.Error(w, fmt.Sprintf("cluster: no member serves %s yet (its range is moving); try again", pid), http.StatusServiceUnavailable)
+				return
+			}
+		}
+	}), nil
+}
+
+// readBody reads r's body whole, refusing one over limit bytes.
+func readBody(r *http.Request, limit int64) ([]byte, error) {
+	if r.Body == nil || r.Body == http.NoBody {
+		return nil, nil
+	}
+	b, err := io.ReadAll(io.LimitReader(r.Body, limit+1))
+	if err != nil {
+		return nil, fmt.Errorf("cluster: reading the request body: %w", err)
+	}
+	if int64(len(b)) > limit {
+		return nil, fmt.Errorf("cluster: request body over %d bytes", limit)
+	}
+	return b, nil
+}
+
+// withBody returns r with ctx and a fresh reader of body.
+func withBody(r *http.Request, ctx context.Context, body []byte) *http.Request {
+	r2 := r.Clone(ctx)
+	r2.Body = io.NopCloser(bytes.NewReader(body))
+	r2.ContentLength = int64(len(body))
+	r2.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(body)), nil }
+	return r2
+}
+
+// memberURL returns the base URL of a member's address.
+func memberURL(address string) (*url.URL, error) {
+	if address == "" {
+		return nil, errors.New("cluster: the owning member has no address")
+	}
+	if !strings.Contains(address, "://") {
+		address = "http://" + address
+	}
+	u, err := url.Parse(address)
+	if err != nil {
+		return nil, fmt.Errorf("cluster: the owning member's address %q: %w", address, err)
+	}
+	return u, nil
+}
+
+// interceptWriter passes a response through, except a 421 it is to take:
+// that one is swallowed and reported, so the request can run elsewhere.
+type interceptWriter struct {
+	w           http.ResponseWriter
+	header      http.Header
+	pass421     bool
+	wrote       bool
+	misdirected bool
+}
+
+func (iw *interceptWriter) Header() http.Header { return iw.header }
+
+func (iw *interceptWriter) WriteHeader(code int) {
+	if iw.wrote {
+		return
+	}
+	iw.wrote = true
+	if code == http.StatusMisdirectedRequest && !iw.pass421 {
+		iw.misdirected = true
+		return
+	}
+	for k, v := range iw.header {
+		iw.w.Header()[k] = v
+	}
+	iw.w.WriteHeader(code)
+}
+
+func (iw *interceptWriter) Write(b []byte) (int, error) {
+	if !iw.wrote {
+		iw.WriteHeader(http.StatusOK)
+	}
+	if iw.misdirected {
+		return len(b), nil
+	}
+	return iw.w.Write(b)
+}
+
+// Unwrap gives http.ResponseController the writer beneath.
+func (iw *interceptWriter) Unwrap() http.ResponseWriter { return iw.w }

@@ -1,8 +1,12 @@
 package main
 
 import (
+	"context"
+	"errors"
 	"flag"
 	"fmt"
+	"iter"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -11,6 +15,7 @@ import (
 	"github.com/annals-go/annals/admin"
 	"github.com/annals-go/annals/cmd/annals/internal/stores"
 	"github.com/annals-go/annals/offsets"
+	"github.com/annals-go/annals/projection"
 	"github.com/annals-go/annals/query"
 )
 
@@ -27,7 +32,15 @@ such as the slice range "0-255").
                             its offset (within the slice range its KEY names, when it
                             names one; only of --type or --tag when given), the
                             oldest of them, and the lag (now minus that event's
-                            write time; 0 when nothing is pending)
+                            write time; 0 when nothing is pending). The events are
+                            counted in --source when given (the store the
+                            projections read, such as a Cassandra journal whose
+                            projections keep their offsets in this SQLite file or
+                            PostgreSQL schema; give --tag for a source by tag),
+                            else in this store. An instance whose offset the event
+                            store cannot resume from (a Cassandra projection's
+                            time-based UUID in a SQLite file) is listed with its
+                            backlog unknown (?) and the reason
   pause NAME [KEY]          pause one instance, or every stored instance of NAME
   resume NAME [KEY]         resume them
   reset-offset NAME KEY     remove the offset: the instance handles its whole
@@ -38,16 +51,25 @@ A running projection obeys pause and resume within its recheck interval
 (a second by default). Pause an instance before resetting it: a running
 instance saves its own offset over the reset.
 
+The store keeps each instance's offset, paused flag and last update, and
+nothing else: whether a projection is running, restarting after failures
+or gave up, and its last error, are known only to the process that runs
+it (projection.Projection.Status, and Behind's *projection.FailingError),
+so status cannot show them; it says so under its table.
+
 --json prints {"projections": [{"name", "key", "offset" (as tail
 --from-offset takes it; {} for none), "paused", "updated" (null when
 unknown)}]}; status adds "slices" ("min-max"), "pending_events",
-"oldest_pending" and "newest_pending" (null when none), "lag_seconds".
+"oldest_pending" and "newest_pending" (null when none), "lag_seconds";
+when the backlog cannot be counted, those are absent and "backlog_unknown"
+says why.
 pause and resume print the instances they changed in the same shape;
 reset-offset prints {"name", "key", "previous_offset", "offset",
 "dry_run", "changed"}.`,
 		examples: []string{
 			"annals projections list --store sqlite:./annals.db",
 			"annals projections status bank-balances --type Account",
+			"annals projections status --store sqlite:./model.db --source cassandra://127.0.0.1:9042/app --tag orders",
 			"annals projections pause bank-balances",
 			"annals projections reset-offset bank-balances 0-255 --yes",
 			`annals projections reset-offset bank-balances 0-255 --offset '{"seq":1000}' --dry-run`,
@@ -59,6 +81,7 @@ reset-offset prints {"name", "key", "previous_offset", "offset",
 			p.store, p.asJSON = storeFlag(fs), jsonFlag(fs)
 			fs.StringVar(&p.entityType, "type", "", "status: count only events of this entity `TYPE`")
 			fs.StringVar(&p.tag, "tag", "", "status: count only events with this `TAG`")
+			fs.StringVar(&p.source, "source", "", "status: count the backlog in the store at this `URL` (the one the projections read), not in --store")
 			fs.StringVar(&p.offset, "offset", "", "reset-offset: set this `OFFSET` (such as {\"seq\":1000}) instead of removing it")
 			fs.BoolVar(&p.yes, "yes", false, "reset-offset: do it without asking")
 			fs.BoolVar(&p.dry, "dry-run", false, "reset-offset: show what would change; change nothing")
@@ -71,6 +94,7 @@ type projectionsCmd struct {
 	store           *string
 	asJSON          *bool
 	entityType, tag string
+	source          string
 	offset          string
 	yes, dry        bool
 	s               *stores.Store
@@ -91,6 +115,8 @@ type instanceJSON struct {
 	OldestPending *jsonTime    `json:"oldest_pending,omitempty"`
 	NewestPending *jsonTime    `json:"newest_pending,omitempty"`
 	LagSeconds    *float64     `json:"lag_seconds,omitempty"`
+	// BacklogUnknown says why status could not count the backlog.
+	BacklogUnknown string `json:"backlog_unknown,omitempty"`
 }
 
 func (p *projectionsCmd) run(e *env, args []string) error {
@@ -119,6 +145,9 @@ func (p *projectionsCmd) run(e *env, args []string) error {
 	}
 	if p.entityType != "" && p.tag != "" {
 		return usagef("give --type or --tag, not both")
+	}
+	if p.source != "" && p.sub != "status" {
+		return usagef("--source is for status")
 	}
 	var err error
 	if p.s, err = e.open(*p.store, stores.Existing); err != nil {
@@ -176,17 +205,24 @@ func (p *projectionsCmd) list(status bool) error {
 	if err != nil {
 		return err
 	}
-	var br admin.BacklogReader
+	var count backlogCounter
 	if status {
-		var ok bool
-		if br, ok = p.s.Admin.(admin.BacklogReader); !ok {
-			return fmt.Errorf("the %s store cannot count what its projections have still to process", p.s.Kind)
+		events := p.s
+		if p.source != "" {
+			if events, err = p.e.open(p.source, stores.Existing); err != nil {
+				return fmt.Errorf("--source: %w", err)
+			}
+			defer events.Close()
+		}
+		if count, err = p.backlogCounter(events); err != nil {
+			return err
 		}
 	}
 	out := struct {
 		Projections []instanceJSON `json:"projections"`
 	}{[]instanceJSON{}}
 	now := time.Now()
+	var unknown []string // the reasons of backlogs not counted, once each
 	for _, in := range ins {
 		j := toInstanceJSON(in)
 		if status {
@@ -195,7 +231,15 @@ func (p *projectionsCmd) list(status bool) error {
 				f.MinSlice, f.MaxSlice = r.Min, r.Max
 			}
 			j.Slices = fmt.Sprintf("%d-%d", f.MinSlice, f.MaxSlice)
-			b, err := br.Backlog(p.e.ctx, in.Offset, f)
+			b, err := count(p.e.ctx, in.Offset, f)
+			if errors.Is(err, query.ErrUnsupportedOffset) {
+				j.BacklogUnknown = unsupportedOffset(in.Offset, p.source != "")
+				if !slices.Contains(unknown, j.BacklogUnknown) {
+					unknown = append(unknown, j.BacklogUnknown)
+				}
+				out.Projections = append(out.Projections, j)
+				continue
+			}
 			if err != nil {
 				return fmt.Errorf("backlog of %s: %w", in.ID, err)
 			}
@@ -222,12 +266,85 @@ func (p *projectionsCmd) list(status bool) error {
 	tw := table(p.e.stdout, header...)
 	for _, j := range out.Projections {
 		cols := []any{j.Name, textOr(j.Key, `""`), offsetText(j.Offset), yesNo(j.Paused), timeText(time.Time(j.Updated))}
-		if status {
+		switch {
+		case status && j.PendingEvents == nil:
+			cols = append(cols, j.Slices, "?", "?", "?")
+		case status:
 			cols = append(cols, j.Slices, num(*j.PendingEvents), timeText(time.Time(*j.OldestPending)), dur(time.Duration(*j.LagSeconds*float64(time.Second))))
 		}
 		row(tw, cols...)
 	}
-	return tw.Flush()
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	if status {
+		for _, why := range unknown {
+			fmt.Fprintf(p.e.stderr, "backlog unknown (?): %s\n", why)
+		}
+		fmt.Fprintln(p.e.stderr, "note: the store keeps offsets and paused flags only; whether a projection runs, restarts after failures or gave up, and its last error, are known only to the process that runs it (projection.Projection.Status)")
+	}
+	return nil
+}
+
+// backlogCounter counts the events after an offset that match a filter.
+type backlogCounter func(ctx context.Context, after query.Offset, f admin.EventFilter) (admin.Backlog, error)
+
+// backlogCounter returns how status counts backlogs in the event store
+// events: its admin.BacklogReader, or, for a store without one (Cassandra),
+// its query by --tag, through StoredEventsByTag where the store offers it
+// (so what an eventual-consistency delay holds back counts too).
+func (p *projectionsCmd) backlogCounter(events *stores.Store) (backlogCounter, error) {
+	if br, ok := events.Admin.(admin.BacklogReader); ok {
+		return br.Backlog, nil
+	}
+	byTag, ok := events.Queries.(query.EventsByTagQuery)
+	if !ok {
+		return nil, fmt.Errorf("the %s store cannot count what its projections have still to process", events.Kind)
+	}
+	if p.tag == "" {
+		return nil, usagef("the %s store counts what its projections have still to process by tag: give --tag", events.Kind)
+	}
+	read := byTag.CurrentEventsByTag
+	if stored, ok := byTag.(projection.StoredEventsByTagQuery); ok {
+		read = stored.StoredEventsByTag
+	}
+	return func(ctx context.Context, after query.Offset, f admin.EventFilter) (admin.Backlog, error) {
+		return countBacklog(read(ctx, f.Tag, after), f)
+	}, nil
+}
+
+// countBacklog counts the envelopes of events that match f.
+func countBacklog(events iter.Seq2[query.Envelope, error], f admin.EventFilter) (admin.Backlog, error) {
+	var b admin.Backlog
+	for env, err := range events {
+		if err != nil {
+			return admin.Backlog{}, err
+		}
+		if (f.EntityType != "" && env.EntityType != f.EntityType) || env.Slice < f.MinSlice || env.Slice > f.MaxSlice {
+			continue
+		}
+		b.Events++
+		if b.Oldest.IsZero() || env.Timestamp.Before(b.Oldest) {
+			b.Oldest = env.Timestamp
+		}
+		if env.Timestamp.After(b.Newest) {
+			b.Newest = env.Timestamp
+		}
+	}
+	return b, nil
+}
+
+// unsupportedOffset says why a backlog from offset o was not counted.
+func unsupportedOffset(o query.Offset, fromSource bool) string {
+	kind := map[query.OffsetKind]string{
+		query.KindSequence:  "a sequence offset (a SQLite or memory store's)",
+		query.KindTimestamp: "a timestamp offset (a PostgreSQL store's)",
+		query.KindTimeUUID:  "a time-based UUID offset (a Cassandra journal's events by tag)",
+	}[o.Kind]
+	if fromSource {
+		return fmt.Sprintf("the offset is %s, which the --source store's queries do not resume from", kind)
+	}
+	return fmt.Sprintf("the offset is %s, which this store's events do not have: its projection reads another store; count there with --source URL (and --tag)", kind)
 }
 
 func (p *projectionsCmd) setPaused(paused bool) error {

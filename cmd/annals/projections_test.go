@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"path/filepath"
 	"reflect"
 	"strings"
 	"testing"
@@ -10,21 +11,26 @@ import (
 
 	"github.com/annals-go/annals"
 	"github.com/annals-go/annals/cmd/annals/internal/stores"
+	"github.com/annals-go/annals/journal"
 	"github.com/annals-go/annals/offsets"
+	"github.com/annals-go/annals/projection"
 	"github.com/annals-go/annals/query"
+	"github.com/annals-go/annals/serialization"
+	"github.com/annals-go/annals/store/cassandra/cassandratest"
 )
 
 type instanceOut struct {
-	Name          string          `json:"name"`
-	Key           string          `json:"key"`
-	Offset        json.RawMessage `json:"offset"`
-	Paused        bool            `json:"paused"`
-	Updated       *time.Time      `json:"updated"`
-	Slices        string          `json:"slices"`
-	PendingEvents *int64          `json:"pending_events"`
-	OldestPending *time.Time      `json:"oldest_pending"`
-	NewestPending *time.Time      `json:"newest_pending"`
-	LagSeconds    *float64        `json:"lag_seconds"`
+	Name           string          `json:"name"`
+	BacklogUnknown string          `json:"backlog_unknown"`
+	Key            string          `json:"key"`
+	Offset         json.RawMessage `json:"offset"`
+	Paused         bool            `json:"paused"`
+	Updated        *time.Time      `json:"updated"`
+	Slices         string          `json:"slices"`
+	PendingEvents  *int64          `json:"pending_events"`
+	OldestPending  *time.Time      `json:"oldest_pending"`
+	NewestPending  *time.Time      `json:"newest_pending"`
+	LagSeconds     *float64        `json:"lag_seconds"`
 }
 
 type instancesOut struct {
@@ -213,5 +219,93 @@ func TestProjections(t *testing.T) {
 				t.Errorf("%q: %s", args, r)
 			}
 		}
+	})
+}
+
+// TestProjectionsStatusOfOffsetsFromAnotherStore: status on the SQLite
+// file that keeps a Cassandra projection's offsets (time-based UUIDs) with
+// its read model, the layout the docs recommend for Cassandra read models,
+// lists every instance and says why it cannot count a backlog there; with
+// --source and --tag it counts it in the Cassandra journal, those events
+// the eventual-consistency delay still holds back included.
+func TestProjectionsStatusOfOffsetsFromAnotherStore(t *testing.T) {
+	t.Parallel()
+	path := filepath.Join(t.TempDir(), "model.db")
+	model := "sqlite:" + path
+	cli(t, nil, "init", "--store", model).want(t, 0, []string{"created schema version"}, nil)
+	orders, local := offsets.ID{Name: "orders"}, offsets.ID{Name: "local", Key: "0-1023"}
+	save := func(id offsets.ID, o query.Offset) {
+		t.Helper()
+		withStore(t, model, func(s *stores.Store) {
+			if err := s.Offsets.SaveOffset(context.Background(), id, o); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+	status := func(t *testing.T, args ...string) map[string]instanceOut {
+		t.Helper()
+		var out instancesOut
+		decode(t, cli(t, nil, append([]string{"projections", "status", "--store", model, "--json"}, args...)...), &out)
+		byName := map[string]instanceOut{}
+		for _, in := range out.Projections {
+			byName[in.Name] = in
+		}
+		return byName
+	}
+	// A time-based UUID of 2024, as a Cassandra projection saves them.
+	save(orders, query.TimeUUIDOffset([16]byte{0x58, 0x1f, 0x1c, 0x00, 0x3d, 0x2a, 0x11, 0xef, 0x80, 0, 0, 0, 0, 0, 0, 1}))
+	save(local, query.SequenceOffset(0))
+
+	t.Run("offsets only", func(t *testing.T) {
+		got := status(t)
+		if o := got["orders"]; o.PendingEvents != nil || o.LagSeconds != nil || !strings.Contains(o.BacklogUnknown, "time-based UUID") || !strings.Contains(o.BacklogUnknown, "--source") {
+			t.Errorf("orders: %+v; want its backlog unknown, naming the offset and --source", o)
+		}
+		if l := got["local"]; l.PendingEvents == nil || *l.PendingEvents != 0 || l.BacklogUnknown != "" {
+			t.Errorf("local (a sequence offset of this file's events): %+v; want 0 pending", l)
+		}
+		cli(t, nil, "projections", "status", "--store", model).want(t, 0, []string{"orders", "?", "local"},
+			[]string{"backlog unknown (?): the offset is a time-based UUID offset", "known only to the process that runs it"})
+	})
+
+	t.Run("counted in the Cassandra journal", func(t *testing.T) {
+		base, _ := cassandratest.URL(t)
+		// The default eventual-consistency delay (5 s): the events just
+		// written are held back from the live query, and count.
+		journalURL := base + "?first_time_bucket=" + time.Now().UTC().Add(-24*time.Hour).Format("20060102T15:04")
+		cli(t, nil, "init", "--store", journalURL).want(t, 0, []string{"created schema version 1"}, nil)
+		var envs []query.Envelope
+		withStore(t, journalURL, func(s *stores.Store) {
+			ctx := context.Background()
+			for _, pid := range []string{"Order|o-1", "Order|o-2", "Order|o-3", "Order|o-4"} {
+				w := journal.AtomicWrite{PersistenceID: pid}
+				for seq := int64(1); seq <= 4; seq++ {
+					w.Events = append(w.Events, journal.Repr{PersistenceID: pid, SequenceNr: seq, Payload: []byte(`{}`), SerializerID: serialization.JSONID, Tags: []string{"orders"}})
+				}
+				if res, err := s.Journal.Write(ctx, []journal.AtomicWrite{w}); err != nil || res != nil {
+					t.Fatal(res, err)
+				}
+			}
+			for env, err := range s.Queries.(projection.StoredEventsByTagQuery).StoredEventsByTag(ctx, "orders", query.NoOffset()) {
+				if err != nil {
+					t.Fatal(err)
+				}
+				envs = append(envs, env)
+			}
+		})
+		if len(envs) != 16 {
+			t.Fatalf("%d events tagged orders, want 16", len(envs))
+		}
+		save(orders, envs[4].Offset) // handled 5 of the 16
+		got := status(t, "--source", journalURL, "--tag", "orders")
+		if o := got["orders"]; o.PendingEvents == nil || *o.PendingEvents != 11 || o.OldestPending == nil || !o.OldestPending.Equal(envs[5].Timestamp) ||
+			o.NewestPending == nil || o.LagSeconds == nil || o.BacklogUnknown != "" {
+			t.Errorf("orders: %+v; want 11 pending, the oldest at %v, the lag", o, envs[5].Timestamp)
+		}
+		if l := got["local"]; l.PendingEvents != nil || !strings.Contains(l.BacklogUnknown, "--source store's queries do not resume from") {
+			t.Errorf("local (a sequence offset) counted in Cassandra: %+v; want its backlog unknown", l)
+		}
+		cli(t, nil, "projections", "status", "--store", model, "--source", journalURL).want(t, 2, nil, []string{"give --tag"})
+		cli(t, nil, "projections", "list", "--store", model, "--source", journalURL).want(t, 2, nil, []string{"--source is for status"})
 	})
 }

@@ -11,9 +11,9 @@ import (
 )
 
 // TestInitLayout: annals init --layout r2dbc creates the tables of Akka's
-// and Pekko's R2DBC plugin (and no table of Annals' own); the layout is
-// detected afterwards; asking for the other layout is refused naming
-// both; other stores have no layouts.
+// and Pekko's R2DBC plugin (and of Annals' own only the membership
+// tables); the layout is detected afterwards; asking for the other layout
+// is refused naming both; other stores have no layouts.
 func TestInitLayout(t *testing.T) {
 	t.Parallel()
 	url, schema := pgtest.Schema(t)
@@ -37,7 +37,7 @@ func TestInitLayout(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := []string{"durable_state", "event_journal", "projection_management", "projection_offset_store", "projection_timestamp_offset_store", "snapshot"}; !slices.Equal(tables, want) {
-		t.Errorf("tables %v, want the plugin's %v", tables, want)
+	if want := []string{"cluster_leases", "cluster_members", "durable_state", "event_journal", "projection_management", "projection_offset_store", "projection_timestamp_offset_store", "snapshot"}; !slices.Equal(tables, want) {
+		t.Errorf("tables %v, want the plugin's and the membership tables %v", tables, want)
 	}
 }

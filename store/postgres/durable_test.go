@@ -74,8 +74,9 @@ func TestDurableStateTableIsPekkos(t *testing.T) {
 
 // TestDurableStateMigratesFromVersion1: a schema at version 1 (no
 // durable_state) is refused by Open until Migrate runs the one step to
-// version 2, which adds the table, and the step to version 3, which adds
-// the change queries' indexes; durable state then works.
+// version 2, which adds the table, the step to version 3, which adds the
+// change queries' indexes, and the step to version 4 (the membership
+// tables); durable state then works.
 func TestDurableStateMigratesFromVersion1(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
@@ -97,8 +98,8 @@ func TestDurableStateMigratesFromVersion1(t *testing.T) {
 		t.Fatalf("Open of a version 1 schema: %v, want ErrSchemaMissing", err)
 	}
 	ran, err := m.Migrate(ctx)
-	if err != nil || len(ran) != 2 || ran[0].From != 1 || ran[0].To != 2 || ran[1].To != 3 {
-		t.Fatalf("Migrate ran %+v (%v), want the steps 1 → 2 → 3", ran, err)
+	if err != nil || len(ran) != 3 || ran[0].From != 1 || ran[0].To != 2 || ran[1].To != 3 || ran[2].To != 4 {
+		t.Fatalf("Migrate ran %+v (%v), want the steps 1 → 2 → 3 → 4", ran, err)
 	}
 	if cur, latest, err := m.SchemaVersion(ctx); err != nil || cur != postgres.SchemaVersion || latest != postgres.SchemaVersion {
 		t.Fatalf("version after Migrate: %d %d %v", cur, latest, err)

@@ -1,7 +1,8 @@
 // Package postgres is the PostgreSQL store: a journal, a snapshot store, a
 // read journal (events by persistence id, by slices, by tag, persistence ids),
-// a projection offset store and a durable-state store (DurableState), in one
-// schema of a PostgreSQL database, through pgx and its connection pool.
+// a projection offset store, a durable-state store (DurableState) and the
+// members and leases of clusters (Membership), in one schema of a
+// PostgreSQL database, through pgx and its connection pool.
 //
 // The tables follow akka-persistence-r2dbc's design and column names: every
 // event carries its slice, entity type and a database timestamp

@@ -23,17 +23,20 @@ const (
 	// LayoutAnnals is Annals' own layout: event_journal, event_tag,
 	// journal_metadata, journal_clock, snapshot (several per id),
 	// projection_offset_store, projection_management, durable_state (the
-	// plugin's table, from schema version 2) and the annals_schema version
+	// plugin's table, from schema version 2), cluster_members and
+	// cluster_leases (from schema version 4) and the annals_schema version
 	// table.
 	LayoutAnnals
 	// LayoutR2DBC is the layout of akka-persistence-r2dbc and Pekko
 	// Persistence R2DBC 1.2 (ddl-scripts/create_tables_postgres.sql):
 	// event_journal, snapshot (one per id), projection_offset_store,
 	// projection_timestamp_offset_store and projection_management, with
-	// exactly the plugin's columns, types, defaults and indexes, and no
-	// table of Annals' own (Migrate creates the missing ones, durable_state
-	// included, and changes none it finds). A JVM service with the plugin
-	// and an Annals service share such a schema.
+	// exactly the plugin's columns, types, defaults and indexes, and of
+	// Annals' own only the membership tables cluster_members and
+	// cluster_leases, which JVM services ignore (Migrate creates the
+	// missing ones, durable_state included, and changes none it finds;
+	// Open needs only event_journal and snapshot). A JVM service with the
+	// plugin and an Annals service share such a schema.
 	// The store keeps the plugin's rules there:
 	//
 	//   - Events are written in the plugin's row shape: slice and
@@ -115,7 +118,8 @@ func parseLayout(v string) (Layout, error) {
 // r2dbcTables are the tables of the r2dbc layout, in creation order, as
 // ddl-scripts/create_tables_postgres.sql of pekko-persistence-r2dbc 1.2.0
 // creates them ("{s}" is the quoted schema), durable_state included (see
-// DurableState). A table that exists is used as it is.
+// DurableState), then the membership tables, Annals' own (see
+// Membership). A table that exists is used as it is.
 var r2dbcTables = []struct{ name, ddl string }{
 	{"event_journal", `CREATE TABLE IF NOT EXISTS {s}.event_journal(
   slice INT NOT NULL,
@@ -182,6 +186,8 @@ CREATE INDEX IF NOT EXISTS event_journal_slice_idx ON {s}.event_journal(slice, e
   last_updated BIGINT NOT NULL,
   PRIMARY KEY(projection_name, projection_key)
 )`},
+	{"cluster_members", membersDDL},
+	{"cluster_leases", leasesDDL},
 }
 
 // querier is what the schema reads need of a pool or a transaction.

@@ -11,7 +11,7 @@ import (
 
 // SchemaVersion is the schema version this package writes. Migrate
 // upgrades older schemas to it; Open refuses newer ones.
-const SchemaVersion = 3
+const SchemaVersion = 4
 
 // migrations[i] upgrades a schema from version i to i+1; a step never
 // changes once released (a new version is a new step). "{s}" stands for
@@ -91,6 +91,8 @@ CREATE TABLE {s}.projection_management (
 	// are the plugin's.
 	`CREATE INDEX durable_state_type_idx ON {s}.durable_state (entity_type, db_timestamp, revision, persistence_id);
 CREATE INDEX durable_state_tag_idx ON {s}.durable_state ((tags[1]), db_timestamp, revision, persistence_id)`,
+	// 3 → 4: cluster members and leases (see Membership).
+	membersDDL + ";\n" + leasesDDL,
 }
 
 func schemaSQL(schema, body string) string {

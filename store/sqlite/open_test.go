@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/annals-go/annals/journal"
+	"github.com/annals-go/annals/membership"
 	"github.com/annals-go/annals/snapshot"
 	_ "github.com/mattn/go-sqlite3"
 )
@@ -189,7 +190,8 @@ func TestOversizePayloadRejected(t *testing.T) {
 }
 
 // TestMigratesOlderSchema turns a database back into schema version 1 and
-// checks that Open migrates it, keeping its events.
+// checks that Open migrates it, keeping its events; the tables of later
+// versions work.
 func TestMigratesOlderSchema(t *testing.T) {
 	ctx := t.Context()
 	path := filepath.Join(t.TempDir(), "old.db")
@@ -201,7 +203,7 @@ func TestMigratesOlderSchema(t *testing.T) {
 	if res, err := s.Journal().Write(ctx, []journal.AtomicWrite{w}); err != nil || res != nil {
 		t.Fatal(res, err)
 	}
-	if _, err := s.writer.Exec(`DROP INDEX event_journal_type_ordering_idx; DROP TABLE projection_offset; DROP TABLE projection_management; DROP TABLE durable_state; DROP TABLE durable_state_clock; UPDATE annals_schema SET version = 1`); err != nil {
+	if _, err := s.writer.Exec(`DROP INDEX event_journal_type_ordering_idx; DROP TABLE projection_offset; DROP TABLE projection_management; DROP TABLE durable_state; DROP TABLE durable_state_clock; DROP TABLE cluster_members; DROP TABLE cluster_leases; UPDATE annals_schema SET version = 1`); err != nil {
 		t.Fatal(err)
 	}
 	_ = s.Close()
@@ -219,6 +221,9 @@ func TestMigratesOlderSchema(t *testing.T) {
 	}
 	if n, err := s.Journal().HighestSequenceNr(ctx, "A|1", 0); err != nil || n != 1 {
 		t.Errorf("events after migration: highest %d, %v; want 1", n, err)
+	}
+	if _, err := s.Membership().Acquire(ctx, "c", "r0", membership.Holder{Name: "a", Incarnation: "1"}, time.Minute); err != nil {
+		t.Errorf("migration 5 → 6: Acquire: %v", err)
 	}
 }
 

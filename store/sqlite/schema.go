@@ -2,7 +2,7 @@ package sqlite
 
 // SchemaVersion is the schema version this package writes. Open migrates
 // older Annals databases up to it and refuses newer ones.
-const SchemaVersion = 5
+const SchemaVersion = 6
 
 // migrations[i] upgrades a database from schema version i to i+1. Each runs
 // in the same transaction as the update of the schema-version row.
@@ -97,6 +97,29 @@ CREATE TABLE durable_state_clock (
 	ordering INTEGER NOT NULL
 );
 INSERT INTO durable_state_clock SELECT 1, COALESCE(MAX(ordering), 0) FROM durable_state;
+`,
+	// 5 → 6: cluster members and leases (see Membership). Times are Unix
+	// milliseconds of the machine's clock; a free lease has the empty
+	// owner (names are never empty).
+	`
+CREATE TABLE cluster_members (
+	cluster     TEXT    NOT NULL,
+	name        TEXT    NOT NULL,
+	incarnation TEXT    NOT NULL,
+	address     TEXT    NOT NULL,
+	joined      INTEGER NOT NULL, -- Unix milliseconds of the incarnation's first join
+	expires     INTEGER NOT NULL, -- Unix milliseconds at which the membership ends unless renewed
+	PRIMARY KEY (cluster, name)
+) WITHOUT ROWID;
+CREATE TABLE cluster_leases (
+	cluster           TEXT    NOT NULL,
+	name              TEXT    NOT NULL,
+	owner_name        TEXT    NOT NULL, -- '' when free
+	owner_incarnation TEXT    NOT NULL, -- '' when free
+	epoch             INTEGER NOT NULL, -- +1 on every change of owner
+	expires           INTEGER NOT NULL, -- Unix milliseconds at which the lease ends unless renewed (free: when it was released)
+	PRIMARY KEY (cluster, name)
+) WITHOUT ROWID;
 `,
 }
 

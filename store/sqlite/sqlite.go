@@ -17,11 +17,12 @@
 // commit order: a reader that has seen ordering n has seen every event with
 // a lower ordering.
 //
-// The schema (tables event_journal, event_tag, journal_metadata, snapshot and
-// the annals_schema version row) is created and migrated on Open. Open
-// refuses, without changing the file, a file that is not an SQLite database,
-// an SQLite database that is not an Annals database, and an Annals database
-// of a newer schema version.
+// The schema (tables event_journal, event_tag, journal_metadata, snapshot,
+// the projection and durable-state tables, the membership tables of
+// Membership, and the annals_schema version row) is created and migrated
+// on Open. Open refuses, without changing the file, a file that is not an
+// SQLite database, an SQLite database that is not an Annals database, and
+// an Annals database of a newer schema version.
 package sqlite
 
 import (

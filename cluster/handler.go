@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httputil"
 	"net/url"
@@ -60,7 +61,10 @@ func PathKey(entityType, wildcard string) func(*http.Request) (string, bool) {
 var errMisdirected = errors.New("cluster: the member reached does not own the entity")
 
 // attempt carries the outcome of one forwarded attempt out of the proxy.
-type attempt struct{ err error }
+type attempt struct {
+	err      error // the request was not handled: try again
+	answered bool  // the proxy answered the client itself
+}
 
 type attemptKey struct{}
 
@@ -79,6 +83,11 @@ type targetKey struct{}
 // is now. A forwarded request whose entity the receiving member does not
 // own is answered 421 to the forwarding member, which tries again. Only
 // the status 421 is taken this way; every other answer is the request's.
+// A request is sent again only when it was not handled: answered 421, or
+// refused by the owner's address (a connection that could not be made).
+// When the owner fails after the request reached it (the connection
+// breaks before an answer), the command may have been handled, and the
+// request is answered 502 Bad Gateway, outcome unknown, never sent twice.
 func (m *Member) Handler(next http.Handler, cfg HandlerConfig) (http.Handler, error) {
 	if cfg.Key == nil {
 		return nil, errors.New("cluster: HandlerConfig.Key is nil")
@@ -105,8 +114,17 @@ func (m *Member) Handler(next http.Handler, cfg HandlerConfig) (http.Handler, er
 			}
 			return nil
 		},
-		ErrorHandler: func(_ http.ResponseWriter, r *http.Request, err error) {
-			r.Context().Value(attemptKey{}).(*attempt).err = err
+		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
+			att := r.Context().Value(attemptKey{}).(*attempt)
+			var op *net.OpError
+			if errors.Is(err, errMisdirected) || (errors.As(err, &op) && op.Op == "dial") {
+				att.err = err // not handled there: run it where the entity is now
+				return
+			}
+			// The owner may have handled the command before its answer was
+			// lost: sending it again could apply it twice.
+			att.answered = true
+			http.Error(w, fmt.Sprintf("cluster: the owning member failed while handling the request, outcome unknown: %v", err), http.StatusBadGateway)
 		},
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -145,7 +163,7 @@ func (m *Member) Handler(next http.Handler, cfg HandlerConfig) (http.Handler, er
 				att := &attempt{}
 				actx := context.WithValue(context.WithValue(r.Context(), attemptKey{}, att), targetKey{}, target)
 				proxy.ServeHTTP(w, withBody(r, actx, body))
-				if att.err == nil {
+				if att.err == nil || att.answered {
 					return
 				}
 				if r.Context().Err() != nil {

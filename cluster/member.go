@@ -197,7 +197,15 @@ func (m *Member) round() {
 		m.cfg.Logger.Warn("cluster: heartbeat failed", "cluster", m.cfg.Cluster, "member", m.me.Name, "err", err)
 	}
 	m.dropEnded()
-	ctx, cancel = m.call()
+	if m.readView() {
+		m.plan()
+	}
+}
+
+// readView reads the members and leases into the view; false when the
+// store could not be read.
+func (m *Member) readView() bool {
+	ctx, cancel := m.call()
 	members, err := m.cfg.Store.Members(ctx, m.cfg.Cluster)
 	var leases []membership.Lease
 	if err == nil {
@@ -206,10 +214,10 @@ func (m *Member) round() {
 	cancel()
 	if err != nil {
 		m.cfg.Logger.Warn("cluster: reading the cluster failed", "cluster", m.cfg.Cluster, "member", m.me.Name, "err", err)
-		return
+		return false
 	}
 	m.setView(members, leases)
-	m.plan()
+	return true
 }
 
 // renew extends the terms of the leases the heartbeat renewed; a lease
@@ -526,8 +534,12 @@ func (m *Member) changedHeld() {
 // entities finish what they were given and passivate, each daemon instance
 // stops), releases its leases so that the other members take them at once,
 // and removes the member from the store. The member keeps renewing its
-// leases while it hands them off. It returns ctx's error if ctx ends first
-// (the leases then expire on their own). Later calls return nil.
+// leases while it hands them off, and after removing itself it reads the
+// cluster for one more heartbeat and a half, while the other members see
+// it gone, so that requests reaching it meanwhile (Handler) are forwarded
+// on a current view: a service stops taking requests after Leave returns.
+// It returns ctx's error if ctx ends first (the leases then expire on
+// their own). Later calls return nil.
 func (m *Member) Leave(ctx context.Context) error {
 	m.mu.Lock()
 	if m.left {
@@ -556,7 +568,25 @@ func (m *Member) Leave(ctx context.Context) error {
 	m.mu.Lock()
 	m.left = true
 	m.mu.Unlock()
-	if err := m.cfg.Store.Leave(ctx, m.cfg.Cluster, m.me.Holder()); err != nil {
+	err := m.cfg.Store.Leave(ctx, m.cfg.Cluster, m.me.Holder())
+	// Linger a heartbeat and a half, reading the cluster still, while the
+	// others see this member gone: requests that reach it meanwhile are
+	// forwarded on a current view.
+	linger := time.NewTimer(m.cfg.Heartbeat + m.cfg.Heartbeat/2)
+	defer linger.Stop()
+	tick := time.NewTicker(m.cfg.Heartbeat / 2)
+	defer tick.Stop()
+	for done := false; !done; {
+		select {
+		case <-tick.C:
+			m.readView()
+		case <-linger.C:
+			done = true
+		case <-ctx.Done():
+			done = true
+		}
+	}
+	if err != nil {
 		return fmt.Errorf("cluster: leave: %w", err)
 	}
 	return nil

@@ -194,7 +194,7 @@ func (d *DurableState) ready(ctx context.Context, call, persistenceID string, re
 // apply with durable.ErrClosed.
 func (d *DurableState) mapErr(ctx context.Context, op string, err error) error {
 	var re gocql.RequestError
-	if errors.As(err, &re) && re.Code() == gocql.ErrCodeInvalid && missingTable(re.Message()) {
+	if errors.As(err, &re) && re.Code() == gocql.ErrCodeInvalid && missingTable(re.Message(), durableStateTable) {
 		err = fmt.Errorf("%w: keyspace %s has no %s table; create it with Migrator.Migrate, WithMigrate or `annals migrate --store URL`: %w",
 			ErrSchemaMissing, d.s.cfg.keyspace, durableStateTable, err)
 	}
@@ -202,9 +202,8 @@ func (d *DurableState) mapErr(ctx context.Context, op string, err error) error {
 }
 
 // missingTable reports whether a server message of an invalid request
-// says that the durable_state table does not exist (Cassandra 4 and 5:
-// "table durable_state does not exist", 3: "unconfigured table
-// durable_state").
-func missingTable(msg string) bool {
-	return strings.Contains(msg, durableStateTable) && (strings.Contains(msg, "does not exist") || strings.Contains(msg, "unconfigured table"))
+// says that table does not exist (Cassandra 4 and 5: "table durable_state
+// does not exist", 3: "unconfigured table durable_state").
+func missingTable(msg, table string) bool {
+	return strings.Contains(msg, table) && (strings.Contains(msg, "does not exist") || strings.Contains(msg, "unconfigured table"))
 }

@@ -289,8 +289,10 @@ func TestDurableStateSchema(t *testing.T) {
 		}
 	}
 
-	// A new keyspace: the keyspace, the nine tables, durable_state among them.
-	plan(0, 0, []string{"CREATE KEYSPACE", "CREATE TABLE IF NOT EXISTS " + ks + ".messages (", create}, 10)
+	// A new keyspace: the keyspace, the ten tables, durable_state and
+	// cluster_membership among them.
+	plan(0, 0, []string{"CREATE KEYSPACE", "CREATE TABLE IF NOT EXISTS " + ks + ".messages (", create,
+		"CREATE TABLE IF NOT EXISTS " + ks + ".cluster_membership ("}, 11)
 	if _, err := m.Migrate(ctx); err != nil {
 		t.Fatal(err)
 	}

@@ -13,8 +13,8 @@ import (
 
 // SchemaVersion is the schema version this package writes: akka-persistence-
 // cassandra's tables plus the columns and tables Annals adds (the
-// durable_state table among them, which Open does not require; see
-// optionalTables).
+// durable_state and cluster_membership tables among them, which Open does
+// not require; see optionalTables).
 const SchemaVersion = 1
 
 // tables are the tables of a version-1 keyspace, as Pekko Persistence
@@ -102,8 +102,9 @@ var tables = []struct{ name, cql string }{
 // WithMigrate, Migrator.Migrate, `annals init` and `annals migrate`) but
 // Open does not require, so keyspaces of earlier Annals versions and of
 // Pekko services open without them; a call that needs a missing one fails
-// with ErrSchemaMissing. Pekko Persistence Cassandra has no durable state:
-// durable_state is Annals' alone (see DurableState).
+// with ErrSchemaMissing. Pekko Persistence Cassandra has no durable state
+// and no membership: durable_state (see DurableState) and
+// cluster_membership (see Membership) are Annals' alone.
 var optionalTables = []struct{ name, cql string }{
 	{durableStateTable, `CREATE TABLE IF NOT EXISTS {ks}.durable_state (
   persistence_id text,
@@ -116,6 +117,19 @@ var optionalTables = []struct{ name, cql string }{
   slice int,
   entity_type text,
   PRIMARY KEY (persistence_id))`},
+	{membershipTable, `CREATE TABLE IF NOT EXISTS {ks}.cluster_membership (
+  cluster text,
+  kind text,
+  name text,
+  incarnation text,
+  address text,
+  joined timestamp,
+  owner_name text,
+  owner_incarnation text,
+  epoch bigint,
+  live boolean,
+  term int,
+  PRIMARY KEY ((cluster), kind, name))`},
 }
 
 // snapshotNanos is the column Annals adds to Pekko's snapshots table: the
@@ -274,8 +288,9 @@ func NewMigrator(ctx context.Context, rawURL string, opts ...Option) (*Migrator,
 func (m *Migrator) Close() error { return m.s.Close() }
 
 // SchemaVersion implements admin.Migrator: 1 when every table and column
-// Open requires is there, else 0. A missing optional table (durable_state)
-// does not lower it: PendingMigrations lists it as a step from 1 to 1.
+// Open requires is there, else 0. A missing optional table (durable_state,
+// cluster_membership) does not lower it: PendingMigrations lists it as a
+// step from 1 to 1.
 func (m *Migrator) SchemaVersion(ctx context.Context) (current, latest int, err error) {
 	required, _, err := m.s.pending(ctx)
 	if err != nil {

@@ -1,0 +1,248 @@
+// Command cluster is the bank accounts as an HTTP service that runs as
+// several processes on one store, with no router of its own: the processes
+// share the accounts through package cluster (leases on the store), and
+// each forwards a request to the process that owns its account.
+//
+// Start one process per terminal, each with its own address, on the same
+// store (PostgreSQL, Cassandra, or SQLite for processes on one machine):
+//
+//	go run ./examples/cluster -store 'postgres://postgres@127.0.0.1:5432/annals_test?schema=bank&migrate=true' -listen 127.0.0.1:8081
+//	go run ./examples/cluster -store 'postgres://postgres@127.0.0.1:5432/annals_test?schema=bank&migrate=true' -listen 127.0.0.1:8082
+//	go run ./examples/cluster -store 'postgres://postgres@127.0.0.1:5432/annals_test?schema=bank&migrate=true' -listen 127.0.0.1:8083
+//
+// then send requests to any of them:
+//
+//	curl -X POST '127.0.0.1:8081/accounts/alice/deposit?amount=100'
+//	curl 127.0.0.1:8083/accounts/alice
+//	curl 127.0.0.1:8082/cluster
+//
+// The API: POST /accounts/{id}/deposit?amount=N and POST
+// /accounts/{id}/withdraw?amount=N answer the new balance; GET
+// /accounts/{id} the balance; GET /cluster this process's member and
+// the ranges it holds (JSON). Every answer about an account carries the
+// header Served-By: the member that ran the command. SIGTERM or Ctrl-C hands
+// the process's accounts to the others, then stops it.
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/annals-go/annals/cluster"
+	"github.com/annals-go/annals/engine"
+	"github.com/annals-go/annals/entity"
+	"github.com/annals-go/annals/examples/bank"
+	"github.com/annals-go/annals/journal"
+	"github.com/annals-go/annals/membership"
+	"github.com/annals-go/annals/serialization"
+	"github.com/annals-go/annals/snapshot"
+	"github.com/annals-go/annals/store/cassandra"
+	"github.com/annals-go/annals/store/postgres"
+	"github.com/annals-go/annals/store/sqlite"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, os.Args[1:], os.Stdout); err != nil {
+		fmt.Fprintln(os.Stderr, "cluster:", err)
+		os.Exit(1)
+	}
+}
+
+// stores is what the service runs on.
+type stores struct {
+	journal    journal.Journal
+	snapshots  snapshot.Store
+	membership membership.Store
+	close      func() error
+}
+
+// open opens the store of url: postgres://, cassandra:// or sqlite:.
+func open(ctx context.Context, url string) (stores, error) {
+	switch {
+	case strings.HasPrefix(url, "postgres://"), strings.HasPrefix(url, "postgresql://"):
+		s, err := postgres.Open(ctx, url)
+		if err != nil {
+			return stores{}, err
+		}
+		return stores{s.Journal(), s.Snapshots(), s.Membership(), s.Close}, nil
+	case strings.HasPrefix(url, "cassandra://"):
+		s, err := cassandra.Open(ctx, url)
+		if err != nil {
+			return stores{}, err
+		}
+		return stores{s.Journal(), s.Snapshots(), s.Membership(), s.Close}, nil
+	case strings.HasPrefix(url, "sqlite:"):
+		s, err := sqlite.Open(ctx, url)
+		if err != nil {
+			return stores{}, err
+		}
+		return stores{s.Journal(), s.Snapshots(), s.Membership(), s.Close}, nil
+	}
+	return stores{}, fmt.Errorf("-store %q: want a postgres://, cassandra:// or sqlite: URL", url)
+}
+
+// run serves until ctx ends, then hands off and stops.
+func run(ctx context.Context, args []string, out io.Writer) error {
+	flags := flag.NewFlagSet("cluster", flag.ContinueOnError)
+	storeURL := flags.String("store", "", "the store's URL (postgres://, cassandra:// or sqlite:)")
+	listen := flags.String("listen", "127.0.0.1:8081", "address to serve HTTP on")
+	name := flags.String("name", "", "member name, unique among the live members (default: the -advertise address)")
+	advertise := flags.String("advertise", "", "address the other members forward requests to (default: -listen)")
+	clusterName := flags.String("cluster", "bank", "cluster name in the store")
+	leaseTime := flags.Duration("lease", cluster.DefaultLeaseTime, "lease time: a failed member's accounts move after it")
+	if err := flags.Parse(args); err != nil {
+		return err
+	}
+	if *storeURL == "" {
+		return errors.New("-store is required")
+	}
+	if *advertise == "" {
+		*advertise = *listen
+	}
+	if *name == "" {
+		*name = *advertise
+	}
+	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})).With("member", *name)
+
+	st, err := open(ctx, *storeURL)
+	if err != nil {
+		return err
+	}
+	defer st.close()
+	reg := serialization.NewRegistry()
+	if err := bank.Register(reg); err != nil {
+		return err
+	}
+	host, err := entity.NewHost(bank.Behavior(), entity.HostConfig{
+		Journal: st.journal, Snapshots: st.snapshots, Registry: reg, Logger: logger,
+		Assigned: true, IdleTimeout: 5 * time.Minute,
+	})
+	if err != nil {
+		return err
+	}
+	ln, err := net.Listen("tcp", *listen)
+	if err != nil {
+		return err
+	}
+	member, err := cluster.Join(ctx, cluster.Config{
+		Store: st.membership, Cluster: *clusterName, Name: *name, Address: *advertise,
+		LeaseTime: *leaseTime, Shards: []cluster.Shard{host}, Logger: logger,
+	})
+	if err != nil {
+		ln.Close()
+		return err
+	}
+	srv := &http.Server{Handler: routes(member, host), ReadHeaderTimeout: 10 * time.Second}
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(ln) }()
+	fmt.Fprintf(out, "member %s serving on %s, holding %d of %d ranges\n", *name, ln.Addr(), len(member.Held()), len(member.Ranges()))
+
+	select {
+	case <-ctx.Done():
+	case err := <-served:
+		return err
+	}
+	// Hand the accounts off while still answering (requests for them are
+	// forwarded to their new owners), then stop serving, then stop.
+	stopCtx, cancel := context.WithTimeout(context.Background(), 2*(*leaseTime))
+	defer cancel()
+	errLeave := member.Leave(stopCtx)
+	errServe := srv.Shutdown(stopCtx)
+	errHost := host.Shutdown(stopCtx)
+	if err := errors.Join(errLeave, errServe, errHost); err != nil {
+		return err
+	}
+	fmt.Fprintf(out, "member %s left\n", *name)
+	return nil
+}
+
+// routes is the service's HTTP API.
+func routes(member *cluster.Member, host *entity.Host[bank.Command, bank.Event, bank.Account]) http.Handler {
+	mux := http.NewServeMux()
+	account := func(h func(w http.ResponseWriter, r *http.Request, id string) (int64, error)) http.Handler {
+		inner := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Served-By", member.Name())
+			balance, err := h(w, r, r.PathValue("id"))
+			if err != nil {
+				http.Error(w, err.Error(), status(err))
+				return
+			}
+			fmt.Fprintln(w, balance)
+		})
+		// The middleware runs the request where the account lives.
+		routed, err := member.Handler(inner, cluster.HandlerConfig{Key: cluster.PathKey(bank.EntityType, "id")})
+		if err != nil {
+			panic(err) // HandlerConfig is fixed above
+		}
+		return routed
+	}
+	amount := func(r *http.Request) (int64, error) {
+		n, err := strconv.ParseInt(r.FormValue("amount"), 10, 64)
+		if err != nil || n <= 0 {
+			return 0, fmt.Errorf("%w: amount %q is not a positive number of cents", errBadRequest, r.FormValue("amount"))
+		}
+		return n, nil
+	}
+	mux.Handle("POST /accounts/{id}/deposit", account(func(w http.ResponseWriter, r *http.Request, id string) (int64, error) {
+		n, err := amount(r)
+		if err != nil {
+			return 0, err
+		}
+		return entity.Ask(r.Context(), host, id, func(rt entity.ReplyTo[int64]) bank.Command { return bank.Deposit{Amount: n, Reply: rt} })
+	}))
+	mux.Handle("POST /accounts/{id}/withdraw", account(func(w http.ResponseWriter, r *http.Request, id string) (int64, error) {
+		n, err := amount(r)
+		if err != nil {
+			return 0, err
+		}
+		return entity.Ask(r.Context(), host, id, func(rt entity.ReplyTo[int64]) bank.Command { return bank.Withdraw{Amount: n, Reply: rt} })
+	}))
+	mux.Handle("GET /accounts/{id}", account(func(w http.ResponseWriter, r *http.Request, id string) (int64, error) {
+		return entity.Ask(r.Context(), host, id, func(rt entity.ReplyTo[int64]) bank.Command { return bank.GetBalance{Reply: rt} })
+	}))
+	mux.HandleFunc("GET /cluster", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		_ = json.NewEncoder(w).Encode(struct {
+			Member string   `json:"member"`
+			Held   []string `json:"held"`
+			Live   int      `json:"live_entities"`
+		}{member.Name(), member.Held(), host.Live()})
+	})
+	return mux
+}
+
+var errBadRequest = errors.New("bad request")
+
+// status maps a command's error to an HTTP status. An account that moved
+// under the request answers 421, which the cluster middleware takes to
+// run the request again where the account is now.
+func status(err error) int {
+	switch {
+	case errors.Is(err, errBadRequest):
+		return http.StatusBadRequest
+	case errors.Is(err, bank.ErrInsufficientFunds):
+		return http.StatusConflict
+	case errors.Is(err, entity.ErrNotOwned), errors.Is(err, engine.ErrFenced):
+		// Not handled, or not stored because the account's lease ended:
+		// the middleware sends it to the account's owner.
+		return http.StatusMisdirectedRequest
+	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+		return http.StatusServiceUnavailable
+	}
+	return http.StatusInternalServerError
+}

@@ -286,6 +286,10 @@ func TestCutOffMemberStopsWritingBeforeOthersTakeOver(t *testing.T) {
 		t.Errorf("balance after the take-over %d, want at least the 5 b stored", stored)
 	}
 	t.Logf("b fenced off %v after the cut, a serving %v after it", fencedAt.Sub(cut).Round(time.Millisecond), takenAt.Sub(cut).Round(time.Millisecond))
+
+	// Healed, b takes its share again.
+	cutStore.cut.Store(false)
+	awaitBalanced(t, a, b)
 }
 
 // TestDaemonInstancesRunOnceEach: a daemon's instances run spread over the

@@ -221,15 +221,24 @@ func (m *Member) readView() bool {
 }
 
 // renew extends the terms of the leases the heartbeat renewed; a lease
-// held and not renewed (another member took it) is dropped.
+// held and not renewed (another member took it) is dropped. A lease the
+// store renewed for this member that it does not serve (it dropped it
+// when its term ended, and no other member took it since) is served
+// again on the new term.
 func (m *Member) renew(renewed []membership.Lease, sent time.Time) {
 	until := m.term(sent)
 	got := map[string]bool{}
+	var adopt []membership.Lease
 	m.mu.Lock()
-	defer m.mu.Unlock()
 	for _, l := range renewed {
 		got[l.Name] = true
-		if h := m.held[l.Name]; h != nil && !h.giving && l.Epoch == h.lease.Epoch {
+		h := m.held[l.Name]
+		switch {
+		case h == nil:
+			if _, known := m.units[l.Name]; known {
+				adopt = append(adopt, l)
+			}
+		case !h.giving && l.Epoch == h.lease.Epoch:
 			h.until.Store(until)
 			if h.expires != nil {
 				h.expires.Reset(time.Duration(until - m.now()))
@@ -240,6 +249,10 @@ func (m *Member) renew(renewed []membership.Lease, sent time.Time) {
 		if !got[name] && !h.giving {
 			m.lose(name, h, fmt.Errorf("cluster: lease %s (epoch %d) was not renewed: another member holds it", name, h.lease.Epoch))
 		}
+	}
+	m.mu.Unlock()
+	for _, l := range adopt {
+		m.serve(l, sent)
 	}
 }
 
@@ -389,7 +402,7 @@ func (m *Member) plan() {
 	}
 }
 
-// acquire takes lease name and starts serving it.
+// acquire takes lease name and serves it.
 func (m *Member) acquire(name string) {
 	ctx, cancel := m.call()
 	sent := time.Now()
@@ -401,6 +414,13 @@ func (m *Member) acquire(name string) {
 		}
 		return
 	}
+	m.serve(l, sent)
+}
+
+// serve starts serving lease l, held on a term from a call sent at sent;
+// a leaving member releases it instead.
+func (m *Member) serve(l membership.Lease, sent time.Time) {
+	name := l.Name
 	h := &held{lease: l}
 	h.until.Store(m.term(sent))
 	u := m.units[name]

@@ -33,7 +33,7 @@ func openCassandra(ctx context.Context, u string, mode Mode) (*Store, error) {
 	}
 	return &Store{
 		Kind: "cassandra", Where: s.Where(), MaxPayloadSize: cassandra.DefaultMaxPayloadSize,
-		Journal: s.Journal(), Snapshots: s.Snapshots(), Queries: s.ReadJournal(), Durable: s.DurableState(), Admin: s,
+		Journal: s.Journal(), Snapshots: s.Snapshots(), Queries: s.ReadJournal(), Durable: s.DurableState(), Membership: s.Membership(), Admin: s,
 		IDsInStoreOrder: true, Close: s.Close,
 	}, nil
 }

@@ -16,7 +16,7 @@ func Memory() Scheme {
 		Open: func(context.Context, string, Mode) (*Store, error) {
 			s := memory.New()
 			return &Store{Kind: "memory", Where: "memory (nothing survives the process)", MaxPayloadSize: memory.DefaultMaxPayloadSize,
-				Journal: s.Journal(), Snapshots: s.Snapshots(), Queries: s.Queries(), Offsets: s.Projections(), Durable: s.DurableState(), GlobalOrdering: true,
+				Journal: s.Journal(), Snapshots: s.Snapshots(), Queries: s.Queries(), Offsets: s.Projections(), Durable: s.DurableState(), Membership: s.Membership(), GlobalOrdering: true,
 				Close: s.Close}, nil
 		},
 		Migrator: func(context.Context, string) (admin.Migrator, error) { return noSchema{}, nil },

@@ -34,7 +34,7 @@ func openPostgres(ctx context.Context, u string, mode Mode) (*Store, error) {
 	snaps, _, storeTimestamps := postgres.KitExceptions(s.Layout())
 	return &Store{
 		Kind: "postgres", Where: s.Where(), MaxPayloadSize: postgres.DefaultMaxPayloadSize,
-		Journal: s.Journal(), Snapshots: s.Snapshots(), Queries: s.Queries(), Offsets: s.Projections(), Durable: s.DurableState(), Admin: s,
+		Journal: s.Journal(), Snapshots: s.Snapshots(), Queries: s.Queries(), Offsets: s.Projections(), Durable: s.DurableState(), Membership: s.Membership(), Admin: s,
 		KitSnapshotExceptions: snaps, KitStoreTimestamps: storeTimestamps,
 		Close: s.Close,
 	}, nil

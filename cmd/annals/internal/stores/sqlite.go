@@ -40,7 +40,7 @@ func openSQLite(ctx context.Context, url string, mode Mode) (*Store, error) {
 	}
 	return &Store{
 		Kind: "sqlite", Where: s.Path(), MaxPayloadSize: sqlite.DefaultMaxPayloadSize,
-		Journal: s.Journal(), Snapshots: s.Snapshots(), Queries: s.Queries(), Offsets: s.Projections(), Durable: s.DurableState(), Admin: s, GlobalOrdering: true,
+		Journal: s.Journal(), Snapshots: s.Snapshots(), Queries: s.Queries(), Offsets: s.Projections(), Durable: s.DurableState(), Membership: s.Membership(), Admin: s, GlobalOrdering: true,
 		Close: s.Close,
 	}, nil
 }

@@ -19,6 +19,7 @@ import (
 	"github.com/annals-go/annals/admin"
 	"github.com/annals-go/annals/durable"
 	"github.com/annals-go/annals/journal"
+	"github.com/annals-go/annals/membership"
 	"github.com/annals-go/annals/offsets"
 	"github.com/annals-go/annals/snapshot"
 )
@@ -53,6 +54,9 @@ type Store struct {
 	Offsets offsets.Store
 	// Durable is the durable-state store; nil when the store has none.
 	Durable durable.Store
+	// Membership keeps cluster members and leases; nil when the store has
+	// none.
+	Membership membership.Store
 	// KitSnapshotExceptions names the snapshot rules of the compliance
 	// kit the store cannot keep by design, with the reasons (annals check
 	// skips them); KitStoreTimestamps: an event's timestamp is the time

@@ -1,0 +1,60 @@
+package main
+
+import (
+	"context"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/annals-go/annals/cluster"
+	"github.com/annals-go/annals/store/sqlite"
+)
+
+// TestClusterStatus: annals cluster status lists the members of a cluster
+// on the store, the ranges each holds, and nothing unowned once they
+// share them (table and --json); a store without members says so.
+func TestClusterStatus(t *testing.T) {
+	t.Parallel()
+	path := filepath.Join(t.TempDir(), "cluster.db")
+	s, err := sqlite.Open(t.Context(), path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	var members []*cluster.Member
+	for _, name := range []string{"m1", "m2"} {
+		m, err := cluster.Join(t.Context(), cluster.Config{Store: s.Membership(), Cluster: "bank", Name: name, Address: name + ":8080", LeaseTime: 5 * time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = m.Leave(context.Background()) })
+		members = append(members, m)
+	}
+	// m1 joined first and holds every range until m2 takes its share.
+	deadline := time.Now().Add(30 * time.Second)
+	for len(members[1].Held()) < cluster.DefaultRanges/2 || len(members[0].Held()) > cluster.DefaultRanges/2 {
+		if time.Now().After(deadline) {
+			t.Fatalf("members hold %d and %d ranges", len(members[0].Held()), len(members[1].Held()))
+		}
+		<-members[0].Changed()
+	}
+	url := "sqlite:" + path
+	cli(t, nil, "cluster", "status", "--store", url, "--cluster", "bank").want(t, 0, []string{"MEMBER", "m1", "m2:8080", "true", "0-31 (", "16"}, nil)
+	var got cluster.Status
+	decode(t, cli(t, nil, "cluster", "status", "--store", url, "--cluster", "bank", "--json"), &got)
+	if len(got.Members) != 2 || len(got.Unowned) != 0 {
+		t.Fatalf("--json: %+v", got)
+	}
+	total := 0
+	for _, m := range got.Members {
+		if !m.Live || m.RenewedUntil.IsZero() {
+			t.Errorf("member %+v: want live with a renewal time", m)
+		}
+		total += len(m.Ranges)
+	}
+	if total != cluster.DefaultRanges {
+		t.Errorf("--json lists %d ranges held, want %d", total, cluster.DefaultRanges)
+	}
+	cli(t, nil, "cluster", "status", "--store", url, "--cluster", "other").want(t, 0, nil, []string{`no members of cluster "other"`})
+	cli(t, nil, "cluster", "members", "--store", url).want(t, 2, nil, []string{"unknown subcommand"})
+}

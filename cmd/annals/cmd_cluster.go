@@ -1,0 +1,86 @@
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/annals-go/annals/cluster"
+	"github.com/annals-go/annals/cmd/annals/internal/stores"
+)
+
+// errNoMembership reports a store that keeps no cluster membership.
+var errNoMembership = errors.New("this store keeps no cluster membership")
+
+func clusterCommand() *command {
+	return &command{
+		name: "cluster", args: "status", summary: "show a cluster's members, the ranges each holds and what no one runs",
+		help: `Shows a cluster of processes sharing one service's work through the
+store (package cluster): each member recorded, its address, whether it is
+live, when its last heartbeat's term ends (its last heartbeat was one lease
+time before), the slice ranges it holds with their epochs, the daemon
+instances (projections) it runs; then the leases no live member holds
+(work nobody runs now: a range moving, or a failed member's ranges not yet
+taken). It reads the store only: any process may run it.
+
+--json prints {"cluster", "members": [{"name", "incarnation", "address",
+"live", "joined", "renewed_until", "ranges": [{"min", "max", "epoch"}],
+"daemons": {NAME: [INSTANCE, ...]}}], "unowned": [LEASE, ...]}.`,
+		examples: []string{
+			"annals cluster status --store postgres://postgres@127.0.0.1/annals_test",
+			"annals cluster status --cluster bank --json",
+		},
+		minArgs: 1, maxArgs: 1,
+		setup: func(fs *flag.FlagSet) func(*env, []string) error {
+			store, asJSON := storeFlag(fs), jsonFlag(fs)
+			name := fs.String("cluster", cluster.DefaultCluster, "the cluster's name in the store")
+			return func(e *env, args []string) error {
+				if args[0] != "status" {
+					return usagef("annals cluster: unknown subcommand %q (want status)", args[0])
+				}
+				s, err := e.open(*store, stores.Existing)
+				if err != nil {
+					return err
+				}
+				defer s.Close()
+				if s.Membership == nil {
+					return fmt.Errorf("%s: %w", s.Where, errNoMembership)
+				}
+				st, err := cluster.ReadStatus(e.ctx, s.Membership, *name)
+				if err != nil {
+					return err
+				}
+				if *asJSON {
+					return writeJSON(e.stdout, st)
+				}
+				if len(st.Members) == 0 {
+					fmt.Fprintf(e.stderr, "no members of cluster %q in %s\n", st.Cluster, s.Where)
+				}
+				tw := table(e.stdout, "MEMBER", "ADDRESS", "LIVE", "RENEWED UNTIL", "RANGES", "SLICES (EPOCH)", "DAEMONS")
+				for _, m := range st.Members {
+					var ranges []string
+					for _, r := range m.Ranges {
+						ranges = append(ranges, fmt.Sprintf("%d-%d (%d)", r.Min, r.Max, r.Epoch))
+					}
+					var daemons []string
+					for d, insts := range m.Daemons {
+						daemons = append(daemons, fmt.Sprintf("%s %v", d, insts))
+					}
+					sort.Strings(daemons)
+					row(tw, m.Name, textOr(m.Address, "-"), m.Live, m.RenewedUntil.UTC().Format(time.RFC3339Nano), len(m.Ranges),
+						textOr(strings.Join(ranges, " "), "-"), textOr(strings.Join(daemons, "; "), "-"))
+				}
+				if err := tw.Flush(); err != nil {
+					return err
+				}
+				if len(st.Unowned) > 0 {
+					fmt.Fprintf(e.stdout, "held by no live member: %s\n", strings.Join(st.Unowned, " "))
+				}
+				return nil
+			}
+		},
+	}
+}

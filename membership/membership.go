@@ -31,6 +31,10 @@ var (
 	// ErrHeld refuses an Acquire of a lease another member holds and has
 	// not let expire.
 	ErrHeld = errors.New("membership: lease held by another member")
+	// ErrNotHeld reports a TxChecker check of a lease the member no longer
+	// holds at the epoch given: another member took it (or it was
+	// released), so work done under it must not commit.
+	ErrNotHeld = errors.New("membership: lease not held at this epoch")
 	// ErrInvalid reports an argument the contract refuses: an empty name,
 	// a lease time under MinTTL.
 	ErrInvalid = errors.New("membership: invalid argument")
@@ -120,6 +124,20 @@ type Store interface {
 	Release(ctx context.Context, cluster, lease string, m Holder) error
 	Members(ctx context.Context, cluster string) ([]Member, error)
 	Leases(ctx context.Context, cluster string) ([]Lease, error)
+}
+
+// TxChecker is a Store whose leases can be checked inside a transaction of
+// the store's database (Tx: the store's transaction type), where work done
+// under a lease commits: a fencing token checked at the commit.
+//
+// Rule: CheckHeldTx returns nil when m holds lease at epoch, and an error
+// wrapping ErrNotHeld otherwise; after a nil return no other member can
+// take the lease until tx ends (the check holds the lease's row, or the
+// database's write lock), so what tx commits was done by the lease's
+// holder. An expired lease no other member has taken still counts as held.
+type TxChecker[Tx any] interface {
+	Store
+	CheckHeldTx(ctx context.Context, tx Tx, cluster, lease string, m Holder, epoch int64) error
 }
 
 // CheckHolder returns an ErrInvalid error for an empty cluster name,

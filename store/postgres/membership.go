@@ -70,9 +70,31 @@ type Membership struct {
 	s                                                      *Store
 	join, joinHolder, heartbeat, leave                     string
 	acquire, leaseHolder, release, readMembers, readLeases string
+	checkHeld                                              string
 }
 
-var _ membership.Store = (*Membership)(nil)
+var _ membership.TxChecker[pgx.Tx] = (*Membership)(nil)
+
+// CheckHeldTx implements membership.TxChecker in a transaction of the
+// store's database (a projection's, from Projections().InTx): the lease's
+// row is read FOR SHARE, so a member acquiring it waits until tx ends.
+func (m *Membership) CheckHeldTx(ctx context.Context, tx pgx.Tx, cluster, lease string, h membership.Holder, epoch int64) error {
+	if err := membership.CheckLease(lease); err != nil {
+		return err
+	}
+	if err := membership.CheckHolder(cluster, h); err != nil {
+		return err
+	}
+	var held bool
+	err := tx.QueryRow(ctx, m.checkHeld, cluster, lease, h.Name, h.Incarnation, epoch).Scan(&held)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return fmt.Errorf("%w: %s by %s (incarnation %s) at epoch %d", membership.ErrNotHeld, lease, h.Name, h.Incarnation, epoch)
+	}
+	if err != nil {
+		return m.fail(ctx, "check lease", err)
+	}
+	return nil
+}
 
 // Membership returns the store's membership store. Its tables must exist:
 // Migrate creates them on both layouts.
@@ -116,6 +138,8 @@ func (s *Store) Membership() *Membership {
 			WHERE cluster = $1 AND name = $2 AND owner_name = $3 AND owner_incarnation = $4`,
 		readMembers: `SELECT name, incarnation, address, joined, expires, expires > now() FROM ` + members + `
 			WHERE cluster = $1 ORDER BY name`,
+		checkHeld: `SELECT true FROM ` + leases + `
+			WHERE cluster = $1 AND name = $2 AND owner_name = $3 AND owner_incarnation = $4 AND epoch = $5 FOR SHARE`,
 		readLeases: `SELECT name, owner_name, owner_incarnation, epoch, expires, owner_name <> '' AND expires > now() FROM ` + leases + `
 			WHERE cluster = $1 ORDER BY name`,
 	}

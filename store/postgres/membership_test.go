@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/annals-go/annals/journal"
 	"github.com/annals-go/annals/membership"
 	"github.com/annals-go/annals/store/postgres"
@@ -181,5 +183,82 @@ func raceAcquire(t *testing.T, stores []membership.Store, cluster, lease string,
 		if i < 0 || ls[i].Owner.Name != fmt.Sprint("m", won) || ls[i].Epoch != epoch || !ls[i].Live {
 			t.Errorf("%s after the race: %+v, want m%d's at epoch %d", lease, ls, won, epoch)
 		}
+	}
+}
+
+// TestMembershipCheckHeldTx: inside a projection transaction the check
+// passes for the holder at its epoch, fails with ErrNotHeld for another
+// epoch or member, and holds the lease: a member acquiring it meanwhile
+// waits until the transaction ends.
+func TestMembershipCheckHeldTx(t *testing.T) {
+	t.Parallel()
+	s := open(t)
+	m, ctx := s.Membership(), t.Context()
+	a, b := membership.Holder{Name: "a", Incarnation: "1"}, membership.Holder{Name: "b", Incarnation: "1"}
+	const cl = "check"
+	l, err := m.Acquire(ctx, cl, "r0", a, membership.MinTTL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		name  string
+		h     membership.Holder
+		epoch int64
+		ok    bool
+	}{{"holder", a, l.Epoch, true}, {"another epoch", a, l.Epoch + 1, false}, {"another member", b, l.Epoch, false}} {
+		err := s.Projections().InTx(ctx, func(tx pgx.Tx) error { return m.CheckHeldTx(ctx, tx, cl, "r0", c.h, c.epoch) })
+		if c.ok != (err == nil) || (!c.ok && !errors.Is(err, membership.ErrNotHeld)) {
+			t.Errorf("%s: %v", c.name, err)
+		}
+	}
+	// Past a's term, b's Acquire waits for a's transaction, which checked
+	// the lease, and takes it only after.
+	for live := true; live; {
+		ls, err := m.Leases(ctx, cl)
+		if err != nil {
+			t.Fatal(err)
+		}
+		live = ls[0].Live
+		if live {
+			time.Sleep(50 * time.Millisecond) // a's term passes on the server's clock
+		}
+	}
+	checked, release := make(chan struct{}), make(chan struct{})
+	txDone := make(chan error, 1)
+	go func() {
+		txDone <- s.Projections().InTx(ctx, func(tx pgx.Tx) error {
+			if err := m.CheckHeldTx(ctx, tx, cl, "r0", a, l.Epoch); err != nil {
+				return err
+			}
+			close(checked)
+			<-release
+			return nil
+		})
+	}()
+	<-checked
+	acquired := make(chan error, 1)
+	go func() { _, err := m.Acquire(ctx, cl, "r0", b, time.Minute); acquired <- err }()
+	// b's statement waits on the row's lock: the server says so.
+	for waiting := false; !waiting; {
+		select {
+		case err := <-acquired:
+			t.Fatalf("b acquired the lease while a's transaction held it: %v", err)
+		default:
+		}
+		err := s.Pool().QueryRow(ctx, `SELECT count(*) > 0 FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE '%' || $1 || '%cluster_leases%'`, s.Schema()).Scan(&waiting)
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	close(release)
+	if err := <-txDone; err != nil {
+		t.Fatal(err)
+	}
+	if err := <-acquired; err != nil {
+		t.Fatalf("b's Acquire after a's transaction: %v", err)
+	}
+	err = s.Projections().InTx(ctx, func(tx pgx.Tx) error { return m.CheckHeldTx(ctx, tx, cl, "r0", a, l.Epoch) })
+	if !errors.Is(err, membership.ErrNotHeld) {
+		t.Errorf("a's check after b took the lease: %v, want ErrNotHeld", err)
 	}
 }

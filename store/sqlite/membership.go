@@ -42,7 +42,28 @@ import (
 //     ctx gives its error, a closed store journal.ErrClosed.
 type Membership struct{ s *Store }
 
-var _ membership.Store = (*Membership)(nil)
+var _ membership.TxChecker[*sql.Tx] = (*Membership)(nil)
+
+// CheckHeldTx implements membership.TxChecker in a transaction of the
+// store's file (a projection's, from Projections().InTx, which holds the
+// file's write lock: no member can take the lease until it ends).
+func (m *Membership) CheckHeldTx(ctx context.Context, tx *sql.Tx, cluster, lease string, h membership.Holder, epoch int64) error {
+	if err := membership.CheckLease(lease); err != nil {
+		return err
+	}
+	if err := membership.CheckHolder(cluster, h); err != nil {
+		return err
+	}
+	var one int
+	err := tx.QueryRowContext(ctx, checkHeldSQL, cluster, lease, h.Name, h.Incarnation, epoch).Scan(&one)
+	if errors.Is(err, sql.ErrNoRows) {
+		return fmt.Errorf("%w: %s by %s (incarnation %s) at epoch %d", membership.ErrNotHeld, lease, h.Name, h.Incarnation, epoch)
+	}
+	if err != nil {
+		return m.fail(ctx, "check lease", err)
+	}
+	return nil
+}
 
 // Membership returns the store's membership store.
 func (s *Store) Membership() *Membership { return &Membership{s: s} }
@@ -67,8 +88,9 @@ const (
 		WHERE cluster_leases.owner_name = '' OR cluster_leases.expires <= ?5
 			OR (cluster_leases.owner_name = excluded.owner_name AND cluster_leases.owner_incarnation = excluded.owner_incarnation)
 		RETURNING epoch`
-	leaseSQL   = `SELECT owner_name, owner_incarnation, expires FROM cluster_leases WHERE cluster = ? AND name = ?`
-	releaseSQL = `UPDATE cluster_leases SET owner_name = '', owner_incarnation = '', expires = ?5
+	checkHeldSQL = `SELECT 1 FROM cluster_leases WHERE cluster = ? AND name = ? AND owner_name = ? AND owner_incarnation = ? AND epoch = ?`
+	leaseSQL     = `SELECT owner_name, owner_incarnation, expires FROM cluster_leases WHERE cluster = ? AND name = ?`
+	releaseSQL   = `UPDATE cluster_leases SET owner_name = '', owner_incarnation = '', expires = ?5
 		WHERE cluster = ?1 AND name = ?2 AND owner_name = ?3 AND owner_incarnation = ?4`
 	membersSQL = `SELECT name, incarnation, address, joined, expires FROM cluster_members WHERE cluster = ? ORDER BY name`
 	leasesSQL  = `SELECT name, owner_name, owner_incarnation, epoch, expires FROM cluster_leases WHERE cluster = ? ORDER BY name`

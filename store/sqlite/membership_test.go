@@ -2,6 +2,7 @@ package sqlite_test
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
 	"path/filepath"
@@ -148,6 +149,30 @@ func raceAcquire(t *testing.T, stores []membership.Store, cluster, lease string,
 		i := slices.IndexFunc(ls, func(l membership.Lease) bool { return l.Name == lease })
 		if i < 0 || ls[i].Owner.Name != fmt.Sprint("m", won) || ls[i].Epoch != epoch || !ls[i].Live {
 			t.Errorf("%s after the race: %+v, want m%d's at epoch %d", lease, ls, won, epoch)
+		}
+	}
+}
+
+// TestMembershipCheckHeldTx: inside a projection transaction the check
+// passes for the holder at its epoch and fails with ErrNotHeld for
+// another epoch or member.
+func TestMembershipCheckHeldTx(t *testing.T) {
+	s := openTemp(t)
+	m, ctx := s.Membership(), t.Context()
+	a, b := membership.Holder{Name: "a", Incarnation: "1"}, membership.Holder{Name: "b", Incarnation: "1"}
+	l, err := m.Acquire(ctx, "check", "r0", a, time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		name  string
+		h     membership.Holder
+		epoch int64
+		ok    bool
+	}{{"holder", a, l.Epoch, true}, {"another epoch", a, l.Epoch + 1, false}, {"another member", b, l.Epoch, false}} {
+		err := s.Projections().InTx(ctx, func(tx *sql.Tx) error { return m.CheckHeldTx(ctx, tx, "check", "r0", c.h, c.epoch) })
+		if c.ok != (err == nil) || (!c.ok && !errors.Is(err, membership.ErrNotHeld)) {
+			t.Errorf("%s: %v", c.name, err)
 		}
 	}
 }

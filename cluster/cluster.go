@@ -134,7 +134,9 @@ type Daemon struct {
 	// gives the instance up (a hand-off, Leave) or may have lost it (its
 	// lease's term ended). When Run returns earlier, it is run again after
 	// a heartbeat while the member holds the instance; its error is
-	// logged.
+	// logged. LeaseOf(ctx) names the instance's lease: work that commits
+	// in the store's database checks it there (membership.TxChecker), as
+	// the instance's context may end a moment after the lease did.
 	Run func(ctx context.Context, instance int) error
 }
 

@@ -299,13 +299,16 @@ func TestDaemonInstancesRunOnceEach(t *testing.T) {
 	s := st.Membership()
 	const instances = 4
 	var running [instances]atomic.Int32
-	var overlap atomic.Bool
+	var overlap, badLease atomic.Bool
 	var mu sync.Mutex
 	where := map[int]string{}
 	daemon := func(name string) cluster.Daemon {
 		return cluster.Daemon{Name: "balances", Instances: instances, Run: func(ctx context.Context, i int) error {
 			if running[i].Add(1) > 1 {
 				overlap.Store(true)
+			}
+			if l, ok := cluster.LeaseOf(ctx); !ok || l.Name != cluster.DaemonLease("balances", i) || l.Epoch < 1 || l.Holder.Name != name {
+				badLease.Store(true)
 			}
 			mu.Lock()
 			where[i] = name
@@ -354,6 +357,9 @@ func TestDaemonInstancesRunOnceEach(t *testing.T) {
 	awaitDaemons(map[string]int{"a": 4})
 	if overlap.Load() {
 		t.Error("a daemon instance ran on two members at once")
+	}
+	if badLease.Load() {
+		t.Error("a daemon instance's context did not name its lease (LeaseOf)")
 	}
 }
 

@@ -461,10 +461,29 @@ func (m *Member) fence(name string, h *held) func() error {
 	}
 }
 
+// HeldLease names the lease a daemon instance runs under: what work done
+// under it checks where it commits (membership.TxChecker), so that an
+// instance that lost its lease without knowing it commits nothing.
+type HeldLease struct {
+	Cluster, Name string
+	Holder        membership.Holder
+	Epoch         int64
+}
+
+type leaseKey struct{}
+
+// LeaseOf returns the lease of the daemon instance whose Run got ctx (or a
+// context made from it); false for any other context.
+func LeaseOf(ctx context.Context) (HeldLease, bool) {
+	l, ok := ctx.Value(leaseKey{}).(HeldLease)
+	return l, ok
+}
+
 // startDaemon runs a daemon instance while h is held; its context ends
 // when the member gives it up or its term ends. m.mu is held.
 func (m *Member) startDaemon(name string, h *held, u unit) {
-	ctx, stop := context.WithCancel(context.Background())
+	ctx, stop := context.WithCancel(context.WithValue(context.Background(), leaseKey{},
+		HeldLease{Cluster: m.cfg.Cluster, Name: name, Holder: m.me.Holder(), Epoch: h.lease.Epoch}))
 	h.stop, h.done = stop, make(chan struct{})
 	h.expires = time.AfterFunc(time.Duration(h.until.Load()-m.now()), stop)
 	m.work.Go(func() {

@@ -18,8 +18,11 @@
 //
 // The API: POST /accounts/{id}/deposit?amount=N and POST
 // /accounts/{id}/withdraw?amount=N answer the new balance; GET
-// /accounts/{id} the balance; GET /cluster this process's member and
-// the ranges it holds (JSON). Every answer about an account carries the
+// /accounts/{id} the balance; GET /balances the read model of every
+// balance (JSON), kept by a projection of four instances that run spread
+// over the members, each on one member at a time (on PostgreSQL and
+// SQLite; a Cassandra service keeps its read models in another database);
+// GET /cluster this process's member and the ranges it holds (JSON). Every answer about an account carries the
 // header Served-By: the member that ran the command. SIGTERM or Ctrl-C hands
 // the process's accounts to the others, then stops it.
 package main
@@ -69,6 +72,9 @@ type stores struct {
 	snapshots  snapshot.Store
 	membership membership.Store
 	close      func() error
+	// readModel makes the balance read model; nil where the store keeps
+	// none (Cassandra: a read model lives in another database).
+	readModel func(ctx context.Context, reg *serialization.Registry) (*readModel, error)
 }
 
 // open opens the store of url: postgres://, cassandra:// or sqlite:.
@@ -79,19 +85,23 @@ func open(ctx context.Context, url string) (stores, error) {
 		if err != nil {
 			return stores{}, err
 		}
-		return stores{s.Journal(), s.Snapshots(), s.Membership(), s.Close}, nil
+		return stores{s.Journal(), s.Snapshots(), s.Membership(), s.Close, func(ctx context.Context, reg *serialization.Registry) (*readModel, error) {
+			return postgresReadModel(ctx, s, reg)
+		}}, nil
 	case strings.HasPrefix(url, "cassandra://"):
 		s, err := cassandra.Open(ctx, url)
 		if err != nil {
 			return stores{}, err
 		}
-		return stores{s.Journal(), s.Snapshots(), s.Membership(), s.Close}, nil
+		return stores{s.Journal(), s.Snapshots(), s.Membership(), s.Close, nil}, nil
 	case strings.HasPrefix(url, "sqlite:"):
 		s, err := sqlite.Open(ctx, url)
 		if err != nil {
 			return stores{}, err
 		}
-		return stores{s.Journal(), s.Snapshots(), s.Membership(), s.Close}, nil
+		return stores{s.Journal(), s.Snapshots(), s.Membership(), s.Close, func(ctx context.Context, reg *serialization.Registry) (*readModel, error) {
+			return sqliteReadModel(ctx, s, reg)
+		}}, nil
 	}
 	return stores{}, fmt.Errorf("-store %q: want a postgres://, cassandra:// or sqlite: URL", url)
 }
@@ -135,19 +145,27 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 	if err != nil {
 		return err
 	}
+	var rm *readModel
+	var daemons []cluster.Daemon
+	if st.readModel != nil {
+		if rm, err = st.readModel(ctx, reg); err != nil {
+			return err
+		}
+		daemons = append(daemons, rm.daemon)
+	}
 	ln, err := net.Listen("tcp", *listen)
 	if err != nil {
 		return err
 	}
 	member, err := cluster.Join(ctx, cluster.Config{
 		Store: st.membership, Cluster: *clusterName, Name: *name, Address: *advertise,
-		LeaseTime: *leaseTime, Shards: []cluster.Shard{host}, Logger: logger,
+		LeaseTime: *leaseTime, Shards: []cluster.Shard{host}, Daemons: daemons, Logger: logger,
 	})
 	if err != nil {
 		ln.Close()
 		return err
 	}
-	srv := &http.Server{Handler: routes(member, host), ReadHeaderTimeout: 10 * time.Second}
+	srv := &http.Server{Handler: routes(member, host, rm), ReadHeaderTimeout: 10 * time.Second}
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
 	fmt.Fprintf(out, "member %s serving on %s, holding %d of %d ranges\n", *name, ln.Addr(), len(member.Held()), len(member.Ranges()))
@@ -172,7 +190,7 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 }
 
 // routes is the service's HTTP API.
-func routes(member *cluster.Member, host *entity.Host[bank.Command, bank.Event, bank.Account]) http.Handler {
+func routes(member *cluster.Member, host *entity.Host[bank.Command, bank.Event, bank.Account], rm *readModel) http.Handler {
 	mux := http.NewServeMux()
 	account := func(h func(w http.ResponseWriter, r *http.Request, id string) (int64, error)) http.Handler {
 		inner := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -215,6 +233,19 @@ func routes(member *cluster.Member, host *entity.Host[bank.Command, bank.Event, 
 	mux.Handle("GET /accounts/{id}", account(func(w http.ResponseWriter, r *http.Request, id string) (int64, error) {
 		return entity.Ask(r.Context(), host, id, func(rt entity.ReplyTo[int64]) bank.Command { return bank.GetBalance{Reply: rt} })
 	}))
+	mux.HandleFunc("GET /balances", func(w http.ResponseWriter, r *http.Request) {
+		if rm == nil {
+			http.Error(w, "no read model on this store", http.StatusNotFound)
+			return
+		}
+		b, err := rm.read(r.Context())
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusInternalServerError)
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		_ = json.NewEncoder(w).Encode(b)
+	})
 	mux.HandleFunc("GET /cluster", func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
 		_ = json.NewEncoder(w).Encode(struct {

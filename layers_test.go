@@ -32,7 +32,7 @@ var layers = map[string][]string{
 	"storetest":           {".", "durable", "journal", "membership", "offsets", "query", "recovery", "snapshot"},
 	"entity":              {".", "durable", "engine", "internal/hooks", "journal", "recovery", "restart", "serialization", "snapshot"},
 	"projection":          {".", "internal/hooks", "offsets", "query", "restart", "serialization"},
-	"otelannals":          {"engine", "entity", "projection", "query"},
+	"otelannals":          {"cluster", "engine", "entity", "membership", "projection", "query"},
 	"delivery":            {".", "entity"},
 	"cluster":             {".", "internal/hooks", "membership"},
 

@@ -68,8 +68,10 @@ import (
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/annals-go/annals/cluster"
 	"github.com/annals-go/annals/engine"
 	"github.com/annals-go/annals/entity"
+	"github.com/annals-go/annals/membership"
 	"github.com/annals-go/annals/projection"
 	"github.com/annals-go/annals/query"
 )
@@ -93,8 +95,8 @@ func LagBuckets() []float64 {
 	return append(DurationBuckets(), 30, 60, 120, 300, 600, 1800, 3600)
 }
 
-// Telemetry implements the hooks of the engine, entity and projection
-// packages; give the same value to each. It is safe for concurrent use.
+// Telemetry implements the hooks of the engine, entity, projection and
+// cluster packages; give the same value to each. It is safe for concurrent use.
 type Telemetry struct {
 	tracer trace.Tracer
 
@@ -112,6 +114,9 @@ type Telemetry struct {
 	lag                                       metric.Float64Histogram
 	offsetsSaved, handlerErrors               metric.Int64Counter
 	paused                                    metric.Int64Gauge
+	heartbeat, handOff                        metric.Float64Histogram
+	leasesAcquired, leasesLost                metric.Int64Counter
+	members                                   metric.Int64Gauge
 
 	// attribute options made once: measurement options with attributes
 	// cost an allocation each when made per call
@@ -202,6 +207,11 @@ func New(meters metric.MeterProvider, tracers trace.TracerProvider) (*Telemetry,
 	t.offsetsSaved = counter("annals.projection.offsets.saved", "offsets saved")
 	t.handlerErrors = counter("annals.projection.handler.errors", "projection handler errors")
 	t.paused = gauge("annals.projection.paused", "1 while the projection is paused")
+	t.heartbeat = seconds("annals.cluster.heartbeat.duration", "duration of one heartbeat of the member's membership and leases", DurationBuckets())
+	t.handOff = seconds("annals.cluster.handoff.duration", "duration of one graceful hand-off, until the lease was released", DurationBuckets())
+	t.leasesAcquired = counter("annals.cluster.leases.acquired", "leases the member acquired and started serving")
+	t.leasesLost = counter("annals.cluster.leases.lost", "leases the member stopped serving without giving them up")
+	t.members = gauge("annals.cluster.members", "live members the member sees")
 	if err := errors.Join(errs...); err != nil {
 		if t.registration != nil {
 			err = errors.Join(err, t.registration.Unregister())
@@ -244,6 +254,11 @@ var (
 	_ projection.HookHandlerError   = (*Telemetry)(nil)
 	_ projection.HookPaused         = (*Telemetry)(nil)
 	_ projection.HookResumed        = (*Telemetry)(nil)
+	_ cluster.HookHeartbeat         = (*Telemetry)(nil)
+	_ cluster.HookLeaseAcquired     = (*Telemetry)(nil)
+	_ cluster.HookLeaseReleased     = (*Telemetry)(nil)
+	_ cluster.HookLeaseLost         = (*Telemetry)(nil)
+	_ cluster.HookMembersChanged    = (*Telemetry)(nil)
 )
 
 // The hooks are called without a context; the measurements carry none.
@@ -466,3 +481,25 @@ func (t *Telemetry) OnPaused(id projection.ID) { t.paused.Record(bg, 1, t.projec
 
 // OnResumed implements projection.HookResumed.
 func (t *Telemetry) OnResumed(id projection.ID) { t.paused.Record(bg, 0, t.projectionAttrs(id)) }
+
+// OnHeartbeat implements cluster.HookHeartbeat: the duration, by outcome.
+func (t *Telemetry) OnHeartbeat(took time.Duration, _ int, err error) {
+	t.heartbeat.Record(bg, took.Seconds(), t.okOr(err))
+}
+
+// OnLeaseAcquired implements cluster.HookLeaseAcquired.
+func (t *Telemetry) OnLeaseAcquired(membership.Lease) { t.leasesAcquired.Add(bg, 1) }
+
+// OnLeaseReleased implements cluster.HookLeaseReleased: the hand-off's
+// duration, by outcome.
+func (t *Telemetry) OnLeaseReleased(_ string, handOff time.Duration, err error) {
+	t.handOff.Record(bg, handOff.Seconds(), t.okOr(err))
+}
+
+// OnLeaseLost implements cluster.HookLeaseLost.
+func (t *Telemetry) OnLeaseLost(string, error) { t.leasesLost.Add(bg, 1) }
+
+// OnMembersChanged implements cluster.HookMembersChanged.
+func (t *Telemetry) OnMembersChanged(live []membership.Member) {
+	t.members.Record(bg, int64(len(live)))
+}

@@ -482,3 +482,60 @@ func TestJoinRefusals(t *testing.T) {
 		}
 	}
 }
+
+// TestHandlerOwnerNotAnswering: a live member whose address does not
+// answer holds ranges; a request for one of its entities waits the move
+// bound and is answered 502 naming the member and its address, not
+// handled anywhere.
+func TestHandlerOwnerNotAnswering(t *testing.T) {
+	st := memory.New()
+	s := st.Membership()
+	dead := "127.0.0.1:1" // nothing listens on port 1
+	a := join(t, st, s, "a", nil)
+	b := join(t, st, s, "b", func(c *cluster.Config) { c.Address = dead })
+	awaitBalanced(t, a, b)
+	var id string
+	for i := 0; id == ""; i++ {
+		if cand := fmt.Sprintf("acct-%d", i); owner(t, []*node{a, b}, cand) == b {
+			id = cand
+		}
+	}
+	handled := false
+	h, err := a.member.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { handled = true }),
+		cluster.HandlerConfig{Key: cluster.PathKey(bank.EntityType, "id"), MoveWait: 3 * heartbeat})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mux := http.NewServeMux()
+	mux.Handle("POST /accounts/{id}", h)
+	rec := httptest.NewRecorder()
+	mux.ServeHTTP(rec, httptest.NewRequest("POST", "/accounts/"+id, strings.NewReader("1")))
+	if rec.Code != http.StatusBadGateway || !strings.Contains(rec.Body.String(), dead) || handled {
+		t.Errorf("request for b's entity with b's address dead: %d %q (handled here: %v); want 502 naming %s", rec.Code, rec.Body.String(), handled, dead)
+	}
+}
+
+// TestStoreClockOffsetDoesNotMatter: members never compare their own
+// clock with the store's: with the store's clock an hour ahead (or
+// behind) of the members', they share the ranges and keep them.
+func TestStoreClockOffsetDoesNotMatter(t *testing.T) {
+	for _, offset := range []time.Duration{time.Hour, -time.Hour} {
+		t.Run(offset.String(), func(t *testing.T) {
+			st := memory.New(memory.WithClock(func() time.Time { return time.Now().Add(offset) }))
+			s := st.Membership()
+			a := join(t, st, s, "a", nil)
+			b := join(t, st, s, "b", nil)
+			awaitBalanced(t, a, b)
+			// Several lease times later nothing moved: every lease renewed.
+			before := slices.Clone(a.member.Held())
+			deadline := time.Now().Add(2 * leaseTime)
+			for time.Now().Before(deadline) {
+				<-a.member.Changed()
+			}
+			if got := a.member.Held(); !slices.Equal(got, before) {
+				t.Errorf("a's leases changed with a steady cluster: %v, then %v", before, got)
+			}
+			awaitBalanced(t, a, b)
+		})
+	}
+}

@@ -75,7 +75,10 @@ type targetKey struct{}
 // forwarded once to the owner's address (which serves it with its own
 // Handler and next). While the entity's range has no owner (it is moving,
 // or its member failed and no other has taken it yet) the request waits,
-// at most cfg.MoveWait, and is then answered 503 with Retry-After.
+// at most cfg.MoveWait, and is then answered 503 with Retry-After; when
+// the owner's address refused the connection all along (a live member
+// whose address does not answer) it is answered 502 naming the member
+// and its address.
 //
 // A handler that finds the entity moved under it (its host answered a
 // *entity.NotOwnedError) answers 421 Misdirected Request: the command was
@@ -141,6 +144,7 @@ func (m *Member) Handler(next http.Handler, cfg HandlerConfig) (http.Handler, er
 		}
 		ctx, cancel := context.WithTimeout(r.Context(), cfg.MoveWait)
 		defer cancel()
+		var unreachable error // the last owner that refused the connection
 		for {
 			changed := m.Changed()
 			owner, ok := m.OwnerOf(pid)
@@ -166,6 +170,9 @@ func (m *Member) Handler(next http.Handler, cfg HandlerConfig) (http.Handler, er
 				if att.err == nil || att.answered {
 					return
 				}
+				if !errors.Is(att.err, errMisdirected) {
+					unreachable = fmt.Errorf("member %s at %s does not answer: %w", owner.Member, owner.Address, att.err)
+				}
 				if r.Context().Err() != nil {
 					return // the client went away
 				}
@@ -174,6 +181,10 @@ func (m *Member) Handler(next http.Handler, cfg HandlerConfig) (http.Handler, er
 			case <-changed:
 			case <-ctx.Done():
 				if r.Context().Err() != nil {
+					return
+				}
+				if unreachable != nil {
+					http.Error(w, fmt.Sprintf("cluster: the owner of %s: %v", pid, unreachable), http.StatusBadGateway)
 					return
 				}
 				w.Header().Set("Retry-After", strconv.Itoa(max(1, int(m.cfg.Heartbeat/time.Second))))

@@ -168,7 +168,13 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 	srv := &http.Server{Handler: routes(member, host, rm), ReadHeaderTimeout: 10 * time.Second}
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
-	fmt.Fprintf(out, "member %s serving on %s, holding %d of %d ranges\n", *name, ln.Addr(), len(member.Held()), len(member.Ranges()))
+	ranges := 0
+	for _, l := range member.Held() {
+		if strings.HasPrefix(l, "slices/") {
+			ranges++
+		}
+	}
+	fmt.Fprintf(out, "member %s serving on %s, holding %d of %d ranges\n", *name, ln.Addr(), ranges, len(member.Ranges()))
 
 	select {
 	case <-ctx.Done():

@@ -53,6 +53,7 @@ import (
 	"time"
 
 	"github.com/annals-go/annals"
+	"github.com/annals-go/annals/internal/hooks"
 	"github.com/annals-go/annals/membership"
 )
 
@@ -221,12 +222,7 @@ func (cfg *Config) check() error {
 		}
 		names[d.Name] = true
 	}
-	for i, h := range cfg.Hooks {
-		if !isHook(h) {
-			return fmt.Errorf("cluster: Config.Hooks[%d] (%T) implements no hook interface of package cluster", i, h)
-		}
-	}
-	return nil
+	return hooks.Refuse("cluster: Config.Hooks", cfg.Hooks, isHook)
 }
 
 // RangeLease returns the name of the lease of slice range r.

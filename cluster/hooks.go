@@ -59,7 +59,8 @@ func newMemberHooks(values []any) memberHooks {
 	}
 }
 
-// isHook reports whether v implements at least one hook interface.
+// isHook reports whether v implements at least one hook interface of
+// this package.
 func isHook(v any) bool {
 	switch v.(type) {
 	case HookHeartbeat, HookLeaseAcquired, HookLeaseReleased, HookLeaseLost, HookMembersChanged:

@@ -14,6 +14,7 @@ import (
 	"sync"
 	"time"
 
+	hookset "github.com/annals-go/annals/internal/hooks"
 	"github.com/annals-go/annals/journal"
 	"github.com/annals-go/annals/recovery"
 	"github.com/annals-go/annals/snapshot"
@@ -131,7 +132,7 @@ func (c Config) Validate() error {
 	case c.MaxReads < 0:
 		return fmt.Errorf("engine: MaxReads %d is negative", c.MaxReads)
 	}
-	return nil
+	return hookset.Refuse("engine: Config.Hooks", c.Hooks, isHook)
 }
 
 func (c Config) withDefaults() Config {

@@ -630,7 +630,7 @@ func TestHooks(t *testing.T) {
 		}}
 		var log strings.Builder
 		h := &recordingHooks{}
-		f := newFront(t, g, engine.Config{MaxFailures: 2, ResetTimeout: time.Minute, Hooks: []any{h, "not a hook"},
+		f := newFront(t, g, engine.Config{MaxFailures: 2, ResetTimeout: time.Minute, Hooks: []any{h},
 			Logger: slog.New(slog.NewTextHandler(&log, nil))})
 		ctx := t.Context()
 		res, err := f.Write(ctx, []journal.AtomicWrite{one("a", 1), {PersistenceID: "b", Events: []journal.Repr{one("b", 1).Events[0], one("b", 2).Events[0]}}})

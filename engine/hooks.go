@@ -98,3 +98,13 @@ func (f *Front) breakerChanged(from, to BreakerState) {
 		h.OnBreakerStateChange(from, to)
 	}
 }
+
+// isHook reports whether v implements at least one hook interface of
+// this package.
+func isHook(v any) bool {
+	switch v.(type) {
+	case HookWriteCall, HookBreakerStateChange:
+		return true
+	}
+	return false
+}

@@ -193,3 +193,13 @@ func (h hooks) commandEnded(ctx context.Context, pid string, err error) {
 		x.OnCommandEnd(ctx, pid, err)
 	}
 }
+
+// isHook reports whether v implements at least one hook interface of
+// this package.
+func isHook(v any) bool {
+	switch v.(type) {
+	case HookRecovered, HookPassivated, HookStopped, HookRestartScheduled, HookSnapshot, HookOverflow, HookCommandStart, HookCommandEnd, HookPersistStart, HookPersistEnd:
+		return true
+	}
+	return false
+}

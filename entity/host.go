@@ -13,6 +13,7 @@ import (
 
 	"github.com/annals-go/annals"
 	"github.com/annals-go/annals/engine"
+	hookset "github.com/annals-go/annals/internal/hooks"
 	"github.com/annals-go/annals/journal"
 	"github.com/annals-go/annals/recovery"
 	"github.com/annals-go/annals/serialization"
@@ -208,6 +209,9 @@ func NewHost[C, E, S any](b Behavior[C, E, S], cfg HostConfig) (*Host[C, E, S], 
 			return nil, fmt.Errorf("entity: HostConfig.Restart: %w", err)
 		}
 		cfg.Restart = &r
+	}
+	if err := hookset.Refuse("entity: HostConfig.Hooks", cfg.Hooks, isHook); err != nil {
+		return nil, err
 	}
 	if cfg.Assigned && len(cfg.SliceRanges) > 0 {
 		return nil, errors.New("entity: HostConfig.Assigned and HostConfig.SliceRanges are both set: a host's ranges are either fixed or given")

@@ -113,7 +113,8 @@ type Telemetry struct {
 	recoveryEvents                            metric.Int64Histogram
 	lag                                       metric.Float64Histogram
 	offsetsSaved, handlerErrors               metric.Int64Counter
-	paused                                    metric.Int64Gauge
+	paused, running                           metric.Int64Gauge
+	projectionRestarts                        metric.Int64Counter
 	heartbeat, handOff                        metric.Float64Histogram
 	leasesAcquired, leasesLost                metric.Int64Counter
 	members                                   metric.Int64Gauge
@@ -207,6 +208,8 @@ func New(meters metric.MeterProvider, tracers trace.TracerProvider) (*Telemetry,
 	t.offsetsSaved = counter("annals.projection.offsets.saved", "offsets saved")
 	t.handlerErrors = counter("annals.projection.handler.errors", "projection handler errors")
 	t.paused = gauge("annals.projection.paused", "1 while the projection is paused")
+	t.running = gauge("annals.projection.running", "1 while the projection's Run runs, 0 once it returned")
+	t.projectionRestarts = counter("annals.projection.restarts", "projection restarts scheduled after a failed run")
 	t.heartbeat = seconds("annals.cluster.heartbeat.duration", "duration of one heartbeat of the member's membership and leases", DurationBuckets())
 	t.handOff = seconds("annals.cluster.handoff.duration", "duration of one graceful hand-off, until the lease was released", DurationBuckets())
 	t.leasesAcquired = counter("annals.cluster.leases.acquired", "leases the member acquired and started serving")
@@ -238,27 +241,30 @@ func (t *Telemetry) Close() error {
 }
 
 var (
-	_ entity.HookCommandStart       = (*Telemetry)(nil)
-	_ entity.HookCommandEnd         = (*Telemetry)(nil)
-	_ entity.HookPersistStart       = (*Telemetry)(nil)
-	_ entity.HookPersistEnd         = (*Telemetry)(nil)
-	_ engine.HookWriteCall          = (*Telemetry)(nil)
-	_ engine.HookBreakerStateChange = (*Telemetry)(nil)
-	_ entity.HookRecovered          = (*Telemetry)(nil)
-	_ entity.HookPassivated         = (*Telemetry)(nil)
-	_ entity.HookStopped            = (*Telemetry)(nil)
-	_ entity.HookRestartScheduled   = (*Telemetry)(nil)
-	_ entity.HookSnapshot           = (*Telemetry)(nil)
-	_ entity.HookOverflow           = (*Telemetry)(nil)
-	_ projection.HookOffsetSaved    = (*Telemetry)(nil)
-	_ projection.HookHandlerError   = (*Telemetry)(nil)
-	_ projection.HookPaused         = (*Telemetry)(nil)
-	_ projection.HookResumed        = (*Telemetry)(nil)
-	_ cluster.HookHeartbeat         = (*Telemetry)(nil)
-	_ cluster.HookLeaseAcquired     = (*Telemetry)(nil)
-	_ cluster.HookLeaseReleased     = (*Telemetry)(nil)
-	_ cluster.HookLeaseLost         = (*Telemetry)(nil)
-	_ cluster.HookMembersChanged    = (*Telemetry)(nil)
+	_ entity.HookCommandStart         = (*Telemetry)(nil)
+	_ entity.HookCommandEnd           = (*Telemetry)(nil)
+	_ entity.HookPersistStart         = (*Telemetry)(nil)
+	_ entity.HookPersistEnd           = (*Telemetry)(nil)
+	_ engine.HookWriteCall            = (*Telemetry)(nil)
+	_ engine.HookBreakerStateChange   = (*Telemetry)(nil)
+	_ entity.HookRecovered            = (*Telemetry)(nil)
+	_ entity.HookPassivated           = (*Telemetry)(nil)
+	_ entity.HookStopped              = (*Telemetry)(nil)
+	_ entity.HookRestartScheduled     = (*Telemetry)(nil)
+	_ entity.HookSnapshot             = (*Telemetry)(nil)
+	_ entity.HookOverflow             = (*Telemetry)(nil)
+	_ projection.HookOffsetSaved      = (*Telemetry)(nil)
+	_ projection.HookHandlerError     = (*Telemetry)(nil)
+	_ projection.HookPaused           = (*Telemetry)(nil)
+	_ projection.HookResumed          = (*Telemetry)(nil)
+	_ projection.HookStarted          = (*Telemetry)(nil)
+	_ projection.HookStopped          = (*Telemetry)(nil)
+	_ projection.HookRestartScheduled = (*Telemetry)(nil)
+	_ cluster.HookHeartbeat           = (*Telemetry)(nil)
+	_ cluster.HookLeaseAcquired       = (*Telemetry)(nil)
+	_ cluster.HookLeaseReleased       = (*Telemetry)(nil)
+	_ cluster.HookLeaseLost           = (*Telemetry)(nil)
+	_ cluster.HookMembersChanged      = (*Telemetry)(nil)
 )
 
 // The hooks are called without a context; the measurements carry none.
@@ -476,11 +482,30 @@ func (t *Telemetry) OnHandlerError(id projection.ID, _ string, _ error, d projec
 	t.handlerErrors.Add(bg, 1, metric.WithAttributes(attribute.String("projection", id.Name), attribute.String("key", id.Key), attribute.String("decision", d.String())))
 }
 
-// OnPaused implements projection.HookPaused.
-func (t *Telemetry) OnPaused(id projection.ID) { t.paused.Record(bg, 1, t.projectionAttrs(id)) }
+// OnProjectionPaused implements projection.HookPaused.
+func (t *Telemetry) OnProjectionPaused(id projection.ID) {
+	t.paused.Record(bg, 1, t.projectionAttrs(id))
+}
 
-// OnResumed implements projection.HookResumed.
-func (t *Telemetry) OnResumed(id projection.ID) { t.paused.Record(bg, 0, t.projectionAttrs(id)) }
+// OnProjectionResumed implements projection.HookResumed.
+func (t *Telemetry) OnProjectionResumed(id projection.ID) {
+	t.paused.Record(bg, 0, t.projectionAttrs(id))
+}
+
+// OnProjectionStarted implements projection.HookStarted.
+func (t *Telemetry) OnProjectionStarted(id projection.ID) {
+	t.running.Record(bg, 1, t.projectionAttrs(id))
+}
+
+// OnProjectionStopped implements projection.HookStopped.
+func (t *Telemetry) OnProjectionStopped(id projection.ID, _ error) {
+	t.running.Record(bg, 0, t.projectionAttrs(id))
+}
+
+// OnProjectionRestartScheduled implements projection.HookRestartScheduled.
+func (t *Telemetry) OnProjectionRestartScheduled(id projection.ID, _ error, _ time.Duration) {
+	t.projectionRestarts.Add(bg, 1, t.projectionAttrs(id))
+}
 
 // OnHeartbeat implements cluster.HookHeartbeat: the duration, by outcome.
 func (t *Telemetry) OnHeartbeat(took time.Duration, _ int, err error) {

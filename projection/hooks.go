@@ -15,13 +15,13 @@ import (
 
 // HookStarted is called when Run starts.
 type HookStarted interface {
-	OnStarted(id ID)
+	OnProjectionStarted(id ID)
 }
 
 // HookStopped is called when Run returns, with its error (the context's
 // when it was cancelled; nil when the source ended).
 type HookStopped interface {
-	OnStopped(id ID, err error)
+	OnProjectionStopped(id ID, err error)
 }
 
 // Decision is what the recovery strategy decided about a handler error.
@@ -63,18 +63,18 @@ type HookOffsetSaved interface {
 // HookPaused is called when a run finds the projection paused, and
 // HookResumed when it goes on afterwards.
 type HookPaused interface {
-	OnPaused(id ID)
+	OnProjectionPaused(id ID)
 }
 
 // HookResumed: see HookPaused.
 type HookResumed interface {
-	OnResumed(id ID)
+	OnProjectionResumed(id ID)
 }
 
 // HookRestartScheduled is called when a failed run will start again from
 // the stored offset after the delay.
 type HookRestartScheduled interface {
-	OnRestartScheduled(id ID, err error, delay time.Duration)
+	OnProjectionRestartScheduled(id ID, err error, delay time.Duration)
 }
 
 // hooks are the Config.Hooks sorted by the interfaces they implement.
@@ -110,4 +110,14 @@ func (p *Projection) saved(o query.Offset, written time.Time) {
 	for _, x := range p.hooks.offsetSaved {
 		x.OnOffsetSaved(p.id, o, lag)
 	}
+}
+
+// isHook reports whether v implements at least one hook interface of
+// this package.
+func isHook(v any) bool {
+	switch v.(type) {
+	case HookStarted, HookStopped, HookHandlerError, HookOffsetSaved, HookPaused, HookResumed, HookRestartScheduled:
+		return true
+	}
+	return false
 }

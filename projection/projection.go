@@ -46,6 +46,7 @@ import (
 	"time"
 
 	"github.com/annals-go/annals"
+	hookset "github.com/annals-go/annals/internal/hooks"
 	"github.com/annals-go/annals/query"
 	"github.com/annals-go/annals/restart"
 )
@@ -312,6 +313,9 @@ func newProjection(id ID, src Source, store OffsetStore, cfg Config, newSink fun
 	if err := cfg.check(); err != nil {
 		return nil, err
 	}
+	if err := hookset.Refuse(fmt.Sprintf("projection %s: Config.Hooks", id), cfg.Hooks, isHook); err != nil {
+		return nil, err
+	}
 	p := &Projection{id: id, src: src, store: store, cfg: cfg.withDefaults(), hooks: newHooks(cfg.Hooks)}
 	p.newSink = func() sink { return newSink(p) }
 	return p, nil
@@ -450,7 +454,7 @@ func (p *Projection) Run(ctx context.Context) (err error) {
 	p.failing.Store(false)
 	p.mu.Unlock()
 	for _, x := range p.hooks.started {
-		x.OnStarted(p.id)
+		x.OnProjectionStarted(p.id)
 	}
 	defer func() {
 		p.mu.Lock()
@@ -462,7 +466,7 @@ func (p *Projection) Run(ctx context.Context) (err error) {
 		p.mu.Unlock()
 		p.applyResets(ctx)
 		for _, x := range p.hooks.stopped {
-			x.OnStopped(p.id, err)
+			x.OnProjectionStopped(p.id, err)
 		}
 	}()
 	for {
@@ -486,7 +490,7 @@ func (p *Projection) Run(ctx context.Context) (err error) {
 		}
 		p.cfg.Logger.Warn("projection failed; restarting", "projection", p.id.String(), "err", err, "in", delay)
 		for _, x := range p.hooks.restart {
-			x.OnRestartScheduled(p.id, err, delay)
+			x.OnProjectionRestartScheduled(p.id, err, delay)
 		}
 		t := time.NewTimer(delay)
 		select {

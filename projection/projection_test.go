@@ -663,17 +663,19 @@ func (h *projectionHookLog) all() []string {
 	return slices.Clone(h.lines)
 }
 
-func (h *projectionHookLog) OnStarted(id projection.ID)          { h.add("started %s", id) }
-func (h *projectionHookLog) OnStopped(id projection.ID, e error) { h.add("stopped %s (%v)", id, e) }
+func (h *projectionHookLog) OnProjectionStarted(id projection.ID) { h.add("started %s", id) }
+func (h *projectionHookLog) OnProjectionStopped(id projection.ID, e error) {
+	h.add("stopped %s (%v)", id, e)
+}
 func (h *projectionHookLog) OnHandlerError(id projection.ID, what string, err error, d projection.Decision) {
 	h.add("error %s on %s: %v: %s", id, what, err, d)
 }
 func (h *projectionHookLog) OnOffsetSaved(id projection.ID, o query.Offset, lag time.Duration) {
 	h.add("saved %s %s lag %v", id, o, lag)
 }
-func (h *projectionHookLog) OnPaused(id projection.ID)  { h.add("paused %s", id) }
-func (h *projectionHookLog) OnResumed(id projection.ID) { h.add("resumed %s", id) }
-func (h *projectionHookLog) OnRestartScheduled(id projection.ID, err error, d time.Duration) {
+func (h *projectionHookLog) OnProjectionPaused(id projection.ID)  { h.add("paused %s", id) }
+func (h *projectionHookLog) OnProjectionResumed(id projection.ID) { h.add("resumed %s", id) }
+func (h *projectionHookLog) OnProjectionRestartScheduled(id projection.ID, err error, d time.Duration) {
 	h.add("restart %s in %v", id, d)
 }
 

@@ -44,12 +44,12 @@ func (p *Projection) notePaused(paused bool) {
 	p.paused = paused
 	if paused {
 		for _, x := range p.hooks.paused {
-			x.OnPaused(p.id)
+			x.OnProjectionPaused(p.id)
 		}
 		return
 	}
 	for _, x := range p.hooks.resumed {
-		x.OnResumed(p.id)
+		x.OnProjectionResumed(p.id)
 	}
 }
 

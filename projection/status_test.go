@@ -20,7 +20,7 @@ var errSQL = errors.New(`syntax error at or near "UPDTE"`)
 // restartSignal signals each restart scheduled.
 type restartSignal chan error
 
-func (s restartSignal) OnRestartScheduled(_ projection.ID, err error, _ time.Duration) {
+func (s restartSignal) OnProjectionRestartScheduled(_ projection.ID, err error, _ time.Duration) {
 	select {
 	case s <- err:
 	default:

@@ -3,6 +3,8 @@
 // they implement.
 package hooks
 
+import "fmt"
+
 // Select returns the values that implement T, in order.
 func Select[T any](values []any) []T {
 	var out []T
@@ -12,4 +14,17 @@ func Select[T any](values []any) []T {
 		}
 	}
 	return out
+}
+
+// Refuse returns an error naming the first value of values that
+// implements no hook interface (is reports whether one does), or nil. A
+// value given as a hook that is no hook is a mistake, which franz-go's
+// kgo refuses too. field names the configuration field in the error.
+func Refuse(field string, values []any, is func(any) bool) error {
+	for i, v := range values {
+		if !is(v) {
+			return fmt.Errorf("%s[%d] (%T) implements no hook interface of its package", field, i, v)
+		}
+	}
+	return nil
 }

@@ -42,6 +42,7 @@ type Member struct {
 	view        view
 	changed     chan struct{} // closed when the view is read again
 	handOffs    int           // hand-offs in progress
+	short       bool          // the last plan left the member under its share: others are handing off to it
 	leaving     bool
 	left        bool
 }
@@ -138,13 +139,27 @@ func (m *Member) loop() {
 	t := time.NewTicker(m.cfg.Heartbeat)
 	defer t.Stop()
 	for {
+		// A member under its share looks again four times a heartbeat
+		// (reads only), so that leases others release reach it sooner.
+		var look <-chan time.Time
+		m.mu.Lock()
+		short := m.short
+		m.mu.Unlock()
+		if short {
+			look = time.After(m.cfg.Heartbeat / 4)
+		}
 		select {
 		case <-m.ctx.Done():
 			return
 		case <-t.C:
+			m.round()
 		case <-m.poke:
+			m.round()
+		case <-look:
+			if m.readView() {
+				m.plan()
+			}
 		}
-		m.round()
 	}
 }
 
@@ -339,6 +354,7 @@ func (m *Member) plan() {
 	}
 	n := len(v.live)
 	var acquire []string
+	m.short = false
 	for _, set := range m.sets {
 		k := len(set)
 		share := func(i int) int {
@@ -382,6 +398,9 @@ func (m *Member) plan() {
 				free = append(free[at:], free[:at]...)
 			}
 			acquire = append(acquire, free[:min(len(free), want-mine)]...)
+			if len(free) < want-mine {
+				m.short = true
+			}
 		case mine > want:
 			short := -len(free)
 			for i := range n {

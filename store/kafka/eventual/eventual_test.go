@@ -7,7 +7,7 @@ import (
 )
 
 // The metajournal segments the Scala replicator gave these ids
-// (store/kafka/wire/testdata/scala-written).
+// (../shared/fixtures/kafka-journal/scala-written).
 func TestMetaSegmentMatchesScala(t *testing.T) {
 	for _, c := range []struct {
 		id   string

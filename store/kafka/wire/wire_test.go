@@ -153,12 +153,14 @@ func TestAppendValues(t *testing.T) {
 				t.Errorf("re-encoded (%v)\n%q\nwant\n%q", err, enc, b)
 			}
 			if p.typ == wire.JSON {
-				v0 := "Payload-v0-" + name + ".json" // the older JSON form, read only
-				got, err := wire.DecodeJSON(read(t, v0))
-				want := p.es
-				want.Metadata = wire.Metadata{}
-				if err != nil || !sameEvents(got, want) {
-					t.Errorf("%s decoded %+v, %v; want %+v", v0, got, err, want)
+				v0 := "Payload-v0-" + name + ".json"
+				if _, err := os.Stat(filepath.Join(wiretest.Dir(t), v0)); err == nil {
+					got, err := wire.DecodeJSON(read(t, v0))
+					want := p.es
+					want.Metadata = wire.Metadata{}
+					if err != nil || !sameEvents(got, want) {
+						t.Errorf("%s decoded %+v, %v; want %+v", v0, got, err, want)
+					}
 				}
 			}
 		})

@@ -1,7 +1,7 @@
 // Package eventualtest checks an eventual store against what the Scala
 // Kafka Journal's replicator wrote: it replicates the records the Scala
-// library wrote to a real broker (store/kafka/wire/testdata/scala-written,
-// read through wiretest) and compares every head, event and pointer read back
+// library wrote to a real broker (../shared/fixtures/kafka-journal/
+// scala-written) and compares every head, event and pointer read back
 // through eventual.Tables with the rows of the Scala replicator's
 // keyspace.
 package eventualtest

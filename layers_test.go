@@ -25,6 +25,8 @@ var layers = map[string][]string{
 	"admin":         {"journal", "offsets", "query"},
 
 	"internal/hooks": {},
+	// Finds the interoperability fixtures beside the checkout (a test helper).
+	"internal/fixtures": {},
 	// The outage drill the stores' tests run (a test helper).
 	"internal/outagetest": {"engine", "entity", "examples/bank", "journal", "serialization", "snapshot"},
 	"restart":             {},
@@ -46,7 +48,7 @@ var layers = map[string][]string{
 	"store/kafka/eventual/cql":      {"store/kafka/eventual"},
 	"store/kafka/eventual/pg":       {"store/kafka/eventual"},
 	"store/kafka/kafkatest":         {"store/kafka"},
-	"store/kafka/wire/wiretest":     {"store/kafka/wire"},
+	"store/kafka/wire/wiretest":     {"internal/fixtures", "store/kafka/wire"},
 	"store/postgres/pgtest":         {"store/postgres"},
 	"store/cassandra/cassandratest": {"store/cassandra"},
 

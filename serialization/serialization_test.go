@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"reflect"
 	"strconv"
 	"strings"
@@ -20,6 +21,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
+	"github.com/annals-go/annals/internal/fixtures"
 	"github.com/annals-go/annals/journal"
 	"github.com/annals-go/annals/serialization"
 	"github.com/annals-go/annals/snapshot"
@@ -591,9 +593,9 @@ func TestPekkoJSONPayloads(t *testing.T) {
 	if err := serialization.RegisterJSON[pekkoRenamed](r, "anchor.Fixture$Renamed"); err != nil {
 		t.Fatal(err)
 	}
-	data, err := os.ReadFile("../../shared/fixtures/pekko-r2dbc/event_journal.jsonl")
+	data, err := os.ReadFile(filepath.Join(fixtures.Dir(t, "pekko-r2dbc"), "event_journal.jsonl"))
 	if err != nil {
-		t.Skipf("Pekko fixtures: %v", err)
+		t.Fatal(err)
 	}
 	decoded := map[string]any{}
 	for line := range strings.Lines(string(data)) {

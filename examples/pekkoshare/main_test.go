@@ -5,26 +5,26 @@ import (
 	"context"
 	"encoding/json"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/annals-go/annals/internal/fixtures"
 	"github.com/annals-go/annals/store/postgres/pgtest"
 )
-
-// fixtures holds the rows a real Pekko Persistence R2DBC 1.2.0 service
-// wrote (its README says how).
-const fixtures = "../../../shared/fixtures/pekko-r2dbc/"
 
 // loadPekkoRows inserts the rows of a fixture .jsonl file into the
 // schema's table with plain SQL, as the JVM service stored them (bytea
 // columns are hexadecimal there).
 func loadPekkoRows(t *testing.T, conn *pgx.Conn, schema, table, file string) {
 	t.Helper()
-	data, err := os.ReadFile(fixtures + file)
+	// The rows a real Pekko Persistence R2DBC 1.2.0 service wrote (the
+	// fixture's README says how).
+	data, err := os.ReadFile(filepath.Join(fixtures.Dir(t, "pekko-r2dbc"), file))
 	if err != nil {
-		t.Skipf("Pekko fixtures: %v", err)
+		t.Fatal(err)
 	}
 	for line := range strings.Lines(string(data)) {
 		var row map[string]any

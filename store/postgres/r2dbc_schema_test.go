@@ -12,21 +12,20 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/annals-go/annals/internal/fixtures"
 	"github.com/annals-go/annals/store/postgres"
 	"github.com/annals-go/annals/store/postgres/pgtest"
 )
 
-// pekkoFixtures is the directory of the rows and DDL a real Pekko
-// Persistence R2DBC 1.2.0 service wrote (see its README.md).
-const pekkoFixtures = "../../../shared/fixtures/pekko-r2dbc"
-
-// fixturePath returns the path of a fixture file; the test is skipped
-// when the fixtures are not there.
+// fixturePath returns the path of a file of the rows and DDL a real
+// Pekko Persistence R2DBC 1.2.0 service wrote (see the fixture's
+// README.md); a missing fixture fails the test when ANNALS_TEST_REQUIRE
+// lists fixtures (CI) and skips it otherwise.
 func fixturePath(t testing.TB, name string) string {
 	t.Helper()
-	p := filepath.Join(pekkoFixtures, name)
+	p := filepath.Join(fixtures.Dir(t, "pekko-r2dbc"), name)
 	if _, err := os.Stat(p); err != nil {
-		t.Skipf("Pekko R2DBC fixtures: %v", err)
+		t.Fatalf("Pekko R2DBC fixture: %v", err)
 	}
 	return p
 }

@@ -1,7 +1,8 @@
 // Package wiretest reads the Kafka journal fixtures shared beside the
 // checkout (../shared/fixtures/kafka-journal): the Scala project's test
 // resources and the records the Scala library wrote to a real broker.
-// Tests skip when the fixtures are not there. It also produces records
+// A test whose fixtures are not there fails when ANNALS_TEST_REQUIRE lists
+// fixtures (CI), and is skipped otherwise. It also produces records
 // no reader can decode, for the tests of those that must report them.
 package wiretest
 
@@ -11,28 +12,21 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
-	"runtime"
 	"testing"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/annals-go/annals/internal/fixtures"
 	"github.com/annals-go/annals/store/kafka/wire"
 )
 
-// Dir returns the fixtures folder, or skips t when it is missing.
+// Dir returns the fixtures folder; when it is missing the test fails if
+// ANNALS_TEST_REQUIRE lists fixtures (CI), and is skipped otherwise,
+// naming the folder (internal/fixtures).
 func Dir(t testing.TB) string {
 	t.Helper()
-	_, file, _, ok := runtime.Caller(0)
-	if !ok {
-		t.Skip("cannot locate the fixtures: no caller information")
-	}
-	// file is <module>/store/kafka/wire/wiretest/wiretest.go.
-	dir := filepath.Join(filepath.Dir(file), "..", "..", "..", "..", "..", "shared", "fixtures", "kafka-journal")
-	if _, err := os.Stat(dir); err != nil {
-		t.Skipf("no Kafka Journal fixtures at %s (the shared fixtures beside the checkout): %v", dir, err)
-	}
-	return dir
+	return fixtures.Dir(t, "kafka-journal")
 }
 
 // scalaRecord is a line of scala-written/journal-*.jsonl.

@@ -16,6 +16,9 @@ import (
 
 	"github.com/annals-go/annals/offsets"
 	"github.com/annals-go/annals/serialization"
+	"github.com/annals-go/annals/store/cassandra/cassandratest"
+	"github.com/annals-go/annals/store/kafka/kafkatest"
+	"github.com/annals-go/annals/store/postgres/pgtest"
 )
 
 func get(t *testing.T, c *http.Client, u string, header ...string) (int, string, http.Header) {
@@ -525,5 +528,47 @@ func TestCharts(t *testing.T) {
 			t.Fatal("no samples after 20s")
 		}
 		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// TestPagesCassandraKafka: every page answers on Cassandra and on the
+// Kafka journal (with PostgreSQL as its eventual store, no replicator
+// running): 200, or 501 saying what the store does not offer, never a
+// failure; one id's timeline shows its events.
+func TestPagesCassandraKafka(t *testing.T) {
+	kinds := []testStore{
+		{"cassandra", func(t *testing.T) string { u, _ := cassandratest.URL(t); return u }},
+		{"kafka", func(t *testing.T) string {
+			brokers := kafkatest.Real(t)
+			dsn, _ := pgtest.Schema(t)
+			return "kafka://" + brokers[0] + "/?topic_prefix=" + kafkatest.Prefix(t, brokers, "console") + "&eventual=" + dsn
+		}},
+	}
+	for _, ts := range kinds {
+		t.Run(ts.name, func(t *testing.T) {
+			url := ts.url(t)
+			s := openStore(t, url)
+			_, hs := newServer(t, s, url, nil)
+			for _, p := range []string{"/", "/api/overview", "/entities?type=Account", "/api/ids?type=Account", "/entity?id=Account%7Ca-1",
+				"/tail", "/tail?by=id&id=Account%7Ca-1", "/projections", "/api/projections", "/cluster", "/api/cluster", "/slices", "/api/slices"} {
+				code, body, _ := get(t, nil, hs.URL+p)
+				t.Logf("%s: %d", p, code)
+				if code != http.StatusOK && code != http.StatusNotImplemented {
+					t.Errorf("%s: %d %s", p, code, body)
+				}
+				if strings.Contains(body, "<script>alert") {
+					t.Errorf("%s: an unescaped payload", p)
+				}
+			}
+			var ent struct {
+				Events []struct {
+					Payload Payload `json:"payload"`
+				} `json:"events"`
+			}
+			getJSON(t, hs.URL+"/api/entity?id="+urlQuery("Account|a-1"), &ent)
+			if len(ent.Events) != 3 || ent.Events[1].Payload.Text != scriptPayload {
+				t.Errorf("timeline of Account|a-1: %+v", ent.Events)
+			}
+		})
 	}
 }

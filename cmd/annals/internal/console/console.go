@@ -312,7 +312,7 @@ func (s *Server) page(name string, fn func(r *http.Request) (any, error)) http.H
 	return func(w http.ResponseWriter, r *http.Request) {
 		data, err := fn(r)
 		if err != nil {
-			s.fail(w, r, err)
+			s.failOn(w, r, name, err)
 			return
 		}
 		s.render(w, http.StatusOK, name, data)
@@ -320,9 +320,13 @@ func (s *Server) page(name string, fn func(r *http.Request) (any, error)) http.H
 }
 
 func (s *Server) render(w http.ResponseWriter, code int, name string, data any) {
+	s.renderOn(w, code, name, name, data)
+}
+
+// renderOn renders the page name with the navigation of page nav.
+func (s *Server) renderOn(w http.ResponseWriter, code int, name, nav string, data any) {
 	t := s.pages[name]
-	nav := name
-	if name == "entity" {
+	if nav == "entity" {
 		nav = "entities"
 	}
 	var b strings.Builder
@@ -368,11 +372,16 @@ func statusOf(err error) int {
 }
 
 func (s *Server) fail(w http.ResponseWriter, r *http.Request, err error) {
+	s.failOn(w, r, "error", err)
+}
+
+// failOn answers err on an error page with the navigation of page nav.
+func (s *Server) failOn(w http.ResponseWriter, r *http.Request, nav string, err error) {
 	code := statusOf(err)
-	if code >= 500 {
+	if code >= 500 && code != http.StatusNotImplemented {
 		s.opt.Log.Printf("console: %s %s: %v", r.Method, r.URL.Path, err)
 	}
-	s.render(w, code, "error", struct {
+	s.renderOn(w, code, "error", nav, struct {
 		Code    int
 		Status  string
 		Message string
@@ -381,7 +390,7 @@ func (s *Server) fail(w http.ResponseWriter, r *http.Request, err error) {
 
 func (s *Server) failJSON(w http.ResponseWriter, err error) {
 	code := statusOf(err)
-	if code >= 500 {
+	if code >= 500 && code != http.StatusNotImplemented {
 		s.opt.Log.Printf("console: %v", err)
 	}
 	writeJSON(w, code, map[string]string{"error": err.Error()})

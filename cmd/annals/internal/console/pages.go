@@ -151,7 +151,10 @@ func (s *Server) entities(r *http.Request) (any, error) {
 		want = d.Type + annals.Separator + d.Prefix
 	}
 	after := d.After
-	ordered := !s.st.IDsInStoreOrder
+	// Seek to the prefix, and stop past it, only where ids are listed in
+	// byte order (SQLite's binary collation, the memory store); elsewhere
+	// (the database's collation, Cassandra's token order) read through.
+	ordered := s.st.Kind == "sqlite" || s.st.Kind == "memory"
 	if after == "" && ordered {
 		after = before(want)
 	}
@@ -196,8 +199,8 @@ func (s *Server) entities(r *http.Request) (any, error) {
 	if d.NextAfter != "" {
 		d.NextLink = link("/entities", "type", d.Type, "prefix", d.Prefix, "after", d.NextAfter)
 	}
-	if s.st.IDsInStoreOrder {
-		d.Note = strings.TrimSpace(d.Note + " The store lists ids in an order of its own (not sorted), so a prefix search reads through them.")
+	if !ordered && d.Prefix != "" {
+		d.Note = strings.TrimSpace(d.Note + fmt.Sprintf(" This store does not list ids in byte order, so a prefix search reads through the ids (at most %d a page).", maxScan))
 	}
 	if len(d.IDs) == 0 && d.Prefix != "" {
 		d.Lookup = want

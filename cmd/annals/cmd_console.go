@@ -11,6 +11,8 @@ import (
 	"log"
 	"net"
 	"net/http"
+	"os"
+	"strconv"
 	"time"
 
 	"github.com/annals-go/annals/cluster"
@@ -90,7 +92,7 @@ confirmation page. The store URL is shown with its passwords replaced.`,
 				if err != nil {
 					return err
 				}
-				link := "http://" + ln.Addr().String() + "/"
+				link := "http://" + linkHost(ln.Addr()) + "/"
 				if tok != "" {
 					link += "?token=" + tok
 				}
@@ -123,6 +125,20 @@ confirmation page. The store URL is shown with its passwords replaced.`,
 			}
 		},
 	}
+}
+
+// linkHost is the host:port of a link to a listener: this machine's
+// name when it listens on every address.
+func linkHost(a net.Addr) string {
+	tcp, ok := a.(*net.TCPAddr)
+	if !ok || !tcp.IP.IsUnspecified() {
+		return a.String()
+	}
+	host, err := os.Hostname()
+	if err != nil || host == "" {
+		host = "localhost"
+	}
+	return net.JoinHostPort(host, strconv.Itoa(tcp.Port))
 }
 
 // consolePayload formats a payload for the console as the events command

@@ -92,17 +92,26 @@ func (rm *readModel) stop() error {
 }
 
 // behind returns how many stored events the projections have not applied.
-// Not safe for concurrent use.
+// While an instance is failing (a handler error or failed run it may yet
+// recover from), the count comes with the first failing instance's
+// *projection.FailingError; any other error comes alone, with 0. Not safe
+// for concurrent use.
 func (rm *readModel) behind(ctx context.Context) (int64, error) {
 	var n int64
+	var failing error
 	for _, l := range rm.lags {
 		b, err := l.behind(ctx)
 		if err != nil {
-			return 0, err
+			if _, ok := errors.AsType[*projection.FailingError](err); !ok {
+				return 0, err
+			}
+			if failing == nil {
+				failing = err
+			}
 		}
 		n += b
 	}
-	return n, nil
+	return n, failing
 }
 
 // rangeLag counts the events one projection instance has still to apply.
@@ -162,6 +171,9 @@ func (rm *readModel) poll(ctx context.Context, interval time.Duration) (stop fun
 		defer t.Stop()
 		for {
 			behind, err := rm.behind(ctx)
+			if _, failing := errors.AsType[*projection.FailingError](err); failing {
+				err = nil // the count holds; the lag shows the failure
+			}
 			if err == nil {
 				var total int64
 				if _, total, err = rm.table.read(ctx); err == nil {
@@ -199,7 +211,10 @@ type caughtUpResult struct {
 
 // catchUp looks at the lag every readModelCheck until it is 0 and sends the
 // time since from, or an error after limit. Call it when no more events
-// come: a lag of 0 is then final. A nil read model returns nil.
+// come: a lag of 0 is then final. A projection that is failing is waited
+// for, within limit, as it may recover (its restart backoff runs); one
+// that gave up (Config.MaxRestarts) ends the wait at once. A nil read
+// model returns nil.
 func (rm *readModel) catchUp(from time.Time, limit time.Duration) <-chan caughtUpResult {
 	if rm == nil {
 		return nil
@@ -211,12 +226,16 @@ func (rm *readModel) catchUp(from time.Time, limit time.Duration) <-chan caughtU
 		defer t.Stop()
 		for {
 			behind, err := rm.behind(rm.ctx)
+			failing, isFailing := errors.AsType[*projection.FailingError](err)
 			switch {
-			case err != nil:
+			case isFailing && failing.GaveUp, err != nil && !isFailing:
 				out <- caughtUpResult{err: err}
 				return
 			case behind == 0:
 				out <- caughtUpResult{after: time.Since(from)}
+				return
+			case time.Now().After(deadline) && isFailing:
+				out <- caughtUpResult{err: fmt.Errorf("still %d events behind %s after the last operation: %w", behind, limit, err)}
 				return
 			case time.Now().After(deadline):
 				out <- caughtUpResult{err: fmt.Errorf("still %d events behind %s after the last operation", behind, limit)}

@@ -126,7 +126,8 @@ func printFlags(w io.Writer, fs *flag.FlagSet) {
 //
 // Help asked for (-h, --help) goes to stdout, as 'annals help COMMAND'
 // prints it, with exit code 0; a bad command line's message and usage go
-// to stderr, with exit code 2.
+// to stderr, with exit code 2. A command whose context ends while it runs
+// exits 130, saying "interrupted" (exitCode).
 func (c *command) run(e *env, args []string) int {
 	prog := "annals " + c.name
 	var parseOut bytes.Buffer
@@ -138,16 +139,16 @@ func (c *command) run(e *env, args []string) int {
 	}
 	if err != nil {
 		_, _ = parseOut.WriteTo(e.stderr)
-		return exitCode(e.stderr, prog, errUsage)
+		return exitCode(context.Background(), e.stderr, prog, errUsage) // the command has not run
 	}
 	if len(pos) < c.minArgs || (c.maxArgs >= 0 && len(pos) > c.maxArgs) {
 		want := c.args
 		if want == "" {
 			want = "no arguments"
 		}
-		return exitCode(e.stderr, prog, usagef("want %s, got %d argument(s): %s", want, len(pos), strings.Join(quoteAll(pos), " ")))
+		return exitCode(context.Background(), e.stderr, prog, usagef("want %s, got %d argument(s): %s", want, len(pos), strings.Join(quoteAll(pos), " ")))
 	}
-	return exitCode(e.stderr, prog, runner(e, pos))
+	return exitCode(e.ctx, e.stderr, prog, runner(e, pos))
 }
 
 func quoteAll(ss []string) []string {

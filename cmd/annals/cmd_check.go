@@ -40,10 +40,12 @@ command is killed, the kit's ids stay (apart from yours: their entity
 types are unique to the run).
 
 Prints each suite's rules passed, failed and skipped, with the kit's
-messages for failures on stderr; exit code 1 when a rule fails.
+messages for failures on stderr; exit code 1 when a rule fails, 130 when
+interrupted.
 
---json prints {"store", "ok", "suites": [{"suite", "rules", "passed",
-"failed": [rule names], "skipped": [rule names]}], "removed_ids"}.`,
+--json prints {"store", "ok", "timed_out", "interrupted", "suites":
+[{"suite", "rules", "passed", "failed": [rule names], "skipped": [rule
+names]}], "removed_ids"}.`,
 		examples: []string{
 			"annals check --store sqlite:./annals.db",
 			"annals check --store postgres://annals@db.internal/annals --short",
@@ -94,29 +96,32 @@ var errCheckFailed = errors.New("the store failed the compliance kit")
 
 // checkResult is what the kit's run found.
 type checkResult struct {
-	Store      string
-	Where      string
-	OK         bool
+	Store string
+	Where string
+	OK    bool
+	// TimedOut: --timeout ended the kit; the rules that were running
+	// failed.
 	TimedOut   bool
 	Suites     []suiteJSON
 	RemovedIDs int
 	Cleaned    bool
 	// Interrupted: the command was interrupted; the rules that were
-	// running failed.
+	// running failed, and the run is not OK whatever it found.
 	Interrupted bool
 }
 
 // print prints the summary: a table, or with asJSON {"store", "ok",
-// "timed_out", "suites", "removed_ids"}.
+// "timed_out", "interrupted", "suites", "removed_ids"}.
 func (res checkResult) print(out io.Writer, asJSON bool) error {
 	if asJSON {
 		return writeJSON(out, struct {
-			Store      string      `json:"store"`
-			OK         bool        `json:"ok"`
-			TimedOut   bool        `json:"timed_out"`
-			Suites     []suiteJSON `json:"suites"`
-			RemovedIDs int         `json:"removed_ids"`
-		}{res.Store, res.OK, res.TimedOut, res.Suites, res.RemovedIDs})
+			Store       string      `json:"store"`
+			OK          bool        `json:"ok"`
+			TimedOut    bool        `json:"timed_out"`
+			Interrupted bool        `json:"interrupted"`
+			Suites      []suiteJSON `json:"suites"`
+			RemovedIDs  int         `json:"removed_ids"`
+		}{res.Store, res.OK, res.TimedOut, res.Interrupted, res.Suites, res.RemovedIDs})
 	}
 	tw := table(out, "SUITE", "RULES", "PASSED", "FAILED", "SKIPPED")
 	for _, sj := range res.Suites {
@@ -138,7 +143,7 @@ func (res checkResult) print(out io.Writer, asJSON bool) error {
 	}
 	switch {
 	case res.Interrupted:
-		fmt.Fprintf(out, "check INTERRUPTED: %s (the rules that were running failed)\n", res.Where)
+		fmt.Fprintf(out, "check INTERRUPTED: %s (the kit did not finish; the rules that were running failed)\n", res.Where)
 	case res.TimedOut:
 		fmt.Fprintf(out, "check TIMED OUT: %s (--timeout ended the kit's store calls; the rules that were running failed)\n", res.Where)
 	case res.OK:
@@ -231,11 +236,16 @@ func (k *kit) run(o checkOptions) error {
 	res := k.summary(rep)
 	res.Cleaned = cleanErr == nil
 	res.RemovedIDs = removed
-	res.OK = res.OK && cleanErr == nil
-	res.Interrupted = !res.OK && k.e.ctx.Err() != nil
+	// An interrupt ends the run, whatever the rules found by then: it
+	// is not a pass.
+	res.Interrupted = k.e.ctx.Err() != nil
+	res.OK = res.OK && cleanErr == nil && !res.Interrupted
 	res.TimedOut = !res.OK && !res.Interrupted && errors.Is(ctx.Err(), context.DeadlineExceeded)
 	if err := res.print(k.e.stdout, o.asJSON); err != nil {
 		return err
+	}
+	if res.Interrupted {
+		return errInterrupted
 	}
 	if res.TimedOut {
 		return fmt.Errorf("%w: timed out after %v", errCheckFailed, o.timeout)

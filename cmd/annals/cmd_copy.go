@@ -28,7 +28,8 @@ write timestamps, writers, tags, metadata, serializer ids and manifests.
 The target is created if missing. Each id is copied from the target's
 highest sequence number on, in atomic writes of at most --batch events,
 so an interrupted copy (Ctrl-C, a crash) resumes where it stopped when run
-again. Snapshots the target already has are skipped. Events deleted in the
+again; Ctrl-C stops after the current write, says "interrupted" and
+exits 130. Snapshots the target already has are skipped. Events deleted in the
 source stay deleted in the target, and the target keeps each id's highest
 sequence number; for an id whose events were all deleted, the target gets
 one placeholder event at that number, deleted at once (a live query of the
@@ -114,12 +115,15 @@ func (c *copier) command(e *env, _ []string) error {
 	out.Seconds, out.EventsPerSecond = elapsed.Seconds(), rate(out.EventsCopied, elapsed)
 	if err != nil {
 		if errors.Is(err, errStopped) || e.ctx.Err() != nil {
-			return fmt.Errorf("interrupted after copying %s events of %s ids; run the same command again to resume", num(out.EventsCopied), num(out.IDsCopied))
+			return fmt.Errorf("%w after copying %s events of %s ids; run the same command again to resume", errInterrupted, num(out.EventsCopied), num(out.IDsCopied))
 		}
 		return err
 	}
 	if c.verifying {
 		if out.Mismatches, err = c.verify(e.ctx); err != nil {
+			if e.ctx.Err() != nil {
+				return fmt.Errorf("%w while verifying, after copying %s events of %s ids; run the same command again to verify", errInterrupted, num(out.EventsCopied), num(out.IDsCopied))
+			}
 			return fmt.Errorf("verify: %w", err)
 		}
 		out.Verified = len(out.Mismatches) == 0

@@ -60,6 +60,10 @@ and prints a summary: cycles, acknowledged writes and events, the counts
 above, and the time a new host took to recover an entity (p50, p99).
 Exit code 1 when any count is not zero.
 
+An interrupt (Ctrl-C) ends the run after the cycle under way: the summary
+covers the cycles checked in full, and the command says "interrupted" and
+exits 130, never OK.
+
 What it can catch: a store, driver or configuration that acknowledges a
 write before the database has it (a commit that is not one, a lost
 transaction, an atomic group split), recovery that misreads the journal.
@@ -73,7 +77,8 @@ an OS crash; to test those, run the writer in a VM you reset instead.
 "acknowledged_writes", "acknowledged_events", "stored_events", "lost",
 "duplicated", "half_written", "gaps", "recovery_mismatches", "late_commits",
 "refused_writes", "refused_stored",
-"recovery_p50_ms", "recovery_p99_ms", "problems": [text], "ok"}.`,
+"recovery_p50_ms", "recovery_p99_ms", "problems": [text], "interrupted",
+"ok" (false when interrupted)}.`,
 		examples: []string{
 			"annals crash-test --store sqlite:./annals.db",
 			"annals crash-test --store postgres://annals@db.internal/annals --cycles 200 --snapshot-every 10",
@@ -361,16 +366,20 @@ func runCrashTest(e *env, url string, c crashConfig, asJSON, keep bool) (err err
 	stopStatus := statusLine(e.stderr, func() string {
 		return fmt.Sprintf("cycle %d/%d  acknowledged %s writes  lost %d", cycle.Load(), c.cycles, num(shownAcks.Load()), shownLost.Load())
 	})
-	for i := 1; i <= c.cycles; i++ {
+	// An interrupt ends the cycles: the summary covers the cycles checked
+	// in full, and a cycle cut short counts for nothing (neither its
+	// acknowledgements nor what its check had read).
+	for i := 1; i <= c.cycles && e.ctx.Err() == nil; i++ {
 		cycle.Store(int64(i))
 		got, err := crashCycle(e, exe, scratch, c, i)
 		if e.ctx.Err() != nil {
-			break // interrupted: the summary covers the cycles checked
+			break
 		}
 		if err != nil {
 			stopStatus()
 			return err
 		}
+		checked := t.clone()
 		for id, as := range got {
 			acks[id] = append(acks[id], as...)
 			for _, a := range as {
@@ -382,10 +391,12 @@ func runCrashTest(e *env, url string, c crashConfig, asJSON, keep bool) (err err
 				t.ackEvents += a.size
 			}
 		}
-		if err := crashVerify(e.ctx, s, c, acks, t); err != nil {
-			if e.ctx.Err() != nil {
-				break
-			}
+		err = crashVerify(e.ctx, s, c, acks, t)
+		if e.ctx.Err() != nil {
+			*t = checked
+			break
+		}
+		if err != nil {
 			stopStatus()
 			return err
 		}
@@ -394,10 +405,19 @@ func runCrashTest(e *env, url string, c crashConfig, asJSON, keep bool) (err err
 		shownLost.Store(t.lost)
 	}
 	stopStatus()
-	if err := e.ctx.Err(); err != nil && t.cycles == 0 {
-		return err
+	interrupted := e.ctx.Err() != nil
+	if interrupted && t.cycles == 0 {
+		return fmt.Errorf("%w before a cycle was checked", errInterrupted)
 	}
-	return crashReport(e, s, scratch, c, t, asJSON)
+	return crashReport(e, s, scratch, c, t, asJSON, interrupted)
+}
+
+// clone returns a copy of t that later changes to t leave alone.
+func (t *crashTally) clone() crashTally {
+	c := *t
+	c.recoveries = slices.Clone(t.recoveries)
+	c.problems = slices.Clone(t.problems)
+	return c
 }
 
 // crashCycle runs the writer once, kills it with SIGKILL at a random
@@ -660,8 +680,9 @@ func crashRecheck(ctx context.Context, s *stores.Store, c crashConfig, reg *seri
 	return fmt.Errorf("the journal of %s kept changing after the writer was killed: is another process writing to the scratch store?", pid)
 }
 
-// crashReport prints the summary, and fails when a check failed.
-func crashReport(e *env, s *stores.Store, scratch string, c crashConfig, t *crashTally, asJSON bool) error {
+// crashReport prints the summary, and fails when a check failed or the
+// run was interrupted (after t.cycles cycles checked in full).
+func crashReport(e *env, s *stores.Store, scratch string, c crashConfig, t *crashTally, asJSON, interrupted bool) error {
 	slices.Sort(t.recoveries)
 	p50, p99 := percentile(t.recoveries, 0.50), percentile(t.recoveries, 0.99)
 	if asJSON {
@@ -686,9 +707,11 @@ func crashReport(e *env, s *stores.Store, scratch string, c crashConfig, t *cras
 			RecoveryP50ms      float64  `json:"recovery_p50_ms"`
 			RecoveryP99ms      float64  `json:"recovery_p99_ms"`
 			Problems           []string `json:"problems"`
+			Interrupted        bool     `json:"interrupted"`
 			OK                 bool     `json:"ok"`
 		}{s.Kind, stores.Redact(scratch), t.cycles, c.entities, c.snapshotEvery, t.ackWrites, t.ackEvents, t.stored,
-			t.lost, t.duplicated, t.halfWritten, t.gaps, t.mismatches, t.late, t.refused, t.refusedStored, ms(p50), ms(p99), append([]string{}, t.problems...), t.ok()}
+			t.lost, t.duplicated, t.halfWritten, t.gaps, t.mismatches, t.late, t.refused, t.refusedStored, ms(p50), ms(p99), append([]string{}, t.problems...),
+			interrupted, t.ok() && !interrupted}
 		if err := writeJSON(e.stdout, out); err != nil {
 			return err
 		}
@@ -699,7 +722,11 @@ func crashReport(e *env, s *stores.Store, scratch string, c crashConfig, t *cras
 		}
 		fmt.Fprintf(e.stdout, "crash-test of %s (scratch %s), %d entities, %s\n\n", s.Kind, s.Where, c.entities, snaps)
 		tw := table(e.stdout)
-		row(tw, "cycles", fmt.Sprintf("%d (the writer killed with SIGKILL at a random moment each time)", t.cycles))
+		cycles := fmt.Sprintf("%d (the writer killed with SIGKILL at a random moment each time)", t.cycles)
+		if interrupted {
+			cycles = fmt.Sprintf("%d of %d, then interrupted (the figures cover the cycles checked in full)", t.cycles, c.cycles)
+		}
+		row(tw, "cycles", cycles)
 		row(tw, "acknowledged", fmt.Sprintf("%s writes, %s events (%s events stored, acknowledged or not)", num(t.ackWrites), num(t.ackEvents), num(t.stored)))
 		row(tw, "lost", t.lost)
 		row(tw, "duplicated", t.duplicated)
@@ -721,6 +748,9 @@ func crashReport(e *env, s *stores.Store, scratch string, c crashConfig, t *cras
 	}
 	if !t.ok() {
 		return fmt.Errorf("%d acknowledged events lost, %d writes duplicated, %d half-written, %d gaps, %d recoveries wrong, %d refused writes stored", t.lost, t.duplicated, t.halfWritten, t.gaps, t.mismatches, t.refusedStored)
+	}
+	if interrupted {
+		return fmt.Errorf("%w after %d of %d cycles; nothing wrong found in them", errInterrupted, t.cycles, c.cycles)
 	}
 	if !asJSON {
 		fmt.Fprintf(e.stdout, "\nOK: after each of %d kills, every acknowledged event was there, once, in order, and recovered.\n", t.cycles)

@@ -34,7 +34,8 @@ reading the journal topics (--topics, a regular expression), applying each
 partition's actions in order to the eventual store in the URL (Cassandra or
 PostgreSQL, in the Scala Kafka Journal's layout) and moving the partition's
 pointer after them. Run one or more per cluster; they share the partitions.
-Stops at Ctrl-C, leaving the group.
+Stops at Ctrl-C, leaving the group (exit code 130, as for every command an
+interrupt ends).
 
 A record it cannot decode stops that partition (others go on) with an error
 naming topic, partition and offset; after reviewing the record, skip it with

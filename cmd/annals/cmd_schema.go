@@ -144,7 +144,7 @@ func withLayout(u, layout string) (string, error) {
 	}
 	parsed, err := url.Parse(u)
 	if err != nil || (parsed.Scheme != "postgres" && parsed.Scheme != "postgresql") {
-		return "", fmt.Errorf("--layout is for postgres:// stores, not %s", stores.Redact(u))
+		return "", usagef("--layout is for postgres:// stores, not %s", stores.Redact(u))
 	}
 	q := parsed.Query()
 	q.Set("layout", layout)

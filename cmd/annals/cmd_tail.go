@@ -18,8 +18,9 @@ func tailCommand() *command {
 		help: `Prints events as they are stored: those of one persistence id (--id, after
 --from-seq), those with a tag (--tag), or those of an entity type in a
 slice range (--type, --slices), after an offset (--from-offset; default:
-the start). It follows new events until Ctrl-C
-or --limit events; --current stops at the events stored when it started.
+the start). It follows new events until Ctrl-C (exit code 130, as for
+every command an interrupt ends) or --limit events (exit code 0);
+--current stops at the events stored when it started.
 Each line starts with the event's offset, so a later tail can resume with
 --from-offset; payloads are shown as events shows them.
 

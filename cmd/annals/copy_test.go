@@ -97,12 +97,12 @@ func TestCopyInterruptedAndResumed(t *testing.T) {
 		bigSource(t, src, nIDs, perID)
 		args := []string{"copy", "--from", "sqlite:" + src, "--to", tgt.url, "--batch", "50"}
 		// The target is created by the first run.
-		cli(t, nil, append(args, "--limit-events", "1000")...).want(t, 1, nil, []string{"interrupted after copying 1,000 events", "run the same command again to resume"})
+		cli(t, nil, append(args, "--limit-events", "1000")...).want(t, exitInterrupted, nil, []string{"interrupted after copying 1,000 events", "run the same command again to resume"})
 		if !tgt.exists(t) {
 			t.Fatal("copy did not create the target")
 		}
 		// A second interruption, further on.
-		cli(t, nil, append(args, "--limit-events", "2000")...).want(t, 1, nil, []string{"interrupted after copying 2,000 events"})
+		cli(t, nil, append(args, "--limit-events", "2000")...).want(t, exitInterrupted, nil, []string{"interrupted after copying 2,000 events"})
 		n := 0
 		for _, evs := range contents(t, tgt.url).events {
 			n += len(evs)
@@ -140,7 +140,7 @@ func TestCopyInterruptedAndResumed(t *testing.T) {
 		// And back: to a new SQLite file, interrupted once.
 		back := filepath.Join(dir, "back.db")
 		backArgs := []string{"copy", "--from", tgt.url, "--to", "sqlite:" + back, "--batch", "200"}
-		cli(t, nil, append(backArgs, "--limit-events", "1000")...).want(t, 1, nil, []string{"interrupted after copying 1,", "run the same command again to resume"})
+		cli(t, nil, append(backArgs, "--limit-events", "1000")...).want(t, exitInterrupted, nil, []string{"interrupted after copying 1,", "run the same command again to resume"})
 		res = copyReport{}
 		decode(t, cli(t, nil, append(backArgs, "--json")...), &res)
 		if !res.Verified || res.IDs != nIDs || len(res.Mismatches) != 0 {

@@ -1,11 +1,15 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
+	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/annals-go/annals"
 	"github.com/annals-go/annals/cmd/annals/internal/stores"
@@ -62,11 +66,12 @@ func TestCrashTest(t *testing.T) {
 				RefusedWrites      int64    `json:"refused_writes"`
 				RefusedStored      int64    `json:"refused_stored"`
 				Problems           []string `json:"problems"`
+				Interrupted        bool     `json:"interrupted"`
 				OK                 bool     `json:"ok"`
 				Scratch            string   `json:"scratch"`
 			}
 			decode(t, r, &out)
-			if !out.OK || out.Cycles != 3 || out.Entities != 50 || out.Lost+out.Duplicated+out.HalfWritten+out.Gaps+out.RecoveryMismatches+out.RefusedStored != 0 || len(out.Problems) != 0 {
+			if !out.OK || out.Interrupted || out.Cycles != 3 || out.Entities != 50 || out.Lost+out.Duplicated+out.HalfWritten+out.Gaps+out.RecoveryMismatches+out.RefusedStored != 0 || len(out.Problems) != 0 {
 				t.Errorf("crash test: %+v", out)
 			}
 			if out.Store != c.name || out.RecoveryP50ms <= 0 || out.RecoveryP99ms < out.RecoveryP50ms {
@@ -89,6 +94,50 @@ func TestCrashTest(t *testing.T) {
 	t.Run("memory", func(t *testing.T) {
 		cli(t, nil, "crash-test", "--store", "memory:").want(t, 2, nil, []string{"nothing to check after a kill"})
 	})
+}
+
+// TestCrashTestInterrupted: Ctrl-C in the middle of a crash test ends it
+// after the cycle under way, with exit code 130 and "interrupted", never
+// OK; the summary covers whole cycles only, so every event acknowledged in
+// them is among those stored.
+func TestCrashTestInterrupted(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	cmd := exec.CommandContext(t.Context(), annalsBin, "crash-test", "--store", "sqlite:"+filepath.Join(dir, "user.db"),
+		"--cycles", "1000", "--entities", "20", "--max-run", "200ms", "--json")
+	cmd.Env = cleanEnv()
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(3 * time.Second) // a few cycles, or the first under way
+	if err := cmd.Process.Signal(os.Interrupt); err != nil {
+		t.Fatal(err)
+	}
+	_ = cmd.Wait()
+	r := result{stdout.String(), stderr.String(), cmd.ProcessState.ExitCode()}
+	if r.code != exitInterrupted || !strings.Contains(r.stderr, "annals crash-test: interrupted") || saysOK.MatchString(r.stderr) {
+		t.Fatalf("crash-test interrupted: want exit 130, \"interrupted\", no OK; got %s", r)
+	}
+	if r.stdout != "" { // a cycle was checked in full
+		var out struct {
+			Cycles             int64 `json:"cycles"`
+			AcknowledgedEvents int64 `json:"acknowledged_events"`
+			StoredEvents       int64 `json:"stored_events"`
+			Interrupted        bool  `json:"interrupted"`
+			OK                 bool  `json:"ok"`
+		}
+		if err := json.Unmarshal([]byte(r.stdout), &out); err != nil {
+			t.Fatalf("%v: %s", err, r)
+		}
+		if !out.Interrupted || out.OK || out.Cycles < 1 || out.StoredEvents < out.AcknowledgedEvents {
+			t.Errorf("interrupted crash-test's summary %+v: want interrupted, not ok, whole cycles (stored ≥ acknowledged)", out)
+		}
+	}
+	if left, _ := filepath.Glob(filepath.Join(dir, ".annals-scratch-*")); len(left) > 0 {
+		t.Errorf("scratch files left behind: %v", left)
+	}
 }
 
 // TestCrashVerifyFinds: the checks after a kill find each kind of damage,

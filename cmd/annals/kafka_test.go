@@ -74,10 +74,10 @@ func TestKafkaCommands(t *testing.T) {
 		for lines.Scan() {
 		}
 	}()
-	if err := cmd.Wait(); err != nil {
-		if ee, ok := err.(*exec.ExitError); !ok || ee.Sys().(syscall.WaitStatus).ExitStatus() != 0 {
-			t.Errorf("annals replicate after Ctrl-C: %v\n%s", err, strings.Join(log, "\n"))
-		}
+	if err := cmd.Wait(); err == nil {
+		t.Errorf("annals replicate after Ctrl-C: exit 0, want 130\n%s", strings.Join(log, "\n"))
+	} else if ee, ok := err.(*exec.ExitError); !ok || ee.Sys().(syscall.WaitStatus).ExitStatus() != exitInterrupted {
+		t.Errorf("annals replicate after Ctrl-C: %v, want exit 130\n%s", err, strings.Join(log, "\n"))
 	}
 
 	cli(t, env, "events", "Big|0003").want(t, 0, []string{`{"i":3,"seq":4}`}, nil)

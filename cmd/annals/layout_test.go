@@ -21,7 +21,7 @@ func TestInitLayout(t *testing.T) {
 	cli(t, nil, "init", "--store", url).want(t, 0, []string{"is current; nothing to do"}, nil)
 	cli(t, nil, "stats", "--store", url).want(t, 0, []string{"(total)"}, nil)
 	cli(t, nil, "init", "--store", url, "--layout", "annals").want(t, 1, nil, []string{"holds the r2dbc layout", "layout annals was asked for"})
-	cli(t, nil, "init", "--store", "sqlite:"+t.TempDir()+"/a.db", "--layout", "r2dbc").want(t, 1, nil, []string{"--layout is for postgres:// stores"})
+	cli(t, nil, "init", "--store", "sqlite:"+t.TempDir()+"/a.db", "--layout", "r2dbc").want(t, 2, nil, []string{"--layout is for postgres:// stores"})
 
 	ctx := context.Background()
 	conn, err := pgx.Connect(ctx, pgtest.DSN())

@@ -12,11 +12,13 @@
 //	go run ./cmd/annals stats --store sqlite:./annals-demo.db
 //
 // Every command names its store with --store URL or the ANNALS_STORE
-// environment variable: sqlite:PATH, postgres://… or memory: (the demo
-// alone has a default, the file ./annals-demo.db).
+// environment variable: sqlite:PATH, postgres://…, cassandra://…,
+// kafka://… or memory: (the demo alone has a default, the file
+// ./annals-demo.db).
 // Tables are printed for people; --json prints a stable shape for scripts
-// (each command's help describes it). Exit codes: 0 ok, 1 failure, 2 bad
-// command line.
+// (each command's help describes it). Exit codes: 0 ok; 1 failure; 2 bad
+// command line, a malformed store URL included; 130 interrupted (Ctrl-C
+// or SIGTERM: the command says "interrupted", never OK).
 package main
 
 import (
@@ -37,15 +39,17 @@ import (
 
 // Exit codes.
 const (
-	exitOK    = 0
-	exitError = 1 // the command ran and failed
-	exitUsage = 2 // unknown command or bad flags
+	exitOK          = 0
+	exitError       = 1   // the command ran and failed
+	exitUsage       = 2   // unknown command, bad flags or arguments, a malformed store URL
+	exitInterrupted = 130 // interrupted (Ctrl-C, SIGTERM): 128 + SIGINT, as shells report it
 )
 
 func main() {
 	// The first interrupt ends the command's context: the demo stops
 	// issuing operations, then recovers and verifies; tail ends; copy stops
-	// after its current write, resumable. A second interrupt kills it.
+	// after its current write, resumable. Whatever the command, it then
+	// says "interrupted" and exits 130. A second interrupt kills it.
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	go func() { <-ctx.Done(); stop() }()
 	e := &env{
@@ -72,10 +76,12 @@ func usage(w io.Writer) {
 	fmt.Fprint(w, `  help [COMMAND]    print this help, or a command's flags and examples
 
 Every command takes --store URL (or the ANNALS_STORE environment
-variable): sqlite:PATH, postgres://USER@HOST/DB, or memory: (a new, empty
-store in this process); demo alone has a default, sqlite:annals-demo.db.
---json prints a stable shape for scripts instead of a table. Exit codes:
-0 ok, 1 failure, 2 bad command line.
+variable): sqlite:PATH, postgres://USER@HOST/DB,
+cassandra://HOST:PORT/KEYSPACE, kafka://HOST:PORT/?eventual=URL, or
+memory: (a new, empty store in this process); demo alone has a default,
+sqlite:annals-demo.db. --json prints a stable shape for scripts instead
+of a table. Exit codes: 0 ok; 1 failure; 2 bad command line (a malformed store
+URL too); 130 interrupted (Ctrl-C): the command says "interrupted".
 
 Examples:
   annals init --store sqlite:./annals.db
@@ -134,18 +140,38 @@ func usagef(format string, args ...any) error {
 	return &usageError{msg: fmt.Sprintf(format, args...)}
 }
 
-// exitCode maps a command's error to the exit code, printing it. Errors
-// in what the command line said are exit code 2: usage errors, a store URL
-// of no known scheme, an argument a store refuses as invalid (an empty or
-// malformed persistence id, a negative number).
-func exitCode(stderr io.Writer, prog string, err error) int {
+// errInterrupted is what a command returns when an interrupt stopped it,
+// after saying what it did until then (wrapped with that text, or alone).
+var errInterrupted = errors.New("interrupted")
+
+// exitCode maps a command's error to the exit code, printing it.
+//
+// An interrupt wins over everything else: when the command's context
+// ended while it ran (Ctrl-C, SIGTERM) or it returned errInterrupted, it
+// prints "interrupted" (and the error, unless it only reports the
+// interrupt) and returns 130, whatever the command did meanwhile.
+// Errors in what the command line said are exit code 2: usage errors, a
+// store URL of no known scheme or a malformed one, an argument a store
+// refuses as invalid (an empty or malformed persistence id, a negative
+// number).
+func exitCode(ctx context.Context, stderr io.Writer, prog string, err error) int {
 	var ue *usageError
 	switch {
+	case ctx.Err() != nil || errors.Is(err, errInterrupted):
+		switch {
+		case errors.Is(err, errInterrupted):
+			fmt.Fprintf(stderr, "%s: %v\n", prog, err)
+		case err == nil, errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+			fmt.Fprintf(stderr, "%s: interrupted\n", prog)
+		default:
+			fmt.Fprintf(stderr, "%s: interrupted: %v\n", prog, err)
+		}
+		return exitInterrupted
 	case err == nil, errors.Is(err, flag.ErrHelp):
 		return exitOK
 	case errors.Is(err, errUsage):
 		return exitUsage
-	case errors.As(err, &ue), errors.Is(err, stores.ErrUnknownScheme), errors.Is(err, journal.ErrInvalidArgument):
+	case errors.As(err, &ue), errors.Is(err, stores.ErrUnknownScheme), errors.Is(err, stores.ErrBadURL), errors.Is(err, journal.ErrInvalidArgument):
 		fmt.Fprintf(stderr, "%s: %v\nRun 'annals help %s' for usage.\n", prog, err, strings.TrimPrefix(prog, "annals "))
 		return exitUsage
 	default:

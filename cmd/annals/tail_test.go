@@ -234,8 +234,8 @@ func TestTailInterrupted(t *testing.T) {
 		if err := cmd.Process.Signal(os.Interrupt); err != nil {
 			t.Fatal(err)
 		}
-		if err := cmd.Wait(); err != nil {
-			t.Errorf("tail interrupted: %v, want exit 0", err)
+		if err := cmd.Wait(); cmd.ProcessState.ExitCode() != exitInterrupted {
+			t.Errorf("tail interrupted: %v, want exit 130", err)
 		}
 	})
 }

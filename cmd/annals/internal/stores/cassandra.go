@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"net/url"
+	"strings"
 
 	"github.com/annals-go/annals/admin"
 	"github.com/annals-go/annals/store/cassandra"
@@ -20,7 +21,11 @@ func Cassandra() Scheme {
 }
 
 func cassandraMigrator(ctx context.Context, u string) (admin.Migrator, error) {
-	return cassandra.NewMigrator(ctx, u)
+	m, err := cassandra.NewMigrator(ctx, u)
+	if err != nil {
+		return nil, badURLIf(err, cassandra.ErrInvalidConfig)
+	}
+	return m, nil
 }
 
 // openCassandra opens the store; in mode Existing, cassandra.Open refuses
@@ -29,7 +34,7 @@ func cassandraMigrator(ctx context.Context, u string) (admin.Migrator, error) {
 func openCassandra(ctx context.Context, u string, mode Mode) (*Store, error) {
 	s, err := cassandra.Open(ctx, u, cassandra.WithMigrate(mode == Create))
 	if err != nil {
-		return nil, err
+		return nil, badURLIf(err, cassandra.ErrInvalidConfig)
 	}
 	return &Store{
 		Kind: "cassandra", Where: s.Where(), MaxPayloadSize: cassandra.DefaultMaxPayloadSize,
@@ -43,7 +48,11 @@ func openCassandra(ctx context.Context, u string, mode Mode) (*Store, error) {
 func cassandraScratch(ctx context.Context, u string) (string, func() error, error) {
 	parsed, err := url.Parse(u)
 	if err != nil {
-		return "", nil, fmt.Errorf("cassandra URL: %w", err)
+		return "", nil, BadURL(fmt.Errorf("cassandra URL: %w", err))
+	}
+	// The keyspace is replaced: a malformed one would go unnoticed.
+	if ks := strings.Trim(parsed.Path, "/"); ks != "" && !cassandra.ValidKeyspace(ks) {
+		return "", nil, BadURL(fmt.Errorf("%w: keyspace %q (want a letter, then up to 47 letters, digits or underscores)", cassandra.ErrInvalidConfig, ks))
 	}
 	var b [6]byte
 	_, _ = rand.Read(b[:])

@@ -54,8 +54,14 @@ func (k KafkaURL) Topic(entityType string) string {
 	return k.TopicPrefix + entityType
 }
 
-// ParseKafkaURL reads kafka://HOST:PORT[,HOST:PORT...]/?eventual=URL.
+// ParseKafkaURL reads kafka://HOST:PORT[,HOST:PORT...]/?eventual=URL;
+// its errors match ErrBadURL.
 func ParseKafkaURL(u string) (KafkaURL, error) {
+	k, err := parseKafkaURL(u)
+	return k, BadURL(err)
+}
+
+func parseKafkaURL(u string) (KafkaURL, error) {
 	rest, ok := strings.CutPrefix(u, "kafka://")
 	if !ok {
 		return KafkaURL{}, fmt.Errorf("kafka URL %q: want kafka://HOST:PORT/?eventual=cassandra://HOST:PORT/KEYSPACE (or postgres://…)", u)
@@ -91,7 +97,7 @@ func (k kafkaScheme) inner(u string) (KafkaURL, string, Scheme, error) {
 	kind, _, _ := strings.Cut(p.Eventual, ":")
 	s, ok := k.byKind[strings.ToLower(kind)]
 	if !ok {
-		return KafkaURL{}, "", Scheme{}, fmt.Errorf("kafka URL %q: the eventual store must be cassandra:// or postgres://, not %q", u, p.Eventual)
+		return KafkaURL{}, "", Scheme{}, BadURL(fmt.Errorf("kafka URL %q: the eventual store must be cassandra:// or postgres://, not %q", u, p.Eventual))
 	}
 	return p, strings.ToLower(kind), s, nil
 }
@@ -136,7 +142,7 @@ func (k kafkaScheme) open(ctx context.Context, u string, mode Mode) (*Store, err
 	j, err := kafka.Open(ctx, p.Brokers, tables, kafka.WithTopic(p.Topic), kafka.WithSnapshots(inner.Snapshots))
 	if err != nil {
 		inner.Close()
-		return nil, err
+		return nil, badURLIf(err, kafka.ErrInvalidConfig)
 	}
 	return &Store{
 		Kind: "kafka", Where: fmt.Sprintf("Kafka %s, eventual store %s", strings.Join(p.Brokers, ","), inner.Where), MaxPayloadSize: kafka.DefaultMaxPayloadSize,

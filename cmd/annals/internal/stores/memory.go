@@ -2,6 +2,8 @@ package stores
 
 import (
 	"context"
+	"fmt"
+	"strings"
 
 	"github.com/annals-go/annals/admin"
 	"github.com/annals-go/annals/store/memory"
@@ -13,17 +15,37 @@ import (
 // source reads back whole).
 func Memory() Scheme {
 	return Scheme{
-		Open: func(context.Context, string, Mode) (*Store, error) {
+		Open: func(_ context.Context, url string, _ Mode) (*Store, error) {
+			if err := memoryURL(url); err != nil {
+				return nil, err
+			}
 			s := memory.New()
 			return &Store{Kind: "memory", Where: "memory (nothing survives the process)", MaxPayloadSize: memory.DefaultMaxPayloadSize,
 				Journal: s.Journal(), Snapshots: s.Snapshots(), Queries: s.Queries(), Offsets: s.Projections(), Durable: s.DurableState(), Membership: s.Membership(), GlobalOrdering: true,
 				Close: s.Close}, nil
 		},
-		Migrator: func(context.Context, string) (admin.Migrator, error) { return noSchema{}, nil },
-		Scratch: func(context.Context, string) (string, func() error, error) {
+		Migrator: func(_ context.Context, url string) (admin.Migrator, error) {
+			if err := memoryURL(url); err != nil {
+				return nil, err
+			}
+			return noSchema{}, nil
+		},
+		Scratch: func(_ context.Context, url string) (string, func() error, error) {
+			if err := memoryURL(url); err != nil {
+				return "", nil, err
+			}
 			return "memory:", func() error { return nil }, nil
 		},
 	}
+}
+
+// memoryURL refuses anything after "memory:": the store has no place or
+// parameters, so text there is a mistake (a path meant for sqlite:).
+func memoryURL(url string) error {
+	if _, rest, _ := strings.Cut(url, ":"); rest != "" {
+		return BadURL(fmt.Errorf("memory URL %q: want memory: alone (the memory store has no path or parameters; sqlite:PATH is a file)", url))
+	}
+	return nil
 }
 
 // noSchema is the migrator of a store without a schema.

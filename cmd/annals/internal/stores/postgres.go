@@ -20,7 +20,11 @@ func Postgres() Scheme {
 }
 
 func postgresMigrator(ctx context.Context, u string) (admin.Migrator, error) {
-	return postgres.NewMigrator(ctx, u)
+	m, err := postgres.NewMigrator(ctx, u)
+	if err != nil {
+		return nil, badURLIf(err, postgres.ErrInvalidConfig)
+	}
+	return m, nil
 }
 
 // openPostgres opens the store; in mode Existing, postgres.Open itself
@@ -29,7 +33,7 @@ func postgresMigrator(ctx context.Context, u string) (admin.Migrator, error) {
 func openPostgres(ctx context.Context, u string, mode Mode) (*Store, error) {
 	s, err := postgres.Open(ctx, u, postgres.WithMigrate(mode == Create))
 	if err != nil {
-		return nil, err
+		return nil, badURLIf(err, postgres.ErrInvalidConfig)
 	}
 	snaps, _, storeTimestamps := postgres.KitExceptions(s.Layout())
 	return &Store{
@@ -45,11 +49,15 @@ func openPostgres(ctx context.Context, u string, mode Mode) (*Store, error) {
 func postgresScratch(ctx context.Context, u string) (string, func() error, error) {
 	parsed, err := url.Parse(u)
 	if err != nil {
-		return "", nil, fmt.Errorf("postgres URL: %w", err)
+		return "", nil, BadURL(fmt.Errorf("postgres URL: %w", err))
+	}
+	q := parsed.Query()
+	// The schema is replaced: a malformed one would go unnoticed.
+	if v, ok := q["schema"]; ok && !postgres.ValidIdentifier(v[len(v)-1]) {
+		return "", nil, BadURL(fmt.Errorf("%w: schema %q is not a plain identifier (letters, digits, underscores; not starting with a digit; at most 63)", postgres.ErrInvalidConfig, v[len(v)-1]))
 	}
 	var b [6]byte
 	_, _ = rand.Read(b[:])
-	q := parsed.Query()
 	q.Set("schema", "annals_scratch_"+hex.EncodeToString(b[:]))
 	parsed.RawQuery = q.Encode()
 	scratch := parsed.String()

@@ -21,13 +21,17 @@ func SQLite() Scheme {
 }
 
 func sqliteMigrator(_ context.Context, url string) (admin.Migrator, error) {
-	return sqlite.NewMigrator(url)
+	m, err := sqlite.NewMigrator(url)
+	if err != nil {
+		return nil, BadURL(err)
+	}
+	return m, nil
 }
 
 func openSQLite(ctx context.Context, url string, mode Mode) (*Store, error) {
 	m, err := sqlite.NewMigrator(url)
 	if err != nil {
-		return nil, err
+		return nil, BadURL(err)
 	}
 	if mode == Existing {
 		if err := sqliteReady(ctx, m, url); err != nil {
@@ -36,7 +40,7 @@ func openSQLite(ctx context.Context, url string, mode Mode) (*Store, error) {
 	}
 	s, err := sqlite.Open(ctx, url)
 	if err != nil {
-		return nil, err
+		return nil, badURLIf(err, sqlite.ErrInvalidConfig)
 	}
 	return &Store{
 		Kind: "sqlite", Where: s.Path(), MaxPayloadSize: sqlite.DefaultMaxPayloadSize,
@@ -72,7 +76,7 @@ func sqliteReady(ctx context.Context, m *sqlite.Migrator, url string) error {
 func sqliteScratch(_ context.Context, url string) (string, func() error, error) {
 	m, err := sqlite.NewMigrator(url)
 	if err != nil {
-		return "", nil, err
+		return "", nil, BadURL(err)
 	}
 	dir := filepath.Dir(m.Path())
 	if fi, err := os.Stat(dir); err != nil || !fi.IsDir() {

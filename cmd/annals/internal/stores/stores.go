@@ -80,7 +80,8 @@ type Store struct {
 	Close func() error
 }
 
-// Scheme is one kind of store.
+// Scheme is one kind of store. Its functions report a malformed url with
+// an error that matches ErrBadURL (BadURL), before they touch anything.
 type Scheme struct {
 	// Open opens the store at url in the given mode.
 	Open func(ctx context.Context, url string, mode Mode) (*Store, error)
@@ -89,8 +90,9 @@ type Scheme struct {
 	// the command closes it when done.
 	Migrator func(ctx context.Context, url string) (admin.Migrator, error)
 	// Scratch returns the URL of an empty store of the same kind and
-	// place (the same disk, the same server) for annals bench, and a
-	// function that removes it. It must not touch the store at url.
+	// place (the same disk, the same server) for annals bench, check and
+	// crash-test, and a function that removes it. It must not touch the
+	// store at url.
 	Scratch func(ctx context.Context, url string) (scratch string, remove func() error, err error)
 }
 
@@ -118,8 +120,43 @@ func (m *Mux) Register(s Scheme, schemes ...string) {
 	}
 }
 
-// ErrUnknownScheme reports a URL no scheme of the mux opens.
+// ErrBadURL reports a store URL that is malformed: of no known scheme
+// (ErrUnknownScheme), or of a known one with a missing or malformed part,
+// a parameter the store does not know or a value it refuses. Nothing was
+// opened, created or changed. Every Scheme reports its malformed URLs
+// with an error errors.Is matches to ErrBadURL (see BadURL).
+var ErrBadURL = errors.New("malformed store URL")
+
+// ErrUnknownScheme reports a URL no scheme of the mux opens; errors.Is
+// matches it to ErrBadURL too.
 var ErrUnknownScheme = errors.New("unknown store URL")
+
+// BadURL returns err marked as a malformed URL: errors.Is matches it to
+// ErrBadURL and to err's own chain, and its message is err's. A nil err
+// stays nil.
+func BadURL(err error) error {
+	if err == nil || errors.Is(err, ErrBadURL) {
+		return err
+	}
+	return &badURLError{err: err}
+}
+
+// badURLIf marks err as a malformed URL when it matches one of the
+// stores' configuration errors (such as postgres.ErrInvalidConfig, which
+// a store returns for its URL's form and parameters).
+func badURLIf(err error, configErrors ...error) error {
+	for _, c := range configErrors {
+		if errors.Is(err, c) {
+			return BadURL(err)
+		}
+	}
+	return err
+}
+
+type badURLError struct{ err error }
+
+func (e *badURLError) Error() string   { return e.err.Error() }
+func (e *badURLError) Unwrap() []error { return []error{ErrBadURL, e.err} }
 
 func (m *Mux) scheme(url string) (Scheme, error) {
 	name, _, ok := strings.Cut(url, ":")
@@ -130,7 +167,7 @@ func (m *Mux) scheme(url string) (Scheme, error) {
 			names = append(names, n)
 		}
 		slices.Sort(names)
-		return Scheme{}, fmt.Errorf("%w %q: use sqlite:PATH (for example sqlite:./annals.db), postgres://USER@HOST/DB, cassandra://HOST:PORT/KEYSPACE, kafka://HOST:PORT/?eventual=cassandra://HOST:PORT/KEYSPACE or memory: (known schemes: %s)", ErrUnknownScheme, url, strings.Join(names, ", "))
+		return Scheme{}, BadURL(fmt.Errorf("%w %q: use sqlite:PATH (for example sqlite:./annals.db), postgres://USER@HOST/DB, cassandra://HOST:PORT/KEYSPACE, kafka://HOST:PORT/?eventual=cassandra://HOST:PORT/KEYSPACE or memory: (known schemes: %s)", ErrUnknownScheme, url, strings.Join(names, ", ")))
 	}
 	return s, nil
 }

@@ -51,7 +51,7 @@ func commands() []*command {
 		copyCommand(), projectionsCommand(),
 		benchCommand(), checkCommand(), crashTestCommand(), verifyCommand(),
 		replicateCommand(), skipRecordCommand(), purgeExpiredCommand(), rewriteSerializerCommand(),
-		clusterCommand(),
+		clusterCommand(), consoleCommand(),
 	}
 }
 

@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"database/sql"
 	"encoding/json"
 	"errors"
@@ -15,10 +16,13 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/annals-go/annals/cmd/annals/internal/stores"
 )
 
 type checkOut struct {
 	Store       string `json:"store"`
+	Scratch     string `json:"scratch"`
 	OK          bool   `json:"ok"`
 	Interrupted bool   `json:"interrupted"`
 	Suites      []struct {
@@ -97,13 +101,23 @@ func TestCheckInterruptedCleansUp(t *testing.T) {
 	equalContents(t, "before and after an interrupted check", before, contents(t, st.url))
 }
 
+// TestCheckPassesAndLeavesTheStoreAsItWas: check passes on each store and
+// leaves it as it was. On SQLite the kit works in a scratch file beside
+// the store's, removed at the end: the store's file is not written at
+// all, and keeps its size (it used to grow by the space of the kit's
+// rows, for good).
 func TestCheckPassesAndLeavesTheStoreAsItWas(t *testing.T) {
 	t.Parallel()
 	forEachFixture(t, func(t *testing.T, st testStore) {
 		before := contents(t, st.url)
 		var rows map[string]int64
+		var size int64
+		unchanged := func(string) {}
 		if !st.sqlite() {
 			rows = pgRows(t, st.schema)
+		} else {
+			size = dirSize(t, filepath.Dir(st.path))
+			unchanged = st.watch(t)
 		}
 		var statsBefore statsOut
 		decode(t, cli(t, nil, "stats", "--store", st.url, "--json"), &statsBefore)
@@ -114,8 +128,17 @@ func TestCheckPassesAndLeavesTheStoreAsItWas(t *testing.T) {
 		t.Logf("check --short on %s: %v", st.kind, time.Since(start).Round(time.Millisecond))
 		// journal, snapshots, queries, batch-queries (both stores offer
 		// events by tag and by slices) and durable.
-		if !out.OK || out.Store != st.url || len(out.Suites) != 5 || out.RemovedIDs < 100 || out.Interrupted {
+		if !out.OK || out.Store != st.url || len(out.Suites) != 5 || out.RemovedIDs < 100 || out.Interrupted || (out.Scratch != "") != st.sqlite() {
 			t.Fatalf("check: %+v", out)
+		}
+		if st.sqlite() {
+			unchanged("check")
+			if after := dirSize(t, filepath.Dir(st.path)); after > size {
+				t.Errorf("the store's directory grew from %d to %d bytes", size, after)
+			}
+			if left, _ := filepath.Glob(filepath.Join(filepath.Dir(st.path), ".annals-scratch-*")); len(left) > 0 {
+				t.Errorf("scratch files left behind: %v", left)
+			}
 		}
 		if s := out.Suites[3]; s.Suite != "batch-queries" || s.Rules != 2 || s.Passed != 2 {
 			t.Errorf("suite %+v, want batch-queries' 2 rules passed", s)
@@ -158,20 +181,57 @@ func TestCheckPassesAndLeavesTheStoreAsItWas(t *testing.T) {
 	})
 }
 
-// A database with a trigger that silently drops the round-trip rule's
-// events: the write reports success, the events are gone.
-func TestCheckFailsOnABrokenStore(t *testing.T) {
-	t.Parallel()
-	path := fixture(t, sqliteKind).path
-	db, err := sql.Open("sqlite3", path)
+// dirSize is the size of the files in dir (an SQLite file, its
+// write-ahead log, anything beside them).
+func dirSize(t *testing.T, dir string) int64 {
+	t.Helper()
+	entries, err := os.ReadDir(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := db.Exec(`CREATE TRIGGER drop_round BEFORE INSERT ON event_journal WHEN NEW.entity_type = 'KitRound' BEGIN SELECT RAISE(IGNORE); END`); err != nil {
-		t.Fatal(err)
+	var n int64
+	for _, e := range entries {
+		if fi, err := e.Info(); err == nil && !fi.IsDir() {
+			n += fi.Size()
+		}
 	}
-	_ = db.Close()
-	r := cli(t, nil, "check", "--store", "sqlite:"+path, "--run", "journal/(FieldsRoundTrip|ReplayAll)$", "--json")
+	return n
+}
+
+// A database with a trigger that silently drops the round-trip rule's
+// events: the write reports success, the events are gone. The kit runs
+// in a scratch file beside the store's: the command runs in this process,
+// on a mux whose SQLite scheme puts the trigger in each scratch file it
+// creates.
+func TestCheckFailsOnABrokenStore(t *testing.T) {
+	t.Parallel()
+	path := fixture(t, sqliteKind).path
+	mux := stores.New()
+	broken := stores.SQLite()
+	open := broken.Open
+	broken.Open = func(ctx context.Context, url string, mode stores.Mode) (*stores.Store, error) {
+		s, err := open(ctx, url, mode)
+		if err != nil || mode != stores.Create || !strings.Contains(url, ".annals-scratch-") {
+			return s, err
+		}
+		db, err := sql.Open("sqlite3", strings.TrimPrefix(url, "sqlite:"))
+		if err == nil {
+			_, err = db.Exec(`CREATE TRIGGER IF NOT EXISTS drop_round BEFORE INSERT ON event_journal WHEN NEW.entity_type = 'KitRound' BEGIN SELECT RAISE(IGNORE); END`)
+			err = errors.Join(err, db.Close())
+		}
+		if err != nil {
+			t.Errorf("breaking the scratch file: %v", err)
+		}
+		return s, nil
+	}
+	mux.Register(broken, "sqlite")
+	check := func(args ...string) result {
+		var stdout, stderr bytes.Buffer
+		e := &env{ctx: t.Context(), stdout: &stdout, stderr: &stderr, stdin: newReader(""), getenv: func(string) string { return "" }, mux: mux}
+		code := dispatch(e, append([]string{"check", "--store", "sqlite:" + path}, args...))
+		return result{stdout.String(), stderr.String(), code}
+	}
+	r := check("--run", "journal/(FieldsRoundTrip|ReplayAll)$", "--json")
 	if r.code != 1 || !strings.Contains(r.stderr, "--- FAIL: Check/journal/FieldsRoundTrip") {
 		t.Fatalf("check of a broken store: %s", r)
 	}
@@ -181,7 +241,10 @@ func TestCheckFailsOnABrokenStore(t *testing.T) {
 	if out.OK || len(out.Suites) != 1 || out.Suites[0].Rules != 2 || out.Suites[0].Passed != 1 || !slices.Equal(out.Suites[0].Failed, []string{"FieldsRoundTrip"}) {
 		t.Errorf("check: %+v", out)
 	}
-	cli(t, nil, "check", "--store", "sqlite:"+path, "--run", "journal/FieldsRoundTrip$").want(t, 1, []string{"failed: journal/FieldsRoundTrip", "check FAILED"}, nil)
+	check("--run", "journal/FieldsRoundTrip$").want(t, 1, []string{"failed: journal/FieldsRoundTrip", "check FAILED"}, nil)
+	if left, _ := filepath.Glob(filepath.Join(filepath.Dir(path), ".annals-scratch-*")); len(left) > 0 {
+		t.Errorf("scratch files left behind: %v", left)
+	}
 	cli(t, nil, "check", "--store", "sqlite:"+filepath.Join(t.TempDir(), "none.db")).want(t, 1, nil, []string{"annals init"})
 	cli(t, nil, "check", "--store", "memory:", "--run", "(").want(t, 2, nil, []string{"--run"})
 }

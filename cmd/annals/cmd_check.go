@@ -30,20 +30,40 @@ write of 1,000 ids where the store offers events by tag or by slices, as
 the store plugins' own tests run them)
 against the store --store names, for operators who bring their own
 database: it checks the store as deployed, on your server, file system and
-settings. The kit writes under persistence ids of its own (entity types
-starting with "Kit" or "T" followed by hex digits, unique per run) and
-removes every id it wrote afterwards (events, snapshots and durable
-states); your ids are neither read nor changed. The kit writes about 150,000 events (100,000 of them in one id,
+settings. The kit writes about 150,000 events (100,000 of them in one id,
 which --short leaves out), so run it when a few seconds of extra load are
-welcome; an SQLite file keeps the space they took, for later use. If the
-command is killed, the kit's ids stay (apart from yours: their entity
-types are unique to the run).
+welcome. Where they go:
+
+  SQLite      a scratch file beside yours (same directory, so the same
+              disk and file system), removed at the end: your file is
+              opened only to check that it exists with the current schema,
+              and keeps its size. (annals verify checks the file itself.)
+  PostgreSQL, Kafka
+              your schema or topics, under persistence ids of the kit's
+              own (entity types starting with "Kit" or "T" followed by hex
+              digits, unique per run), every id removed at the end
+              (events, snapshots and durable states); your ids are neither
+              read nor changed. The space is not given back at once:
+              PostgreSQL reuses the deleted rows' space after (auto)vacuum
+              without shrinking the tables; on Kafka the kit's records
+              (its appends, the Marks of its reads, its Purges) stay in
+              topics named after its entity types (PREFIXKit..., and
+              PREFIXT... topics new each run) until their retention ends
+              or you delete them.
+  Cassandra   your keyspace, under the kit's own ids as above, which stay:
+              the store cannot remove ids (the command says how many).
+  memory:     the process's own store, gone with it.
+
+If the command is killed, the kit's ids stay (apart from yours: their
+entity types are unique to the run), and so does an SQLite scratch file
+(.annals-scratch-*.db beside yours).
 
 Prints each suite's rules passed, failed and skipped, with the kit's
 messages for failures on stderr; exit code 1 when a rule fails, 130 when
 interrupted.
 
---json prints {"store", "ok", "timed_out", "interrupted", "suites":
+--json prints {"store", "scratch" (the scratch store's URL, "" when the
+kit ran in the store itself), "ok", "timed_out", "interrupted", "suites":
 [{"suite", "rules", "passed", "failed": [rule names], "skipped": [rule
 names]}], "removed_ids"}.`,
 		examples: []string{
@@ -71,7 +91,14 @@ names]}], "removed_ids"}.`,
 				if err != nil {
 					return err
 				}
-				k := &kit{e: e, url: url, s: s, written: map[string]bool{}, states: map[string]bool{}}
+				k := &kit{e: e, url: url, runURL: url, where: s.Where, s: s, written: map[string]bool{}, states: map[string]bool{}}
+				if s.Kind == "sqlite" {
+					// An SQLite file never gives back the space the kit's
+					// rows took: the kit works in a scratch file beside it.
+					if err := k.useScratch(); err != nil {
+						return err
+					}
+				}
 				return k.run(checkOptions{run: *run, short: *short, verbose: *verbose, asJSON: *asJSON, timeout: *timeout})
 			}
 		},
@@ -96,9 +123,10 @@ var errCheckFailed = errors.New("the store failed the compliance kit")
 
 // checkResult is what the kit's run found.
 type checkResult struct {
-	Store string
-	Where string
-	OK    bool
+	Store   string
+	Scratch string // the scratch store's URL, redacted; "" when the kit ran in the store
+	Where   string
+	OK      bool
 	// TimedOut: --timeout ended the kit; the rules that were running
 	// failed.
 	TimedOut   bool
@@ -110,18 +138,19 @@ type checkResult struct {
 	Interrupted bool
 }
 
-// print prints the summary: a table, or with asJSON {"store", "ok",
-// "timed_out", "interrupted", "suites", "removed_ids"}.
+// print prints the summary: a table, or with asJSON {"store", "scratch",
+// "ok", "timed_out", "interrupted", "suites", "removed_ids"}.
 func (res checkResult) print(out io.Writer, asJSON bool) error {
 	if asJSON {
 		return writeJSON(out, struct {
 			Store       string      `json:"store"`
+			Scratch     string      `json:"scratch"`
 			OK          bool        `json:"ok"`
 			TimedOut    bool        `json:"timed_out"`
 			Interrupted bool        `json:"interrupted"`
 			Suites      []suiteJSON `json:"suites"`
 			RemovedIDs  int         `json:"removed_ids"`
-		}{res.Store, res.OK, res.TimedOut, res.Interrupted, res.Suites, res.RemovedIDs})
+		}{res.Store, res.Scratch, res.OK, res.TimedOut, res.Interrupted, res.Suites, res.RemovedIDs})
 	}
 	tw := table(out, "SUITE", "RULES", "PASSED", "FAILED", "SKIPPED")
 	for _, sj := range res.Suites {
@@ -138,7 +167,10 @@ func (res checkResult) print(out io.Writer, asJSON bool) error {
 			fmt.Fprintf(out, "skipped: %s/%s\n", sj.Suite, r)
 		}
 	}
-	if res.Cleaned {
+	switch {
+	case res.Cleaned && res.Scratch != "":
+		fmt.Fprintf(out, "removed the kit's %s persistence ids with the scratch store they were in\n", num(int64(res.RemovedIDs)))
+	case res.Cleaned:
 		fmt.Fprintf(out, "removed the kit's %s persistence ids\n", num(int64(res.RemovedIDs)))
 	}
 	switch {
@@ -155,12 +187,16 @@ func (res checkResult) print(out io.Writer, asJSON bool) error {
 }
 
 // kit runs the compliance kit (storetest.Check) in this process against
-// the store check opened, noting every id it writes so that they can be
-// removed afterwards.
+// the store check opened (or a scratch store beside it), noting every id
+// it writes so that they can be removed afterwards.
 type kit struct {
-	e   *env
-	url string
-	s   *stores.Store
+	e      *env
+	url    string // the store --store names
+	runURL string // the store the kit runs in: url, or the scratch store's
+	where  string // the store --store names, for people
+	s      *stores.Store
+	// scratch, when set, removes the scratch store the kit runs in.
+	scratch func() error
 
 	mu      sync.Mutex
 	written map[string]bool // ids the kit wrote or deleted
@@ -181,7 +217,22 @@ type suiteJSON struct {
 // ids the kit wrote and prints the summary. The rules' messages go to
 // stderr as go test prints them, under names starting with "Check/": the
 // failures', or with -v every rule's result.
-func (k *kit) run(o checkOptions) error {
+func (k *kit) run(o checkOptions) (err error) {
+	closed := false
+	closeStore := func() error {
+		if closed {
+			return nil
+		}
+		closed = true
+		err := k.s.Close()
+		if k.scratch != nil {
+			if rerr := k.scratch(); rerr != nil {
+				err = errors.Join(err, fmt.Errorf("removing the scratch store %s: %w", stores.Redact(k.runURL), rerr))
+			}
+		}
+		return err
+	}
+	defer func() { err = errors.Join(err, closeStore()) }()
 	ctx, cancel := context.WithTimeout(k.e.ctx, o.timeout)
 	defer cancel()
 	j := &recordingJournal{Journal: k.s.Journal, k: k}
@@ -225,14 +276,13 @@ func (k *kit) run(o checkOptions) error {
 		Progress: func(r storetest.Result) { k.progress(r, o.verbose) },
 	}, suites...)
 	if err != nil {
-		k.s.Close()
 		return usagef("--run: %v", err)
 	}
 	removed, cleanErr := k.cleanUp()
+	cleanErr = errors.Join(cleanErr, closeStore())
 	if cleanErr != nil {
 		fmt.Fprintf(k.e.stderr, "annals check: removing the kit's persistence ids: %v\n", cleanErr)
 	}
-	k.s.Close()
 	res := k.summary(rep)
 	res.Cleaned = cleanErr == nil
 	res.RemovedIDs = removed
@@ -282,7 +332,11 @@ func (k *kit) progress(r storetest.Result, verbose bool) {
 // summary counts the rules of each suite (the results named suite/rule)
 // by outcome.
 func (k *kit) summary(rep storetest.Report) checkResult {
-	res := checkResult{Store: stores.Redact(k.url), Where: k.s.Where, OK: !rep.Failed(), Suites: []suiteJSON{}}
+	res := checkResult{Store: stores.Redact(k.url), Where: k.where, OK: !rep.Failed(), Suites: []suiteJSON{}}
+	if k.scratch != nil {
+		res.Scratch = stores.Redact(k.runURL)
+		res.Where += " (the kit ran in a scratch store beside it: " + k.s.Where + ", removed)"
+	}
 	suites := map[string]*suiteJSON{}
 	for _, r := range rep.Results {
 		suite, rule, ok := strings.Cut(r.Name, "/")
@@ -334,8 +388,8 @@ func (k *kit) cleanUp() (int, error) {
 	slices.Sort(ids)
 	p, ok := k.s.Admin.(admin.Purger)
 	switch {
-	case k.s.Kind == "memory":
-		return len(ids), nil // gone with the process
+	case k.s.Kind == "memory", k.scratch != nil:
+		return len(ids), nil // gone with the process, or with the scratch store
 	case !ok:
 		fmt.Fprintf(k.e.stderr, "annals check: the %s store cannot remove ids; the kit's %d ids remain (entity types starting with Kit and T)\n", k.s.Kind, len(ids))
 		return 0, nil
@@ -353,10 +407,29 @@ func (k *kit) cleanUp() (int, error) {
 	return len(ids), nil
 }
 
+// useScratch makes the kit run in a scratch store beside the one check
+// opened (a new file in the same directory, for SQLite), closing that
+// one: check removes the scratch store at the end.
+func (k *kit) useScratch() error {
+	if err := k.s.Close(); err != nil {
+		return err
+	}
+	scratch, remove, err := k.e.mux.Scratch(k.e.ctx, k.url)
+	if err != nil {
+		return err
+	}
+	s, err := k.e.mux.Open(k.e.ctx, scratch, stores.Create)
+	if err != nil {
+		return errors.Join(fmt.Errorf("scratch store: %w", err), remove())
+	}
+	k.s, k.runURL, k.scratch = s, scratch, remove
+	return nil
+}
+
 // another opens the store again, for a rule that closes what it is given;
 // it is closed when the rule ends.
 func (k *kit) another(t storetest.T) *stores.Store {
-	s, err := k.e.mux.Open(context.WithoutCancel(k.e.ctx), k.url, stores.Existing)
+	s, err := k.e.mux.Open(context.WithoutCancel(k.e.ctx), k.runURL, stores.Existing)
 	if err != nil {
 		t.Fatalf("opening the store again: %v", err)
 	}

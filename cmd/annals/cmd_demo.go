@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"path/filepath"
 	"strings"
 	"time"
 
@@ -13,8 +14,9 @@ import (
 	"github.com/annals-go/annals/cmd/annals/internal/stores"
 )
 
-// demoStore is the demo's store when neither --store nor ANNALS_STORE
-// names one.
+// demoStore is the demo's own store, used unless --store names another.
+// The demo ignores ANNALS_STORE: that names the user's store, which the
+// demo's bank must not write into.
 const demoStore = "sqlite:annals-demo.db"
 
 func demoCommand() *command {
@@ -29,8 +31,11 @@ memory:; skipped, with the reason, on other stores), and verified at the
 end against the balances. Run it twice on one store: the second run
 continues the first.
 
-The store is --store, else $ANNALS_STORE, else the SQLite file
-./annals-demo.db (created if missing).
+The store is the demo's own SQLite file, ./annals-demo.db (created if
+missing), unless --store names another; the demo writes its accounts,
+snapshots, projection offsets and read model there. It ignores
+$ANNALS_STORE, so that it never writes into the store the other commands
+use; the first line of its output names the store it runs on.
 
 An interrupt (Ctrl-C) stops issuing operations; the run still shuts down,
 recovers and verifies what was done, then says "interrupted" and exits
@@ -81,7 +86,7 @@ type demoCmd struct {
 // flags registers the demo's flags on fs.
 func (d *demoCmd) flags(fs *flag.FlagSet) {
 	d.fs = fs
-	fs.StringVar(&d.store, "store", "", "the store `URL`: sqlite:PATH, postgres://USER@HOST/DB, memory: ... (default $ANNALS_STORE, else "+demoStore+")")
+	fs.StringVar(&d.store, "store", "", "the store `URL`: sqlite:PATH, postgres://USER@HOST/DB, memory: ... (default "+demoStore+"; $ANNALS_STORE is not used)")
 	fs.IntVar(&d.cfg.Accounts, "accounts", 1000, "`N` accounts, at least 2")
 	fs.IntVar(&d.cfg.Ops, "ops", 100_000, "`N` random operations (deposits, withdrawals, transfers)")
 	fs.IntVar(&d.cfg.Concurrency, "concurrency", 64, "`N` client goroutines sending commands")
@@ -106,11 +111,8 @@ func (d *demoCmd) run(e *env, args []string) (res demo.Result, err error) {
 	if !seeded {
 		d.cfg.Seed = uint64(time.Now().UnixNano())
 	}
-	url := d.store
-	if url == "" {
-		url = e.getenv("ANNALS_STORE")
-	}
-	if url == "" {
+	url, own := d.store, d.store == ""
+	if own {
 		url = demoStore
 	}
 	st, err := e.mux.Open(e.ctx, url, stores.Create)
@@ -134,7 +136,14 @@ func (d *demoCmd) run(e *env, args []string) (res demo.Result, err error) {
 	d.cfg.Report = d.print
 	fmt.Fprintf(e.stdout, "annals demo: %s accounts, %s operations, %d clients, seed %d\n",
 		num(int64(d.cfg.Accounts)), num(int64(d.cfg.Ops)), d.cfg.Concurrency, d.cfg.Seed)
-	fmt.Fprintf(e.stdout, "store        %s\n", storeText(st))
+	switch {
+	case !own:
+		fmt.Fprintf(e.stdout, "store        %s, from --store\n", storeText(st))
+	case e.getenv("ANNALS_STORE") != "":
+		fmt.Fprintf(e.stdout, "store        %s: the demo's own; it does not use $ANNALS_STORE (--store URL picks a store)\n", storeText(st))
+	default:
+		fmt.Fprintf(e.stdout, "store        %s: the demo's own (--store URL picks another)\n", storeText(st))
+	}
 	switch {
 	case d.metricsURL != "":
 		fmt.Fprintf(e.stdout, "metrics      %s (Prometheus text format, while the demo runs)\n", d.metricsURL)
@@ -150,6 +159,9 @@ func (d *demoCmd) run(e *env, args []string) (res demo.Result, err error) {
 func storeText(st *stores.Store) string {
 	switch st.Kind {
 	case "sqlite":
+		if abs, err := filepath.Abs(st.Where); err == nil {
+			return "SQLite file " + abs
+		}
 		return "SQLite file " + st.Where
 	case "postgres":
 		return "PostgreSQL " + st.Where

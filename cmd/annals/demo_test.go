@@ -187,20 +187,43 @@ func TestProgressCarriesStatus(t *testing.T) {
 	}
 }
 
-// TestDemoStoreFromEnvironment runs annals demo on the store
-// ANNALS_STORE names when --store is not given: PostgreSQL, with its read
-// model in the store's schema.
-func TestDemoStoreFromEnvironment(t *testing.T) {
-	dsn, schema := pgtest.Schema(t)
-	t.Setenv("ANNALS_STORE", dsn)
+// TestDemoIgnoresANNALS_STORE: with ANNALS_STORE naming the user's store
+// (as the other commands read it), the demo runs on its own file in the
+// working directory, says so, and leaves the user's store as it was.
+func TestDemoIgnoresANNALS_STORE(t *testing.T) {
+	user := fixture(t, sqliteKind)
+	unchanged := user.watch(t)
+	t.Setenv("ANNALS_STORE", user.url)
+	dir := t.TempDir()
+	t.Chdir(dir)
 	var stdout, stderr bytes.Buffer
-	code := run(t.Context(), []string{"demo", "--accounts", "20", "--ops", "500", "--concurrency", "8", "--seed", "2"}, &stdout, &stderr)
+	code := run(t.Context(), []string{"demo", "--accounts", "5", "--ops", "100", "--concurrency", "4", "--seed", "2"}, &stdout, &stderr)
 	out := stdout.String()
 	if code != exitOK {
 		t.Fatalf("exit %d\nstdout:\n%s\nstderr:\n%s", code, out, &stderr)
 	}
-	if !strings.Contains(out, "store        PostgreSQL") || !strings.Contains(out, "schema "+schema) {
-		t.Errorf("the demo did not run on $ANNALS_STORE:\n%s", out)
+	unchanged("the demo")
+	own := filepath.Join(dir, "annals-demo.db")
+	if _, err := os.Stat(own); err != nil {
+		t.Errorf("the demo's own file: %v", err)
+	}
+	if !strings.Contains(out, "store        SQLite file "+own+": the demo's own; it does not use $ANNALS_STORE") {
+		t.Errorf("the demo does not say which store it uses:\n%s", out)
+	}
+}
+
+// TestDemoOnPostgres runs annals demo on PostgreSQL named by --store, with
+// its read model in the store's schema.
+func TestDemoOnPostgres(t *testing.T) {
+	dsn, schema := pgtest.Schema(t)
+	var stdout, stderr bytes.Buffer
+	code := run(t.Context(), []string{"demo", "--store", dsn, "--accounts", "20", "--ops", "500", "--concurrency", "8", "--seed", "2"}, &stdout, &stderr)
+	out := stdout.String()
+	if code != exitOK {
+		t.Fatalf("exit %d\nstdout:\n%s\nstderr:\n%s", code, out, &stderr)
+	}
+	if !strings.Contains(out, "store        PostgreSQL") || !strings.Contains(out, "schema "+schema) || !strings.Contains(out, "from --store") {
+		t.Errorf("the demo did not run on --store:\n%s", out)
 	}
 	_, final := totals(t, out)
 	if m := readModelRE.FindStringSubmatch(out); m == nil {

@@ -11,6 +11,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/annals-go/annals/cmd/annals/internal/stores"
+	"github.com/annals-go/annals/store/kafka"
 	"github.com/annals-go/annals/store/kafka/kafkatest"
 	"github.com/annals-go/annals/store/postgres/pgtest"
 )
@@ -36,7 +38,30 @@ func TestKafkaCommands(t *testing.T) {
 	src := filepath.Join(t.TempDir(), "src.db")
 	bigSource(t, src, 30, 4)
 	cli(t, env, "copy", "--from", "sqlite:"+src, "--to", url).want(t, 0, []string{"verified 30 ids"}, nil)
+
+	// Reads of the journal append a Mark to the id's partition (as
+	// docs/cli.md says): events one, ids one per id listed (below); stats
+	// reads the eventual store only. Lag counts the Marks of the topic's
+	// unreplicated records: all of them until the replicator runs.
+	marks := func() int64 {
+		var n int64
+		withStore(t, url, func(s *stores.Store) {
+			lags, err := s.Journal.(*kafka.Journal).Lag(t.Context(), prefix+"Big")
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, l := range lags {
+				n += l.Marks
+			}
+		})
+		return n
+	}
+	before := marks()
+	cli(t, env, "stats").want(t, 0, nil, nil)
 	cli(t, env, "events", "Big|0003").want(t, 0, []string{`{"i":3,"seq":4}`}, nil)
+	if got := marks() - before; got != 1 {
+		t.Errorf("stats and events appended %d Marks, want 0 + 1", got)
+	}
 
 	// The replicator, until the last id's events are in the eventual
 	// store.
@@ -82,8 +107,12 @@ func TestKafkaCommands(t *testing.T) {
 
 	cli(t, env, "events", "Big|0003").want(t, 0, []string{`{"i":3,"seq":4}`}, nil)
 	cli(t, env, "stats").want(t, 0, []string{"Big", "30"}, nil)
+	before = marks()
 	if ids := cli(t, env, "ids", "--type", "Big", "--limit", "0"); ids.code != 0 || strings.Count(ids.stdout, "\nBig|") != 30 {
 		t.Errorf("ids: %d listed, want the 30 ids\n%v", strings.Count(ids.stdout, "\nBig|"), ids)
+	}
+	if got := marks() - before; got != 30 {
+		t.Errorf("ids of 30 ids appended %d Marks, want 30", got)
 	}
 	back := "sqlite:" + filepath.Join(t.TempDir(), "back.db")
 	cli(t, env, "copy", "--from", url, "--to", back).want(t, 0, []string{"verified 30 ids"}, nil)

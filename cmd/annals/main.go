@@ -13,8 +13,8 @@
 //
 // Every command names its store with --store URL or the ANNALS_STORE
 // environment variable: sqlite:PATH, postgres://…, cassandra://…,
-// kafka://… or memory: (the demo alone has a default, the file
-// ./annals-demo.db).
+// kafka://… or memory:. The demo alone ignores ANNALS_STORE: it runs on
+// its own file, ./annals-demo.db, unless --store names another store.
 // Tables are printed for people; --json prints a stable shape for scripts
 // (each command's help describes it). Exit codes: 0 ok; 1 failure; 2 bad
 // command line, a malformed store URL included; 130 interrupted (Ctrl-C
@@ -78,9 +78,10 @@ func usage(w io.Writer) {
 Every command takes --store URL (or the ANNALS_STORE environment
 variable): sqlite:PATH, postgres://USER@HOST/DB,
 cassandra://HOST:PORT/KEYSPACE, kafka://HOST:PORT/?eventual=URL, or
-memory: (a new, empty store in this process); demo alone has a default,
-sqlite:annals-demo.db. --json prints a stable shape for scripts instead
-of a table. Exit codes: 0 ok; 1 failure; 2 bad command line (a malformed store
+memory: (a new, empty store in this process). demo ignores ANNALS_STORE:
+it runs on its own file, sqlite:annals-demo.db, unless --store names
+another store. --json prints a stable shape for scripts instead of a
+table. Exit codes: 0 ok; 1 failure; 2 bad command line (a malformed store
 URL too); 130 interrupted (Ctrl-C): the command says "interrupted".
 
 Examples:

@@ -113,19 +113,17 @@ func deposit(ctx context.Context, h *entity.Host[bank.Command, bank.Event, bank.
 	return entity.Ask(ctx, h, id, func(r entity.ReplyTo[int64]) bank.Command { return bank.Deposit{Amount: amount, Reply: r} })
 }
 
-// owner returns the node that owns id, as the first node sees it.
+// owner returns the node that holds id's range, or nil when none does.
 func owner(t *testing.T, nodes []*node, id string) *node {
 	t.Helper()
-	o, ok := nodes[0].member.OwnerOf(annals.PersistenceID(bank.EntityType, id))
-	if !ok {
-		return nil
-	}
+	ranges := nodes[0].member.Ranges()
+	slice := annals.Slice(annals.PersistenceID(bank.EntityType, id))
+	lease := cluster.RangeLease(ranges[slice/(annals.NumberOfSlices/len(ranges))])
 	for _, n := range nodes {
-		if n.name == o.Member {
+		if slices.Contains(n.member.Held(), lease) {
 			return n
 		}
 	}
-	t.Fatalf("owner %q of %s is no node", o.Member, id)
 	return nil
 }
 
@@ -537,5 +535,130 @@ func TestStoreClockOffsetDoesNotMatter(t *testing.T) {
 			}
 			awaitBalanced(t, a, b)
 		})
+	}
+}
+
+// stalling makes the heartbeat and the reads of a store hang until their
+// context ends while stall is set.
+type stalling struct {
+	membership.Store
+	stall atomic.Bool
+}
+
+func (s *stalling) wait(ctx context.Context) error {
+	if s.stall.Load() {
+		<-ctx.Done()
+		return ctx.Err()
+	}
+	return nil
+}
+
+func (s *stalling) Heartbeat(ctx context.Context, c string, m membership.Holder, ttl time.Duration) ([]membership.Lease, error) {
+	if err := s.wait(ctx); err != nil {
+		return nil, err
+	}
+	return s.Store.Heartbeat(ctx, c, m, ttl)
+}
+
+func (s *stalling) Members(ctx context.Context, c string) ([]membership.Member, error) {
+	if err := s.wait(ctx); err != nil {
+		return nil, err
+	}
+	return s.Store.Members(ctx, c)
+}
+
+// TestDaemonRunsAgainAfterItsTermEnded: a daemon instance whose term ended
+// while the store was slow (its run cancelled) runs again once the store
+// answers: a term that ended is never silently extended.
+func TestDaemonRunsAgainAfterItsTermEnded(t *testing.T) {
+	s := &stalling{Store: memory.New().Membership()}
+	var running, runs atomic.Int32
+	started := make(chan struct{}, 16)
+	d := cluster.Daemon{Name: "d", Instances: 1, Run: func(ctx context.Context, i int) error {
+		runs.Add(1)
+		running.Add(1)
+		defer running.Add(-1)
+		started <- struct{}{}
+		<-ctx.Done()
+		return nil
+	}}
+	m, err := cluster.Join(t.Context(), cluster.Config{Store: s, Cluster: t.Name(), Name: "a", LeaseTime: time.Second,
+		Daemons: []cluster.Daemon{d}, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Leave(context.Background())
+	<-started
+	s.stall.Store(true)
+	// The term ends while the store hangs; the member reads nothing
+	// meanwhile, so there is no change to wait for but the run's end.
+	tick := time.NewTicker(10 * time.Millisecond)
+	defer tick.Stop()
+	for running.Load() > 0 {
+		<-tick.C
+	}
+	s.stall.Store(false)
+	select {
+	case <-started:
+	case <-time.After(10 * time.Second):
+		t.Fatalf("the daemon instance did not run again after the store answered (held %v, %d runs)", m.Held(), runs.Load())
+	}
+}
+
+// gatedAcquire refuses the first Acquire of a daemon lease (as a busy
+// store might), and holds the second until gate is closed, telling in
+// when it is held.
+type gatedAcquire struct {
+	membership.Store
+	n        atomic.Int32
+	in, gate chan struct{}
+}
+
+func (g *gatedAcquire) Acquire(ctx context.Context, c, lease string, m membership.Holder, ttl time.Duration) (membership.Lease, error) {
+	if strings.HasPrefix(lease, "daemon/") {
+		switch g.n.Add(1) {
+		case 1:
+			return membership.Lease{}, errors.New("store busy")
+		case 2:
+			close(g.in)
+			<-g.gate
+		}
+	}
+	return g.Store.Acquire(ctx, c, lease, m, ttl)
+}
+
+// TestLeaseAcquiredWhileLeaving: a lease whose acquisition completes after
+// Leave began is released without being served, and Leave completes.
+func TestLeaseAcquiredWhileLeaving(t *testing.T) {
+	st := memory.New()
+	g := &gatedAcquire{Store: st.Membership(), in: make(chan struct{}), gate: make(chan struct{})}
+	var runs atomic.Int32
+	d := cluster.Daemon{Name: "d", Instances: 1, Run: func(ctx context.Context, i int) error { runs.Add(1); <-ctx.Done(); return nil }}
+	m, err := cluster.Join(t.Context(), cluster.Config{Store: g, Cluster: t.Name(), Name: "a", LeaseTime: time.Second,
+		Heartbeat: 100 * time.Millisecond, Daemons: []cluster.Daemon{d}, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	<-g.in // a later round is acquiring the daemon's lease
+	left := make(chan error, 1)
+	go func() { left <- m.Leave(context.Background()) }()
+	// Leave marks the member leaving at once and then waits for the
+	// loop, which is inside Acquire; no event tells that it has begun.
+	time.Sleep(100 * time.Millisecond)
+	close(g.gate)
+	if err := <-left; err != nil {
+		t.Fatalf("Leave: %v", err)
+	}
+	if runs.Load() != 0 {
+		t.Errorf("the daemon instance ran %d times, though its lease came after Leave began", runs.Load())
+	}
+	ls, err := st.Membership().Leases(t.Context(), t.Name())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range ls {
+		if l.Live {
+			t.Errorf("lease %+v still held after Leave", l)
+		}
 	}
 }

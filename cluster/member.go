@@ -60,6 +60,8 @@ type held struct {
 	lease  membership.Lease
 	until  atomic.Int64 // end of the term in nanoseconds after Member.start; 0 ended
 	giving bool         // being handed off or dropped (guarded by Member.mu)
+	// served: the shards were given the range (a range's lease)
+	served bool
 	// a daemon instance's run
 	stop    context.CancelFunc
 	done    chan struct{}
@@ -253,7 +255,10 @@ func (m *Member) renew(renewed []membership.Lease, sent time.Time) {
 			if _, known := m.units[l.Name]; known {
 				adopt = append(adopt, l)
 			}
-		case !h.giving && l.Epoch == h.lease.Epoch:
+		case !h.giving && l.Epoch == h.lease.Epoch && h.until.Load() > m.now():
+			// A term that ended is not extended: what ran for it stopped
+			// (its fence closed, its daemon run was cancelled), so the
+			// lease is dropped and served afresh (dropEnded, then adopt).
 			h.until.Store(until)
 			if h.expires != nil {
 				h.expires.Reset(time.Duration(until - m.now()))
@@ -459,11 +464,25 @@ func (m *Member) serve(l membership.Lease, sent time.Time) {
 	m.mu.Unlock()
 	if u.isRange {
 		fence := m.fence(name, h)
+		var refused error
 		for _, s := range m.cfg.Shards {
 			if err := s.ServeRange(u.r, fence); err != nil {
-				m.cfg.Logger.Error("cluster: a shard refused a range", "cluster", m.cfg.Cluster, "member", m.me.Name, "range", u.r, "err", err)
+				refused = errors.Join(refused, err)
 			}
 		}
+		m.mu.Lock()
+		h.served = true
+		if refused != nil {
+			// Holding a range a shard does not serve would keep it from
+			// the other members: give it back.
+			m.cfg.Logger.Error("cluster: a shard refused a range; releasing it", "cluster", m.cfg.Cluster, "member", m.me.Name, "range", u.r, "err", refused)
+			if !h.giving {
+				m.giveUp(name, h, true)
+			}
+			m.mu.Unlock()
+			return
+		}
+		m.mu.Unlock()
 	}
 	for _, x := range m.hooks.acquired {
 		x.OnLeaseAcquired(l)
@@ -534,6 +553,12 @@ func (m *Member) giveUp(name string, h *held, release bool) {
 		err := m.stopServing(ctx, u, h)
 		cancel()
 		h.until.Store(0) // no write passes once the lease may be another's
+		if err != nil && !release && h.done != nil {
+			// A daemon run that outlived the hand-off keeps its lease
+			// here until it returns: taken again at the same epoch, a
+			// second run would pass the same in-transaction check.
+			<-h.done
+		}
 		if release {
 			ctx, cancel := m.call()
 			if rerr := m.cfg.Store.Release(ctx, m.cfg.Cluster, name, m.me.Holder()); rerr != nil {
@@ -561,6 +586,12 @@ func (m *Member) giveUp(name string, h *held, release bool) {
 // stopServing stops what runs for h: the shards' entities of a range, or
 // a daemon's instance.
 func (m *Member) stopServing(ctx context.Context, u unit, h *held) error {
+	m.mu.Lock()
+	started := h.stop != nil || h.served
+	m.mu.Unlock()
+	if !started {
+		return nil // given up before it was served (acquired while leaving)
+	}
 	if u.daemon != nil {
 		if h.expires != nil {
 			h.expires.Stop()
@@ -617,12 +648,22 @@ func (m *Member) Leave(ctx context.Context) error {
 		select {
 		case <-ch:
 		case <-ctx.Done():
+			m.cancel() // stop renewing: the leases expire on their own
 			return fmt.Errorf("cluster: leave: %d leases not handed off: %w", n, ctx.Err())
 		}
 	}
 	m.cancel()
-	<-m.loopDone
-	m.work.Wait()
+	stopped := make(chan struct{})
+	go func() {
+		<-m.loopDone
+		m.work.Wait()
+		close(stopped)
+	}()
+	select {
+	case <-stopped:
+	case <-ctx.Done():
+		return fmt.Errorf("cluster: leave: a daemon run did not return: %w", ctx.Err())
+	}
 	m.mu.Lock()
 	m.left = true
 	m.mu.Unlock()

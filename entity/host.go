@@ -520,8 +520,9 @@ func (h *Host[C, E, S]) ServeRange(r annals.SliceRange, fence func() error) erro
 // mailbox (its persists complete and their replies are sent) and then
 // passivates; entities that were waiting for a place under MaxLive never
 // start, and their commands are refused in the same way. HandOffRange
-// returns when every entity of r has stopped and r is no longer served, or
-// with ctx's error (r then stays leaving: call HandOffRange again to wait).
+// returns when every entity of r has stopped, or with ctx's error while
+// some still run (they go on refusing new commands and stop when they
+// are done); either way r is no longer served and may be served again.
 func (h *Host[C, E, S]) HandOffRange(ctx context.Context, r annals.SliceRange) error {
 	h.mu.Lock()
 	var sr *servedRange
@@ -557,17 +558,23 @@ func (h *Host[C, E, S]) HandOffRange(ctx context.Context, r annals.SliceRange) e
 	for _, inst := range never {
 		inst.failWaiting(&NotOwnedError{PersistenceID: inst.pid, Slice: annals.Slice(inst.pid), Moving: true})
 	}
+	var err error
 	for _, c := range gone {
 		select {
 		case <-c:
+			continue
 		case <-ctx.Done():
-			return fmt.Errorf("entity: HandOffRange %v: %w", r, ctx.Err())
+			err = fmt.Errorf("entity: HandOffRange %v: entities still running: %w", r, ctx.Err())
 		}
+		break
 	}
+	// r is no longer served even when entities of it still run: they
+	// keep refusing commands (their range stays leaving), and r may be
+	// served again at once.
 	h.mu.Lock()
 	h.served = slices.DeleteFunc(h.served, func(x *servedRange) bool { return x == sr })
 	h.mu.Unlock()
-	return nil
+	return err
 }
 
 // spawn makes the instance of id and starts it, or, when MaxLive entities

@@ -1531,3 +1531,47 @@ func TestHandOffRange(t *testing.T) {
 		t.Error("NewHost accepted Assigned with SliceRanges")
 	}
 }
+
+// TestHandOffRangeTimeout: a hand-off whose entity is still writing when
+// ctx ends returns ctx's error, and the range can be served again at
+// once: commands for other ids are taken, the still-running entity keeps
+// refusing new commands as moving and finishes its persist.
+func TestHandOffRangeTimeout(t *testing.T) {
+	st := memoryStores(t)
+	entered, release := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	st.Journal = &faultyJournal{Journal: st.Journal, onWrite: func(n int) {
+		once.Do(func() { close(entered); <-release })
+	}}
+	h := newHost(t, st, accountBehavior(), func(c *entity.HostConfig) { c.Assigned = true })
+	all := annals.SliceRange{Min: 0, Max: annals.NumberOfSlices - 1}
+	if err := h.ServeRange(all, nil); err != nil {
+		t.Fatal(err)
+	}
+	ctx := t.Context()
+	slow := make(chan error, 1)
+	go func() { _, err := deposit(ctx, h, "slow", 1); slow <- err }()
+	<-entered
+	expired, cancel := context.WithCancel(ctx)
+	cancel()
+	if err := h.HandOffRange(expired, all); !errors.Is(err, context.Canceled) {
+		t.Fatalf("HandOffRange with a persist in flight and an ended ctx: %v, want context.Canceled", err)
+	}
+	if err := h.ServeRange(all, nil); err != nil {
+		t.Fatalf("ServeRange after a timed-out hand-off: %v", err)
+	}
+	var notOwned *entity.NotOwnedError
+	if err := h.Tell("slow", Forget{}); !errors.As(err, &notOwned) || !notOwned.Moving {
+		t.Errorf("a command for the entity still handing off: %v, want a moving *NotOwnedError", err)
+	}
+	if err := h.Tell("other", Forget{}); err != nil {
+		t.Errorf("a command for another id after serving again: %v", err)
+	}
+	close(release)
+	if err := <-slow; err != nil {
+		t.Errorf("the persist in flight: %v", err)
+	}
+	if _, err := deposit(ctx, h, "other", 2); err != nil {
+		t.Errorf("a deposit for another id after serving again: %v", err)
+	}
+}

@@ -59,7 +59,10 @@ type Options struct {
 	Store *stores.Store
 	// URL is the store's URL; pages show it redacted (stores.Redact).
 	URL string
-	// SchemaVersion reports the store's schema version (nil: unknown).
+	// SchemaVersion reports the store's schema version. Nil: the console
+	// asks the migrator of URL's scheme (stores.New().Migrator), keeping
+	// what it read for 30s, when URL is of the kind of Store; otherwise
+	// the version is unknown.
 	SchemaVersion func(ctx context.Context) (current, latest int, err error)
 	// FormatPayload formats payloads (the annals command passes its own
 	// formatting, as its events command prints them). Nil: hex.
@@ -121,6 +124,9 @@ func New(opt Options) (*Server, error) {
 	}
 	if opt.Log == nil {
 		opt.Log = log.Default()
+	}
+	if opt.SchemaVersion == nil && sameKind(opt.URL, opt.Store.Kind) {
+		opt.SchemaVersion = newSchemaVersions(opt.URL).read
 	}
 	if opt.FormatPayload == nil {
 		opt.FormatPayload = func(id int32, _ string, p []byte) Payload {

@@ -18,7 +18,9 @@ import (
 	"github.com/annals-go/annals/serialization"
 	"github.com/annals-go/annals/store/cassandra/cassandratest"
 	"github.com/annals-go/annals/store/kafka/kafkatest"
+	"github.com/annals-go/annals/store/postgres"
 	"github.com/annals-go/annals/store/postgres/pgtest"
+	"github.com/annals-go/annals/store/sqlite"
 )
 
 func get(t *testing.T, c *http.Client, u string, header ...string) (int, string, http.Header) {
@@ -82,7 +84,13 @@ func TestPages(t *testing.T) {
 				}
 			}
 			var ov struct {
-				Store struct{ Kind string } `json:"store"`
+				Store  struct{ Kind string } `json:"store"`
+				Schema struct {
+					Current int    `json:"current"`
+					Latest  int    `json:"latest"`
+					Known   bool   `json:"known"`
+					Note    string `json:"note"`
+				} `json:"schema"`
 				Stats *struct {
 					Types []struct {
 						EntityType string `json:"entity_type"`
@@ -101,6 +109,14 @@ func TestPages(t *testing.T) {
 			getJSON(t, base+"/api/overview", &ov)
 			if ov.Stats == nil {
 				t.Fatalf("overview: no figures: %s", ov.StatsError)
+			}
+			// The schema version, read through the migrator of the URL's
+			// scheme (the server is given no Options.SchemaVersion).
+			wantSchema := map[string]string{"memory": "true 0 0 this store has no versioned schema",
+				"sqlite": fmt.Sprintf("true %d %d ", sqlite.SchemaVersion, sqlite.SchemaVersion), "postgres": fmt.Sprintf("true %d %d ", postgres.SchemaVersion, postgres.SchemaVersion),
+				"postgres-r2dbc": "true 1 1 "}[ts.name]
+			if got := fmt.Sprintf("%v %d %d %s", ov.Schema.Known, ov.Schema.Current, ov.Schema.Latest, ov.Schema.Note); got != wantSchema {
+				t.Errorf("overview: schema %q, want %q", got, wantSchema)
 			}
 			// 3 + 1 + 1 (a-3 after deleting 2) + 250 Account events, 1 Order.
 			if want := int64(3 + 1 + 1 + manyEvents + 1); ov.Stats.Total.Events != want {
@@ -347,6 +363,10 @@ func TestRedacted(t *testing.T) {
 		}
 		if p == "/" && !strings.Contains(body, "postgres://app:xxxxx@db.example/app") {
 			t.Errorf("%s lacks the redacted URL", p)
+		}
+		// The URL is not the open store's: its migrator is not asked.
+		if p == "/" && !strings.Contains(body, "this store does not report a schema version") {
+			t.Errorf("%s asks a store the URL names that is not the one open", p)
 		}
 	}
 }

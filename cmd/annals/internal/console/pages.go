@@ -53,9 +53,12 @@ func (s *Server) overview(r *http.Request) (any, error) {
 	d.Store = s.info()
 	if s.opt.SchemaVersion != nil {
 		cur, latest, err := s.opt.SchemaVersion(ctx)
-		if err != nil {
+		switch {
+		case errors.Is(err, errNoSchemaVersion):
+			d.Schema.Note = errNoSchemaVersion.Error()
+		case err != nil:
 			d.Schema.Note = "could not read the schema version: " + err.Error()
-		} else {
+		default:
 			d.Schema.Current, d.Schema.Latest, d.Schema.Known = cur, latest, true
 			if latest == 0 {
 				d.Schema.Note = "this store has no versioned schema"
@@ -64,7 +67,7 @@ func (s *Server) overview(r *http.Request) (any, error) {
 			}
 		}
 	} else {
-		d.Schema.Note = "this store does not report a schema version"
+		d.Schema.Note = errNoSchemaVersion.Error()
 	}
 	if st, err := s.figures.storeStats(ctx); err != nil {
 		d.StatsError = err.Error()

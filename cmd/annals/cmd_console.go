@@ -18,6 +18,7 @@ import (
 	"github.com/annals-go/annals/cluster"
 	"github.com/annals-go/annals/cmd/annals/internal/console"
 	"github.com/annals-go/annals/cmd/annals/internal/stores"
+	"github.com/annals-go/annals/examples/bank"
 )
 
 func consoleCommand() *command {
@@ -38,11 +39,16 @@ requires a token (--token, $ANNALS_CONSOLE_TOKEN, or one it generates and
 prints): open the printed link once (it sets a cookie), or send
 "Authorization: Bearer TOKEN". It is read-only unless --allow-writes, which
 lets the Projections page pause, resume and reset instances, each after a
-confirmation page. The store URL is shown with its passwords replaced.`,
+confirmation page. The store URL is shown with its passwords replaced.
+
+With --registry demo, an account's timeline shows its state at a chosen
+sequence number, folded by the demo's account behavior from the latest
+snapshot at or below it.`,
 		examples: []string{
 			"annals console --store sqlite:./annals.db",
 			"annals console --store postgres://app@db/app --listen 127.0.0.1:9000 --allow-writes",
 			"annals console --store sqlite:./annals.db --listen 0.0.0.0:8080   # prints a link with a token",
+			"annals console --store sqlite:./annals-demo.db --registry demo   # the accounts' state at any sequence number",
 		},
 		maxArgs: 0,
 		setup: func(fs *flag.FlagSet) func(*env, []string) error {
@@ -52,9 +58,18 @@ confirmation page. The store URL is shown with its passwords replaced.`,
 			writes := fs.Bool("allow-writes", false, "let the Projections page pause, resume and reset instances")
 			clusterName := fs.String("cluster", cluster.DefaultCluster, "the `NAME` of the cluster the Cluster and Slices pages show")
 			every := fs.Duration("sample-every", 10*time.Second, "how often the charts sample the events written and the projections' lag")
+			var specs []string
+			fs.Func("registry", "the `SPEC` of a registry, as annals verify takes it ("+registrySpecHelp+"); with demo the timeline shows the demo's accounts' state at a sequence number; repeat it", func(v string) error {
+				specs = append(specs, v)
+				return nil
+			})
 			return func(e *env, _ []string) error {
 				if *every < 100*time.Millisecond {
 					return usagef("--sample-every must be at least 100ms")
+				}
+				reg, err := newVerifyRegistry(specs)
+				if err != nil {
+					return err
 				}
 				url, err := e.storeURL(*store)
 				if err != nil {
@@ -78,6 +93,7 @@ confirmation page. The store URL is shown with its passwords replaced.`,
 					LoopbackHosts: loopback, Cluster: *clusterName, SampleEvery: *every,
 					Log: log.New(e.stderr, "", log.LstdFlags),
 				}
+				opt.States, opt.NoStateHint = consoleStates(reg)
 				if m, err := e.mux.Migrator(e.ctx, url); err == nil {
 					if c, ok := m.(io.Closer); ok {
 						defer c.Close()
@@ -139,6 +155,17 @@ func linkHost(a net.Addr) string {
 		host = "localhost"
 	}
 	return net.JoinHostPort(host, strconv.Itoa(tcp.Port))
+}
+
+// consoleStates are the behaviors the console folds states with: the
+// demo's bank accounts when the registry names demo. Other registries
+// decode events but give no behavior.
+func consoleStates(reg *verifyRegistry) (map[string]console.StateFolder, string) {
+	if !reg.demo {
+		return nil, "Start the console with --registry demo to see the state of the demo's accounts (entity type " + bank.EntityType + ")."
+	}
+	return map[string]console.StateFolder{bank.EntityType: console.BehaviorState(bank.Behavior(), reg.decoder)},
+		"The console knows the behavior of the demo's accounts (" + bank.EntityType + ") only."
 }
 
 // consolePayload formats a payload for the console as the events command

@@ -86,6 +86,13 @@ type Options struct {
 	// how many samples it keeps (default 30).
 	SampleEvery time.Duration
 	Samples     int
+	// States fold the events of an entity type (the key) into its state,
+	// for the timeline's "state at #N". A registry decodes events; a
+	// state needs the behavior's event handler too (BehaviorState).
+	States map[string]StateFolder
+	// NoStateHint, shown where an entity type has no StateFolder, says
+	// how to give one (the annals command: --registry demo).
+	NoStateHint string
 	// PageSize is how many ids or events a page shows (default 100).
 	PageSize int
 	// Log receives the console's errors (nil: the standard logger).

@@ -273,6 +273,13 @@ type entityData struct {
 	PrevLink  string    `json:"-"`
 	State     *stateRow `json:"durable_state,omitempty"`
 	StateNote string    `json:"durable_state_note"`
+	// StateAt is the state folded to the number asked for (?state=N);
+	// CanFold says whether the console knows the type's behavior, and
+	// FoldNote why not, or why the fold failed.
+	StateAt  *StateAt `json:"state_at,omitempty"`
+	CanFold  bool     `json:"can_fold"`
+	FoldNote string   `json:"state_at_note,omitempty"`
+	FoldAt   int64    `json:"-"`
 }
 
 func (s *Server) entity(r *http.Request) (any, error) {
@@ -344,6 +351,9 @@ func (s *Server) entity(r *http.Request) (any, error) {
 	if from > 1 {
 		d.PrevLink = link("/entity", "id", pid, "from", strconv.FormatInt(max(1, from-size), 10))
 	}
+	if err := s.foldState(r, &d); err != nil {
+		return nil, err
+	}
 	if s.st.Durable == nil {
 		d.StateNote = "this store keeps no durable state"
 	} else if o, found, err := s.st.Durable.Get(ctx, pid); err != nil {
@@ -355,6 +365,42 @@ func (s *Server) entity(r *http.Request) (any, error) {
 		d.StateNote = "no durable state stored for this id"
 	}
 	return d, nil
+}
+
+// foldState fills the state at ?state=N when the console knows the
+// entity type's behavior, else says why it cannot.
+func (s *Server) foldState(r *http.Request, d *entityData) error {
+	fold := s.opt.States[d.EntityType]
+	d.CanFold = fold != nil
+	d.FoldAt = d.Highest
+	v := param(r, "state")
+	if v != "" {
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil || n < 1 {
+			return badRequest("state %q: want a sequence number of 1 or more", v)
+		}
+		d.FoldAt = n
+	}
+	if fold == nil {
+		d.FoldNote = fmt.Sprintf("The state cannot be shown: a registry decodes events, but a state needs the behavior's event handler, and the console knows none for entity type %q.", d.EntityType)
+		if s.opt.NoStateHint != "" {
+			d.FoldNote += " " + s.opt.NoStateHint
+		}
+		return nil
+	}
+	if v == "" {
+		return nil
+	}
+	st, err := fold(r.Context(), s.st.Journal, s.st.Snapshots, d.PersistenceID, d.FoldAt)
+	if err != nil {
+		if r.Context().Err() != nil {
+			return err
+		}
+		d.FoldNote = fmt.Sprintf("The state at #%d cannot be shown: %v", d.FoldAt, err)
+		return nil
+	}
+	d.StateAt = &st
+	return nil
 }
 
 // maxSnapshotsShown bounds the snapshots one page lists.

@@ -201,6 +201,10 @@ func (s *Server) routes() {
 	m.HandleFunc("GET /api/cluster", s.api(s.cluster))
 	m.HandleFunc("GET /slices", s.page("slices", s.slicesPage))
 	m.HandleFunc("GET /api/slices", s.api(s.slicesPage))
+	m.HandleFunc("GET /kafka", s.page("kafka", s.kafkaPage))
+	m.HandleFunc("GET /api/kafka", s.api(s.kafkaPage))
+	m.HandleFunc("GET /tags", s.page("tags", s.tagsPage))
+	m.HandleFunc("GET /api/tags", s.api(s.tagsPage))
 	s.mux = m
 }
 
@@ -317,7 +321,7 @@ func (s *Server) info() storeInfo {
 
 var titles = map[string]string{
 	"overview": "Overview", "entities": "Entities", "entity": "Entity", "tail": "Live tail",
-	"projections": "Projections", "cluster": "Cluster", "slices": "Slices", "confirm": "Confirm", "error": "Error",
+	"projections": "Projections", "cluster": "Cluster", "slices": "Slices", "kafka": "Kafka journal", "tags": "Tag progress", "confirm": "Confirm", "error": "Error",
 }
 
 // page renders a page's template with what fn returns.

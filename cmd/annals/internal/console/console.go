@@ -93,6 +93,12 @@ type Options struct {
 	// NoStateHint, shown where an entity type has no StateFolder, says
 	// how to give one (the annals command: --registry demo).
 	NoStateHint string
+	// EstimateAbove: when the store's cheap estimate of its events (the
+	// SQLite journal's highest ordering, PostgreSQL's pg_class.reltuples)
+	// is at least this, the overview shows the estimate instead of the
+	// store's statistics, which read the whole journal (default
+	// 1,000,000; negative: always the statistics).
+	EstimateAbove int64
 	// PageSize is how many ids or events a page shows (default 100).
 	PageSize int
 	// Log receives the console's errors (nil: the standard logger).
@@ -122,6 +128,9 @@ func New(opt Options) (*Server, error) {
 	}
 	if opt.Samples <= 0 {
 		opt.Samples = 30
+	}
+	if opt.EstimateAbove == 0 {
+		opt.EstimateAbove = defaultEstimateAbove
 	}
 	if opt.PageSize <= 0 {
 		opt.PageSize = 100

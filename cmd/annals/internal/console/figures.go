@@ -124,7 +124,9 @@ func (f *figures) storeStats(ctx context.Context) (*storeStats, error) {
 		total.Add(t)
 		st.Types = append(st.Types, toTypeStats(t))
 	}
-	st.Total = toTypeStats(total)
+	if len(types) > 0 || !st.Estimate {
+		st.Total = toTypeStats(total)
+	}
 	f.mu.Lock()
 	f.stats = st
 	f.mu.Unlock()
@@ -134,6 +136,9 @@ func (f *figures) storeStats(ctx context.Context) (*storeStats, error) {
 func (f *figures) readStats(ctx context.Context) (*storeStats, []admin.TypeStats, error) {
 	st := f.s.st
 	if sr, ok := st.Admin.(admin.StatsReader); ok {
+		if est, types, err := f.estimated(ctx); err != nil || est != nil {
+			return est, types, err
+		}
 		got, err := sr.Stats(ctx)
 		if err != nil {
 			return nil, nil, err
@@ -335,7 +340,7 @@ func (f *figures) prime(ctx context.Context) {
 	mode, how := counterNone, ""
 	var past []sample
 	if br, ok := st.Admin.(admin.BacklogReader); ok {
-		if hi, err := highestOrdering(ctx, br, 0); err == nil {
+		if hi, err := f.orderingMark(ctx, br); err == nil {
 			mode, how = counterSequence, "events counted after the previous sample's position in the journal (admin.BacklogReader), since the console started"
 			f.seqMark = hi
 		} else if errors.Is(err, query.ErrUnsupportedOffset) {

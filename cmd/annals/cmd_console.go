@@ -30,9 +30,13 @@ with payloads decoded, snapshots and deletions (Entities), events followed
 as they are written (Live tail), projection instances with their backlog
 and lag (Projections), the cluster's members, ranges and projection
 placement (Cluster), and how events, projection instances and ranges
-spread over the 1,024 slices (Slices). /api/overview, /api/ids,
-/api/entity, /api/projections, /api/cluster and /api/slices give the same
-figures as JSON; /api/tail streams events as server-sent events.
+spread over the 1,024 slices (Slices); on the Kafka journal each
+partition's replicated offset beside its end (Kafka), on Cassandra how far
+each tag's views are written (Tags). /api/overview, /api/ids,
+/api/entity, /api/projections, /api/cluster, /api/slices, /api/kafka and
+/api/tags give the same figures as JSON; /api/tail streams events as
+server-sent events. At 1,000,000 events or more by a cheap estimate the
+overview shows that estimate instead of statistics that scan the journal.
 
 It listens on loopback unless --listen names another address; then it
 requires a token (--token, $ANNALS_CONSOLE_TOKEN, or one it generates and

@@ -12,6 +12,7 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/annals-go/annals"
@@ -31,16 +32,18 @@ type HandlerConfig struct {
 	// request that is for no entity (it is served here).
 	Key func(r *http.Request) (persistenceID string, ok bool)
 	// MoveWait bounds how long a request waits for its range to get an
-	// owner while the range moves (default LeaseTime plus two heartbeats:
-	// a failed member's ranges are taken within it). When it passes the
-	// request is answered 503 Service Unavailable with Retry-After.
+	// owner while the range moves (default LeaseTime plus three
+	// heartbeats: a failed member's ranges are taken within LeaseTime and
+	// a heartbeat, and a waiting request has the member look at the
+	// cluster again soon after). When it passes the request is answered
+	// 503 Service Unavailable with Retry-After.
 	MoveWait time.Duration
 	// MaxBody bounds the body of a request (default DefaultMaxBody): the
 	// body is kept so that the request can be sent again while its range
 	// moves. A larger body is answered 413.
 	MaxBody int64
-	// Transport forwards requests to other members (default
-	// http.DefaultTransport).
+	// Transport forwards requests to other members (default: a clone of
+	// http.DefaultTransport keeping 64 idle connections per member).
 	Transport http.RoundTripper
 }
 
@@ -99,7 +102,14 @@ func (m *Member) Handler(next http.Handler, cfg HandlerConfig) (http.Handler, er
 		return nil, errors.New("cluster: HandlerConfig has a negative setting")
 	}
 	if cfg.MoveWait == 0 {
-		cfg.MoveWait = m.cfg.LeaseTime + 2*m.cfg.Heartbeat
+		cfg.MoveWait = m.cfg.LeaseTime + 3*m.cfg.Heartbeat
+	}
+	if cfg.Transport == nil {
+		// Go's default keeps two idle connections per host: under load
+		// most forwards would open a connection of their own.
+		t := http.DefaultTransport.(*http.Transport).Clone()
+		t.MaxIdleConnsPerHost = 64
+		cfg.Transport = t
 	}
 	if cfg.MaxBody == 0 {
 		cfg.MaxBody = DefaultMaxBody
@@ -110,7 +120,8 @@ func (m *Member) Handler(next http.Handler, cfg HandlerConfig) (http.Handler, er
 			pr.SetXForwarded()
 			pr.Out.Header.Set(HeaderForwardedBy, m.me.Name)
 		},
-		Transport: cfg.Transport,
+		Transport:  cfg.Transport,
+		BufferPool: newBufferPool(),
 		ModifyResponse: func(resp *http.Response) error {
 			if resp.StatusCode == http.StatusMisdirectedRequest {
 				return errMisdirected
@@ -177,6 +188,7 @@ func (m *Member) Handler(next http.Handler, cfg HandlerConfig) (http.Handler, er
 					return // the client went away
 				}
 			}
+			m.lookSoon() // the owner may have changed since the last look
 			select {
 			case <-changed:
 			case <-ctx.Done():
@@ -273,3 +285,14 @@ func (iw *interceptWriter) Write(b []byte) (int, error) {
 
 // Unwrap gives http.ResponseController the writer beneath.
 func (iw *interceptWriter) Unwrap() http.ResponseWriter { return iw.w }
+
+// bufferPool lends the proxy its copy buffers instead of a new 32 KiB
+// buffer per forwarded response; each handler has its own.
+type bufferPool struct{ pool *sync.Pool }
+
+func newBufferPool() bufferPool {
+	return bufferPool{pool: &sync.Pool{New: func() any { b := make([]byte, 32<<10); return &b }}}
+}
+
+func (p bufferPool) Get() []byte  { return *p.pool.Get().(*[]byte) }
+func (p bufferPool) Put(b []byte) { p.pool.Put(&b) }

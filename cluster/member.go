@@ -34,6 +34,8 @@ type Member struct {
 	cancel   context.CancelFunc
 	loopDone chan struct{}
 	poke     chan struct{} // a round now (capacity 1)
+	look     chan struct{} // a look at the cluster soon (capacity 1; see lookSoon)
+	lastLook atomic.Int64  // when the last look began, after start (nanoseconds)
 	work     sync.WaitGroup
 
 	mu          sync.Mutex
@@ -96,6 +98,7 @@ func Join(ctx context.Context, cfg Config) (*Member, error) {
 		units:       map[string]unit{},
 		loopDone:    make(chan struct{}),
 		poke:        make(chan struct{}, 1),
+		look:        make(chan struct{}, 1),
 		held:        map[string]*held{},
 		heldChanged: make(chan struct{}),
 		changed:     make(chan struct{}),
@@ -158,10 +161,30 @@ func (m *Member) loop() {
 		case <-m.poke:
 			m.round()
 		case <-look:
-			if m.readView() {
-				m.plan()
+			m.lookNow()
+		case <-m.look:
+			if time.Duration(m.now()-m.lastLook.Load()) >= m.cfg.Heartbeat/4 {
+				m.lookNow()
 			}
 		}
+	}
+}
+
+// lookNow reads the cluster and acts on it, without a heartbeat.
+func (m *Member) lookNow() {
+	m.lastLook.Store(m.now())
+	if m.readView() {
+		m.plan()
+	}
+}
+
+// lookSoon asks the loop to read the cluster again, at most four times a
+// heartbeat: a request waiting for a range to move learns the new owner
+// sooner than at the next heartbeat.
+func (m *Member) lookSoon() {
+	select {
+	case m.look <- struct{}{}:
+	default:
 	}
 }
 

@@ -2,6 +2,7 @@ package storetest
 
 import (
 	"errors"
+	"fmt"
 	"sync"
 	"testing"
 	"time"
@@ -386,5 +387,98 @@ func membershipInvalidArguments(t T, s membership.Store, cluster string) {
 	}
 	if got := findLease(t, s, cluster, "r0"); got.Epoch != 0 {
 		t.Errorf("a refused Acquire left %+v", got)
+	}
+}
+
+// RunMembershipAcross runs the rules of membership.Store that hold between
+// two store values on one database, as two processes hold them (two
+// pools, two sessions, two opens of one file): each sees the other's
+// members and leases, refuses what the other holds, and of members racing
+// through both for one lease, free and then expired, exactly one takes it
+// at the next epoch. newPair returns two such stores; the rules use
+// cluster names of their own.
+func RunMembershipAcross(t *testing.T, newPair func(t *testing.T) [2]membership.Store) {
+	t.Helper()
+	tt := testingT{t}
+	if newPair == nil {
+		tt.Fatal("storetest: RunMembershipAcross's newPair is nil")
+	}
+	pair := forTesting(newPair)
+	ruleTest(tt, "AcrossStoresSeeEachOther", "a member and a lease recorded through one store are seen and refused through the other", nil, func(t T) {
+		s := pair(t)
+		membershipAcrossSee(t, s, uniqueID(t, "KitCluster"))
+	})
+	ruleTest(tt, "AcrossStoresOneWins", "of members racing through both stores for a lease, free and then expired, exactly one takes it, at epoch 1 and then 2", nil, func(t T) {
+		s := pair(t)
+		membershipAcrossRace(t, s, uniqueID(t, "KitCluster"))
+	})
+}
+
+func membershipAcrossSee(t T, s [2]membership.Store, cluster string) {
+	ctx := testContext(t)
+	a, b := holder("a", "1"), holder("b", "1")
+	mustJoin(t, s[0], cluster, membership.Member{Name: a.Name, Incarnation: a.Incarnation, Address: "x:1"}, longTTL)
+	if m, ok := findMember(t, s[1], cluster, "a"); !ok || !m.Live || m.Address != "x:1" {
+		t.Fatalf("the other store's Members: %+v (found %v), want a at x:1, live", m, ok)
+	}
+	if err := s[1].Join(ctx, cluster, membership.Member{Name: a.Name, Incarnation: "2"}, longTTL); !errors.Is(err, membership.ErrNameTaken) {
+		t.Errorf("Join of a's name by another incarnation through the other store: %v, want ErrNameTaken", err)
+	}
+	mustAcquire(t, s[0], cluster, "r0", a, longTTL)
+	if l := findLease(t, s[1], cluster, "r0"); l.Owner != a || !l.Live || l.Epoch != 1 {
+		t.Errorf("the other store's Leases: %+v, want a's at epoch 1, live", l)
+	}
+	if _, err := s[1].Acquire(ctx, cluster, "r0", b, longTTL); !errors.Is(err, membership.ErrHeld) {
+		t.Errorf("Acquire of a's lease through the other store: %v, want ErrHeld", err)
+	}
+}
+
+func membershipAcrossRace(t T, s [2]membership.Store, cluster string) {
+	raceAcquire(t, s[:], cluster, "r0", 1, longTTL) // free
+	// The winner's short term passes on the store's clock; then they race
+	// for the expired lease.
+	raceAcquireShort(t, s[:], cluster, "r1")
+	awaitExpiry(t, s[0], cluster, "r1", "")
+	raceAcquire(t, s[:], cluster, "r1", 2, longTTL)
+}
+
+// raceAcquireShort has one member take lease for MinTTL.
+func raceAcquireShort(t T, s []membership.Store, cluster, lease string) {
+	t.Helper()
+	mustAcquire(t, s[0], cluster, lease, holder("first", "1"), shortTTL)
+}
+
+// raceAcquire makes 8 members per store race for lease and checks that
+// exactly one took it, at epoch, and that the others got ErrHeld.
+func raceAcquire(t T, stores []membership.Store, cluster, lease string, epoch int64, ttl time.Duration) {
+	t.Helper()
+	const per = 8
+	ctx := testContext(t)
+	errs := make([]error, per*len(stores))
+	var wg sync.WaitGroup
+	for i := range errs {
+		wg.Go(func() {
+			_, errs[i] = stores[i%len(stores)].Acquire(ctx, cluster, lease, holder(fmt.Sprint("m", i), "1"), ttl)
+		})
+	}
+	wg.Wait()
+	won := -1
+	for i, err := range errs {
+		switch {
+		case err == nil && won >= 0:
+			t.Errorf("%s: m%d and m%d both acquired it", lease, won, i)
+		case err == nil:
+			won = i
+		case !errors.Is(err, membership.ErrHeld):
+			t.Errorf("%s: m%d: %v, want nil or ErrHeld", lease, i, err)
+		}
+	}
+	if won < 0 {
+		t.Fatalf("%s: nobody acquired it", lease)
+	}
+	for _, s := range stores {
+		if l := findLease(t, s, cluster, lease); l.Owner != holder(fmt.Sprint("m", won), "1") || l.Epoch != epoch || !l.Live {
+			t.Errorf("%s after the race: %+v, want m%d's at epoch %d", lease, l, won, epoch)
+		}
 	}
 }

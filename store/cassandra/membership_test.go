@@ -41,6 +41,11 @@ func TestMembership(t *testing.T) {
 		storetest.RunMembership(t, func(*testing.T) membership.Store { return m })
 	})
 
+	t.Run("kit across sessions", func(t *testing.T) {
+		other := open(t).Membership() // a second session, as another process's
+		storetest.RunMembershipAcross(t, func(*testing.T) [2]membership.Store { return [2]membership.Store{m, other} })
+	})
+
 	t.Run("rows", func(t *testing.T) {
 		ctx := t.Context()
 		const cluster = "rows"

@@ -3,9 +3,6 @@ package postgres_test
 import (
 	"context"
 	"errors"
-	"fmt"
-	"slices"
-	"sync"
 	"testing"
 	"time"
 
@@ -93,97 +90,23 @@ func TestMembershipWithoutTables(t *testing.T) {
 	}
 }
 
-// TestMembershipAcrossPools: members in two processes (two stores, each
-// with its pool, on one schema) see each other's records, and when they
-// all race for one lease, free and then expired, exactly one takes it
-// each time and the epoch grows by one each time.
+// TestMembershipAcrossPools: the kit's rules between two stores, each
+// with its pool, on one schema, as two processes would hold them.
 func TestMembershipAcrossPools(t *testing.T) {
 	t.Parallel()
-	ctx := t.Context()
 	dsn, _ := pgtest.Schema(t)
-	var stores [2]membership.Store
-	for i := range stores {
-		s, err := postgres.Open(ctx, dsn, postgres.WithMigrate(true))
-		if err != nil {
-			t.Fatal(err)
+	storetest.RunMembershipAcross(t, func(t *testing.T) [2]membership.Store {
+		var stores [2]membership.Store
+		for i := range stores {
+			s, err := postgres.Open(t.Context(), dsn, postgres.WithMigrate(true))
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { s.Close() })
+			stores[i] = s.Membership()
 		}
-		t.Cleanup(func() { s.Close() })
-		stores[i] = s.Membership()
-	}
-	a, b := membership.Holder{Name: "a", Incarnation: "1"}, membership.Holder{Name: "b", Incarnation: "1"}
-	if err := stores[0].Join(ctx, "c", membership.Member{Name: a.Name, Incarnation: a.Incarnation, Address: "x:1"}, time.Minute); err != nil {
-		t.Fatal(err)
-	}
-	if ms, err := stores[1].Members(ctx, "c"); err != nil || len(ms) != 1 || ms[0].Name != "a" || !ms[0].Live {
-		t.Fatalf("the other store's Members: %+v %v, want a, live", ms, err)
-	}
-	if err := stores[1].Join(ctx, "c", membership.Member{Name: a.Name, Incarnation: "2"}, time.Minute); !errors.Is(err, membership.ErrNameTaken) {
-		t.Fatalf("Join of a's name by another incarnation in the other store: %v, want ErrNameTaken", err)
-	}
-	if _, err := stores[0].Acquire(ctx, "c", "r0", a, membership.MinTTL); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := stores[1].Acquire(ctx, "c", "r0", b, time.Minute); !errors.Is(err, membership.ErrHeld) {
-		t.Fatalf("Acquire of a's lease in the other store: %v, want ErrHeld", err)
-	}
-	raceAcquire(t, stores[:], "c", "r1", 1) // free
-	for {                                   // r0's term passes on the server's clock
-		ls, err := stores[1].Leases(ctx, "c")
-		if err != nil {
-			t.Fatal(err)
-		}
-		if ls[0].Name != "r0" || ls[0].Owner != a {
-			t.Fatalf("Leases: %+v, want r0 of a first", ls)
-		}
-		if !ls[0].Live {
-			break
-		}
-		select {
-		case <-time.After(50 * time.Millisecond):
-		case <-ctx.Done():
-			t.Fatal(ctx.Err())
-		}
-	}
-	raceAcquire(t, stores[:], "c", "r0", 2) // expired
-}
-
-// raceAcquire makes 8 members per store race for lease and checks that
-// exactly one took it, at epoch, and that the others got ErrHeld.
-func raceAcquire(t *testing.T, stores []membership.Store, cluster, lease string, epoch int64) {
-	t.Helper()
-	const per = 8
-	errs := make([]error, per*len(stores))
-	var wg sync.WaitGroup
-	for i := range errs {
-		wg.Go(func() {
-			_, errs[i] = stores[i%len(stores)].Acquire(t.Context(), cluster, lease, membership.Holder{Name: fmt.Sprint("m", i), Incarnation: "1"}, time.Minute)
-		})
-	}
-	wg.Wait()
-	won := -1
-	for i, err := range errs {
-		switch {
-		case err == nil && won >= 0:
-			t.Errorf("%s: m%d and m%d both acquired it", lease, won, i)
-		case err == nil:
-			won = i
-		case !errors.Is(err, membership.ErrHeld):
-			t.Errorf("%s: m%d: %v, want nil or ErrHeld", lease, i, err)
-		}
-	}
-	if won < 0 {
-		t.Fatalf("%s: nobody acquired it", lease)
-	}
-	for _, s := range stores {
-		ls, err := s.Leases(t.Context(), cluster)
-		if err != nil {
-			t.Fatal(err)
-		}
-		i := slices.IndexFunc(ls, func(l membership.Lease) bool { return l.Name == lease })
-		if i < 0 || ls[i].Owner.Name != fmt.Sprint("m", won) || ls[i].Epoch != epoch || !ls[i].Live {
-			t.Errorf("%s after the race: %+v, want m%d's at epoch %d", lease, ls, won, epoch)
-		}
-	}
+		return stores
+	})
 }
 
 // TestMembershipCheckHeldTx: inside a projection transaction the check

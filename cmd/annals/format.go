@@ -2,13 +2,12 @@ package main
 
 import (
 	"encoding/json"
-	"fmt"
 	"math"
-	"strconv"
 	"strings"
 	"time"
 
 	"github.com/annals-go/annals"
+	"github.com/annals-go/annals/cmd/annals/internal/textfmt"
 )
 
 // percentile returns the q-quantile (0 < q ≤ 1) of sorted, by nearest rank.
@@ -35,22 +34,7 @@ func dur(d time.Duration) string {
 }
 
 // num formats n with thousands separators.
-func num(n int64) string {
-	s := strconv.FormatInt(n, 10)
-	neg := strings.HasPrefix(s, "-")
-	s = strings.TrimPrefix(s, "-")
-	var b strings.Builder
-	if neg {
-		b.WriteByte('-')
-	}
-	for i, c := range s {
-		if i > 0 && (len(s)-i)%3 == 0 {
-			b.WriteByte(',')
-		}
-		b.WriteRune(c)
-	}
-	return b.String()
-}
+func num(n int64) string { return textfmt.Num(n) }
 
 // timeText formats t for tables: UTC with microseconds, "-" when zero.
 func timeText(t time.Time) string {
@@ -72,18 +56,7 @@ func (t jsonTime) MarshalJSON() ([]byte, error) {
 }
 
 // bytesText formats a size in bytes: 512 B, 1.5 KiB, 3.2 MiB.
-func bytesText(n int64) string {
-	const unit = 1024
-	if n < unit {
-		return fmt.Sprintf("%d B", n)
-	}
-	div, exp := int64(unit), 0
-	for m := n / unit; m >= unit; m /= unit {
-		div *= unit
-		exp++
-	}
-	return fmt.Sprintf("%.1f %ciB", float64(n)/float64(div), "KMGTPE"[exp])
-}
+func bytesText(n int64) string { return textfmt.Bytes(n) }
 
 // rate is n per second over d.
 func rate(n int64, d time.Duration) int64 {

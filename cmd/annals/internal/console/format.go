@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/annals-go/annals/cmd/annals/internal/textfmt"
 	"github.com/annals-go/annals/offsets"
 	"github.com/annals-go/annals/query"
 )
@@ -26,36 +27,10 @@ var funcs = template.FuncMap{
 }
 
 // num formats n with thousands separators.
-func num(n int64) string {
-	s := strconv.FormatInt(n, 10)
-	neg := strings.HasPrefix(s, "-")
-	s = strings.TrimPrefix(s, "-")
-	var b strings.Builder
-	if neg {
-		b.WriteByte('-')
-	}
-	for i, c := range s {
-		if i > 0 && (len(s)-i)%3 == 0 {
-			b.WriteByte(',')
-		}
-		b.WriteRune(c)
-	}
-	return b.String()
-}
+func num(n int64) string { return textfmt.Num(n) }
 
 // bytesText formats a size in bytes: 512 B, 1.5 KiB, 3.2 MiB.
-func bytesText(n int64) string {
-	const unit = 1024
-	if n < unit {
-		return fmt.Sprintf("%d B", n)
-	}
-	div, exp := int64(unit), 0
-	for m := n / unit; m >= unit; m /= unit {
-		div *= unit
-		exp++
-	}
-	return fmt.Sprintf("%.1f %ciB", float64(n)/float64(div), "KMGTPE"[exp])
-}
+func bytesText(n int64) string { return textfmt.Bytes(n) }
 
 // timeText formats t in UTC to the millisecond; "-" when zero.
 func timeText(t time.Time) string {

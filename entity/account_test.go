@@ -7,6 +7,7 @@ import (
 
 	"github.com/annals-go/annals/entity"
 	"github.com/annals-go/annals/entity/entitytest"
+	"github.com/annals-go/annals/internal/entitystores"
 	"github.com/annals-go/annals/serialization"
 )
 
@@ -148,7 +149,7 @@ type stores = entitytest.Store
 
 var (
 	memoryStores = entitytest.Memory
-	sqliteStores = entitytest.SQLite
+	sqliteStores = entitystores.SQLite
 )
 
 func newHost(t testing.TB, st stores, b entity.Behavior[Command, Event, State], configure ...func(*entity.HostConfig)) *entity.Host[Command, Event, State] {
@@ -177,7 +178,7 @@ func mustBalance(t *testing.T, h *entity.Host[Command, Event, State], id string,
 }
 
 func TestPersistReplyAndRecover(t *testing.T) {
-	for name, mk := range entitytest.Stores() {
+	for name, mk := range entitystores.All() {
 		t.Run(name, func(t *testing.T) {
 			st := mk(t)
 			ctx := t.Context()

@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/annals-go/annals/entity"
-	"github.com/annals-go/annals/entity/entitytest"
+	"github.com/annals-go/annals/internal/entitystores"
 	"github.com/annals-go/annals/journal"
 	"github.com/annals-go/annals/snapshot"
 )
@@ -47,7 +47,7 @@ func (r *recoveries) take() []string {
 // of 1, 2 and 4 are events 1–3; a new host recovers, deposits 8 (event
 // 4), and a third host recovers again.
 func TestRecoveryAfterDeletionWithoutSnapshot(t *testing.T) {
-	for name, open := range entitytest.Stores() {
+	for name, open := range entitystores.All() {
 		for _, c := range []struct {
 			name     string
 			snapAt   int64 // a snapshot after this event (0: none)
@@ -134,7 +134,7 @@ func balanceOf(t *testing.T, rec string) int64 {
 // again). Four deposits of 1 with a snapshot at 4; events up to 4
 // deleted; the snapshot then corrupted.
 func TestUnusableSnapshotOverDeletedEvents(t *testing.T) {
-	for name, open := range entitytest.Stores() {
+	for name, open := range entitystores.All() {
 		for _, c := range []struct {
 			name  string
 			after int // events written after the deletion, raw

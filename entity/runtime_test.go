@@ -19,6 +19,7 @@ import (
 	"github.com/annals-go/annals/engine"
 	"github.com/annals-go/annals/entity"
 	"github.com/annals-go/annals/entity/entitytest"
+	"github.com/annals-go/annals/internal/entitystores"
 	"github.com/annals-go/annals/journal"
 	"github.com/annals-go/annals/recovery"
 	"github.com/annals-go/annals/serialization"
@@ -391,7 +392,7 @@ func TestSnapshotFailureDoesNotStopEntity(t *testing.T) {
 }
 
 func TestOptionalSnapshot(t *testing.T) {
-	for name, mk := range entitytest.Stores() {
+	for name, mk := range entitystores.All() {
 		for _, optional := range []bool{true, false} {
 			t.Run(fmt.Sprint(name, "/optional=", optional), func(t *testing.T) {
 				testOptionalSnapshot(t, mk(t), optional)
@@ -435,7 +436,7 @@ func testOptionalSnapshot(t *testing.T, st stores, optional bool) {
 // snapshot every 2 (at 2, 4 and 6); with DeleteEvents, KeepLast 2 deletes
 // snapshot 2 and events 1–2 after snapshot 6.
 func TestOptionalSnapshotFallsBackToOlder(t *testing.T) {
-	for name, mk := range entitytest.Stores() {
+	for name, mk := range entitystores.All() {
 		for _, c := range []struct {
 			name         string
 			deleteEvents bool
@@ -484,7 +485,7 @@ func TestOptionalSnapshotFallsBackToOlder(t *testing.T) {
 }
 
 func TestRecoveryOptions(t *testing.T) {
-	for name, mk := range entitytest.Stores() {
+	for name, mk := range entitystores.All() {
 		t.Run(name, func(t *testing.T) { testRecoveryOptions(t, mk(t)) })
 	}
 }
@@ -915,7 +916,7 @@ func TestMaxLiveHoldsAfterRestart(t *testing.T) {
 }
 
 func TestOptionalSnapshotDoesNotHideDeletedEvents(t *testing.T) {
-	for name, mk := range entitytest.Stores() {
+	for name, mk := range entitystores.All() {
 		t.Run(name, func(t *testing.T) { testOptionalSnapshotDoesNotHideDeletedEvents(t, mk(t)) })
 	}
 }
@@ -1099,7 +1100,7 @@ func (c *countingReader) Replay(ctx context.Context, pid string, from, to, max i
 func TestRecoveryInOneRead(t *testing.T) {
 	for _, name := range []string{"sqlite", "postgres"} {
 		t.Run(name, func(t *testing.T) {
-			st := entitytest.Stores()[name](t)
+			st := entitystores.All()[name](t)
 			ctx := t.Context()
 			b := accountBehavior()
 			b.Snapshots = entity.SnapshotPolicy[Event, State]{Every: 5}

@@ -13,6 +13,7 @@ import (
 	"github.com/annals-go/annals/entity"
 	"github.com/annals-go/annals/entity/entitytest"
 	"github.com/annals-go/annals/examples/bank"
+	"github.com/annals-go/annals/internal/entitystores"
 	"github.com/annals-go/annals/journal"
 	"github.com/annals-go/annals/serialization"
 	"github.com/annals-go/annals/snapshot"
@@ -25,7 +26,7 @@ type stores = entitytest.Store
 
 var (
 	memoryStores = entitytest.Memory
-	sqliteStores = entitytest.SQLite
+	sqliteStores = entitystores.SQLite
 )
 
 func newRegistry(t testing.TB) *serialization.Registry {
@@ -176,7 +177,7 @@ func TestInvalidAmounts(t *testing.T) {
 // events after it; the behavior snapshots every 100 events and keeps the
 // last two snapshots.
 func TestRecovery(t *testing.T) {
-	for name, mk := range entitytest.Stores() {
+	for name, mk := range entitystores.All() {
 		t.Run(name, func(t *testing.T) {
 			st := mk(t)
 			ctx := t.Context()

@@ -11,6 +11,7 @@ import (
 	"github.com/annals-go/annals/entity"
 	"github.com/annals-go/annals/entity/entitytest"
 	"github.com/annals-go/annals/examples/cart"
+	"github.com/annals-go/annals/internal/entitystores"
 	"github.com/annals-go/annals/journal"
 	"github.com/annals-go/annals/serialization"
 	"github.com/annals-go/annals/snapshot"
@@ -24,7 +25,7 @@ type stores = entitytest.Store
 
 var (
 	memoryStores = entitytest.Memory
-	sqliteStores = entitytest.SQLite
+	sqliteStores = entitystores.SQLite
 )
 
 func newRegistry(t testing.TB) *serialization.Registry {
@@ -182,7 +183,7 @@ func TestRepliesAreCopies(t *testing.T) {
 }
 
 func TestSnapshotRecovery(t *testing.T) {
-	for name, mk := range entitytest.Stores() {
+	for name, mk := range entitystores.All() {
 		t.Run(name, func(t *testing.T) {
 			st := mk(t)
 			ctx := t.Context()

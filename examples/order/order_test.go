@@ -14,6 +14,7 @@ import (
 	"github.com/annals-go/annals/entity/behaviortest"
 	"github.com/annals-go/annals/entity/entitytest"
 	"github.com/annals-go/annals/examples/order"
+	"github.com/annals-go/annals/internal/entitystores"
 	"github.com/annals-go/annals/journal"
 	"github.com/annals-go/annals/serialization"
 	"github.com/annals-go/annals/store/memory"
@@ -27,7 +28,7 @@ type stores = entitytest.Store
 
 var (
 	memoryStores = entitytest.Memory
-	sqliteStores = entitytest.SQLite
+	sqliteStores = entitystores.SQLite
 )
 
 func newRegistry(t testing.TB) *serialization.Registry {
@@ -300,7 +301,7 @@ func TestConcurrentPayments(t *testing.T) {
 }
 
 func TestRecovery(t *testing.T) {
-	for name, mk := range entitytest.Stores() {
+	for name, mk := range entitystores.All() {
 		t.Run(name, func(t *testing.T) {
 			st := mk(t)
 			h := newHost(t, st)

@@ -38,8 +38,11 @@ type Member struct {
 	lastLook atomic.Int64  // when the last look began, after start (nanoseconds)
 	work     sync.WaitGroup
 
-	mu          sync.Mutex
-	held        map[string]*held
+	mu   sync.Mutex
+	held map[string]*held
+	// dropped holds when each lease left held (given up or lost): a
+	// heartbeat sent before that is no ground to serve it again.
+	dropped     map[string]time.Time
 	heldChanged chan struct{} // closed when held changes
 	view        view
 	changed     chan struct{} // closed when the view is read again
@@ -100,6 +103,7 @@ func Join(ctx context.Context, cfg Config) (*Member, error) {
 		poke:        make(chan struct{}, 1),
 		look:        make(chan struct{}, 1),
 		held:        map[string]*held{},
+		dropped:     map[string]time.Time{},
 		heldChanged: make(chan struct{}),
 		changed:     make(chan struct{}),
 	}
@@ -275,7 +279,10 @@ func (m *Member) renew(renewed []membership.Lease, sent time.Time) {
 		h := m.held[l.Name]
 		switch {
 		case h == nil:
-			if _, known := m.units[l.Name]; known {
+			// Only a heartbeat sent after the lease left held shows it
+			// still this member's: one sent before may have renewed it
+			// just before its release, and another may hold it now.
+			if _, known := m.units[l.Name]; known && !sent.Before(m.dropped[l.Name]) {
 				adopt = append(adopt, l)
 			}
 		case !h.giving && l.Epoch == h.lease.Epoch && h.until.Load() > m.now():
@@ -591,6 +598,7 @@ func (m *Member) giveUp(name string, h *held, release bool) {
 		}
 		m.mu.Lock()
 		delete(m.held, name)
+		m.dropped[name] = time.Now()
 		m.handOffs--
 		m.changedHeld()
 		m.mu.Unlock()

@@ -43,6 +43,9 @@ func TestClusterMetrics(t *testing.T) {
 	if err := a.Leave(context.Background()); err != nil {
 		t.Fatal(err)
 	}
+	for len(b.Held()) < 4 { // b takes a's ranges before it leaves in turn
+		<-b.Changed()
+	}
 	if err := b.Leave(context.Background()); err != nil {
 		t.Fatal(err)
 	}

@@ -6,7 +6,6 @@ import (
 	"time"
 
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
-	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 
 	"github.com/annals-go/annals/cluster"
 	"github.com/annals-go/annals/otelannals"
@@ -49,29 +48,7 @@ func TestClusterMetrics(t *testing.T) {
 	if err := b.Leave(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	var rm metricdata.ResourceMetrics
-	if err := reader.Collect(t.Context(), &rm); err != nil {
-		t.Fatal(err)
-	}
-	sums, counts, gauges := map[string]int64{}, map[string]uint64{}, map[string]int64{}
-	for _, sm := range rm.ScopeMetrics {
-		for _, m := range sm.Metrics {
-			switch d := m.Data.(type) {
-			case metricdata.Sum[int64]:
-				for _, dp := range d.DataPoints {
-					sums[m.Name] += dp.Value
-				}
-			case metricdata.Histogram[float64]:
-				for _, dp := range d.DataPoints {
-					counts[m.Name] += dp.Count
-				}
-			case metricdata.Gauge[int64]:
-				for _, dp := range d.DataPoints {
-					gauges[m.Name] = dp.Value
-				}
-			}
-		}
-	}
+	sums, counts, gauges := collect(t, reader)
 	// a takes all 4 ranges, hands 2 to b, then gives its other 2 up; b
 	// takes 2, then those 2, then gives all 4 up: 8 acquisitions, 8
 	// hand-offs, no lease lost.

@@ -101,35 +101,7 @@ func TestMetricsAndSpans(t *testing.T) {
 	cancel()
 	<-done
 
-	var rm metricdata.ResourceMetrics
-	if err := reader.Collect(ctx, &rm); err != nil {
-		t.Fatal(err)
-	}
-	sums := map[string]int64{}
-	counts := map[string]uint64{}
-	gauges := map[string]int64{}
-	for _, sm := range rm.ScopeMetrics {
-		for _, m := range sm.Metrics {
-			switch d := m.Data.(type) {
-			case metricdata.Sum[int64]:
-				for _, dp := range d.DataPoints {
-					sums[m.Name] += dp.Value
-				}
-			case metricdata.Histogram[float64]:
-				for _, dp := range d.DataPoints {
-					counts[m.Name] += dp.Count
-				}
-			case metricdata.Histogram[int64]:
-				for _, dp := range d.DataPoints {
-					counts[m.Name] += dp.Count
-				}
-			case metricdata.Gauge[int64]:
-				for _, dp := range d.DataPoints {
-					gauges[m.Name] = dp.Value
-				}
-			}
-		}
-	}
+	sums, counts, gauges := collect(t, reader)
 	for name, want := range map[string]int64{
 		"annals.journal.writes":           4, // the failed one was sent too
 		"annals.journal.events":           4,
@@ -319,4 +291,38 @@ func TestOwnSpansAndClose(t *testing.T) {
 	if n := count(); n != 0 {
 		t.Errorf("after Close the writes are still observed (%d points)", n)
 	}
+}
+
+// collect reads reader's metrics: the sums of counters, the counts of
+// histograms and the last values of gauges, by name.
+func collect(t *testing.T, reader *sdkmetric.ManualReader) (sums map[string]int64, counts map[string]uint64, gauges map[string]int64) {
+	t.Helper()
+	var rm metricdata.ResourceMetrics
+	if err := reader.Collect(t.Context(), &rm); err != nil {
+		t.Fatal(err)
+	}
+	sums, counts, gauges = map[string]int64{}, map[string]uint64{}, map[string]int64{}
+	for _, sm := range rm.ScopeMetrics {
+		for _, m := range sm.Metrics {
+			switch d := m.Data.(type) {
+			case metricdata.Sum[int64]:
+				for _, dp := range d.DataPoints {
+					sums[m.Name] += dp.Value
+				}
+			case metricdata.Histogram[float64]:
+				for _, dp := range d.DataPoints {
+					counts[m.Name] += dp.Count
+				}
+			case metricdata.Histogram[int64]:
+				for _, dp := range d.DataPoints {
+					counts[m.Name] += dp.Count
+				}
+			case metricdata.Gauge[int64]:
+				for _, dp := range d.DataPoints {
+					gauges[m.Name] = dp.Value
+				}
+			}
+		}
+	}
+	return sums, counts, gauges
 }

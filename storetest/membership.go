@@ -1,12 +1,14 @@
 package storetest
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/annals-go/annals/journal"
 	"github.com/annals-go/annals/membership"
 )
 
@@ -479,6 +481,44 @@ func raceAcquire(t T, stores []membership.Store, cluster, lease string, epoch in
 	for _, s := range stores {
 		if l := findLease(t, s, cluster, lease); l.Owner != holder(fmt.Sprint("m", won), "1") || l.Epoch != epoch || !l.Live {
 			t.Errorf("%s after the race: %+v, want m%d's at epoch %d", lease, l, won, epoch)
+		}
+	}
+}
+
+// RunMembershipErrors checks that every call of a membership store
+// answers as the store's other calls do when it cannot run: with an ended
+// context, that context's error; after the store is closed,
+// journal.ErrClosed (membership has no closed error of its own). open
+// returns a store of its own and the function that closes it.
+func RunMembershipErrors(t *testing.T, open func(t *testing.T) (membership.Store, func() error)) {
+	t.Helper()
+	a := holder("a", "1")
+	calls := func(m membership.Store, ctx context.Context) map[string]error {
+		_, hb := m.Heartbeat(ctx, "c", a, longTTL)
+		_, acq := m.Acquire(ctx, "c", "r0", a, longTTL)
+		_, mem := m.Members(ctx, "c")
+		_, ls := m.Leases(ctx, "c")
+		return map[string]error{
+			"Join":      m.Join(ctx, "c", membership.Member{Name: "a", Incarnation: "1"}, longTTL),
+			"Heartbeat": hb, "Acquire": acq, "Members": mem, "Leases": ls,
+			"Release": m.Release(ctx, "c", "r0", a),
+			"Leave":   m.Leave(ctx, "c", a),
+		}
+	}
+	m, closeStore := open(t)
+	ctx, cancel := context.WithCancel(t.Context())
+	cancel()
+	for op, err := range calls(m, ctx) {
+		if !errors.Is(err, context.Canceled) {
+			t.Errorf("%s with a cancelled context: %v, want context.Canceled", op, err)
+		}
+	}
+	if err := closeStore(); err != nil {
+		t.Fatalf("close: %v", err)
+	}
+	for op, err := range calls(m, t.Context()) {
+		if !errors.Is(err, journal.ErrClosed) {
+			t.Errorf("%s after Close: %v, want journal.ErrClosed", op, err)
 		}
 	}
 }

@@ -9,7 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/annals-go/annals/journal"
 	"github.com/annals-go/annals/membership"
 	"github.com/annals-go/annals/store/cassandra"
 	"github.com/annals-go/annals/store/cassandra/cassandratest"
@@ -191,34 +190,12 @@ func TestMembership(t *testing.T) {
 	})
 
 	t.Run("errors", func(t *testing.T) {
-		a := membership.Holder{Name: "a", Incarnation: "1"}
-		calls := func(m *cassandra.Membership, ctx context.Context) map[string]error {
-			_, hb := m.Heartbeat(ctx, "c", a, time.Minute)
-			_, acq := m.Acquire(ctx, "c", "r0", a, time.Minute)
-			_, mem := m.Members(ctx, "c")
-			_, ls := m.Leases(ctx, "c")
-			return map[string]error{
-				"Join":      m.Join(ctx, "c", membership.Member{Name: "a", Incarnation: "1"}, time.Minute),
-				"Heartbeat": hb, "Acquire": acq, "Members": mem, "Leases": ls,
-				"Release": m.Release(ctx, "c", "r0", a),
-				"Leave":   m.Leave(ctx, "c", a),
-			}
-		}
-		ctx, cancel := context.WithCancel(t.Context())
-		cancel()
-		for op, err := range calls(m, ctx) {
-			if !errors.Is(err, context.Canceled) {
-				t.Errorf("%s with a cancelled context: %v, want context.Canceled", op, err)
-			}
-		}
-		closed := open(t)
-		closed.Close()
-		for op, err := range calls(closed.Membership(), t.Context()) {
-			if !errors.Is(err, journal.ErrClosed) {
-				t.Errorf("%s after Close: %v, want journal.ErrClosed", op, err)
-			}
-		}
+		storetest.RunMembershipErrors(t, func(t *testing.T) (membership.Store, func() error) {
+			s := open(t)
+			return s.Membership(), s.Close
+		})
 	})
+
 }
 
 // TestMembershipSchema: Migrate creates cluster_membership with the other

@@ -1,14 +1,12 @@
 package postgres_test
 
 import (
-	"context"
 	"errors"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/annals-go/annals/journal"
 	"github.com/annals-go/annals/membership"
 	"github.com/annals-go/annals/store/postgres"
 	"github.com/annals-go/annals/store/postgres/pgtest"
@@ -26,39 +24,14 @@ func TestMembershipKit(t *testing.T) {
 	}
 }
 
-// TestMembershipErrors: a call whose context has ended returns the
-// context's error, a call after Close journal.ErrClosed, as every other
-// call of the store does.
+// TestMembershipErrors: the kit's rule for calls with an ended context and
+// after Close.
 func TestMembershipErrors(t *testing.T) {
 	t.Parallel()
-	s := open(t)
-	m := s.Membership()
-	a := membership.Holder{Name: "a", Incarnation: "1"}
-	ctx, cancel := context.WithCancel(t.Context())
-	cancel()
-	calls := func(ctx context.Context) map[string]error {
-		_, hb := m.Heartbeat(ctx, "c", a, time.Minute)
-		_, acq := m.Acquire(ctx, "c", "r0", a, time.Minute)
-		_, mem := m.Members(ctx, "c")
-		_, ls := m.Leases(ctx, "c")
-		return map[string]error{
-			"Join":      m.Join(ctx, "c", membership.Member{Name: "a", Incarnation: "1"}, time.Minute),
-			"Heartbeat": hb, "Acquire": acq, "Members": mem, "Leases": ls,
-			"Release": m.Release(ctx, "c", "r0", a),
-			"Leave":   m.Leave(ctx, "c", a),
-		}
-	}
-	for op, err := range calls(ctx) {
-		if !errors.Is(err, context.Canceled) {
-			t.Errorf("%s with a cancelled context: %v, want context.Canceled", op, err)
-		}
-	}
-	s.Close()
-	for op, err := range calls(t.Context()) {
-		if !errors.Is(err, journal.ErrClosed) {
-			t.Errorf("%s after Close: %v, want journal.ErrClosed", op, err)
-		}
-	}
+	storetest.RunMembershipErrors(t, func(t *testing.T) (membership.Store, func() error) {
+		s := open(t)
+		return s.Membership(), s.Close
+	})
 }
 
 // TestMembershipWithoutTables: an r2dbc-layout schema whose tables were

@@ -1,14 +1,12 @@
 package sqlite_test
 
 import (
-	"context"
 	"database/sql"
 	"errors"
 	"path/filepath"
 	"testing"
 	"time"
 
-	"github.com/annals-go/annals/journal"
 	"github.com/annals-go/annals/membership"
 	"github.com/annals-go/annals/store/sqlite"
 	"github.com/annals-go/annals/storetest"
@@ -19,40 +17,13 @@ func TestMembershipKit(t *testing.T) {
 	storetest.RunMembership(t, func(t *testing.T) membership.Store { return s.Membership() })
 }
 
-// TestMembershipErrors: a call whose context has ended returns the
-// context's error, a call after Close journal.ErrClosed, as every other
-// call of the store does.
+// TestMembershipErrors: the kit's rule for calls with an ended context and
+// after Close.
 func TestMembershipErrors(t *testing.T) {
-	s := openTemp(t)
-	m := s.Membership()
-	a := membership.Holder{Name: "a", Incarnation: "1"}
-	calls := func(ctx context.Context) map[string]error {
-		_, hb := m.Heartbeat(ctx, "c", a, time.Minute)
-		_, acq := m.Acquire(ctx, "c", "r0", a, time.Minute)
-		_, mem := m.Members(ctx, "c")
-		_, ls := m.Leases(ctx, "c")
-		return map[string]error{
-			"Join":      m.Join(ctx, "c", membership.Member{Name: "a", Incarnation: "1"}, time.Minute),
-			"Heartbeat": hb, "Acquire": acq, "Members": mem, "Leases": ls,
-			"Release": m.Release(ctx, "c", "r0", a),
-			"Leave":   m.Leave(ctx, "c", a),
-		}
-	}
-	ctx, cancel := context.WithCancel(t.Context())
-	cancel()
-	for op, err := range calls(ctx) {
-		if !errors.Is(err, context.Canceled) {
-			t.Errorf("%s with a cancelled context: %v, want context.Canceled", op, err)
-		}
-	}
-	if err := s.Close(); err != nil {
-		t.Fatal(err)
-	}
-	for op, err := range calls(t.Context()) {
-		if !errors.Is(err, journal.ErrClosed) {
-			t.Errorf("%s after Close: %v, want journal.ErrClosed", op, err)
-		}
-	}
+	storetest.RunMembershipErrors(t, func(t *testing.T) (membership.Store, func() error) {
+		s := openTemp(t)
+		return s.Membership(), s.Close
+	})
 }
 
 // TestMembershipAcrossProcesses: the kit's rules between two stores on

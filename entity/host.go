@@ -99,11 +99,12 @@ type HostConfig struct {
 	// way, each owning its ranges (annals.SliceRanges), so that no two
 	// write one id; see NotOwnedError.
 	SliceRanges []annals.SliceRange
-	// Assigned makes the host serve only the slice ranges it is given with
-	// ServeRange, starting with none, and give them up with HandOffRange
-	// (a cluster.Member gives and takes them as the cluster changes). A
-	// command for an id outside every range given fails at once with a
-	// *NotOwnedError. It cannot be set with SliceRanges.
+	// Assigned makes the host serve only the units it is given, slice
+	// ranges with ServeRange or other sets of ids with ServeUnit, starting
+	// with none, and give them up with HandOffRange and HandOffUnit (a
+	// cluster.Member or a kafkacluster.Member gives and takes them as the
+	// cluster changes). A command for an id outside every unit given fails
+	// at once with a *NotOwnedError. It cannot be set with SliceRanges.
 	Assigned bool
 	// Hooks are called on the entities' events: each value for the hook
 	// interfaces it implements (HookCommandStart, HookCommandEnd,
@@ -122,9 +123,10 @@ type HostConfig struct {
 // recovers the entity with the other's events). SliceRanges keeps that
 // from happening at all.
 //
-// A command refused because its range is being handed off to another
-// host has Moving set: it was not handled, and the caller may send it
-// again once the range has moved.
+// A command refused because its range (or unit) is being handed off to
+// another host has Moving set: it was not handled, and the caller may send
+// it again once the range has moved. Owned lists the slice ranges the host
+// serves (the units given with ServeUnit are not listed).
 type NotOwnedError struct {
 	PersistenceID string
 	Slice         int
@@ -182,10 +184,13 @@ type Host[C, E, S any] struct {
 	served []*servedRange
 }
 
-// servedRange is a slice range an Assigned host serves: writes for its
-// entities pass fence; once leaving, commands for them are refused.
+// servedRange is a unit an Assigned host serves (a slice range, or a set
+// of ids ServeUnit names): writes for its entities pass fence; once
+// leaving, commands for them are refused.
 type servedRange struct {
-	r       annals.SliceRange
+	unit    string
+	r       *annals.SliceRange // the slice range of a unit ServeRange gave; nil otherwise
+	owns    func(persistenceID string) bool
 	fence   func() error
 	leaving bool // guarded by Host.mu
 }
@@ -333,6 +338,9 @@ func Ask[R, C, E, S any](ctx context.Context, h *Host[C, E, S], id string, mk fu
 	}
 }
 
+// EntityType returns the entity type of the host's Behavior.
+func (h *Host[C, E, S]) EntityType() string { return h.b.EntityType }
+
 // Live returns the number of live entities: started (recovering, serving
 // or idle) and not yet passivated or stopped. It is never more than
 // MaxLive; entities waiting for a place are not counted.
@@ -466,13 +474,13 @@ func (h *Host[C, E, S]) owns(id string) error {
 	return &NotOwnedError{PersistenceID: pid, Slice: slice, Owned: slices.Clone(h.cfg.SliceRanges)}
 }
 
-// servedFor returns the served range of id's slice, or a *NotOwnedError
-// when it is in none or its range is leaving. h.mu is held.
+// servedFor returns the served unit of id, or a *NotOwnedError when it is
+// in none or its unit is leaving. h.mu is held.
 func (h *Host[C, E, S]) servedFor(id string) (*servedRange, error) {
 	pid := annals.PersistenceID(h.b.EntityType, id)
 	slice := annals.Slice(pid)
 	for _, sr := range h.served {
-		if sr.r.Contains(slice) {
+		if sr.owns(pid) {
 			if sr.leaving {
 				return nil, &NotOwnedError{PersistenceID: pid, Slice: slice, Moving: true}
 			}
@@ -481,23 +489,47 @@ func (h *Host[C, E, S]) servedFor(id string) (*servedRange, error) {
 	}
 	owned := make([]annals.SliceRange, 0, len(h.served))
 	for _, sr := range h.served {
-		owned = append(owned, sr.r)
+		if sr.r != nil {
+			owned = append(owned, *sr.r)
+		}
 	}
 	return nil, &NotOwnedError{PersistenceID: pid, Slice: slice, Owned: owned}
 }
 
 // ServeRange makes an Assigned host serve the entities whose slices lie in
-// r: commands for them are taken, and each write of theirs is sent only
-// while fence returns nil (nil: always), checked as the write leaves for
-// the store (engine.Front.WriteFenced). A write refused by its fence fails
-// its command and stops (or restarts) its entity. r must not overlap a
-// range the host serves or is handing off.
+// r, as ServeUnit does under the unit name r.String(): commands for them
+// are taken, and each write of theirs is sent only while fence returns nil
+// (nil: always). r must not overlap a range the host serves or is handing
+// off.
 func (h *Host[C, E, S]) ServeRange(r annals.SliceRange, fence func() error) error {
-	if !h.cfg.Assigned {
-		return errors.New("entity: ServeRange on a host without HostConfig.Assigned")
-	}
 	if r.Min < 0 || r.Max >= annals.NumberOfSlices || r.Min > r.Max {
 		return fmt.Errorf("entity: ServeRange: %v is not a range of slices 0-%d", r, annals.NumberOfSlices-1)
+	}
+	return h.serve(&servedRange{unit: r.String(), r: &r, owns: func(pid string) bool { return r.Contains(annals.Slice(pid)) }, fence: fence})
+}
+
+// ServeUnit makes an Assigned host serve the entities whose persistence
+// ids owns reports, under the name unit (for example a Kafka partition's
+// ids: see package store/kafka/kafkacluster): commands for them are taken,
+// and each write of theirs is sent only while fence returns nil (nil:
+// always), checked as the write leaves for the store
+// (engine.Front.WriteFenced). A write refused by its fence fails its
+// command and stops (or restarts) its entity.
+//
+// Rules: unit must be a name the host does not serve yet; owns must be
+// fast and safe for concurrent use, and no two units served at once may
+// own one id (the host takes the first that does).
+func (h *Host[C, E, S]) ServeUnit(unit string, owns func(persistenceID string) bool, fence func() error) error {
+	if unit == "" || owns == nil {
+		return errors.New("entity: ServeUnit needs a unit name and an owns function")
+	}
+	return h.serve(&servedRange{unit: unit, owns: owns, fence: fence})
+}
+
+// serve adds u to the served units.
+func (h *Host[C, E, S]) serve(u *servedRange) error {
+	if !h.cfg.Assigned {
+		return errors.New("entity: ServeRange or ServeUnit on a host without HostConfig.Assigned")
 	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -505,35 +537,45 @@ func (h *Host[C, E, S]) ServeRange(r annals.SliceRange, fence func() error) erro
 		return ErrHostClosed
 	}
 	for _, sr := range h.served {
-		if sr.r.Min <= r.Max && r.Min <= sr.r.Max {
-			return fmt.Errorf("entity: ServeRange: %v overlaps %v, which the host serves", r, sr.r)
+		switch {
+		case sr.unit == u.unit:
+			return fmt.Errorf("entity: the host already serves %s", u.unit)
+		case u.r != nil && sr.r != nil && sr.r.Min <= u.r.Max && u.r.Min <= sr.r.Max:
+			return fmt.Errorf("entity: ServeRange: %v overlaps %v, which the host serves", *u.r, *sr.r)
 		}
 	}
-	h.served = append(h.served, &servedRange{r: r, fence: fence})
+	h.served = append(h.served, u)
 	return nil
 }
 
-// HandOffRange stops serving r, a range given with ServeRange, gracefully:
-// commands for its entities are refused from now on with a *NotOwnedError
-// with Moving set (not handled: the caller may send them to the range's
-// next owner); each live entity of r handles the commands already in its
-// mailbox (its persists complete and their replies are sent) and then
-// passivates; entities that were waiting for a place under MaxLive never
-// start, and their commands are refused in the same way. HandOffRange
-// returns when every entity of r has stopped, or with ctx's error while
-// some still run (they go on refusing new commands and stop when they
-// are done); either way r is no longer served and may be served again.
+// HandOffRange hands off r, a range given with ServeRange, as HandOffUnit
+// does.
 func (h *Host[C, E, S]) HandOffRange(ctx context.Context, r annals.SliceRange) error {
+	return h.HandOffUnit(ctx, r.String())
+}
+
+// HandOffUnit stops serving unit, given with ServeUnit or ServeRange (whose
+// unit name is the range's String), gracefully: commands for its entities
+// are refused from now on with a *NotOwnedError with Moving set (not
+// handled: the caller may send them to the unit's next owner); each live
+// entity of the unit handles the commands already in its mailbox (its
+// persists complete and their replies are sent) and then passivates;
+// entities that were waiting for a place under MaxLive never start, and
+// their commands are refused in the same way. HandOffUnit returns when
+// every entity of the unit has stopped, or with ctx's error while some
+// still run (they go on refusing new commands and stop when they are
+// done); either way the unit is no longer served and may be served again.
+func (h *Host[C, E, S]) HandOffUnit(ctx context.Context, unit string) error {
 	h.mu.Lock()
 	var sr *servedRange
 	for _, x := range h.served {
-		if x.r == r {
+		if x.unit == unit {
 			sr = x
 		}
 	}
 	if sr == nil {
 		h.mu.Unlock()
-		return fmt.Errorf("entity: HandOffRange: the host does not serve %v", r)
+		return fmt.Errorf("entity: HandOffUnit: the host does not serve %s", unit)
 	}
 	sr.leaving = true
 	var gone []chan struct{}
@@ -564,13 +606,13 @@ func (h *Host[C, E, S]) HandOffRange(ctx context.Context, r annals.SliceRange) e
 		case <-c:
 			continue
 		case <-ctx.Done():
-			err = fmt.Errorf("entity: HandOffRange %v: entities still running: %w", r, ctx.Err())
+			err = fmt.Errorf("entity: HandOffUnit %s: entities still running: %w", unit, ctx.Err())
 		}
 		break
 	}
-	// r is no longer served even when entities of it still run: they
-	// keep refusing commands (their range stays leaving), and r may be
-	// served again at once.
+	// The unit is no longer served even when entities of it still run:
+	// they keep refusing commands (their unit stays leaving), and it may
+	// be served again at once.
 	h.mu.Lock()
 	h.served = slices.DeleteFunc(h.served, func(x *servedRange) bool { return x == sr })
 	h.mu.Unlock()

@@ -1576,3 +1576,62 @@ func TestHandOffRangeTimeout(t *testing.T) {
 		t.Errorf("a deposit for another id after serving again: %v", err)
 	}
 }
+
+// TestServeUnit: an Assigned host serves the ids each unit owns, refuses
+// the others, refuses a unit name served twice, and hands a unit off
+// without touching the others; the fence of the unit an id belongs to
+// guards its writes.
+func TestServeUnit(t *testing.T) {
+	st := memoryStores(t)
+	h := newHost(t, st, accountBehavior(), func(c *entity.HostConfig) { c.Assigned = true })
+	ctx := t.Context()
+	lost := errors.New("unit lost")
+	owns := func(ids ...string) func(string) bool {
+		return func(pid string) bool {
+			return slices.ContainsFunc(ids, func(id string) bool { return pid == annals.PersistenceID(accountBehavior().EntityType, id) })
+		}
+	}
+	if err := h.ServeUnit("p0", owns("a", "b"), nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.ServeUnit("p1", owns("c"), func() error { return lost }); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.ServeUnit("p0", owns("z"), nil); err == nil {
+		t.Error("ServeUnit accepted a unit name served already")
+	}
+	if err := h.ServeUnit("", owns("z"), nil); err == nil {
+		t.Error("ServeUnit accepted an empty unit name")
+	}
+	var notOwned *entity.NotOwnedError
+	for _, tc := range []struct {
+		id      string
+		wantErr error
+	}{
+		{id: "a"},
+		{id: "b"},
+		{id: "c", wantErr: lost},
+		{id: "d", wantErr: entity.ErrNotOwned},
+	} {
+		_, err := deposit(ctx, h, tc.id, 1)
+		if (tc.wantErr == nil) != (err == nil) || (tc.wantErr != nil && !errors.Is(err, tc.wantErr)) {
+			t.Errorf("deposit to %s: %v, want %v", tc.id, err, tc.wantErr)
+		}
+	}
+	if err := h.HandOffUnit(ctx, "p0"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := deposit(ctx, h, "a", 1); !errors.As(err, &notOwned) {
+		t.Errorf("deposit after its unit was handed off: %v, want a *NotOwnedError", err)
+	}
+	if err := h.HandOffUnit(ctx, "p0"); err == nil {
+		t.Error("HandOffUnit of a unit no longer served: nil error")
+	}
+	if err := h.ServeUnit("p0", owns("a"), nil); err != nil {
+		t.Fatalf("serving a handed-off unit again: %v", err)
+	}
+	mustBalance(t, h, "a", 1)
+	if got := h.EntityType(); got != accountBehavior().EntityType {
+		t.Errorf("EntityType() = %q, want %q", got, accountBehavior().EntityType)
+	}
+}

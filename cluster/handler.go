@@ -31,12 +31,10 @@ type HandlerConfig struct {
 	// Key returns the persistence id a request is for, or false for a
 	// request that is for no entity (it is served here).
 	Key func(r *http.Request) (persistenceID string, ok bool)
-	// MoveWait bounds how long a request waits for its range to get an
-	// owner while the range moves (default LeaseTime plus three
-	// heartbeats: a failed member's ranges are taken within LeaseTime and
-	// a heartbeat, and a waiting request has the member look at the
-	// cluster again soon after). When it passes the request is answered
-	// 503 Service Unavailable with Retry-After.
+	// MoveWait bounds how long a request waits for its entity to get an
+	// owner while its range moves (default the Router's MoveWait: for a
+	// Member, LeaseTime plus three heartbeats). When it passes the request
+	// is answered 503 Service Unavailable with Retry-After.
 	MoveWait time.Duration
 	// MaxBody bounds the body of a request (default DefaultMaxBody): the
 	// body is kept so that the request can be sent again while its range
@@ -73,15 +71,51 @@ type attemptKey struct{}
 
 type targetKey struct{}
 
-// Handler returns middleware that runs each request on the member that
-// owns its entity: served by next here when this member owns it, or
-// forwarded once to the owner's address (which serves it with its own
-// Handler and next). While the entity's range has no owner (it is moving,
-// or its member failed and no other has taken it yet) the request waits,
-// at most cfg.MoveWait, and is then answered 503 with Retry-After; when
-// the owner's address refused the connection all along (a live member
-// whose address does not answer) it is answered 502 naming the member
-// and its address.
+// Router tells where an entity runs: the ownership a Handler follows. A
+// *Member is one; so is a member of a Kafka journal's consumer group
+// (package store/kafka/kafkacluster).
+type Router interface {
+	// Name is this member's name, sent in HeaderForwardedBy.
+	Name() string
+	// OwnerOf returns the owner of persistenceID as the router last knew
+	// it, or false while it has none (its unit is moving).
+	OwnerOf(persistenceID string) (Owner, bool)
+	// Changed returns a channel closed when the router next learns the
+	// ownership again: a request waiting for a move waits on it.
+	Changed() <-chan struct{}
+	// Refresh asks the router to learn the ownership again soon: a
+	// request found the owner it named gone or not owning.
+	Refresh()
+	// MoveWait is how long a failed owner's units take to get a new
+	// owner: HandlerConfig.MoveWait's default.
+	MoveWait() time.Duration
+}
+
+var _ Router = (*Member)(nil)
+
+// Refresh asks the member to read the cluster again soon (at most four
+// times a heartbeat), as a Router.
+func (m *Member) Refresh() { m.lookSoon() }
+
+// MoveWait is LeaseTime plus three heartbeats: a failed member's ranges
+// are taken within LeaseTime and a heartbeat, and a waiting request has
+// the member look at the cluster again soon after.
+func (m *Member) MoveWait() time.Duration { return m.cfg.LeaseTime + 3*m.cfg.Heartbeat }
+
+// Handler returns the middleware NewHandler makes with m as its Router.
+func (m *Member) Handler(next http.Handler, cfg HandlerConfig) (http.Handler, error) {
+	return NewHandler(m, next, cfg)
+}
+
+// NewHandler returns middleware that runs each request on the member that
+// owns its entity, as router tells: served by next here when this member
+// owns it, or forwarded once to the owner's address (which serves it with
+// its own handler and next). While the entity has no owner (its unit is
+// moving, or its member failed and no other has taken it yet) the request
+// waits, at most cfg.MoveWait, and is then answered 503 with Retry-After;
+// when the owner's address refused the connection all along (a live
+// member whose address does not answer) it is answered 502 naming the
+// member and its address.
 //
 // A handler that finds the entity moved under it (its host answered a
 // *entity.NotOwnedError) answers 421 Misdirected Request: the command was
@@ -94,15 +128,17 @@ type targetKey struct{}
 // When the owner fails after the request reached it (the connection
 // breaks before an answer), the command may have been handled, and the
 // request is answered 502 Bad Gateway, outcome unknown, never sent twice.
-func (m *Member) Handler(next http.Handler, cfg HandlerConfig) (http.Handler, error) {
-	if cfg.Key == nil {
+func NewHandler(router Router, next http.Handler, cfg HandlerConfig) (http.Handler, error) {
+	switch {
+	case router == nil:
+		return nil, errors.New("cluster: NewHandler's router is nil")
+	case cfg.Key == nil:
 		return nil, errors.New("cluster: HandlerConfig.Key is nil")
-	}
-	if cfg.MoveWait < 0 || cfg.MaxBody < 0 {
+	case cfg.MoveWait < 0 || cfg.MaxBody < 0:
 		return nil, errors.New("cluster: HandlerConfig has a negative setting")
 	}
 	if cfg.MoveWait == 0 {
-		cfg.MoveWait = m.cfg.LeaseTime + 3*m.cfg.Heartbeat
+		cfg.MoveWait = router.MoveWait()
 	}
 	if cfg.Transport == nil {
 		// Go's default keeps two idle connections per host: under load
@@ -114,11 +150,15 @@ func (m *Member) Handler(next http.Handler, cfg HandlerConfig) (http.Handler, er
 	if cfg.MaxBody == 0 {
 		cfg.MaxBody = DefaultMaxBody
 	}
+	name := router.Name()
+	// A waiting request gives up after MoveWait: a client told to retry
+	// comes back after an eighth of it (a heartbeat with the defaults).
+	retryAfter := strconv.Itoa(max(1, int(cfg.MoveWait/8/time.Second)))
 	proxy := &httputil.ReverseProxy{
 		Rewrite: func(pr *httputil.ProxyRequest) {
 			pr.SetURL(pr.In.Context().Value(targetKey{}).(*url.URL))
 			pr.SetXForwarded()
-			pr.Out.Header.Set(HeaderForwardedBy, m.me.Name)
+			pr.Out.Header.Set(HeaderForwardedBy, name)
 		},
 		Transport:  cfg.Transport,
 		BufferPool: newBufferPool(),
@@ -157,8 +197,8 @@ func (m *Member) Handler(next http.Handler, cfg HandlerConfig) (http.Handler, er
 		defer cancel()
 		var unreachable error // the last owner that refused the connection
 		for {
-			changed := m.Changed()
-			owner, ok := m.OwnerOf(pid)
+			changed := router.Changed()
+			owner, ok := router.OwnerOf(pid)
 			switch {
 			case ok && owner.Local:
 				iw := &interceptWriter{w: w, header: http.Header{}, pass421: forwarded}
@@ -167,7 +207,7 @@ func (m *Member) Handler(next http.Handler, cfg HandlerConfig) (http.Handler, er
 					return
 				}
 			case forwarded:
-				http.Error(w, fmt.Sprintf("cluster: member %s does not own %s", m.me.Name, pid), http.StatusMisdirectedRequest)
+				http.Error(w, fmt.Sprintf("cluster: member %s does not own %s", name, pid), http.StatusMisdirectedRequest)
 				return
 			case ok:
 				target, err := memberURL(owner.Address)
@@ -188,7 +228,7 @@ func (m *Member) Handler(next http.Handler, cfg HandlerConfig) (http.Handler, er
 					return // the client went away
 				}
 			}
-			m.lookSoon() // the owner may have changed since the last look
+			router.Refresh() // the owner may have changed since the last look
 			select {
 			case <-changed:
 			case <-ctx.Done():
@@ -199,7 +239,7 @@ func (m *Member) Handler(next http.Handler, cfg HandlerConfig) (http.Handler, er
 					http.Error(w, fmt.Sprintf("cluster: the owner of %s: %v", pid, unreachable), http.StatusBadGateway)
 					return
 				}
-				w.Header().Set("Retry-After", strconv.Itoa(max(1, int(m.cfg.Heartbeat/time.Second))))
+				w.Header().Set("Retry-After", retryAfter)
 				http.Error(w, fmt.Sprintf("cluster: no member serves %s yet (its range is moving); try again", pid), http.StatusServiceUnavailable)
 				return
 			}

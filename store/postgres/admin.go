@@ -3,7 +3,6 @@ package postgres
 import (
 	"cmp"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -11,9 +10,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/annals-go/annals"
 	"github.com/annals-go/annals/admin"
 	"github.com/annals-go/annals/journal"
 	"github.com/annals-go/annals/query"
@@ -45,29 +42,34 @@ func NewMigrator(ctx context.Context, dsn string, opts ...Option) (*Migrator, er
 // Close closes the migrator's connections.
 func (m *Migrator) Close() error { m.s.pool.Close(); return nil }
 
+// layout returns the layout of the migrator's schema (asked for, or
+// detected).
+func (m *Migrator) layout(ctx context.Context) (layout, error) {
+	l, err := m.s.layoutOf(ctx, m.s.pool)
+	if err != nil {
+		return nil, err
+	}
+	return newLayout(m.s, l), nil
+}
+
 // SchemaVersion implements admin.Migrator. The r2dbc layout has one
 // version, 1: all its tables exist.
 func (m *Migrator) SchemaVersion(ctx context.Context) (current, latest int, err error) {
-	if steps, r2dbc, err := m.r2dbcPending(ctx); r2dbc || err != nil {
-		return 1 - len(steps), 1, err
+	l, err := m.layout(ctx)
+	if err != nil {
+		return 0, 0, err
 	}
-	v, _, err := m.s.schemaVersion(ctx, m.s.pool)
-	return v, SchemaVersion, err
+	return l.version(ctx)
 }
 
 // PendingMigrations implements admin.Migrator.
 func (m *Migrator) PendingMigrations(ctx context.Context) ([]admin.Migration, error) {
-	if steps, r2dbc, err := m.r2dbcPending(ctx); r2dbc || err != nil {
-		return migrations2admin(steps), err
-	}
-	v, found, err := m.s.schemaVersion(ctx, m.s.pool)
+	l, err := m.layout(ctx)
 	if err != nil {
 		return nil, err
 	}
-	if v > SchemaVersion {
-		return nil, m.s.newerSchema(v)
-	}
-	return migrations2admin(m.s.steps(v, found)), nil
+	steps, err := l.pending(ctx, m.s.pool)
+	return migrations2admin(steps), err
 }
 
 // Migrate implements admin.Migrator.
@@ -88,11 +90,11 @@ func migrations2admin(steps []step) []admin.Migration {
 	return out
 }
 
-// stats reads the statistics in one repeatable-read transaction: the
-// layout's journal figures through journalStats (get returns a type's
-// figures, made on first use), then the snapshots and the schema's size,
-// which both layouts read alike.
-func (s *Store) stats(ctx context.Context, journalStats func(tx pgx.Tx, sc string, get func(string) *admin.TypeStats) error) (admin.Stats, error) {
+// Stats implements admin.StatsReader, reading in one repeatable-read
+// transaction: the layout's journal figures (layout.journalStats; get
+// returns a type's figures, made on first use), then the snapshots and the
+// schema's size, which both layouts read alike.
+func (s *Store) Stats(ctx context.Context) (admin.Stats, error) {
 	var st admin.Stats
 	byType := map[string]*admin.TypeStats{}
 	get := func(et string) *admin.TypeStats {
@@ -105,23 +107,13 @@ func (s *Store) stats(ctx context.Context, journalStats func(tx pgx.Tx, sc strin
 	}
 	sc := s.cfg.schema
 	err := pgx.BeginTxFunc(ctx, s.pool, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
-		if err := journalStats(tx, sc, get); err != nil {
+		if err := s.layout.journalStats(ctx, tx, get); err != nil {
 			return err
 		}
-		rows, err := tx.Query(ctx, `SELECT entity_type, count(*), COALESCE(sum(octet_length(snapshot)), 0) FROM `+table(sc, "snapshot")+` GROUP BY entity_type`)
+		var n, bytes int64
+		err := typeFigures(ctx, tx, get, `SELECT entity_type, count(*), COALESCE(sum(octet_length(snapshot)), 0) FROM `+table(sc, "snapshot")+` GROUP BY entity_type`,
+			func(t *admin.TypeStats) { t.Snapshots, t.SnapshotBytes = n, bytes }, &n, &bytes)
 		if err != nil {
-			return err
-		}
-		for rows.Next() {
-			var et string
-			var n, bytes int64
-			if err := rows.Scan(&et, &n, &bytes); err != nil {
-				return err
-			}
-			t := get(et)
-			t.Snapshots, t.SnapshotBytes = n, bytes
-		}
-		if err := rows.Err(); err != nil {
 			return err
 		}
 		return tx.QueryRow(ctx, `SELECT COALESCE(sum(pg_total_relation_size(c.oid)), 0)::bigint FROM pg_class c
@@ -137,93 +129,29 @@ func (s *Store) stats(ctx context.Context, journalStats func(tx pgx.Tx, sc strin
 	return st, nil
 }
 
-// Stats implements admin.StatsReader, reading in one repeatable-read
-// transaction.
-func (s *Store) Stats(ctx context.Context) (admin.Stats, error) {
-	if s.cfg.layout == LayoutR2DBC {
-		return s.statsR2DBC(ctx)
+// typeFigures runs sql in tx, whose rows are an entity type then figures:
+// it scans each row's figures into dest and has set copy them into the
+// type's (get returns them).
+func typeFigures(ctx context.Context, tx pgx.Tx, get func(string) *admin.TypeStats, sql string, set func(*admin.TypeStats), dest ...any) error {
+	rows, err := tx.Query(ctx, sql)
+	if err != nil {
+		return err
 	}
-	return s.stats(ctx, func(tx pgx.Tx, sc string, get func(string) *admin.TypeStats) error {
-		rows, err := tx.Query(ctx, `SELECT entity_type, count(*), max(hi) FROM (
-				SELECT entity_type, persistence_id, max(seq_nr) AS hi FROM (
-					SELECT entity_type, persistence_id, seq_nr FROM `+table(sc, "event_journal")+`
-					UNION ALL SELECT entity_type, persistence_id, seq_nr FROM `+table(sc, "journal_metadata")+`) a
-				GROUP BY entity_type, persistence_id) ids GROUP BY entity_type`)
-		if err != nil {
+	defer rows.Close()
+	var et string
+	dest = append([]any{&et}, dest...)
+	for rows.Next() {
+		if err := rows.Scan(dest...); err != nil {
 			return err
 		}
-		for rows.Next() {
-			var et string
-			var n, hi int64
-			if err := rows.Scan(&et, &n, &hi); err != nil {
-				return err
-			}
-			t := get(et)
-			t.PersistenceIDs, t.HighestSequenceNr = n, hi
-		}
-		if err := rows.Err(); err != nil {
-			return err
-		}
-		rows, err = tx.Query(ctx, `SELECT entity_type, count(*), COALESCE(sum(octet_length(event_payload)), 0), min(write_timestamp), max(write_timestamp)
-			FROM `+table(sc, "event_journal")+` GROUP BY entity_type`)
-		if err != nil {
-			return err
-		}
-		for rows.Next() {
-			var et string
-			var n, bytes int64
-			var lo, hi time.Time
-			if err := rows.Scan(&et, &n, &bytes, &lo, &hi); err != nil {
-				return err
-			}
-			t := get(et)
-			t.Events, t.PayloadBytes, t.Oldest, t.Newest = n, bytes, lo.UTC(), hi.UTC()
-		}
-		if err := rows.Err(); err != nil {
-			return err
-		}
-		return nil
-	})
+		set(get(et))
+	}
+	return rows.Err()
 }
 
 // ListProjections implements admin.ProjectionLister.
 func (s *Store) ListProjections(ctx context.Context) ([]admin.ProjectionInstance, error) {
-	if s.cfg.layout == LayoutR2DBC {
-		return s.listProjectionsR2DBC(ctx)
-	}
-	rows, err := s.pool.Query(ctx, `SELECT COALESCE(o.projection_name, m.projection_name), COALESCE(o.projection_key, m.projection_key),
-			o.current_offset, m.paused, GREATEST(o.last_updated, m.last_updated)
-		FROM `+table(s.cfg.schema, "projection_offset_store")+` o
-		FULL JOIN `+table(s.cfg.schema, "projection_management")+` m ON m.projection_name = o.projection_name AND m.projection_key = o.projection_key
-		ORDER BY 1, 2`)
-	if err != nil {
-		return nil, s.errs.Map(ctx, "list projections", err, journal.ErrClosed)
-	}
-	defer rows.Close()
-	var out []admin.ProjectionInstance
-	for rows.Next() {
-		var p admin.ProjectionInstance
-		var raw *string
-		var paused *bool
-		var updated *int64
-		if err := rows.Scan(&p.ID.Name, &p.ID.Key, &raw, &paused, &updated); err != nil {
-			return nil, fmt.Errorf("postgres: list projections: %w", err)
-		}
-		if raw != nil {
-			if err := json.Unmarshal([]byte(*raw), &p.Offset); err != nil {
-				return nil, fmt.Errorf("postgres: projection %s: stored offset: %w", p.ID, err)
-			}
-		}
-		p.Paused = paused != nil && *paused
-		if updated != nil {
-			p.Updated = time.UnixMilli(*updated).UTC()
-		}
-		out = append(out, p)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, s.errs.Map(ctx, "list projections", err, journal.ErrClosed)
-	}
-	return out, nil
+	return s.layout.listProjections(ctx)
 }
 
 // Backlog implements admin.BacklogReader. Of the events at exactly a
@@ -242,17 +170,8 @@ func (s *Store) Backlog(ctx context.Context, after query.Offset, f admin.EventFi
 		seenIDs, seenSeqs = append(seenIDs, pid), append(seenSeqs, seq)
 	}
 	// The events after the offset, less those at its timestamp it lists
-	// as seen; on the r2dbc layout delete markers do not count, times are
-	// db_timestamps (the plugin's write_timestamp is milliseconds), and
-	// tags are read from the tags column.
-	text := `SELECT count(*), min(e.write_timestamp), max(e.write_timestamp) FROM ` + table(s.cfg.schema, "event_journal") + ` e
-		WHERE e.db_timestamp >= $1 AND ($2 = '' OR e.entity_type = $2) AND e.slice BETWEEN $3 AND $4
-		AND ($5 = '' OR EXISTS (SELECT 1 FROM ` + table(s.cfg.schema, "event_tag") + ` t WHERE t.tag = $5 AND t.persistence_id = e.persistence_id AND t.seq_nr = e.seq_nr))`
-	if s.cfg.layout == LayoutR2DBC {
-		text = `SELECT count(*), min(e.db_timestamp), max(e.db_timestamp) FROM ` + table(s.cfg.schema, "event_journal") + ` e
-		WHERE NOT e.deleted AND e.db_timestamp >= $1 AND ($2 = '' OR e.entity_type = $2) AND e.slice BETWEEN $3 AND $4
-		AND ($5 = '' OR $5 = ANY(e.tags))`
-	}
+	// as seen.
+	text := s.layout.backlog()
 	text += `
 		AND NOT (e.db_timestamp = $1 AND EXISTS (SELECT 1 FROM unnest($6::text[], $7::bigint[]) AS seen(pid, seq)
 			WHERE seen.pid = e.persistence_id AND e.seq_nr <= seen.seq))`
@@ -273,12 +192,8 @@ func (s *Store) Purge(ctx context.Context, persistenceIDs []string) error {
 	if len(persistenceIDs) == 0 {
 		return nil
 	}
-	tables := []string{"event_tag", "event_journal", "journal_metadata", "snapshot"}
-	if s.cfg.layout == LayoutR2DBC {
-		tables = []string{"event_journal", "snapshot"} // markers are rows of event_journal
-	}
 	b := &pgx.Batch{}
-	for _, name := range tables {
+	for _, name := range s.layout.purged() {
 		b.Queue(`DELETE FROM `+table(s.cfg.schema, name)+` WHERE persistence_id = ANY($1)`, persistenceIDs)
 	}
 	if err := s.pool.SendBatch(ctx, b).Close(); err != nil {
@@ -329,67 +244,10 @@ var errDryRun = errors.New("postgres: dry run")
 
 // OpenBaseline implements admin.BaselineOpener: a pgx pool of its own on the
 // store's server and schema (the same settings), doing the store's work with
-// plain statements: COPY for inserts, one streamed SELECT for reads.
+// plain statements: COPY for inserts, one streamed SELECT for reads (Annals'
+// layout only: ErrLayoutUnsupported on the r2dbc layout).
 func (s *Store) OpenBaseline(ctx context.Context) (admin.Baseline, error) {
-	if s.cfg.layout == LayoutR2DBC {
-		return nil, s.baselineR2DBC()
-	}
-	pool, err := pgxpool.NewWithConfig(ctx, s.pool.Config().Copy())
-	if err != nil {
-		return nil, err
-	}
-	return &baseline{pool: pool, schema: s.cfg.schema}, nil
-}
-
-type baseline struct {
-	pool   *pgxpool.Pool
-	schema string
-}
-
-func (b *baseline) Close() error { b.pool.Close(); return nil }
-
-// InsertRaw implements admin.Baseline with COPY in one transaction.
-func (b *baseline) InsertRaw(ctx context.Context, events []journal.Repr) error {
-	now := time.Now()
-	return pgx.BeginFunc(ctx, b.pool, func(tx pgx.Tx) error {
-		_, err := tx.CopyFrom(ctx, pgx.Identifier{b.schema, "event_journal"},
-			[]string{"slice", "entity_type", "persistence_id", "seq_nr", "db_timestamp", "write_timestamp", "event_ser_id", "event_ser_manifest", "event_payload", "writer", "meta_payload"},
-			pgx.CopyFromSlice(len(events), func(i int) ([]any, error) {
-				e := events[i]
-				return []any{annals.Slice(e.PersistenceID), annals.EntityType(e.PersistenceID), e.PersistenceID, e.SequenceNr, now, now, e.SerializerID, e.Manifest, e.Payload, e.WriterID, e.Metadata}, nil
-			}))
-		return err
-	})
-}
-
-func (b *baseline) count(ctx context.Context, sql string, args ...any) (int64, error) {
-	rows, err := b.pool.Query(ctx, sql, args...)
-	if err != nil {
-		return 0, err
-	}
-	defer rows.Close()
-	var n int64
-	for rows.Next() {
-		var r row
-		var tags []string
-		if err := rows.Scan(&r.PersistenceID, &r.SequenceNr, &r.dbTimestamp, &r.Timestamp, &r.SerializerID, &r.Manifest, &r.Payload, &r.WriterID, &tags, &r.Metadata, &r.Slice, &r.EntityType); err != nil {
-			return n, err
-		}
-		n++
-	}
-	return n, rows.Err()
-}
-
-// ReplayRaw implements admin.Baseline.
-func (b *baseline) ReplayRaw(ctx context.Context, persistenceID string, to int64) (int64, error) {
-	return b.count(ctx, `SELECT `+eventColumns+` FROM `+table(b.schema, "event_journal")+` e
-		WHERE e.persistence_id = $1 AND e.seq_nr BETWEEN 1 AND $2 ORDER BY e.seq_nr`, persistenceID, to)
-}
-
-// ScanSlicesRaw implements admin.Baseline.
-func (b *baseline) ScanSlicesRaw(ctx context.Context, entityType string, minSlice, maxSlice int) (int64, error) {
-	return b.count(ctx, `SELECT `+eventColumns+` FROM `+table(b.schema, "event_journal")+` e
-		WHERE e.entity_type = $1 AND e.slice BETWEEN $2 AND $3 ORDER BY e.db_timestamp, e.seq_nr, e.persistence_id`, entityType, minSlice, maxSlice)
+	return s.layout.openBaseline(ctx)
 }
 
 // Drop removes the migrator's schema and everything in it (DROP SCHEMA …

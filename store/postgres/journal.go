@@ -17,184 +17,6 @@ import (
 	"github.com/annals-go/annals/journal"
 )
 
-// statements are the store's SQL, with the schema spliced in once at Open
-// (as a quoted identifier that passed ValidIdentifier).
-type statements struct {
-	insert, insertTagged                                       string
-	highest, deleteMeta, deleteTags, deleteEvents, replay      string
-	recoverEvents                                              string
-	loadSnap, saveSnap, deleteSnap, deleteSnaps                string
-	bySlices, byTag, byType, byAnyType, earlier, earlierTagged string
-	persistenceIDs                                             string
-	loadOffset, saveOffset, setPaused, resetOffset             string
-}
-
-const eventColumns = `e.persistence_id, e.seq_nr, e.db_timestamp, e.write_timestamp, e.event_ser_id, e.event_ser_manifest, e.event_payload, e.writer, e.tags, e.meta_payload, e.slice, e.entity_type`
-
-func newStatements(schema string, ordering Ordering) statements {
-	r := strings.NewReplacer(
-		"{journal}", table(schema, "event_journal"),
-		"{tag}", table(schema, "event_tag"),
-		"{meta}", table(schema, "journal_metadata"),
-		"{clock}", table(schema, "journal_clock"),
-		"{snapshot}", table(schema, "snapshot"),
-		"{offset}", table(schema, "projection_offset_store"),
-		"{management}", table(schema, "projection_management"),
-		"{columns}", eventColumns,
-	)
-	return statements{
-		// Atomic writes in one statement: rows carry their id, each
-		// stamped with a db_timestamp of its own (see insertSQL), and
-		// their tags.
-		insert:       r.Replace(insertSQL(ordering, false)),
-		insertTagged: r.Replace(insertSQL(ordering, true)),
-		highest: r.Replace(`SELECT COALESCE(GREATEST(
-	(SELECT max(seq_nr) FROM {journal} WHERE persistence_id = $1),
-	(SELECT seq_nr FROM {meta} WHERE persistence_id = $1)), 0)`),
-		deleteMeta: r.Replace(`INSERT INTO {meta} AS m (persistence_id, entity_type, seq_nr)
-	SELECT $1, $2, max(seq_nr) FROM {journal} WHERE persistence_id = $1 AND seq_nr <= $3 HAVING max(seq_nr) IS NOT NULL
-	ON CONFLICT (persistence_id) DO UPDATE SET seq_nr = GREATEST(m.seq_nr, excluded.seq_nr)`),
-		deleteTags:   r.Replace(`DELETE FROM {tag} WHERE persistence_id = $1 AND seq_nr <= $2`),
-		deleteEvents: r.Replace(`DELETE FROM {journal} WHERE persistence_id = $1 AND seq_nr <= $2`),
-		replay:       r.Replace(`SELECT {columns} FROM {journal} e WHERE e.persistence_id = $1 AND e.seq_nr >= $2 AND e.seq_nr <= $3 ORDER BY e.seq_nr LIMIT $4`),
-
-		// A recovery's events: those after the youngest snapshot the
-		// criteria ($2–$5, as loadSnap's) select, up to $6, at most $7.
-		recoverEvents: r.Replace(`SELECT {columns} FROM {journal} e WHERE e.persistence_id = $1
-	AND e.seq_nr > COALESCE((SELECT max(seq_nr) FROM {snapshot}
-		WHERE persistence_id = $1 AND seq_nr >= $2 AND seq_nr <= $3 AND write_timestamp >= $4 AND write_timestamp <= $5), 0)
-	AND e.seq_nr <= $6 ORDER BY e.seq_nr LIMIT $7`),
-
-		loadSnap: r.Replace(`SELECT seq_nr, write_timestamp, ser_id, ser_manifest, snapshot FROM {snapshot}
-	WHERE persistence_id = $1 AND seq_nr >= $2 AND seq_nr <= $3 AND write_timestamp >= $4 AND write_timestamp <= $5
-	ORDER BY seq_nr DESC LIMIT 1`),
-		saveSnap: r.Replace(`INSERT INTO {snapshot} (slice, entity_type, persistence_id, seq_nr, write_timestamp, ser_id, ser_manifest, snapshot)
-	VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
-	ON CONFLICT (persistence_id, seq_nr) DO UPDATE SET write_timestamp = excluded.write_timestamp, ser_id = excluded.ser_id,
-		ser_manifest = excluded.ser_manifest, snapshot = excluded.snapshot`),
-		deleteSnap: r.Replace(`DELETE FROM {snapshot} WHERE persistence_id = $1 AND seq_nr = $2 AND ($3::bigint = 0 OR write_timestamp = $3)`),
-		deleteSnaps: r.Replace(`DELETE FROM {snapshot}
-	WHERE persistence_id = $1 AND seq_nr >= $2 AND seq_nr <= $3 AND write_timestamp >= $4 AND write_timestamp <= $5`),
-
-		// Offset-ordered queries: rows after a key (db_timestamp, seq_nr,
-		// persistence_id), up to an upper db_timestamp, in key order.
-		bySlices: r.Replace(`SELECT {columns} FROM {journal} e
-	WHERE e.entity_type = $1 AND e.slice BETWEEN $2 AND $3
-	AND (e.db_timestamp, e.seq_nr, e.persistence_id) > ($4, $5, $6) AND e.db_timestamp <= $7
-	ORDER BY e.db_timestamp, e.seq_nr, e.persistence_id LIMIT $8`),
-		byTag: r.Replace(`SELECT {columns} FROM {tag} t JOIN {journal} e ON e.persistence_id = t.persistence_id AND e.seq_nr = t.seq_nr
-	WHERE t.tag = $1
-	AND (t.db_timestamp, t.seq_nr, t.persistence_id) > ($2, $3, $4) AND t.db_timestamp <= $5
-	ORDER BY t.db_timestamp, t.seq_nr, t.persistence_id LIMIT $6`),
-		byType: r.Replace(`SELECT {columns} FROM {journal} e
-	WHERE e.entity_type = $1
-	AND (e.db_timestamp, e.seq_nr, e.persistence_id) > ($2, $3, $4) AND e.db_timestamp <= $5
-	ORDER BY e.db_timestamp, e.seq_nr, e.persistence_id LIMIT $6`),
-		// Every type: the stored types found one index probe each (a
-		// recursive loose scan of the entity type index), a page per type
-		// read in index order, and the pages merged: a page costs the
-		// number of types times the page size, however long the journal.
-		byAnyType: r.Replace(`WITH RECURSIVE types(t) AS (
-	SELECT min(entity_type) FROM {journal}
-	UNION ALL
-	SELECT (SELECT min(entity_type) FROM {journal} WHERE entity_type > types.t) FROM types WHERE types.t IS NOT NULL
-)
-SELECT {columns} FROM types, LATERAL (
-	SELECT * FROM {journal} j WHERE j.entity_type = types.t
-	AND (j.db_timestamp, j.seq_nr, j.persistence_id) > ($1, $2, $3) AND j.db_timestamp <= $4
-	ORDER BY j.db_timestamp, j.seq_nr, j.persistence_id LIMIT $5) e
-	ORDER BY e.db_timestamp, e.seq_nr, e.persistence_id LIMIT $5`),
-		earlier: r.Replace(`SELECT {columns} FROM {journal} e
-	WHERE e.persistence_id = ANY($1) AND e.db_timestamp >= $2 AND e.db_timestamp <= $3
-	ORDER BY e.persistence_id, e.seq_nr`),
-		earlierTagged: r.Replace(`SELECT {columns} FROM {tag} t JOIN {journal} e ON e.persistence_id = t.persistence_id AND e.seq_nr = t.seq_nr
-	WHERE t.tag = $4 AND t.persistence_id = ANY($1) AND t.db_timestamp >= $2 AND t.db_timestamp <= $3
-	ORDER BY t.persistence_id, t.seq_nr`),
-		// Ids after $2, in order: a recursive loose scan of the primary
-		// key (one index probe per id, wherever the page is; a DISTINCT
-		// read every event row of every later id), with the ids whose
-		// events were all deleted from the metadata table.
-		persistenceIDs: r.Replace(`WITH RECURSIVE ids(pid) AS (
-	(SELECT persistence_id FROM {journal} WHERE persistence_id > $2 AND ($1 = '' OR entity_type = $1) ORDER BY persistence_id LIMIT 1)
-	UNION ALL
-	SELECT (SELECT j.persistence_id FROM {journal} j WHERE j.persistence_id > ids.pid AND ($1 = '' OR j.entity_type = $1)
-		ORDER BY j.persistence_id LIMIT 1)
-	FROM ids WHERE ids.pid IS NOT NULL
-)
-SELECT pid FROM (
-	(SELECT pid FROM ids WHERE pid IS NOT NULL LIMIT $3)
-	UNION
-	(SELECT persistence_id FROM {meta} WHERE persistence_id > $2 AND ($1 = '' OR entity_type = $1) ORDER BY persistence_id LIMIT $3)
-) u ORDER BY pid LIMIT $3`),
-
-		loadOffset: r.Replace(`SELECT (SELECT current_offset FROM {offset} WHERE projection_name = $1 AND projection_key = $2),
-	(SELECT paused FROM {management} WHERE projection_name = $1 AND projection_key = $2)`),
-		saveOffset: r.Replace(`INSERT INTO {offset} (projection_name, projection_key, current_offset, manifest, mergeable, last_updated)
-	VALUES ($1, $2, $3, 'annals-json', false, $4)
-	ON CONFLICT (projection_name, projection_key) DO UPDATE SET current_offset = excluded.current_offset, last_updated = excluded.last_updated`),
-		setPaused: r.Replace(`INSERT INTO {management} (projection_name, projection_key, paused, last_updated) VALUES ($1, $2, $3, $4)
-	ON CONFLICT (projection_name, projection_key) DO UPDATE SET paused = excluded.paused, last_updated = excluded.last_updated`),
-		resetOffset: r.Replace(`DELETE FROM {offset} WHERE projection_name = $1 AND projection_key = $2`),
-	}
-}
-
-// insertSQL is the statement that inserts the events of atomic writes,
-// given as parallel arrays ($1–$11: id, seq, write time, serializer,
-// manifest, payload, writer, tags as JSON, metadata, slice, entity type);
-// when tagged, it inserts their tags too. In TimestampOrder the events of
-// one id are adjacent, in order (see insertArgs).
-//
-// Every row gets a db_timestamp of its own, at least 1µs apart from every
-// other row of the call, so that the rows of a call (up to 1,000 atomic
-// writes of different ids under group commit) do not share one: Pekko's
-// by-slices query fails when more events than its buffer share one
-// timestamp, a timestamp offset lists every id seen at its timestamp, and
-// equal timestamps make every index insertion compare persistence ids,
-// which costs more than the insertion itself:
-//   - CommitOrder: from the schema's clock row, 1µs per row of the
-//     statement, which the statement moves past the last timestamp it
-//     assigns. The row's lock, held to the commit, orders the writers:
-//     timestamps grow with commits across all ids, also when the server's
-//     clock steps back.
-//   - TimestampOrder: stampSQL's, from the transaction's time and, so
-//     that they grow per id, its id's latest stored event plus 1µs per
-//     event (ord, $12: the event's position among its id's events in the
-//     statement; $13: the distinct ids, whose latest events are read once,
-//     before any row is inserted; $14: each row's id as an index into
-//     $13; $15, $16: stampSQL's rows before and rows in all).
-func insertSQL(o Ordering, tagged bool) string {
-	base := `WITH base AS (
-	UPDATE {clock} SET db_timestamp = GREATEST(statement_timestamp(), db_timestamp + interval '1 microsecond') + (cardinality($1::text[]) - 1) * interval '1 microsecond'
-	WHERE id = 1
-	RETURNING db_timestamp - (cardinality($1::text[]) - 1) * interval '1 microsecond' AS ts
-)`
-	ts, arrays, names := `(SELECT ts FROM base) + (i.n - 1) * interval '1 microsecond'`, ``, ``
-	if o == TimestampOrder {
-		base = `WITH base AS MATERIALIZED (
-	SELECT array_agg(COALESCE((SELECT e.db_timestamp FROM {journal} e WHERE e.persistence_id = p.pid ORDER BY e.seq_nr DESC LIMIT 1), '-infinity')
-		ORDER BY p.idx) AS latest
-	FROM unnest($13::text[]) WITH ORDINALITY AS p(pid, idx)
-)`
-		ts = stampSQL(`(SELECT latest FROM base)[i.pidx] + i.ord * interval '1 microsecond'`, "$15::bigint", "$16::bigint")
-		arrays, names = `, $12::int[], $14::int[]`, `, ord, pidx`
-	}
-	insert := `INSERT INTO {journal} (slice, entity_type, persistence_id, seq_nr, db_timestamp, write_timestamp, event_ser_id, event_ser_manifest, event_payload, writer, tags, meta_payload)
-	SELECT i.slice, i.entity_type, i.pid, i.seq_nr, ` + ts + `,
-		i.wts, i.ser_id, i.manifest, i.payload, i.writer,
-		CASE WHEN i.tags IS NULL THEN NULL ELSE ARRAY(SELECT jsonb_array_elements_text(i.tags::jsonb)) END, i.meta
-	FROM unnest($1::text[], $2::bigint[], $3::timestamptz[], $4::int[], $5::text[], $6::bytea[], $7::text[], $8::text[], $9::bytea[], $10::int[], $11::text[]` + arrays + `)
-		WITH ORDINALITY AS i(pid, seq_nr, wts, ser_id, manifest, payload, writer, tags, meta, slice, entity_type` + names + `, n)`
-	if !tagged {
-		return base + "\n" + insert
-	}
-	return base + `, ins AS (
-	` + insert + `
-	RETURNING persistence_id, seq_nr, db_timestamp, tags
-)
-INSERT INTO {tag} (tag, db_timestamp, seq_nr, persistence_id)
-	SELECT DISTINCT t.tag, ins.db_timestamp, ins.seq_nr, ins.persistence_id FROM ins, unnest(ins.tags) AS t(tag)`
-}
-
 // stampSQL is the db_timestamp of row i.n of an insert statement where
 // the id's rows grow per id from floor (SQL: the earliest timestamp the
 // row's id allows, 1µs per event past its previous one), the statement
@@ -221,6 +43,18 @@ func stampSQL(floor, before, total string) string {
 	return `CASE WHEN ` + floor + ` > ` + at + ` THEN ` + floor + ` + (((` + before + ` + i.n - 1
 		- (extract(epoch FROM ` + floor + ` - transaction_timestamp()) * 1000000)::bigint) % ` + total + ` + ` + total + `) % ` + total + `) * interval '1 microsecond'
 		ELSE ` + at + ` END`
+}
+
+// tagsSQL is an inserted row's tags column: NULL, or its tags (JSON, see
+// insertArgs) as text[].
+const tagsSQL = `CASE WHEN i.tags IS NULL THEN NULL ELSE ARRAY(SELECT jsonb_array_elements_text(i.tags::jsonb)) END`
+
+// writesSQL is the FROM clause of an insert statement: the rows i of
+// insertArgs' eleven arrays ($1–$11), then of the arrays a layout adds
+// (their types and names each with a leading comma), numbered n from 1.
+func writesSQL(arrays, names string) string {
+	return `FROM unnest($1::text[], $2::bigint[], $3::timestamptz[], $4::int[], $5::text[], $6::bytea[], $7::text[], $8::text[], $9::bytea[], $10::int[], $11::text[]` + arrays + `)
+	WITH ORDINALITY AS i(pid, seq_nr, wts, ser_id, manifest, payload, writer, tags, meta, slice, entity_type` + names + `, n)`
 }
 
 // Journal is the store's event journal.
@@ -429,7 +263,7 @@ func (j *Journal) send(ctx context.Context, writes []journal.AtomicWrite, pendin
 		total += int64(len(writes[i].Events))
 	}
 	queue := func(pending []int) {
-		args, tagged := s.writeArgs(writes, pending, now, before, total)
+		args, tagged := s.layout.writeArgs(writes, pending, now, before, total)
 		if tagged {
 			b.Queue(s.sql.insertTagged, args...)
 		} else {
@@ -679,10 +513,11 @@ func (j *Journal) HighestSequenceNr(ctx context.Context, persistenceID string, f
 	return n, nil
 }
 
-// DeleteTo implements journal.Journal: in one transaction, the highest
-// number among the deleted events is recorded in journal_metadata, then the
-// events and their tags are removed. On the r2dbc layout it deletes as the
-// plugin does, leaving a delete marker (see LayoutR2DBC).
+// DeleteTo implements journal.Journal, in one transaction: on Annals'
+// layout the highest number among the deleted events is recorded in
+// journal_metadata, then the events and their tags are removed; on the
+// r2dbc layout it deletes as the plugin does, leaving a delete marker (see
+// LayoutR2DBC).
 func (j *Journal) DeleteTo(ctx context.Context, persistenceID string, to int64) error {
 	if err := journal.CheckID("delete", persistenceID, to); err != nil {
 		return err
@@ -690,15 +525,5 @@ func (j *Journal) DeleteTo(ctx context.Context, persistenceID string, to int64) 
 	if j.s.isClosed() {
 		return journal.ErrClosed
 	}
-	if j.s.cfg.layout == LayoutR2DBC {
-		return j.deleteR2DBC(ctx, persistenceID, to)
-	}
-	b := &pgx.Batch{}
-	b.Queue(j.s.sql.deleteMeta, persistenceID, annals.EntityType(persistenceID), to)
-	b.Queue(j.s.sql.deleteTags, persistenceID, to)
-	b.Queue(j.s.sql.deleteEvents, persistenceID, to)
-	if err := j.s.pool.SendBatch(ctx, b).Close(); err != nil {
-		return j.s.errs.Map(ctx, "delete", err, journal.ErrClosed)
-	}
-	return nil
+	return j.s.layout.deleteTo(ctx, persistenceID, to)
 }

@@ -206,7 +206,8 @@ func ValidIdentifier(name string) bool { return identifier.MatchString(name) }
 type Store struct {
 	pool    *pgxpool.Pool
 	cfg     config
-	sql     statements
+	layout  layout       // the schema's layout: set by Open (useLayout)
+	sql     statements   // the layout's statements
 	signal  query.Signal // local commits and NOTIFY wake live queries
 	channel string       // the NOTIFY channel of the schema
 
@@ -294,7 +295,7 @@ func connect(ctx context.Context, dsn string, opts []Option) (*Store, error) {
 		}
 		return nil, fmt.Errorf("%w at %s:%d (is it running? scripts/services up postgres starts a local one): %v", ErrUnreachable, pc.ConnConfig.Host, pc.ConnConfig.Port, err)
 	}
-	s := &Store{pool: pool, cfg: cfg, sql: newStatements(cfg.schema, cfg.ordering), channel: channelName(cfg.schema)}
+	s := &Store{pool: pool, cfg: cfg, channel: channelName(cfg.schema)}
 	s.errs = journal.StoreErrors{Store: "postgres", Closed: s.isClosed}
 	return s, nil
 }

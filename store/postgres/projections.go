@@ -2,7 +2,6 @@ package postgres
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"time"
 
@@ -67,44 +66,14 @@ func nowMillis() int64 { return time.Now().UnixMilli() }
 
 // Load implements offsets.Store.
 func (p *Projections) Load(ctx context.Context, id offsets.ID) (offsets.State, error) {
-	if p.s.cfg.layout == LayoutR2DBC {
-		return p.loadR2DBC(ctx, id)
-	}
-	var st offsets.State
-	var raw *string
-	var paused *bool
-	if err := p.s.pool.QueryRow(ctx, p.s.sql.loadOffset, id.Name, id.Key).Scan(&raw, &paused); err != nil {
-		return st, p.s.errs.Map(ctx, "projection load", err, journal.ErrClosed)
-	}
-	if raw != nil {
-		if err := json.Unmarshal([]byte(*raw), &st.Offset); err != nil {
-			return st, fmt.Errorf("postgres: projection %s: stored offset: %w", id, err)
-		}
-	}
-	st.Paused = paused != nil && *paused
-	return st, nil
+	return p.s.layout.loadOffset(ctx, id)
 }
 
 func (p *Projections) save(ctx context.Context, tx pgx.Tx, id offsets.ID, o query.Offset) error {
 	if err := id.Validate(); err != nil {
 		return err
 	}
-	if p.s.cfg.layout == LayoutR2DBC {
-		return p.saveR2DBC(ctx, tx, id, o)
-	}
-	b, err := json.Marshal(o)
-	if err != nil {
-		return fmt.Errorf("postgres: projection %s: encode offset: %w", id, err)
-	}
-	if tx != nil {
-		_, err = tx.Exec(ctx, p.s.sql.saveOffset, id.Name, id.Key, string(b), nowMillis())
-	} else {
-		_, err = p.s.pool.Exec(ctx, p.s.sql.saveOffset, id.Name, id.Key, string(b), nowMillis())
-	}
-	if err != nil {
-		return p.s.errs.Map(ctx, "projection save offset", err, journal.ErrClosed)
-	}
-	return nil
+	return p.s.layout.saveOffset(ctx, tx, id, o)
 }
 
 // SaveOffset implements offsets.Store.
@@ -130,13 +99,7 @@ func (p *Projections) SetPaused(ctx context.Context, id offsets.ID, paused bool)
 
 // Reset implements offsets.Store.
 func (p *Projections) Reset(ctx context.Context, id offsets.ID) error {
-	if p.s.cfg.layout == LayoutR2DBC {
-		return p.resetR2DBC(context.WithoutCancel(ctx), id)
-	}
-	if _, err := p.s.pool.Exec(context.WithoutCancel(ctx), p.s.sql.resetOffset, id.Name, id.Key); err != nil {
-		return p.s.errs.Map(ctx, "projection reset", err, journal.ErrClosed)
-	}
-	return nil
+	return p.s.layout.resetOffset(ctx, id)
 }
 
 // InTx implements offsets.TxStore: fn runs in a transaction of the

@@ -2,7 +2,7 @@ package postgres
 
 import (
 	"context"
-	"strings"
+	"fmt"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -36,111 +36,77 @@ import (
 //     them, as the plugin does.
 //   - Metadata reads back as meta_payload, whatever its meta_ser_id
 //     (Pekko's replicated event sourcing writes 40, "RE").
-const r2dbcEventColumns = `e.persistence_id, e.seq_nr, e.db_timestamp, e.db_timestamp, e.event_ser_id, e.event_ser_manifest, e.event_payload, e.writer, e.tags, e.meta_payload, e.slice, e.entity_type`
+//
+// Its admin operations are in r2dbc_admin.go, its projection offsets in
+// r2dbc_projections.go, its schema in r2dbc_schema.go.
+type r2dbcLayout struct{ s *Store }
+
+// r2dbcColumns are the event columns of the r2dbc layout (see
+// eventColumns): journal.Repr.Timestamp reads db_timestamp.
+var r2dbcColumns = eventColumns("e.db_timestamp")
 
 // r2dbcMetaSerializerIDText is the meta_ser_id of the metadata Annals
 // writes, as SQL: Akka's and Pekko's ByteArraySerializer
 // (serialization.BytesID).
 const r2dbcMetaSerializerIDText = "4"
 
-// newR2DBCStatements returns the store's statements on the r2dbc layout,
-// field for field those of newStatements. Snapshot write_timestamp is
-// epoch milliseconds there: the statements take and return Unix
-// nanoseconds, as the Annals layout's do, and convert (rounding down to
-// the millisecond); snapshot criteria compare at millisecond precision.
-func newR2DBCStatements(schema string) statements {
-	r := strings.NewReplacer(
-		"{journal}", table(schema, "event_journal"),
-		"{snapshot}", table(schema, "snapshot"),
-		"{offset}", table(schema, "projection_offset_store"),
-		"{management}", table(schema, "projection_management"),
-		"{columns}", r2dbcEventColumns,
-	)
-	ms := func(param string) string { return `floor(` + param + `::numeric / 1000000)::bigint` }
-	criteria := `persistence_id = $1 AND seq_nr >= $2 AND seq_nr <= $3 AND write_timestamp >= ` + ms("$4") + ` AND write_timestamp <= ` + ms("$5")
-	insert := r.Replace(r2dbcInsertSQL())
-	return statements{
-		insert:       insert,
-		insertTagged: insert, // tags live in the tags column only
-		highest:      r.Replace(`SELECT COALESCE(max(seq_nr), 0) FROM {journal} WHERE persistence_id = $1`),
-		deleteEvents: r.Replace(`DELETE FROM {journal} WHERE persistence_id = $1 AND seq_nr <= $2`),
-		replay:       r.Replace(`SELECT {columns} FROM {journal} e WHERE e.persistence_id = $1 AND e.seq_nr >= $2 AND e.seq_nr <= $3 AND NOT e.deleted ORDER BY e.seq_nr LIMIT $4`),
-		recoverEvents: r.Replace(`SELECT {columns} FROM {journal} e WHERE e.persistence_id = $1
-	AND e.seq_nr > COALESCE((SELECT max(seq_nr) FROM {snapshot} WHERE ` + criteria + `), 0)
-	AND e.seq_nr <= $6 AND NOT e.deleted ORDER BY e.seq_nr LIMIT $7`),
+// configure makes the store use TimestampOrder (CommitOrder asked for
+// explicitly is an ErrInvalidConfig: the commit-order clock row is a table
+// of Annals' own, and JVM writers would not move it).
+func (l r2dbcLayout) configure(c *config) error {
+	if c.orderingSet && c.ordering == CommitOrder {
+		return fmt.Errorf("%w: ordering=commit is not available on the r2dbc layout of schema %q (it needs Annals' clock table, which JVM writers do not move); use ordering=timestamp, the r2dbc layout's default", ErrInvalidConfig, c.schema)
+	}
+	c.ordering = TimestampOrder
+	return nil
+}
 
-		loadSnap: r.Replace(`SELECT seq_nr, write_timestamp * 1000000, ser_id, ser_manifest, snapshot FROM {snapshot}
-	WHERE ` + criteria),
-		// One row per id, overwritten whatever its sequence number, as the
-		// plugin's upsert does (an older snapshot replaces a younger one);
-		// the metadata columns are cleared, since Annals' snapshots have
-		// none.
-		saveSnap: r.Replace(`INSERT INTO {snapshot} (slice, entity_type, persistence_id, seq_nr, write_timestamp, ser_id, ser_manifest, snapshot, meta_ser_id, meta_ser_manifest, meta_payload)
-	VALUES ($1, $2, $3, $4, ` + ms("$5") + `, $6, $7, $8, NULL, NULL, NULL)
+// statements returns the store's statements on the r2dbc layout. Reads
+// skip delete markers. Snapshot write_timestamp is epoch milliseconds
+// there: the statements take and return Unix nanoseconds, as the Annals
+// layout's do, and convert (rounding down to the millisecond); snapshot
+// criteria compare at millisecond precision.
+func (l r2dbcLayout) statements() statements {
+	r := schemaTables(l.s.cfg.schema, r2dbcColumns)
+	st := sharedStatements(r, fragments{
+		visible:   func(alias string) string { return " AND NOT " + alias + ".deleted" },
+		snapTime:  r2dbcMillis,
+		snapNanos: "write_timestamp * 1000000",
+	})
+	st.insert = r.Replace(r2dbcInsertSQL())
+	st.insertTagged = st.insert // tags live in the tags column only
+	st.highest = r.Replace(`SELECT COALESCE(max(seq_nr), 0) FROM {journal} WHERE persistence_id = $1`)
+	// One row per id, overwritten whatever its sequence number, as the
+	// plugin's upsert does (an older snapshot replaces a younger one); the
+	// metadata columns are cleared, since Annals' snapshots have none.
+	st.saveSnap = r.Replace(`INSERT INTO {snapshot} (slice, entity_type, persistence_id, seq_nr, write_timestamp, ser_id, ser_manifest, snapshot, meta_ser_id, meta_ser_manifest, meta_payload)
+	VALUES ($1, $2, $3, $4, ` + r2dbcMillis("$5") + `, $6, $7, $8, NULL, NULL, NULL)
 	ON CONFLICT (persistence_id) DO UPDATE SET seq_nr = excluded.seq_nr, write_timestamp = excluded.write_timestamp,
 		ser_id = excluded.ser_id, ser_manifest = excluded.ser_manifest, snapshot = excluded.snapshot,
-		meta_ser_id = excluded.meta_ser_id, meta_ser_manifest = excluded.meta_ser_manifest, meta_payload = excluded.meta_payload`),
-		deleteSnap:  r.Replace(`DELETE FROM {snapshot} WHERE persistence_id = $1 AND seq_nr = $2 AND ($3::bigint = 0 OR write_timestamp = ` + ms("$3") + `)`),
-		deleteSnaps: r.Replace(`DELETE FROM {snapshot} WHERE ` + criteria),
-
-		// The plugin's index is (slice, entity_type, db_timestamp, seq_nr):
-		// pages across slices are sorted, as the plugin's are.
-		bySlices: r.Replace(`SELECT {columns} FROM {journal} e
-	WHERE e.entity_type = $1 AND e.slice BETWEEN $2 AND $3 AND NOT e.deleted
-	AND (e.db_timestamp, e.seq_nr, e.persistence_id) > ($4, $5, $6) AND e.db_timestamp <= $7
-	ORDER BY e.db_timestamp, e.seq_nr, e.persistence_id LIMIT $8`),
-		// Events by tag read the tags array; the layout has no index on it,
-		// so each page scans the journal (the plugin has no such query).
-		byTag: r.Replace(`SELECT {columns} FROM {journal} e
+		meta_ser_id = excluded.meta_ser_id, meta_ser_manifest = excluded.meta_ser_manifest, meta_payload = excluded.meta_payload`)
+	// Events by tag read the tags array; the layout has no index on it,
+	// so each page scans the journal (the plugin has no such query). The
+	// plugin's index is (slice, entity_type, db_timestamp, seq_nr): pages
+	// by type and across slices are sorted, as the plugin's are; with an
+	// index on (entity_type, db_timestamp, seq_nr, persistence_id), which
+	// the layout does not create (see LayoutR2DBC), each is an index
+	// probe.
+	st.byTag = r.Replace(`SELECT {columns} FROM {journal} e
 	WHERE $1 = ANY(e.tags) AND NOT e.deleted
 	AND (e.db_timestamp, e.seq_nr, e.persistence_id) > ($2, $3, $4) AND e.db_timestamp <= $5
-	ORDER BY e.db_timestamp, e.seq_nr, e.persistence_id LIMIT $6`),
-		byType: r.Replace(`SELECT {columns} FROM {journal} e
-	WHERE e.entity_type = $1 AND NOT e.deleted
-	AND (e.db_timestamp, e.seq_nr, e.persistence_id) > ($2, $3, $4) AND e.db_timestamp <= $5
-	ORDER BY e.db_timestamp, e.seq_nr, e.persistence_id LIMIT $6`),
-		// Every type: Annals' loose scan of the types, a page per type
-		// merged (see newStatements); with an index on (entity_type,
-		// db_timestamp, seq_nr, persistence_id), which the layout does not
-		// create (see LayoutR2DBC), each is an index probe.
-		byAnyType: r.Replace(`WITH RECURSIVE types(t) AS (
-	SELECT min(entity_type) FROM {journal}
-	UNION ALL
-	SELECT (SELECT min(entity_type) FROM {journal} WHERE entity_type > types.t) FROM types WHERE types.t IS NOT NULL
-)
-SELECT {columns} FROM types, LATERAL (
-	SELECT * FROM {journal} j WHERE j.entity_type = types.t AND NOT j.deleted
-	AND (j.db_timestamp, j.seq_nr, j.persistence_id) > ($1, $2, $3) AND j.db_timestamp <= $4
-	ORDER BY j.db_timestamp, j.seq_nr, j.persistence_id LIMIT $5) e
-	ORDER BY e.db_timestamp, e.seq_nr, e.persistence_id LIMIT $5`),
-		earlier: r.Replace(`SELECT {columns} FROM {journal} e
-	WHERE e.persistence_id = ANY($1) AND e.db_timestamp >= $2 AND e.db_timestamp <= $3 AND NOT e.deleted
-	ORDER BY e.persistence_id, e.seq_nr`),
-		earlierTagged: r.Replace(`SELECT {columns} FROM {journal} e
+	ORDER BY e.db_timestamp, e.seq_nr, e.persistence_id LIMIT $6`)
+	st.earlierTagged = r.Replace(`SELECT {columns} FROM {journal} e
 	WHERE $4 = ANY(e.tags) AND e.persistence_id = ANY($1) AND e.db_timestamp >= $2 AND e.db_timestamp <= $3 AND NOT e.deleted
-	ORDER BY e.persistence_id, e.seq_nr`),
-		// Ids after $2 in order, by a recursive loose scan of the primary
-		// key; an id whose events were all deleted keeps its marker row,
-		// so it is listed (as the plugin lists it).
-		persistenceIDs: r.Replace(`WITH RECURSIVE ids(pid) AS (
-	(SELECT persistence_id FROM {journal} WHERE persistence_id > $2 AND ($1 = '' OR entity_type = $1) ORDER BY persistence_id LIMIT 1)
-	UNION ALL
-	SELECT (SELECT j.persistence_id FROM {journal} j WHERE j.persistence_id > ids.pid AND ($1 = '' OR j.entity_type = $1)
-		ORDER BY j.persistence_id LIMIT 1)
-	FROM ids WHERE ids.pid IS NOT NULL
-)
-SELECT pid FROM ids WHERE pid IS NOT NULL LIMIT $3`),
-
-		loadOffset: r.Replace(`SELECT (SELECT current_offset FROM {offset} WHERE projection_name = $1 AND projection_key = $2),
-	(SELECT paused FROM {management} WHERE projection_name = $1 AND projection_key = $2)`),
-		saveOffset: r.Replace(`INSERT INTO {offset} (projection_name, projection_key, current_offset, manifest, mergeable, last_updated)
-	VALUES ($1, $2, $3, 'annals-json', false, $4)
-	ON CONFLICT (projection_name, projection_key) DO UPDATE SET current_offset = excluded.current_offset, last_updated = excluded.last_updated`),
-		setPaused: r.Replace(`INSERT INTO {management} (projection_name, projection_key, paused, last_updated) VALUES ($1, $2, $3, $4)
-	ON CONFLICT (projection_name, projection_key) DO UPDATE SET paused = excluded.paused, last_updated = excluded.last_updated`),
-		resetOffset: r.Replace(`DELETE FROM {offset} WHERE projection_name = $1 AND projection_key = $2`),
-	}
+	ORDER BY e.persistence_id, e.seq_nr`)
+	// An id whose events were all deleted keeps its marker row, so it is
+	// listed (as the plugin lists it).
+	st.persistenceIDs = r.Replace(idsSQL + `SELECT pid FROM ids WHERE pid IS NOT NULL LIMIT $3`)
+	return st
 }
+
+// r2dbcMillis converts a snapshot time parameter of Unix nanoseconds to
+// the layout's epoch milliseconds, rounding down.
+func r2dbcMillis(param string) string { return `floor(` + param + `::numeric / 1000000)::bigint` }
 
 // r2dbcInsertSQL inserts the events of atomic writes given as parallel
 // arrays ($1–$11 as insertSQL's, the events of one id adjacent, in order;
@@ -159,31 +125,18 @@ func r2dbcInsertSQL() string {
 	deleted, writer, adapter_manifest, tags, meta_ser_id, meta_ser_manifest, meta_payload)
 SELECT i.slice, i.entity_type, i.pid, i.seq_nr,
 	` + stampSQL(`(SELECT p.db_timestamp FROM {journal} p WHERE p.persistence_id = i.pid AND p.seq_nr = i.seq_nr - i.ord) + i.ord * interval '1 microsecond'`, "$13::bigint", "$14::bigint") + `,
-	i.ser_id, i.manifest, i.payload, false, i.writer, '',
-	CASE WHEN i.tags IS NULL THEN NULL ELSE ARRAY(SELECT jsonb_array_elements_text(i.tags::jsonb)) END,
+	i.ser_id, i.manifest, i.payload, false, i.writer, '', ` + tagsSQL + `,
 	CASE WHEN i.meta IS NULL THEN NULL ELSE ` + r2dbcMetaSerializerIDText + ` END, CASE WHEN i.meta IS NULL THEN NULL ELSE '' END, i.meta
-FROM unnest($1::text[], $2::bigint[], $3::timestamptz[], $4::int[], $5::text[], $6::bytea[], $7::text[], $8::text[], $9::bytea[], $10::int[], $11::text[], $12::int[])
-	WITH ORDINALITY AS i(pid, seq_nr, wts, ser_id, manifest, payload, writer, tags, meta, slice, entity_type, ord, n)`
+` + writesSQL(`, $12::int[]`, `, ord`)
 }
 
-// writeArgs returns the arguments of the store's insert statement for the
-// atomic writes writes[pending...], in a transaction whose statements
-// insert total rows, before of them ahead of this one (see stampSQL), and
-// whether any event has tags.
-func (s *Store) writeArgs(writes []journal.AtomicWrite, pending []int, now time.Time, before, total int64) ([]any, bool) {
-	switch {
-	case s.cfg.layout == LayoutR2DBC:
-		c := insertArgs(true, writes, pending, now)
-		return append(c.cols, c.ords, before, total), c.tagged
-	case s.cfg.ordering == TimestampOrder:
-		c := insertArgs(true, writes, pending, now)
-		return append(c.cols, c.ords, c.distinct(), c.pidx, before, total), c.tagged
-	}
-	c := insertArgs(false, writes, pending, now)
-	return c.cols, c.tagged
+// writeArgs returns r2dbcInsertSQL's arguments.
+func (l r2dbcLayout) writeArgs(writes []journal.AtomicWrite, pending []int, now time.Time, before, total int64) ([]any, bool) {
+	c := insertArgs(true, writes, pending, now)
+	return append(c.cols, c.ords, before, total), c.tagged
 }
 
-// deleteR2DBC is DeleteTo on the r2dbc layout, as the plugin deletes: in
+// deleteTo deletes as the plugin does: in
 // one transaction, the id's rows up to to are deleted and one marker row
 // is inserted at to (deleted = true, event_ser_id 0, an empty
 // event_ser_manifest, event_payload, writer and adapter_manifest, tags and
@@ -193,8 +146,8 @@ func (s *Store) writeArgs(writes []journal.AtomicWrite, pending []int, now time.
 // Long.MaxValue to the highest), to is lowered to the highest number; an
 // id with no rows, or whose rows up to to were already deleted (a marker
 // at or above to), is left as it is.
-func (j *Journal) deleteR2DBC(ctx context.Context, persistenceID string, to int64) error {
-	s := j.s
+func (l r2dbcLayout) deleteTo(ctx context.Context, persistenceID string, to int64) error {
+	s := l.s
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		var target *int64
 		var done bool

@@ -93,35 +93,36 @@ type execer interface {
 	SendBatch(context.Context, *pgx.Batch) pgx.BatchResults
 }
 
-// loadR2DBC is Load on the r2dbc layout.
-func (p *Projections) loadR2DBC(ctx context.Context, id offsets.ID) (offsets.State, error) {
+// loadOffset reads the offset as the JVM's offset store does, and the
+// paused flag.
+func (l r2dbcLayout) loadOffset(ctx context.Context, id offsets.ID) (offsets.State, error) {
 	var st offsets.State
-	if p.s.isClosed() {
+	if l.s.isClosed() {
 		return st, journal.ErrClosed
 	}
-	o, err := p.readR2DBC(ctx, id)
+	o, err := l.readOffset(ctx, id)
 	if err != nil {
 		return st, err
 	}
 	var paused *bool
-	err = p.s.pool.QueryRow(ctx, `SELECT paused FROM `+table(p.s.cfg.schema, "projection_management")+` WHERE projection_name = $1 AND projection_key = $2`, id.Name, id.Key).Scan(&paused)
+	err = l.s.pool.QueryRow(ctx, `SELECT paused FROM `+table(l.s.cfg.schema, "projection_management")+` WHERE projection_name = $1 AND projection_key = $2`, id.Name, id.Key).Scan(&paused)
 	if err != nil && !errors.Is(err, pgx.ErrNoRows) {
-		return st, p.s.errs.Map(ctx, "projection load", err, journal.ErrClosed)
+		return st, l.s.errs.Map(ctx, "projection load", err, journal.ErrClosed)
 	}
 	st.Offset, st.Paused = o, paused != nil && *paused
 	return st, nil
 }
 
-// readR2DBC reads a projection's offset: its timestamp rows first, as the
+// readOffset reads a projection's offset: its timestamp rows first, as the
 // JVM's offset store reads them, then its projection_offset_store row.
-func (p *Projections) readR2DBC(ctx context.Context, id offsets.ID) (query.Offset, error) {
+func (l r2dbcLayout) readOffset(ctx context.Context, id offsets.ID) (query.Offset, error) {
 	scope, args := offsetScope(id)
-	tsTable := table(p.s.cfg.schema, "projection_timestamp_offset_store")
-	rows, err := p.s.pool.Query(ctx, `SELECT persistence_id, max(seq_nr), timestamp_offset FROM `+tsTable+` WHERE `+scope+`
+	tsTable := table(l.s.cfg.schema, "projection_timestamp_offset_store")
+	rows, err := l.s.pool.Query(ctx, `SELECT persistence_id, max(seq_nr), timestamp_offset FROM `+tsTable+` WHERE `+scope+`
 		AND timestamp_offset = (SELECT max(timestamp_offset) FROM `+tsTable+` WHERE `+scope+`)
 		GROUP BY persistence_id, timestamp_offset`, args...)
 	if err != nil {
-		return query.Offset{}, p.s.errs.Map(ctx, "projection load", err, journal.ErrClosed)
+		return query.Offset{}, l.s.errs.Map(ctx, "projection load", err, journal.ErrClosed)
 	}
 	var latest time.Time
 	seen := map[string]int64{}
@@ -135,19 +136,19 @@ func (p *Projections) readR2DBC(ctx context.Context, id offsets.ID) (query.Offse
 		seen[pid] = seq
 	}
 	if err := rows.Err(); err != nil {
-		return query.Offset{}, p.s.errs.Map(ctx, "projection load", err, journal.ErrClosed)
+		return query.Offset{}, l.s.errs.Map(ctx, "projection load", err, journal.ErrClosed)
 	}
 	if len(seen) > 0 {
 		return query.TimestampOffset(latest.UTC(), seen), nil
 	}
 	var current, manifest string
-	err = p.s.pool.QueryRow(ctx, `SELECT current_offset, manifest FROM `+table(p.s.cfg.schema, "projection_offset_store")+`
+	err = l.s.pool.QueryRow(ctx, `SELECT current_offset, manifest FROM `+table(l.s.cfg.schema, "projection_offset_store")+`
 		WHERE projection_name = $1 AND projection_key = $2`, id.Name, id.Key).Scan(&current, &manifest)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return query.NoOffset(), nil
 	}
 	if err != nil {
-		return query.Offset{}, p.s.errs.Map(ctx, "projection load", err, journal.ErrClosed)
+		return query.Offset{}, l.s.errs.Map(ctx, "projection load", err, journal.ErrClosed)
 	}
 	return decodeR2DBCOffset(id, current, manifest)
 }
@@ -177,13 +178,13 @@ func decodeR2DBCOffset(id offsets.ID, current, manifest string) (query.Offset, e
 	return query.Offset{}, fmt.Errorf("%w: projection %s: stored offset %q has manifest %q, which Annals does not read (it reads SEQ, LNG, INT, TBU and timestamp offsets)", query.ErrUnsupportedOffset, id, current, manifest)
 }
 
-// saveR2DBC is SaveOffset and SaveOffsetTx on the r2dbc layout: in tx,
-// or in one implicit transaction of the pool when tx is nil.
-func (p *Projections) saveR2DBC(ctx context.Context, tx pgx.Tx, id offsets.ID, o query.Offset) error {
-	if p.s.isClosed() {
+// saveOffset stores the offset in the JVM's form: in tx, or in one
+// implicit transaction of the pool when tx is nil.
+func (l r2dbcLayout) saveOffset(ctx context.Context, tx pgx.Tx, id offsets.ID, o query.Offset) error {
+	if l.s.isClosed() {
 		return journal.ErrClosed
 	}
-	sc := p.s.cfg.schema
+	sc := l.s.cfg.schema
 	tsTable, offTable := table(sc, "projection_timestamp_offset_store"), table(sc, "projection_offset_store")
 	scope, args := offsetScope(id)
 	b := &pgx.Batch{}
@@ -220,36 +221,38 @@ func (p *Projections) saveR2DBC(ctx context.Context, tx pgx.Tx, id offsets.ID, o
 			ON CONFLICT (projection_name, projection_key) DO UPDATE SET current_offset = excluded.current_offset, manifest = excluded.manifest,
 				mergeable = excluded.mergeable, last_updated = excluded.last_updated`, id.Name, id.Key, current, manifest, nowMillis())
 	}
-	var on execer = p.s.pool
+	var on execer = l.s.pool
 	if tx != nil {
 		on = tx
 	}
 	if err := on.SendBatch(ctx, b).Close(); err != nil {
-		return p.s.errs.Map(ctx, "projection save offset", err, journal.ErrClosed)
+		return l.s.errs.Map(ctx, "projection save offset", err, journal.ErrClosed)
 	}
 	return nil
 }
 
-// resetR2DBC is Reset on the r2dbc layout: the projection's timestamp rows
-// and its projection_offset_store row are deleted, in one transaction.
-func (p *Projections) resetR2DBC(ctx context.Context, id offsets.ID) error {
-	if p.s.isClosed() {
+// resetOffset deletes the projection's timestamp rows and its
+// projection_offset_store row, in one transaction, whether or not ctx
+// ends.
+func (l r2dbcLayout) resetOffset(ctx context.Context, id offsets.ID) error {
+	ctx = context.WithoutCancel(ctx)
+	if l.s.isClosed() {
 		return journal.ErrClosed
 	}
 	scope, args := offsetScope(id)
 	b := &pgx.Batch{}
-	b.Queue(`DELETE FROM `+table(p.s.cfg.schema, "projection_timestamp_offset_store")+` WHERE `+scope, args...)
-	b.Queue(`DELETE FROM `+table(p.s.cfg.schema, "projection_offset_store")+` WHERE projection_name = $1 AND projection_key = $2`, id.Name, id.Key)
-	if err := p.s.pool.SendBatch(ctx, b).Close(); err != nil {
-		return p.s.errs.Map(ctx, "projection reset", err, journal.ErrClosed)
+	b.Queue(`DELETE FROM `+table(l.s.cfg.schema, "projection_timestamp_offset_store")+` WHERE `+scope, args...)
+	b.Queue(`DELETE FROM `+table(l.s.cfg.schema, "projection_offset_store")+` WHERE projection_name = $1 AND projection_key = $2`, id.Name, id.Key)
+	if err := l.s.pool.SendBatch(ctx, b).Close(); err != nil {
+		return l.s.errs.Map(ctx, "projection reset", err, journal.ErrClosed)
 	}
 	return nil
 }
 
-// listProjectionsR2DBC is ListProjections on the r2dbc layout: every
-// (name, key) of the three projection tables, with its offset as Load
-// reads it.
-func (s *Store) listProjectionsR2DBC(ctx context.Context) ([]admin.ProjectionInstance, error) {
+// listProjections lists every (name, key) of the three projection
+// tables, with its offset as Load reads it.
+func (l r2dbcLayout) listProjections(ctx context.Context) ([]admin.ProjectionInstance, error) {
+	s := l.s
 	sc := s.cfg.schema
 	rows, err := s.pool.Query(ctx, `SELECT projection_name, projection_key, max(updated) FROM (
 		SELECT projection_name, projection_key, last_updated AS updated FROM `+table(sc, "projection_offset_store")+`
@@ -265,25 +268,25 @@ func (s *Store) listProjectionsR2DBC(ctx context.Context) ([]admin.ProjectionIns
 	}
 	var ids []listed
 	for rows.Next() {
-		var l listed
-		if err := rows.Scan(&l.id.Name, &l.id.Key, &l.updated); err != nil {
+		var x listed
+		if err := rows.Scan(&x.id.Name, &x.id.Key, &x.updated); err != nil {
 			rows.Close()
 			return nil, fmt.Errorf("postgres: list projections: %w", err)
 		}
-		ids = append(ids, l)
+		ids = append(ids, x)
 	}
 	if err := rows.Err(); err != nil {
 		return nil, s.errs.Map(ctx, "list projections", err, journal.ErrClosed)
 	}
 	out := make([]admin.ProjectionInstance, 0, len(ids))
-	for _, l := range ids {
-		st, err := s.Projections().loadR2DBC(ctx, l.id)
+	for _, id := range ids {
+		st, err := l.loadOffset(ctx, id.id)
 		if err != nil {
 			return nil, err
 		}
-		p := admin.ProjectionInstance{ID: l.id, State: st}
-		if l.updated != nil {
-			p.Updated = time.UnixMilli(*l.updated).UTC()
+		p := admin.ProjectionInstance{ID: id.id, State: st}
+		if id.updated != nil {
+			p.Updated = time.UnixMilli(*id.updated).UTC()
 		}
 		out = append(out, p)
 	}

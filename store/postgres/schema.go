@@ -9,161 +9,31 @@ import (
 	"github.com/jackc/pgx/v5"
 )
 
-// SchemaVersion is the schema version this package writes. Migrate
-// upgrades older schemas to it; Open refuses newer ones.
-const SchemaVersion = 4
+// The schema's check and migration, through the layout (see
+// layout.check and layout.pending): Annals' schema is annals_schema.go,
+// the r2dbc layout's r2dbc_schema.go.
 
-// migrations[i] upgrades a schema from version i to i+1; a step never
-// changes once released (a new version is a new step). "{s}" stands for
-// the quoted schema name. Column names follow akka-persistence-r2dbc where
-// the concept is the same.
-var migrations = []string{
-	// 0 → 1: journal, tags, metadata, snapshots, projection offsets and
-	// management.
-	`CREATE TABLE {s}.event_journal (
-	slice              INTEGER     NOT NULL,
-	entity_type        TEXT        NOT NULL,
-	persistence_id     TEXT        NOT NULL,
-	seq_nr             BIGINT      NOT NULL,
-	db_timestamp       TIMESTAMPTZ NOT NULL, -- grows per persistence id; the order of queries by slices and tag
-	write_timestamp    TIMESTAMPTZ NOT NULL, -- the writer's clock (journal.Repr.Timestamp)
-	event_ser_id       INTEGER     NOT NULL,
-	event_ser_manifest TEXT        NOT NULL,
-	event_payload      BYTEA       NOT NULL,
-	writer             TEXT        NOT NULL,
-	tags               TEXT[],
-	meta_payload       BYTEA,
-	PRIMARY KEY (persistence_id, seq_nr)
-);
-CREATE INDEX event_journal_slice_idx ON {s}.event_journal (slice, entity_type, db_timestamp, seq_nr);
-CREATE INDEX event_journal_entity_type_idx ON {s}.event_journal (entity_type, db_timestamp, seq_nr, persistence_id);
-CREATE TABLE {s}.event_tag (
-	tag            TEXT        NOT NULL,
-	db_timestamp   TIMESTAMPTZ NOT NULL,
-	seq_nr         BIGINT      NOT NULL,
-	persistence_id TEXT        NOT NULL,
-	PRIMARY KEY (tag, db_timestamp, seq_nr, persistence_id)
-);
-CREATE INDEX event_tag_persistence_id_idx ON {s}.event_tag (persistence_id, seq_nr);
-CREATE TABLE {s}.journal_metadata (
-	persistence_id TEXT    NOT NULL PRIMARY KEY,
-	entity_type    TEXT    NOT NULL,
-	seq_nr         BIGINT  NOT NULL -- the highest sequence number, kept when its event is deleted
-);
-CREATE TABLE {s}.journal_clock (
-	id           INTEGER     PRIMARY KEY CHECK (id = 1),
-	db_timestamp TIMESTAMPTZ NOT NULL -- CommitOrder: the latest db_timestamp assigned
-);
-INSERT INTO {s}.journal_clock VALUES (1, '-infinity');
-CREATE TABLE {s}.snapshot (
-	slice           INTEGER NOT NULL,
-	entity_type     TEXT    NOT NULL,
-	persistence_id  TEXT    NOT NULL,
-	seq_nr          BIGINT  NOT NULL,
-	write_timestamp BIGINT  NOT NULL, -- Unix nanoseconds, UTC
-	ser_id          INTEGER NOT NULL,
-	ser_manifest    TEXT    NOT NULL,
-	snapshot        BYTEA   NOT NULL,
-	PRIMARY KEY (persistence_id, seq_nr)
-);
-CREATE TABLE {s}.projection_offset_store (
-	projection_name TEXT    NOT NULL,
-	projection_key  TEXT    NOT NULL,
-	current_offset  TEXT    NOT NULL, -- query.Offset as JSON
-	manifest        TEXT    NOT NULL, -- "annals-json"
-	mergeable       BOOLEAN NOT NULL,
-	last_updated    BIGINT  NOT NULL, -- Unix milliseconds
-	PRIMARY KEY (projection_name, projection_key)
-);
-CREATE TABLE {s}.projection_management (
-	projection_name TEXT    NOT NULL,
-	projection_key  TEXT    NOT NULL,
-	paused          BOOLEAN NOT NULL,
-	last_updated    BIGINT  NOT NULL, -- Unix milliseconds
-	PRIMARY KEY (projection_name, projection_key)
-);`,
-	// 1 → 2: durable state, in the table of Pekko Persistence R2DBC (see
-	// DurableState).
-	durableStateDDL,
-	// 2 → 3: the durable-state change queries' indexes, in their order
-	// (the plugin's index leads with the slice, which a page over a slice
-	// range can only sort). The r2dbc layout does not get them: its tables
-	// are the plugin's.
-	`CREATE INDEX durable_state_type_idx ON {s}.durable_state (entity_type, db_timestamp, revision, persistence_id);
-CREATE INDEX durable_state_tag_idx ON {s}.durable_state ((tags[1]), db_timestamp, revision, persistence_id)`,
-	// 3 → 4: cluster members and leases (see Membership).
-	membersDDL + ";\n" + leasesDDL,
+// querier is what the schema reads need of a pool or a transaction.
+type querier interface {
+	QueryRow(context.Context, string, ...any) pgx.Row
 }
 
+// schemaSQL replaces "{s}" in body with the quoted schema.
 func schemaSQL(schema, body string) string {
 	return strings.ReplaceAll(body, "{s}", pgx.Identifier{schema}.Sanitize())
 }
 
-// versionTable is the one-row table holding the schema's version.
-const versionTable = `CREATE TABLE IF NOT EXISTS {s}.annals_schema (
-	id      INTEGER PRIMARY KEY CHECK (id = 1),
-	version INTEGER NOT NULL
-)`
-
-// schemaVersion reads the schema's version: 0 with found=false when the
-// schema has no annals_schema table (or does not exist).
-func (s *Store) schemaVersion(ctx context.Context, q interface {
-	QueryRow(context.Context, string, ...any) pgx.Row
-}) (version int, found bool, err error) {
-	var hasVersion, hasJournal bool
-	err = q.QueryRow(ctx, `SELECT to_regclass($1) IS NOT NULL, to_regclass($2) IS NOT NULL`,
-		table(s.cfg.schema, "annals_schema"), table(s.cfg.schema, "event_journal")).Scan(&hasVersion, &hasJournal)
-	if err != nil {
-		return 0, false, fmt.Errorf("postgres: read schema version: %w", err)
-	}
-	if !hasVersion {
-		if hasJournal {
-			return 0, false, fmt.Errorf("%w: %s.event_journal exists without %s.annals_schema", ErrNotAnnals, s.cfg.schema, s.cfg.schema)
-		}
-		return 0, false, nil
-	}
-	if err := q.QueryRow(ctx, `SELECT version FROM `+table(s.cfg.schema, "annals_schema")+` WHERE id = 1`).Scan(&version); err != nil {
-		if errors.Is(err, pgx.ErrNoRows) {
-			return 0, true, nil
-		}
-		return 0, false, fmt.Errorf("postgres: read schema version: %w", err)
-	}
-	return version, true, nil
-}
-
-// newerSchema is the error for a schema at version v, newer than this
-// package writes.
-func (s *Store) newerSchema(v int) error {
-	return fmt.Errorf("%w: schema %q is at version %d, this Annals writes version %d", ErrNewerSchema, s.cfg.schema, v, SchemaVersion)
-}
-
+// checkSchema picks the layout of the schema, and checks the schema on it
+// (layout.check).
 func (s *Store) checkSchema(ctx context.Context) error {
-	held, err := s.schemaLayout(ctx, s.pool)
+	l, err := s.layoutOf(ctx, s.pool)
 	if err != nil {
 		return err
 	}
-	layout, err := s.pickLayout(held)
-	if err != nil {
+	if err := s.useLayout(l); err != nil {
 		return err
 	}
-	if err := s.useLayout(layout); err != nil {
-		return err
-	}
-	if layout == LayoutR2DBC {
-		return s.checkR2DBC(ctx)
-	}
-	v, found, err := s.schemaVersion(ctx, s.pool)
-	switch {
-	case err != nil:
-		return err
-	case !found:
-		return fmt.Errorf("%w: schema %q has no Annals tables; create them with `annals init --store URL`, Store.Migrate, or the URL parameter migrate=true", ErrSchemaMissing, s.cfg.schema)
-	case v > SchemaVersion:
-		return s.newerSchema(v)
-	case v < SchemaVersion:
-		return fmt.Errorf("%w: schema %q is at version %d, this Annals needs version %d; upgrade it with `annals migrate --store URL` or Store.Migrate", ErrSchemaMissing, s.cfg.schema, v, SchemaVersion)
-	}
-	return nil
+	return s.layout.check(ctx)
 }
 
 // Migrate creates the schema and its tables, or upgrades them to
@@ -191,28 +61,12 @@ func (s *Store) migrateLayout(ctx context.Context) ([]step, Layout, error) {
 		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1)`, lockKey("migrate."+s.cfg.schema)); err != nil {
 			return err
 		}
-		held, err := s.schemaLayout(ctx, tx)
-		if err != nil {
+		var err error
+		if layout, err = s.layoutOf(ctx, tx); err != nil {
 			return err
 		}
-		if layout, err = s.pickLayout(held); err != nil {
+		if ran, err = newLayout(s, layout).pending(ctx, tx); err != nil {
 			return err
-		}
-		if layout == LayoutR2DBC {
-			missing, err := s.r2dbcMissing(ctx, tx)
-			if err != nil {
-				return err
-			}
-			ran = s.r2dbcStep(missing)
-		} else {
-			v, found, err := s.schemaVersion(ctx, tx)
-			if err != nil {
-				return err
-			}
-			if v > SchemaVersion {
-				return s.newerSchema(v)
-			}
-			ran = s.steps(v, found)
 		}
 		for _, st := range ran {
 			for _, stmt := range st.sql {
@@ -237,20 +91,4 @@ func (s *Store) migrateLayout(ctx context.Context) ([]step, Layout, error) {
 type step struct {
 	from, to int
 	sql      []string
-}
-
-// steps returns the steps that take a schema at version v (found: its
-// version table exists) to SchemaVersion; none when it is current.
-func (s *Store) steps(v int, found bool) []step {
-	var out []step
-	for i := v; i < SchemaVersion; i++ {
-		st := step{from: i, to: i + 1}
-		if i == v && !found {
-			st.sql = append(st.sql, schemaSQL(s.cfg.schema, `CREATE SCHEMA IF NOT EXISTS {s}`), schemaSQL(s.cfg.schema, versionTable))
-		}
-		st.sql = append(st.sql, schemaSQL(s.cfg.schema, migrations[i]),
-			fmt.Sprintf(`INSERT INTO %s (id, version) VALUES (1, %d) ON CONFLICT (id) DO UPDATE SET version = excluded.version`, table(s.cfg.schema, "annals_schema"), i+1))
-		out = append(out, st)
-	}
-	return out
 }

@@ -1,0 +1,211 @@
+package postgres
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/annals-go/annals"
+	"github.com/annals-go/annals/journal"
+	"github.com/annals-go/annals/offsets"
+	"github.com/annals-go/annals/query"
+)
+
+// annalsLayout is Annals' own layout (LayoutAnnals): the tables of
+// migrations, tags in event_tag, the highest number of deleted events in
+// journal_metadata, several snapshots per id with Unix-nanosecond times,
+// and projection offsets as JSON. Its admin operations are in
+// annals_admin.go, its schema in annals_schema.go.
+type annalsLayout struct {
+	s   *Store
+	sql annalsStatements
+}
+
+// annalsStatements are the statements of Annals' layout's own operations:
+// DeleteTo's and the projection offsets'.
+type annalsStatements struct {
+	deleteMeta, deleteTags, loadOffset, saveOffset, resetOffset string
+}
+
+// annalsColumns are the event columns of Annals' layout (see eventColumns).
+var annalsColumns = eventColumns("e.write_timestamp")
+
+func newAnnalsLayout(s *Store) *annalsLayout {
+	r := schemaTables(s.cfg.schema, annalsColumns)
+	return &annalsLayout{s: s, sql: annalsStatements{
+		deleteMeta: r.Replace(`INSERT INTO {meta} AS m (persistence_id, entity_type, seq_nr)
+	SELECT $1, $2, max(seq_nr) FROM {journal} WHERE persistence_id = $1 AND seq_nr <= $3 HAVING max(seq_nr) IS NOT NULL
+	ON CONFLICT (persistence_id) DO UPDATE SET seq_nr = GREATEST(m.seq_nr, excluded.seq_nr)`),
+		deleteTags: r.Replace(`DELETE FROM {tag} WHERE persistence_id = $1 AND seq_nr <= $2`),
+		loadOffset: r.Replace(`SELECT (SELECT current_offset FROM {offset} WHERE projection_name = $1 AND projection_key = $2),
+	(SELECT paused FROM {management} WHERE projection_name = $1 AND projection_key = $2)`),
+		saveOffset: r.Replace(`INSERT INTO {offset} (projection_name, projection_key, current_offset, manifest, mergeable, last_updated)
+	VALUES ($1, $2, $3, 'annals-json', false, $4)
+	ON CONFLICT (projection_name, projection_key) DO UPDATE SET current_offset = excluded.current_offset, last_updated = excluded.last_updated`),
+		resetOffset: r.Replace(`DELETE FROM {offset} WHERE projection_name = $1 AND projection_key = $2`),
+	}}
+}
+
+// configure keeps the configuration: both orderings are offered.
+func (l *annalsLayout) configure(*config) error { return nil }
+
+func (l *annalsLayout) statements() statements {
+	r := schemaTables(l.s.cfg.schema, annalsColumns)
+	st := sharedStatements(r, fragments{
+		visible:   func(string) string { return "" },
+		snapTime:  func(param string) string { return param },
+		snapNanos: "write_timestamp",
+	})
+	// Atomic writes in one statement: rows carry their id, each stamped
+	// with a db_timestamp of its own (see insertSQL), and their tags.
+	st.insert = r.Replace(insertSQL(l.s.cfg.ordering, false))
+	st.insertTagged = r.Replace(insertSQL(l.s.cfg.ordering, true))
+	st.highest = r.Replace(`SELECT COALESCE(GREATEST(
+	(SELECT max(seq_nr) FROM {journal} WHERE persistence_id = $1),
+	(SELECT seq_nr FROM {meta} WHERE persistence_id = $1)), 0)`)
+	st.saveSnap = r.Replace(`INSERT INTO {snapshot} (slice, entity_type, persistence_id, seq_nr, write_timestamp, ser_id, ser_manifest, snapshot)
+	VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
+	ON CONFLICT (persistence_id, seq_nr) DO UPDATE SET write_timestamp = excluded.write_timestamp, ser_id = excluded.ser_id,
+		ser_manifest = excluded.ser_manifest, snapshot = excluded.snapshot`)
+	// Events by tag: the tag table's key, joined to the events.
+	st.byTag = r.Replace(`SELECT {columns} FROM {tag} t JOIN {journal} e ON e.persistence_id = t.persistence_id AND e.seq_nr = t.seq_nr
+	WHERE t.tag = $1
+	AND (t.db_timestamp, t.seq_nr, t.persistence_id) > ($2, $3, $4) AND t.db_timestamp <= $5
+	ORDER BY t.db_timestamp, t.seq_nr, t.persistence_id LIMIT $6`)
+	st.earlierTagged = r.Replace(`SELECT {columns} FROM {tag} t JOIN {journal} e ON e.persistence_id = t.persistence_id AND e.seq_nr = t.seq_nr
+	WHERE t.tag = $4 AND t.persistence_id = ANY($1) AND t.db_timestamp >= $2 AND t.db_timestamp <= $3
+	ORDER BY t.persistence_id, t.seq_nr`)
+	// The journal's ids, with those whose events were all deleted from
+	// the metadata table.
+	st.persistenceIDs = r.Replace(idsSQL + `SELECT pid FROM (
+	(SELECT pid FROM ids WHERE pid IS NOT NULL LIMIT $3)
+	UNION
+	(SELECT persistence_id FROM {meta} WHERE persistence_id > $2 AND ($1 = '' OR entity_type = $1) ORDER BY persistence_id LIMIT $3)
+) u ORDER BY pid LIMIT $3`)
+	return st
+}
+
+// insertSQL is the statement that inserts the events of atomic writes,
+// given as parallel arrays ($1–$11: id, seq, write time, serializer,
+// manifest, payload, writer, tags as JSON, metadata, slice, entity type);
+// when tagged, it inserts their tags too. In TimestampOrder the events of
+// one id are adjacent, in order (see insertArgs).
+//
+// Every row gets a db_timestamp of its own, at least 1µs apart from every
+// other row of the call, so that the rows of a call (up to 1,000 atomic
+// writes of different ids under group commit) do not share one: Pekko's
+// by-slices query fails when more events than its buffer share one
+// timestamp, a timestamp offset lists every id seen at its timestamp, and
+// equal timestamps make every index insertion compare persistence ids,
+// which costs more than the insertion itself:
+//   - CommitOrder: from the schema's clock row, 1µs per row of the
+//     statement, which the statement moves past the last timestamp it
+//     assigns. The row's lock, held to the commit, orders the writers:
+//     timestamps grow with commits across all ids, also when the server's
+//     clock steps back.
+//   - TimestampOrder: stampSQL's, from the transaction's time and, so
+//     that they grow per id, its id's latest stored event plus 1µs per
+//     event (ord, $12: the event's position among its id's events in the
+//     statement; $13: the distinct ids, whose latest events are read once,
+//     before any row is inserted; $14: each row's id as an index into
+//     $13; $15, $16: stampSQL's rows before and rows in all).
+func insertSQL(o Ordering, tagged bool) string {
+	base := `WITH base AS (
+	UPDATE {clock} SET db_timestamp = GREATEST(statement_timestamp(), db_timestamp + interval '1 microsecond') + (cardinality($1::text[]) - 1) * interval '1 microsecond'
+	WHERE id = 1
+	RETURNING db_timestamp - (cardinality($1::text[]) - 1) * interval '1 microsecond' AS ts
+)`
+	ts, arrays, names := `(SELECT ts FROM base) + (i.n - 1) * interval '1 microsecond'`, ``, ``
+	if o == TimestampOrder {
+		base = `WITH base AS MATERIALIZED (
+	SELECT array_agg(COALESCE((SELECT e.db_timestamp FROM {journal} e WHERE e.persistence_id = p.pid ORDER BY e.seq_nr DESC LIMIT 1), '-infinity')
+		ORDER BY p.idx) AS latest
+	FROM unnest($13::text[]) WITH ORDINALITY AS p(pid, idx)
+)`
+		ts = stampSQL(`(SELECT latest FROM base)[i.pidx] + i.ord * interval '1 microsecond'`, "$15::bigint", "$16::bigint")
+		arrays, names = `, $12::int[], $14::int[]`, `, ord, pidx`
+	}
+	insert := `INSERT INTO {journal} (slice, entity_type, persistence_id, seq_nr, db_timestamp, write_timestamp, event_ser_id, event_ser_manifest, event_payload, writer, tags, meta_payload)
+	SELECT i.slice, i.entity_type, i.pid, i.seq_nr, ` + ts + `,
+		i.wts, i.ser_id, i.manifest, i.payload, i.writer, ` + tagsSQL + `, i.meta
+	` + writesSQL(arrays, names)
+	if !tagged {
+		return base + "\n" + insert
+	}
+	return base + `, ins AS (
+	` + insert + `
+	RETURNING persistence_id, seq_nr, db_timestamp, tags
+)
+INSERT INTO {tag} (tag, db_timestamp, seq_nr, persistence_id)
+	SELECT DISTINCT t.tag, ins.db_timestamp, ins.seq_nr, ins.persistence_id FROM ins, unnest(ins.tags) AS t(tag)`
+}
+
+// writeArgs returns insertSQL's arguments: the per-id ones in
+// TimestampOrder only.
+func (l *annalsLayout) writeArgs(writes []journal.AtomicWrite, pending []int, now time.Time, before, total int64) ([]any, bool) {
+	if l.s.cfg.ordering == TimestampOrder {
+		c := insertArgs(true, writes, pending, now)
+		return append(c.cols, c.ords, c.distinct(), c.pidx, before, total), c.tagged
+	}
+	c := insertArgs(false, writes, pending, now)
+	return c.cols, c.tagged
+}
+
+// deleteTo deletes in one transaction: the highest number among the
+// deleted events is recorded in journal_metadata, then the events and
+// their tags are removed.
+func (l *annalsLayout) deleteTo(ctx context.Context, persistenceID string, to int64) error {
+	b := &pgx.Batch{}
+	b.Queue(l.sql.deleteMeta, persistenceID, annals.EntityType(persistenceID), to)
+	b.Queue(l.sql.deleteTags, persistenceID, to)
+	b.Queue(l.s.sql.deleteEvents, persistenceID, to)
+	if err := l.s.pool.SendBatch(ctx, b).Close(); err != nil {
+		return l.s.errs.Map(ctx, "delete", err, journal.ErrClosed)
+	}
+	return nil
+}
+
+// loadOffset reads the offset as JSON, and the paused flag.
+func (l *annalsLayout) loadOffset(ctx context.Context, id offsets.ID) (offsets.State, error) {
+	var st offsets.State
+	var raw *string
+	var paused *bool
+	if err := l.s.pool.QueryRow(ctx, l.sql.loadOffset, id.Name, id.Key).Scan(&raw, &paused); err != nil {
+		return st, l.s.errs.Map(ctx, "projection load", err, journal.ErrClosed)
+	}
+	if raw != nil {
+		if err := json.Unmarshal([]byte(*raw), &st.Offset); err != nil {
+			return st, fmt.Errorf("postgres: projection %s: stored offset: %w", id, err)
+		}
+	}
+	st.Paused = paused != nil && *paused
+	return st, nil
+}
+
+// saveOffset stores the offset as JSON.
+func (l *annalsLayout) saveOffset(ctx context.Context, tx pgx.Tx, id offsets.ID, o query.Offset) error {
+	b, err := json.Marshal(o)
+	if err != nil {
+		return fmt.Errorf("postgres: projection %s: encode offset: %w", id, err)
+	}
+	if tx != nil {
+		_, err = tx.Exec(ctx, l.sql.saveOffset, id.Name, id.Key, string(b), nowMillis())
+	} else {
+		_, err = l.s.pool.Exec(ctx, l.sql.saveOffset, id.Name, id.Key, string(b), nowMillis())
+	}
+	if err != nil {
+		return l.s.errs.Map(ctx, "projection save offset", err, journal.ErrClosed)
+	}
+	return nil
+}
+
+// resetOffset deletes the offset's row, whether or not ctx ends.
+func (l *annalsLayout) resetOffset(ctx context.Context, id offsets.ID) error {
+	if _, err := l.s.pool.Exec(context.WithoutCancel(ctx), l.sql.resetOffset, id.Name, id.Key); err != nil {
+		return l.s.errs.Map(ctx, "projection reset", err, journal.ErrClosed)
+	}
+	return nil
+}

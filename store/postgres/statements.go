@@ -1,0 +1,119 @@
+package postgres
+
+import "strings"
+
+// statements are the SQL of the code both layouts share, with the schema
+// spliced in once at Open (as a quoted identifier that passed
+// ValidIdentifier). A layout fills them (layout.statements): those that
+// differ only in a few fragments from sharedStatements, the others from
+// the layout's own file.
+type statements struct {
+	insert, insertTagged                                       string
+	highest, deleteEvents, replay, recoverEvents               string
+	loadSnap, saveSnap, deleteSnap, deleteSnaps                string
+	bySlices, byTag, byType, byAnyType, earlier, earlierTagged string
+	persistenceIDs                                             string
+	setPaused                                                  string
+}
+
+// fragments are where the layouts' otherwise equal statements differ.
+type fragments struct {
+	// visible is the condition, with its leading AND, that keeps the
+	// event rows of an alias the reads return; empty when they return
+	// every row.
+	visible func(alias string) string
+	// snapTime converts a snapshot time parameter (Unix nanoseconds) to
+	// the snapshot table's write_timestamp; snapNanos reads
+	// write_timestamp as Unix nanoseconds.
+	snapTime  func(param string) string
+	snapNanos string
+}
+
+// eventColumns are the columns of event rows e that scanRows reads, with
+// writeTime as journal.Repr.Timestamp.
+func eventColumns(writeTime string) string {
+	return `e.persistence_id, e.seq_nr, e.db_timestamp, ` + writeTime + `, e.event_ser_id, e.event_ser_manifest, e.event_payload, e.writer, e.tags, e.meta_payload, e.slice, e.entity_type`
+}
+
+// schemaTables replaces the statements' table names ({journal}, ...) with
+// the schema's and {columns} with columns.
+func schemaTables(schema, columns string) *strings.Replacer {
+	return strings.NewReplacer(
+		"{journal}", table(schema, "event_journal"),
+		"{tag}", table(schema, "event_tag"),
+		"{meta}", table(schema, "journal_metadata"),
+		"{clock}", table(schema, "journal_clock"),
+		"{snapshot}", table(schema, "snapshot"),
+		"{offset}", table(schema, "projection_offset_store"),
+		"{management}", table(schema, "projection_management"),
+		"{columns}", columns,
+	)
+}
+
+// sharedStatements returns the statements the layouts write alike but for
+// f; the layout fills the others.
+func sharedStatements(r *strings.Replacer, f fragments) statements {
+	e, j := f.visible("e"), f.visible("j")
+	criteria := `persistence_id = $1 AND seq_nr >= $2 AND seq_nr <= $3 AND write_timestamp >= ` + f.snapTime("$4") + ` AND write_timestamp <= ` + f.snapTime("$5")
+	return statements{
+		deleteEvents: r.Replace(`DELETE FROM {journal} WHERE persistence_id = $1 AND seq_nr <= $2`),
+		replay:       r.Replace(`SELECT {columns} FROM {journal} e WHERE e.persistence_id = $1 AND e.seq_nr >= $2 AND e.seq_nr <= $3` + e + ` ORDER BY e.seq_nr LIMIT $4`),
+
+		// A recovery's events: those after the youngest snapshot the
+		// criteria ($2–$5, as loadSnap's) select, up to $6, at most $7.
+		recoverEvents: r.Replace(`SELECT {columns} FROM {journal} e WHERE e.persistence_id = $1
+	AND e.seq_nr > COALESCE((SELECT max(seq_nr) FROM {snapshot} WHERE ` + criteria + `), 0)
+	AND e.seq_nr <= $6` + e + ` ORDER BY e.seq_nr LIMIT $7`),
+
+		loadSnap: r.Replace(`SELECT seq_nr, ` + f.snapNanos + `, ser_id, ser_manifest, snapshot FROM {snapshot}
+	WHERE ` + criteria + `
+	ORDER BY seq_nr DESC LIMIT 1`),
+		deleteSnap:  r.Replace(`DELETE FROM {snapshot} WHERE persistence_id = $1 AND seq_nr = $2 AND ($3::bigint = 0 OR write_timestamp = ` + f.snapTime("$3") + `)`),
+		deleteSnaps: r.Replace(`DELETE FROM {snapshot} WHERE ` + criteria),
+
+		// Offset-ordered queries: rows after a key (db_timestamp, seq_nr,
+		// persistence_id), up to an upper db_timestamp, in key order.
+		bySlices: r.Replace(`SELECT {columns} FROM {journal} e
+	WHERE e.entity_type = $1 AND e.slice BETWEEN $2 AND $3` + e + `
+	AND (e.db_timestamp, e.seq_nr, e.persistence_id) > ($4, $5, $6) AND e.db_timestamp <= $7
+	ORDER BY e.db_timestamp, e.seq_nr, e.persistence_id LIMIT $8`),
+		byType: r.Replace(`SELECT {columns} FROM {journal} e
+	WHERE e.entity_type = $1` + e + `
+	AND (e.db_timestamp, e.seq_nr, e.persistence_id) > ($2, $3, $4) AND e.db_timestamp <= $5
+	ORDER BY e.db_timestamp, e.seq_nr, e.persistence_id LIMIT $6`),
+		// Every type: the stored types found one index probe each (a
+		// recursive loose scan of the entity type index), a page per type
+		// read in index order, and the pages merged: a page costs the
+		// number of types times the page size, however long the journal.
+		byAnyType: r.Replace(`WITH RECURSIVE types(t) AS (
+	SELECT min(entity_type) FROM {journal}
+	UNION ALL
+	SELECT (SELECT min(entity_type) FROM {journal} WHERE entity_type > types.t) FROM types WHERE types.t IS NOT NULL
+)
+SELECT {columns} FROM types, LATERAL (
+	SELECT * FROM {journal} j WHERE j.entity_type = types.t` + j + `
+	AND (j.db_timestamp, j.seq_nr, j.persistence_id) > ($1, $2, $3) AND j.db_timestamp <= $4
+	ORDER BY j.db_timestamp, j.seq_nr, j.persistence_id LIMIT $5) e
+	ORDER BY e.db_timestamp, e.seq_nr, e.persistence_id LIMIT $5`),
+		earlier: r.Replace(`SELECT {columns} FROM {journal} e
+	WHERE e.persistence_id = ANY($1) AND e.db_timestamp >= $2 AND e.db_timestamp <= $3` + e + `
+	ORDER BY e.persistence_id, e.seq_nr`),
+
+		setPaused: r.Replace(`INSERT INTO {management} (projection_name, projection_key, paused, last_updated) VALUES ($1, $2, $3, $4)
+	ON CONFLICT (projection_name, projection_key) DO UPDATE SET paused = excluded.paused, last_updated = excluded.last_updated`),
+	}
+}
+
+// idsSQL is the start of a persistenceIDs statement: ids, the ids of the
+// journal after $2 (of entity type $1, or any when it is ”), in order, by
+// a recursive loose scan of the primary key (one index probe per id,
+// wherever the page is; a DISTINCT reads every event row of every later
+// id). The layout selects at most $3 of them.
+const idsSQL = `WITH RECURSIVE ids(pid) AS (
+	(SELECT persistence_id FROM {journal} WHERE persistence_id > $2 AND ($1 = '' OR entity_type = $1) ORDER BY persistence_id LIMIT 1)
+	UNION ALL
+	SELECT (SELECT j.persistence_id FROM {journal} j WHERE j.persistence_id > ids.pid AND ($1 = '' OR j.entity_type = $1)
+		ORDER BY j.persistence_id LIMIT 1)
+	FROM ids WHERE ids.pid IS NOT NULL
+)
+`

@@ -51,6 +51,8 @@ var layers = map[string][]string{
 	"store/kafka/wire/wiretest":     {"internal/fixtures", "store/kafka/wire"},
 	"store/postgres/pgtest":         {"store/postgres"},
 	"store/cassandra/cassandratest": {"store/cassandra"},
+	// Above every store: one URL opens a whole stack.
+	"stores": {"admin", "durable", "journal", "membership", "offsets", "query", "snapshot", "store/cassandra", "store/kafka", "store/kafka/eventual", "store/kafka/eventual/cql", "store/kafka/eventual/pg", "store/memory", "store/postgres", "store/sqlite"},
 
 	"store/kafka/eventual/eventualtest":      {"store/kafka/eventual", "store/kafka/wire", "store/kafka/wire/wiretest"},
 	"store/kafka/eventual/cql/cqltest":       {"store/cassandra/cassandratest", "store/kafka/eventual/cql"},

@@ -14,10 +14,10 @@ import (
 
 // Cassandra is the scheme of "cassandra://" URLs: a keyspace of a
 // Cassandra cluster, store/cassandra (the URL's parameters are
-// cassandra.Open's). Its stores keep no projection offsets; their Admin
+// cassandra.Open's), opened by stacks.Open. Its stores keep no projection offsets; their Admin
 // reports statistics by reading the whole keyspace.
 func Cassandra() Scheme {
-	return Scheme{Open: openCassandra, Migrator: cassandraMigrator, Scratch: cassandraScratch}
+	return Scheme{Open: openStack, Migrator: cassandraMigrator, Scratch: cassandraScratch}
 }
 
 func cassandraMigrator(ctx context.Context, u string) (admin.Migrator, error) {
@@ -26,21 +26,6 @@ func cassandraMigrator(ctx context.Context, u string) (admin.Migrator, error) {
 		return nil, badURLIf(err, cassandra.ErrInvalidConfig)
 	}
 	return m, nil
-}
-
-// openCassandra opens the store; in mode Existing, cassandra.Open refuses
-// a keyspace without the store's tables, naming the command that creates
-// them.
-func openCassandra(ctx context.Context, u string, mode Mode) (*Store, error) {
-	s, err := cassandra.Open(ctx, u, cassandra.WithMigrate(mode == Create))
-	if err != nil {
-		return nil, badURLIf(err, cassandra.ErrInvalidConfig)
-	}
-	return &Store{
-		Kind: "cassandra", Where: s.Where(), MaxPayloadSize: cassandra.DefaultMaxPayloadSize,
-		Journal: s.Journal(), Snapshots: s.Snapshots(), Queries: s.ReadJournal(), Durable: s.DurableState(), Membership: s.Membership(), Admin: s,
-		IDsInStoreOrder: true, Close: s.Close,
-	}, nil
 }
 
 // cassandraScratch makes the scratch store a new keyspace of the same

@@ -2,11 +2,8 @@ package stores
 
 import (
 	"context"
-	"fmt"
-	"strings"
 
 	"github.com/annals-go/annals/admin"
-	"github.com/annals-go/annals/store/memory"
 )
 
 // Memory is the scheme of "memory:": a new, empty store/memory store each
@@ -15,15 +12,7 @@ import (
 // source reads back whole).
 func Memory() Scheme {
 	return Scheme{
-		Open: func(_ context.Context, url string, _ Mode) (*Store, error) {
-			if err := memoryURL(url); err != nil {
-				return nil, err
-			}
-			s := memory.New()
-			return &Store{Kind: "memory", Where: "memory (nothing survives the process)", MaxPayloadSize: memory.DefaultMaxPayloadSize,
-				Journal: s.Journal(), Snapshots: s.Snapshots(), Queries: s.Queries(), Offsets: s.Projections(), Durable: s.DurableState(), Membership: s.Membership(), GlobalOrdering: true,
-				Close: s.Close}, nil
-		},
+		Open: openStack,
 		Migrator: func(_ context.Context, url string) (admin.Migrator, error) {
 			if err := memoryURL(url); err != nil {
 				return nil, err
@@ -39,13 +28,13 @@ func Memory() Scheme {
 	}
 }
 
-// memoryURL refuses anything after "memory:": the store has no place or
-// parameters, so text there is a mistake (a path meant for sqlite:).
+// memoryURL refuses anything after "memory:", as stacks.Open does.
 func memoryURL(url string) error {
-	if _, rest, _ := strings.Cut(url, ":"); rest != "" {
-		return BadURL(fmt.Errorf("memory URL %q: want memory: alone (the memory store has no path or parameters; sqlite:PATH is a file)", url))
+	st, err := openStack(context.Background(), url, Existing)
+	if err != nil {
+		return err
 	}
-	return nil
+	return st.Close()
 }
 
 // noSchema is the migrator of a store without a schema.

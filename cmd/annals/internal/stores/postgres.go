@@ -13,10 +13,10 @@ import (
 
 // Postgres is the scheme of "postgres://" and "postgresql://" URLs: a schema
 // of a PostgreSQL database, store/postgres (the URL's parameters are
-// postgres.Open's). The Admin of its stores is the *postgres.Store, which
+// postgres.Open's), opened by stacks.Open. The Admin of its stores is the *postgres.Store, which
 // implements every capability of package admin.
 func Postgres() Scheme {
-	return Scheme{Open: openPostgres, Migrator: postgresMigrator, Scratch: postgresScratch}
+	return Scheme{Open: openStack, Migrator: postgresMigrator, Scratch: postgresScratch}
 }
 
 func postgresMigrator(ctx context.Context, u string) (admin.Migrator, error) {
@@ -25,23 +25,6 @@ func postgresMigrator(ctx context.Context, u string) (admin.Migrator, error) {
 		return nil, badURLIf(err, postgres.ErrInvalidConfig)
 	}
 	return m, nil
-}
-
-// openPostgres opens the store; in mode Existing, postgres.Open itself
-// refuses, changing nothing, a schema that is missing or needs migrating,
-// naming the command that fixes it.
-func openPostgres(ctx context.Context, u string, mode Mode) (*Store, error) {
-	s, err := postgres.Open(ctx, u, postgres.WithMigrate(mode == Create))
-	if err != nil {
-		return nil, badURLIf(err, postgres.ErrInvalidConfig)
-	}
-	snaps, _, storeTimestamps := postgres.KitExceptions(s.Layout())
-	return &Store{
-		Kind: "postgres", Where: s.Where(), MaxPayloadSize: postgres.DefaultMaxPayloadSize,
-		Journal: s.Journal(), Snapshots: s.Snapshots(), Queries: s.Queries(), Offsets: s.Projections(), Durable: s.DurableState(), Membership: s.Membership(), Admin: s,
-		KitSnapshotExceptions: snaps, KitStoreTimestamps: storeTimestamps,
-		Close: s.Close,
-	}, nil
 }
 
 // postgresScratch makes the scratch store a new schema of the same

@@ -14,10 +14,10 @@ import (
 )
 
 // SQLite is the scheme of "sqlite:PATH" URLs: a database file of
-// store/sqlite. The Admin of its stores is the *sqlite.Store, which
-// implements every capability of package admin.
+// store/sqlite, opened by stacks.Open. The Admin of its stores is the
+// *sqlite.Store, which implements every capability of package admin.
 func SQLite() Scheme {
-	return Scheme{Open: openSQLite, Migrator: sqliteMigrator, Scratch: sqliteScratch}
+	return Scheme{Open: openStack, Migrator: sqliteMigrator, Scratch: sqliteScratch}
 }
 
 func sqliteMigrator(_ context.Context, url string) (admin.Migrator, error) {
@@ -26,49 +26,6 @@ func sqliteMigrator(_ context.Context, url string) (admin.Migrator, error) {
 		return nil, BadURL(err)
 	}
 	return m, nil
-}
-
-func openSQLite(ctx context.Context, url string, mode Mode) (*Store, error) {
-	m, err := sqlite.NewMigrator(url)
-	if err != nil {
-		return nil, BadURL(err)
-	}
-	if mode == Existing {
-		if err := sqliteReady(ctx, m, url); err != nil {
-			return nil, err
-		}
-	}
-	s, err := sqlite.Open(ctx, url)
-	if err != nil {
-		return nil, badURLIf(err, sqlite.ErrInvalidConfig)
-	}
-	return &Store{
-		Kind: "sqlite", Where: s.Path(), MaxPayloadSize: sqlite.DefaultMaxPayloadSize,
-		Journal: s.Journal(), Snapshots: s.Snapshots(), Queries: s.Queries(), Offsets: s.Projections(), Durable: s.DurableState(), Membership: s.Membership(), Admin: s, GlobalOrdering: true,
-		Close: s.Close,
-	}, nil
-}
-
-// sqliteReady checks, without creating or changing the file, that it
-// exists and has the current schema.
-func sqliteReady(ctx context.Context, m *sqlite.Migrator, url string) error {
-	_, err := os.Stat(m.Path())
-	if errors.Is(err, os.ErrNotExist) {
-		return fmt.Errorf("no database at %s; create one with: annals init --store %s", m.Path(), url)
-	}
-	if err != nil {
-		return err
-	}
-	current, latest, err := m.SchemaVersion(ctx)
-	switch {
-	case err != nil:
-		return err
-	case current == 0:
-		return fmt.Errorf("%s has no Annals schema yet; create it with: annals init --store %s", m.Path(), url)
-	case current < latest:
-		return fmt.Errorf("%s has schema version %d and this annals needs %d; upgrade it with: annals migrate --store %s (add --dry-run to see the SQL first)", m.Path(), current, latest, url)
-	}
-	return nil
 }
 
 // sqliteScratch makes the scratch database a new file in the directory of

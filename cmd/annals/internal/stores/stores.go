@@ -1,6 +1,11 @@
 // Package stores is the annals command's URL mux: it opens a store from a
 // URL such as "sqlite:./annals.db", "memory:" or "postgres://…".
 //
+// The opening itself is the public package stores (stores.Open, one
+// implementation for programs and the command); this package adds what
+// only the command needs: the modes, the compliance kit's facts about
+// each store, migrators and scratch stores.
+//
 // The mux is explicit (built by New, no package-level registry). Each URL
 // scheme is a [Scheme]: how to open a store of that kind, how to migrate
 // its schema without opening it, and how to make a scratch store beside it
@@ -12,7 +17,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net/url"
 	"slices"
 	"strings"
 
@@ -22,6 +26,12 @@ import (
 	"github.com/annals-go/annals/membership"
 	"github.com/annals-go/annals/offsets"
 	"github.com/annals-go/annals/snapshot"
+	"github.com/annals-go/annals/store/cassandra"
+	"github.com/annals-go/annals/store/kafka"
+	"github.com/annals-go/annals/store/memory"
+	"github.com/annals-go/annals/store/postgres"
+	"github.com/annals-go/annals/store/sqlite"
+	stacks "github.com/annals-go/annals/stores"
 )
 
 // Mode says what Open may do to the store.
@@ -120,26 +130,18 @@ func (m *Mux) Register(s Scheme, schemes ...string) {
 	}
 }
 
-// ErrBadURL reports a store URL that is malformed: of no known scheme
-// (ErrUnknownScheme), or of a known one with a missing or malformed part,
-// a parameter the store does not know or a value it refuses. Nothing was
-// opened, created or changed. Every Scheme reports its malformed URLs
-// with an error errors.Is matches to ErrBadURL (see BadURL).
-var ErrBadURL = errors.New("malformed store URL")
+// ErrBadURL reports a store URL that is malformed (stacks.ErrBadURL):
+// nothing was opened, created or changed. Every Scheme reports its
+// malformed URLs with an error errors.Is matches to ErrBadURL (see
+// BadURL).
+var ErrBadURL = stacks.ErrBadURL
 
 // ErrUnknownScheme reports a URL no scheme of the mux opens; errors.Is
 // matches it to ErrBadURL too.
-var ErrUnknownScheme = errors.New("unknown store URL")
+var ErrUnknownScheme = stacks.ErrUnknownScheme
 
-// BadURL returns err marked as a malformed URL: errors.Is matches it to
-// ErrBadURL and to err's own chain, and its message is err's. A nil err
-// stays nil.
-func BadURL(err error) error {
-	if err == nil || errors.Is(err, ErrBadURL) {
-		return err
-	}
-	return &badURLError{err: err}
-}
+// BadURL returns err marked as a malformed URL (stacks.BadURL).
+func BadURL(err error) error { return stacks.BadURL(err) }
 
 // badURLIf marks err as a malformed URL when it matches one of the
 // stores' configuration errors (such as postgres.ErrInvalidConfig, which
@@ -153,10 +155,16 @@ func badURLIf(err error, configErrors ...error) error {
 	return err
 }
 
-type badURLError struct{ err error }
+// Redact returns the store URL raw with its passwords replaced by "xxxxx",
+// for printing (stacks.Redact).
+func Redact(raw string) string { return stacks.Redact(raw) }
 
-func (e *badURLError) Error() string   { return e.err.Error() }
-func (e *badURLError) Unwrap() []error { return []error{ErrBadURL, e.err} }
+// KafkaURL is a parsed kafka:// URL (stacks.KafkaURL).
+type KafkaURL = stacks.KafkaURL
+
+// ParseKafkaURL reads a kafka:// URL; its errors match ErrBadURL
+// (stacks.ParseKafkaURL).
+func ParseKafkaURL(u string) (KafkaURL, error) { return stacks.ParseKafkaURL(u) }
 
 func (m *Mux) scheme(url string) (Scheme, error) {
 	name, _, ok := strings.Cut(url, ":")
@@ -167,7 +175,7 @@ func (m *Mux) scheme(url string) (Scheme, error) {
 			names = append(names, n)
 		}
 		slices.Sort(names)
-		return Scheme{}, BadURL(fmt.Errorf("%w %q: use sqlite:PATH (for example sqlite:./annals.db), postgres://USER@HOST/DB, cassandra://HOST:PORT/KEYSPACE, kafka://HOST:PORT/?eventual=cassandra://HOST:PORT/KEYSPACE or memory: (known schemes: %s)", ErrUnknownScheme, url, strings.Join(names, ", ")))
+		return Scheme{}, BadURL(fmt.Errorf("%w %q: use sqlite:PATH (for example sqlite:./annals.db), postgres://USER@HOST/DB, cassandra://HOST:PORT/KEYSPACE, kafka://HOST:PORT/?eventual=cassandra://HOST:PORT/KEYSPACE or memory: (known schemes: %s)", ErrUnknownScheme, Redact(url), strings.Join(names, ", ")))
 	}
 	return s, nil
 }
@@ -181,18 +189,110 @@ func (m *Mux) Open(ctx context.Context, url string, mode Mode) (*Store, error) {
 	return s.Open(ctx, url, mode)
 }
 
-// Migrator returns the migrator of the store at url.
+// Migrator returns the migrator of the store at url; for a URL with
+// readmodel=, one that migrates the store, then the read model's
+// database.
 func (m *Mux) Migrator(ctx context.Context, url string) (admin.Migrator, error) {
-	s, err := m.scheme(url)
+	storeURL, readModel, err := m.splitReadModel(url)
 	if err != nil {
 		return nil, err
 	}
-	return s.Migrator(ctx, url)
+	s, err := m.scheme(storeURL)
+	if err != nil {
+		return nil, err
+	}
+	sm, err := s.Migrator(ctx, storeURL)
+	if err != nil || readModel == "" {
+		return sm, err
+	}
+	rs, err := m.scheme(readModel)
+	if err != nil {
+		return nil, errors.Join(err, closeMigrator(sm))
+	}
+	rm, err := rs.Migrator(ctx, readModel)
+	if err != nil {
+		return nil, errors.Join(fmt.Errorf("read model %s: %w", Redact(readModel), err), closeMigrator(sm))
+	}
+	return &withReadModel{Migrator: sm, readModel: rm}, nil
+}
+
+// splitReadModel cuts url's readmodel= off (stacks.ReadModelURL), which
+// only cassandra:// and kafka:// URLs take.
+func (m *Mux) splitReadModel(url string) (storeURL, readModel string, err error) {
+	storeURL, readModel = stacks.ReadModelURL(url)
+	if readModel == "" {
+		return url, "", nil
+	}
+	switch kind, _, _ := strings.Cut(strings.ToLower(storeURL), ":"); kind {
+	case "cassandra", "kafka":
+		return storeURL, readModel, nil
+	default:
+		return "", "", BadURL(fmt.Errorf("%s URL %q: readmodel= is for cassandra:// and kafka:// URLs; a %s store keeps its read model in its own database", kind, Redact(url), kind))
+	}
+}
+
+// withReadModel migrates a store, then its read model's database. Its
+// schema version is the store's.
+type withReadModel struct {
+	admin.Migrator
+	readModel admin.Migrator
+}
+
+// PendingMigrations lists the store's steps, then the read model's.
+func (m *withReadModel) PendingMigrations(ctx context.Context) ([]admin.Migration, error) {
+	steps, err := m.Migrator.PendingMigrations(ctx)
+	if err != nil {
+		return nil, err
+	}
+	more, err := m.readModel.PendingMigrations(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("read model: %w", err)
+	}
+	return append(steps, readModelSteps(more)...), nil
+}
+
+// Migrate migrates the store, then the read model's database.
+func (m *withReadModel) Migrate(ctx context.Context) ([]admin.Migration, error) {
+	steps, err := m.Migrator.Migrate(ctx)
+	if err != nil {
+		return nil, err
+	}
+	more, err := m.readModel.Migrate(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("read model: %w", err)
+	}
+	return append(steps, readModelSteps(more)...), nil
+}
+
+// Close closes both migrators that have a Close.
+func (m *withReadModel) Close() error {
+	return errors.Join(closeMigrator(m.Migrator), closeMigrator(m.readModel))
+}
+
+// readModelSteps marks the read model database's steps as its own.
+func readModelSteps(steps []admin.Migration) []admin.Migration {
+	for i := range steps {
+		steps[i].SQL = "-- the read model's database\n" + steps[i].SQL
+	}
+	return steps
+}
+
+// closeMigrator closes m when it has a Close.
+func closeMigrator(m admin.Migrator) error {
+	if c, ok := m.(interface{ Close() error }); ok {
+		return c.Close()
+	}
+	return nil
 }
 
 // Scratch returns a scratch store beside the one at url (see
-// Scheme.Scratch).
+// Scheme.Scratch); a readmodel= parameter is left out (the scratch store
+// is the journal's, for bench, check and crash-test).
 func (m *Mux) Scratch(ctx context.Context, url string) (string, func() error, error) {
+	url, _, err := m.splitReadModel(url)
+	if err != nil {
+		return "", nil, err
+	}
 	s, err := m.scheme(url)
 	if err != nil {
 		return "", nil, err
@@ -200,19 +300,33 @@ func (m *Mux) Scratch(ctx context.Context, url string) (string, func() error, er
 	return s.Scratch(ctx, url)
 }
 
-// Redact returns the store URL raw with its passwords (the URL's own, and
-// an eventual store's in a kafka:// URL) replaced by "xxxxx", for
-// printing.
-func Redact(raw string) string {
-	if head, eventual, ok := strings.Cut(raw, "eventual="); ok {
-		return Redact(head) + "eventual=" + Redact(eventual)
+// openStack opens the store at url through stacks.Open (mode Create
+// migrates), with the compliance kit's facts of its kind.
+func openStack(ctx context.Context, url string, mode Mode) (*Store, error) {
+	st, err := stacks.Open(ctx, url, stacks.WithMigrate(mode == Create))
+	if err != nil {
+		return nil, err
 	}
-	u, err := url.Parse(raw)
-	if err != nil || u.User == nil {
-		return raw
+	s := &Store{
+		Kind: st.Kind, Where: st.Where,
+		Journal: st.Journal, Snapshots: st.Snapshots, Queries: st.Queries, Offsets: st.Offsets,
+		Durable: st.Durable, Membership: st.Membership, Admin: st.Store,
+		Close: st.Close,
 	}
-	if _, has := u.User.Password(); !has {
-		return raw
+	switch st.Kind {
+	case "sqlite":
+		s.MaxPayloadSize, s.GlobalOrdering = sqlite.DefaultMaxPayloadSize, true
+	case "memory":
+		s.MaxPayloadSize, s.GlobalOrdering = memory.DefaultMaxPayloadSize, true
+	case "postgres":
+		s.MaxPayloadSize = postgres.DefaultMaxPayloadSize
+		if p, ok := st.Store.(*postgres.Store); ok {
+			s.KitSnapshotExceptions, _, s.KitStoreTimestamps = postgres.KitExceptions(p.Layout())
+		}
+	case "cassandra":
+		s.MaxPayloadSize, s.IDsInStoreOrder = cassandra.DefaultMaxPayloadSize, true
+	case "kafka":
+		s.MaxPayloadSize = kafka.DefaultMaxPayloadSize
 	}
-	return u.Redacted()
+	return s, nil
 }

@@ -1,0 +1,59 @@
+package kafka_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/annals-go/annals/store/kafka"
+	"github.com/annals-go/annals/store/kafka/kafkatest"
+)
+
+// TestPartition: kafka.Partition names the partition the journal's
+// producer writes each id to, read back from the topic, and Topic names
+// the topic.
+func TestPartition(t *testing.T) {
+	brokers := kafkatest.Fake(t)
+	topic := fmt.Sprintf("journal-Partition%d", time.Now().UnixNano())
+	j := open(t, brokers, eventualStores["postgres"](t), kafka.WithTopic(func(string) string { return topic }))
+	want := map[string]int32{}
+	for i := range 40 {
+		pid := fmt.Sprintf("Partition|%d", i)
+		write(t, j, pid, 1, 1, "a")
+		want[pid] = kafka.Partition(pid, kafkatest.Partitions)
+		if got, err := j.Topic(pid); got != topic || err != nil {
+			t.Fatalf("Topic(%s) = %q, %v; want %q", pid, got, err, topic)
+		}
+	}
+	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.ConsumeTopics(topic), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	got := map[string]int32{}
+	for len(got) < len(want) {
+		fs := cl.PollFetches(ctx)
+		if err := ctx.Err(); err != nil {
+			t.Fatalf("read %d of %d records: %v", len(got), len(want), err)
+		}
+		fs.EachRecord(func(r *kgo.Record) { got[string(r.Key)] = r.Partition })
+	}
+	used := map[int32]bool{}
+	for pid, p := range want {
+		used[p] = true
+		if got[pid] != p {
+			t.Errorf("%s went to partition %d, Partition says %d", pid, got[pid], p)
+		}
+	}
+	if len(used) != kafkatest.Partitions {
+		t.Errorf("40 ids used partitions %v, want all %d", used, kafkatest.Partitions)
+	}
+	if p := kafka.Partition("x", 0); p != -1 {
+		t.Errorf("Partition over 0 partitions = %d, want -1", p)
+	}
+}

@@ -1,0 +1,279 @@
+package kafkacluster_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/annals-go/annals"
+	"github.com/annals-go/annals/engine"
+	"github.com/annals-go/annals/entity"
+	"github.com/annals-go/annals/examples/bank"
+	"github.com/annals-go/annals/membership"
+	"github.com/annals-go/annals/serialization"
+	"github.com/annals-go/annals/store/kafka"
+	"github.com/annals-go/annals/store/kafka/eventual/pg/pgeventualtest"
+	"github.com/annals-go/annals/store/kafka/kafkacluster"
+	"github.com/annals-go/annals/store/kafka/kafkatest"
+	"github.com/annals-go/annals/store/postgres/pgtest"
+)
+
+// partitions is the partition count of the test's journal topic.
+const partitions = 4
+
+// world is one test's broker, journal topic and group.
+type world struct {
+	brokers []string
+	topic   string
+	group   string
+	journal *kafka.Journal
+}
+
+func newWorld(t *testing.T) *world {
+	t.Helper()
+	brokers := kafkatest.Real(t)
+	prefix := kafkatest.Prefix(t, brokers, "kc")
+	w := &world{brokers: brokers, topic: prefix + "Account", group: prefix + "group"}
+	createTopic(t, brokers, w.topic, partitions)
+	_, schema := pgtest.Schema(t)
+	tables := pgeventualtest.OpenIn(t, schema)
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	j, err := kafka.Open(ctx, brokers, tables, kafka.WithTopic(func(string) string { return w.topic }))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { j.Close() })
+	w.journal = j
+	return w
+}
+
+// createTopic creates topic with n partitions.
+func createTopic(t *testing.T, brokers []string, topic string, n int32) {
+	t.Helper()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	req := kmsg.NewPtrCreateTopicsRequest()
+	rt := kmsg.NewCreateTopicsRequestTopic()
+	rt.Topic, rt.NumPartitions, rt.ReplicationFactor = topic, n, 1
+	req.Topics = append(req.Topics, rt)
+	req.TimeoutMillis = 30000
+	resp, err := req.RequestWith(t.Context(), cl)
+	if err == nil {
+		err = kerr.ErrorForCode(resp.Topics[0].ErrorCode)
+	}
+	if err != nil {
+		t.Fatalf("creating topic %s: %v", topic, err)
+	}
+}
+
+// node is one member and its host.
+type node struct {
+	member *kafkacluster.Member
+	host   *entity.Host[bank.Command, bank.Event, bank.Account]
+}
+
+func (w *world) join(t *testing.T, name string) (*node, error) {
+	t.Helper()
+	reg := serialization.NewRegistry()
+	if err := bank.Register(reg); err != nil {
+		t.Fatal(err)
+	}
+	host, err := entity.NewHost(bank.Behavior(), entity.HostConfig{Journal: w.journal, Registry: reg, Assigned: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = host.Shutdown(context.Background()) })
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	m, err := kafkacluster.Join(ctx, kafkacluster.Config{
+		Journal: w.journal, Group: w.group, Name: name, Address: name + ".invalid:80",
+		Shards: []kafkacluster.Shard{host}, SessionTimeout: 6 * time.Second,
+	})
+	if err != nil {
+		return nil, err
+	}
+	t.Cleanup(func() { _ = m.Leave(context.Background()) })
+	return &node{member: m, host: host}, nil
+}
+
+// await waits, on the members' Changed signals, until cond holds.
+func await(t *testing.T, what string, cond func() bool, members ...*kafkacluster.Member) {
+	t.Helper()
+	deadline := time.After(time.Minute)
+	for !cond() {
+		changed := make([]<-chan struct{}, len(members))
+		for i, m := range members {
+			changed[i] = m.Changed()
+		}
+		if cond() {
+			return
+		}
+		select {
+		case <-changed[0]:
+		case <-anyOf(changed[1:]):
+		case <-deadline:
+			t.Fatalf("after a minute: not %s (%v)", what, members)
+		}
+	}
+}
+
+// anyOf returns a channel closed when one of cs is.
+func anyOf(cs []<-chan struct{}) <-chan struct{} {
+	out := make(chan struct{})
+	for _, c := range cs {
+		go func() {
+			select {
+			case <-c:
+				close(out)
+			case <-out:
+			}
+		}()
+	}
+	if len(cs) == 0 {
+		return nil
+	}
+	return out
+}
+
+// deposit deposits amount into account id on its owner among nodes,
+// trying again while the account moves.
+func deposit(t *testing.T, id string, amount int64, nodes ...*node) {
+	t.Helper()
+	pid := annals.PersistenceID(bank.EntityType, id)
+	deadline := time.Now().Add(time.Minute)
+	for {
+		for _, n := range nodes {
+			owner, ok := n.member.OwnerOf(pid)
+			if !ok || !owner.Local {
+				continue
+			}
+			_, err := entity.Ask(t.Context(), n.host, id, func(rt entity.ReplyTo[int64]) bank.Command { return bank.Deposit{Amount: amount, Reply: rt} })
+			if err == nil {
+				return
+			}
+			if !errors.Is(err, entity.ErrNotOwned) && !errors.Is(err, engine.ErrFenced) {
+				t.Fatalf("deposit to %s on %s: %v", id, n.member.Name(), err)
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no member took a deposit to %s for a minute", id)
+		}
+		select {
+		case <-nodes[0].member.Changed():
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+// TestMembersSharePartitions: two members split the journal topic's
+// partitions; each account runs on the member holding its partition, and
+// both name the same owner; deposits made while the partitions move are
+// all kept; a leaving member hands its partitions to the other; a name
+// taken by a member is refused.
+func TestMembersSharePartitions(t *testing.T) {
+	w := newWorld(t)
+	a, err := w.join(t, "a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	await(t, "a holding every partition", func() bool { return len(a.member.Held()) == partitions }, a.member)
+	const accounts = 24
+	want := map[string]int64{}
+	for i := range accounts {
+		id := fmt.Sprintf("acc-%d", i)
+		deposit(t, id, 1, a)
+		want[id]++
+	}
+	if _, err := w.join(t, "a"); !errors.Is(err, membership.ErrNameTaken) {
+		t.Fatalf("a second member named a: %v, want membership.ErrNameTaken", err)
+	}
+	b, err := w.join(t, "b")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range accounts { // while the partitions move
+		id := fmt.Sprintf("acc-%d", i)
+		deposit(t, id, 10, a, b)
+		want[id] += 10
+	}
+	await(t, "a and b holding half the partitions each", func() bool {
+		return len(a.member.Held()) == partitions/2 && len(b.member.Held()) == partitions/2
+	}, a.member, b.member)
+	await(t, "a and b seeing each other's partitions", func() bool {
+		for i := range accounts {
+			pid := annals.PersistenceID(bank.EntityType, fmt.Sprintf("acc-%d", i))
+			oa, okA := a.member.OwnerOf(pid)
+			ob, okB := b.member.OwnerOf(pid)
+			if !okA || !okB || oa.Member != ob.Member || oa.Local == ob.Local {
+				return false
+			}
+		}
+		return true
+	}, a.member, b.member)
+	for i := range accounts {
+		pid := annals.PersistenceID(bank.EntityType, fmt.Sprintf("acc-%d", i))
+		owner, _ := a.member.OwnerOf(pid)
+		if want := fmt.Sprintf("%s.invalid:80", owner.Member); owner.Address != want {
+			t.Errorf("owner of %s at %q, want %q", pid, owner.Address, want)
+		}
+		if owner.Epoch <= 0 {
+			t.Errorf("owner of %s has epoch %d, want the group's generation", pid, owner.Epoch)
+		}
+	}
+	if err := b.member.Leave(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.member.Leave(t.Context()); !errors.Is(err, kafkacluster.ErrLeft) {
+		t.Errorf("a second Leave: %v, want ErrLeft", err)
+	}
+	await(t, "a holding every partition again", func() bool { return len(a.member.Held()) == partitions }, a.member)
+	for id, bal := range want {
+		got, err := entity.Ask(t.Context(), a.host, id, func(rt entity.ReplyTo[int64]) bank.Command { return bank.GetBalance{Reply: rt} })
+		if err != nil || got != bal {
+			t.Errorf("balance of %s = %d, %v; want %d", id, got, err, bal)
+		}
+	}
+}
+
+// TestJoinRefusesBadConfig: a configuration a member cannot run with is
+// refused before anything joins.
+func TestJoinRefusesBadConfig(t *testing.T) {
+	w := newWorld(t)
+	reg := serialization.NewRegistry()
+	if err := bank.Register(reg); err != nil {
+		t.Fatal(err)
+	}
+	host, err := entity.NewHost(bank.Behavior(), entity.HostConfig{Journal: w.journal, Registry: reg, Assigned: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	shards := []kafkacluster.Shard{host}
+	for _, tc := range []struct {
+		name string
+		cfg  kafkacluster.Config
+	}{
+		{"no journal", kafkacluster.Config{Name: "x", Shards: shards}},
+		{"no name", kafkacluster.Config{Journal: w.journal, Shards: shards}},
+		{"no shards", kafkacluster.Config{Journal: w.journal, Name: "x"}},
+		{"negative session", kafkacluster.Config{Journal: w.journal, Name: "x", Shards: shards, SessionTimeout: -time.Second}},
+		{"session under a second", kafkacluster.Config{Journal: w.journal, Name: "x", Shards: shards, SessionTimeout: time.Millisecond}},
+		{"heartbeat too slow", kafkacluster.Config{Journal: w.journal, Name: "x", Shards: shards, SessionTimeout: 6 * time.Second, Heartbeat: 3 * time.Second}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if m, err := kafkacluster.Join(t.Context(), tc.cfg); err == nil {
+				_ = m.Leave(t.Context())
+				t.Fatal("Join accepted it")
+			}
+		})
+	}
+}

@@ -1143,7 +1143,7 @@ func BenchmarkForwardHop(b *testing.B) {
 				if err != nil {
 					b.Fatal(err)
 				}
-				srv.Config.Handler = routes(m, host, nil)
+				srv.Config.Handler = routes(leaseMember{m}, host, nil)
 				srv.Start()
 				members[name], servers[name] = m, srv
 				defer func() {

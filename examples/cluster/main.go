@@ -4,7 +4,9 @@
 // each forwards a request to the process that owns its account.
 //
 // Start one process per terminal, each with its own address, on the same
-// store (PostgreSQL, Cassandra, or SQLite for processes on one machine):
+// store (PostgreSQL, Cassandra, SQLite for processes on one machine, or the
+// Kafka journal, whose consumer group shares the accounts out by partition:
+// -store 'kafka://127.0.0.1:9092/?eventual=postgres://…'):
 //
 //	go run ./examples/cluster -store 'postgres://postgres@127.0.0.1:5432/annals_test?schema=bank&migrate=true' -listen 127.0.0.1:8081
 //	go run ./examples/cluster -store 'postgres://postgres@127.0.0.1:5432/annals_test?schema=bank&migrate=true' -listen 127.0.0.1:8082
@@ -53,6 +55,8 @@ import (
 	"github.com/annals-go/annals/serialization"
 	"github.com/annals-go/annals/snapshot"
 	"github.com/annals-go/annals/store/cassandra"
+	"github.com/annals-go/annals/store/kafka"
+	"github.com/annals-go/annals/store/kafka/kafkacluster"
 	"github.com/annals-go/annals/store/postgres"
 	"github.com/annals-go/annals/store/sqlite"
 )
@@ -71,21 +75,27 @@ type stores struct {
 	journal    journal.Journal
 	snapshots  snapshot.Store
 	membership membership.Store
-	close      func() error
+	// kafka is the Kafka journal, whose members share the accounts
+	// through a consumer group instead of leases; nil on other stores.
+	kafka *kafka.Journal
+	close func() error
 	// readModel makes the balance read model; nil where the store keeps
 	// none (Cassandra: a read model lives in another database).
 	readModel func(ctx context.Context, reg *serialization.Registry) (*readModel, error)
 }
 
-// open opens the store of url: postgres://, cassandra:// or sqlite:.
+// open opens the store of url: postgres://, cassandra://, sqlite: or
+// kafka://.
 func open(ctx context.Context, url string) (stores, error) {
 	switch {
+	case strings.HasPrefix(url, "kafka://"):
+		return openKafka(ctx, url)
 	case strings.HasPrefix(url, "postgres://"), strings.HasPrefix(url, "postgresql://"):
 		s, err := postgres.Open(ctx, url)
 		if err != nil {
 			return stores{}, err
 		}
-		return stores{s.Journal(), s.Snapshots(), s.Membership(), s.Close, func(ctx context.Context, reg *serialization.Registry) (*readModel, error) {
+		return stores{journal: s.Journal(), snapshots: s.Snapshots(), membership: s.Membership(), close: s.Close, readModel: func(ctx context.Context, reg *serialization.Registry) (*readModel, error) {
 			return postgresReadModel(ctx, s, reg)
 		}}, nil
 	case strings.HasPrefix(url, "cassandra://"):
@@ -93,28 +103,28 @@ func open(ctx context.Context, url string) (stores, error) {
 		if err != nil {
 			return stores{}, err
 		}
-		return stores{s.Journal(), s.Snapshots(), s.Membership(), s.Close, nil}, nil
+		return stores{journal: s.Journal(), snapshots: s.Snapshots(), membership: s.Membership(), close: s.Close}, nil
 	case strings.HasPrefix(url, "sqlite:"):
 		s, err := sqlite.Open(ctx, url)
 		if err != nil {
 			return stores{}, err
 		}
-		return stores{s.Journal(), s.Snapshots(), s.Membership(), s.Close, func(ctx context.Context, reg *serialization.Registry) (*readModel, error) {
+		return stores{journal: s.Journal(), snapshots: s.Snapshots(), membership: s.Membership(), close: s.Close, readModel: func(ctx context.Context, reg *serialization.Registry) (*readModel, error) {
 			return sqliteReadModel(ctx, s, reg)
 		}}, nil
 	}
-	return stores{}, fmt.Errorf("-store %q: want a postgres://, cassandra:// or sqlite: URL", url)
+	return stores{}, fmt.Errorf("-store %q: want a postgres://, cassandra://, sqlite: or kafka:// URL", url)
 }
 
 // run serves until ctx ends, then hands off and stops.
 func run(ctx context.Context, args []string, out io.Writer) error {
 	flags := flag.NewFlagSet("cluster", flag.ContinueOnError)
-	storeURL := flags.String("store", "", "the store's URL (postgres://, cassandra:// or sqlite:)")
+	storeURL := flags.String("store", "", "the store's URL (postgres://, cassandra://, sqlite: or kafka://…?eventual=postgres://…)")
 	listen := flags.String("listen", "127.0.0.1:8081", "address to serve HTTP on")
 	name := flags.String("name", "", "member name, unique among the live members (default: the -advertise address)")
 	advertise := flags.String("advertise", "", "address the other members forward requests to (default: -listen)")
-	clusterName := flags.String("cluster", "bank", "cluster name in the store")
-	leaseTime := flags.Duration("lease", cluster.DefaultLeaseTime, "lease time: a failed member's accounts move after it")
+	clusterName := flags.String("cluster", "bank", "cluster name in the store (the consumer group on Kafka)")
+	leaseTime := flags.Duration("lease", cluster.DefaultLeaseTime, "lease time (the group's session timeout on Kafka, at least 6 s): a failed member's accounts move after it")
 	if err := flags.Parse(args); err != nil {
 		return err
 	}
@@ -157,10 +167,7 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 	if err != nil {
 		return err
 	}
-	member, err := cluster.Join(ctx, cluster.Config{
-		Store: st.membership, Cluster: *clusterName, Name: *name, Address: *advertise,
-		LeaseTime: *leaseTime, Shards: []cluster.Shard{host}, Daemons: daemons, Logger: logger,
-	})
+	member, err := join(ctx, st, host, daemons, *clusterName, *name, *advertise, *leaseTime, logger)
 	if err != nil {
 		ln.Close()
 		return err
@@ -168,13 +175,8 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 	srv := &http.Server{Handler: routes(member, host, rm), ReadHeaderTimeout: 10 * time.Second}
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
-	ranges := 0
-	for _, l := range member.Held() {
-		if strings.HasPrefix(l, "slices/") {
-			ranges++
-		}
-	}
-	fmt.Fprintf(out, "member %s serving on %s, holding %d of %d ranges\n", *name, ln.Addr(), ranges, len(member.Ranges()))
+	units, all := member.Units()
+	fmt.Fprintf(out, "member %s serving on %s, holding %d of %d %s\n", *name, ln.Addr(), len(units), all, member.UnitKind())
 
 	select {
 	case <-ctx.Done():
@@ -195,8 +197,67 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 	return nil
 }
 
+// member is the process's place among the others: a cluster.Member on
+// leases, or a kafkacluster.Member in the Kafka journal's consumer group.
+type member interface {
+	Name() string
+	// Held names everything the member holds (entity units and daemon
+	// instances).
+	Held() []string
+	// Units returns the entity units (slice ranges or partitions) the
+	// member holds, and how many there are in all.
+	Units() (held []string, all int)
+	// UnitKind names the units: "ranges" or "partitions".
+	UnitKind() string
+	Handler(next http.Handler, cfg cluster.HandlerConfig) (http.Handler, error)
+	Leave(ctx context.Context) error
+}
+
+// join makes the process a member: of the consumer group on the Kafka
+// journal, of the store's cluster otherwise.
+func join(ctx context.Context, st stores, host *entity.Host[bank.Command, bank.Event, bank.Account], daemons []cluster.Daemon, clusterName, name, address string, leaseTime time.Duration, logger *slog.Logger) (member, error) {
+	if st.kafka != nil {
+		m, err := kafkacluster.Join(ctx, kafkacluster.Config{
+			Journal: st.kafka, Group: clusterName, Name: name, Address: address,
+			SessionTimeout: leaseTime, Shards: []kafkacluster.Shard{host}, Logger: logger,
+		})
+		if err != nil {
+			return nil, err
+		}
+		return kafkaMember{m}, nil
+	}
+	m, err := cluster.Join(ctx, cluster.Config{
+		Store: st.membership, Cluster: clusterName, Name: name, Address: address,
+		LeaseTime: leaseTime, Shards: []cluster.Shard{host}, Daemons: daemons, Logger: logger,
+	})
+	if err != nil {
+		return nil, err
+	}
+	return leaseMember{m}, nil
+}
+
+type leaseMember struct{ *cluster.Member }
+
+func (m leaseMember) Units() ([]string, int) {
+	var ranges []string
+	for _, l := range m.Held() {
+		if strings.HasPrefix(l, "slices/") {
+			ranges = append(ranges, l)
+		}
+	}
+	return ranges, len(m.Ranges())
+}
+
+func (leaseMember) UnitKind() string { return "ranges" }
+
+type kafkaMember struct{ *kafkacluster.Member }
+
+func (m kafkaMember) Units() ([]string, int) { return m.Held(), m.Partitions() }
+
+func (kafkaMember) UnitKind() string { return "partitions" }
+
 // routes is the service's HTTP API.
-func routes(member *cluster.Member, host *entity.Host[bank.Command, bank.Event, bank.Account], rm *readModel) http.Handler {
+func routes(member member, host *entity.Host[bank.Command, bank.Event, bank.Account], rm *readModel) http.Handler {
 	mux := http.NewServeMux()
 	account := func(h func(w http.ResponseWriter, r *http.Request, id string) (int64, error)) http.Handler {
 		inner := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -254,11 +315,14 @@ func routes(member *cluster.Member, host *entity.Host[bank.Command, bank.Event, 
 	})
 	mux.HandleFunc("GET /cluster", func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
+		units, all := member.Units()
 		_ = json.NewEncoder(w).Encode(struct {
 			Member string   `json:"member"`
 			Held   []string `json:"held"`
+			Units  []string `json:"units"`
+			All    int      `json:"all_units"`
 			Live   int      `json:"live_entities"`
-		}{member.Name(), member.Held(), host.Live()})
+		}{member.Name(), member.Held(), units, all, host.Live()})
 	})
 	return mux
 }

@@ -24,9 +24,16 @@ import (
 	"testing"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
 	"github.com/annals-go/annals/cluster"
+	"github.com/annals-go/annals/examples/bank"
 	"github.com/annals-go/annals/store/cassandra"
 	"github.com/annals-go/annals/store/cassandra/cassandratest"
+	"github.com/annals-go/annals/store/kafka/kafkatest"
+	"github.com/annals-go/annals/store/kafka/wire"
 	"github.com/annals-go/annals/store/postgres"
 	"github.com/annals-go/annals/store/postgres/pgtest"
 )
@@ -53,11 +60,43 @@ func TestMain(m *testing.M) {
 // the take-over bound is stated in it.
 const leaseTime = 4 * time.Second
 
+// kafkaSession is the session timeout of the member processes on the
+// Kafka journal: the broker's least (group.min.session.timeout.ms).
+const kafkaSession = 6 * time.Second
+
+// kafkaPartitions is the partition count of the accounts' topic.
+const kafkaPartitions = 12
+
+// leaseFor returns the lease time (session timeout on Kafka) of the
+// members on the store at url.
+func leaseFor(url string) time.Duration {
+	if strings.HasPrefix(url, "kafka://") {
+		return kafkaSession
+	}
+	return leaseTime
+}
+
+// kafkaParts returns the brokers and topic prefix of a kafka:// URL
+// storeURL made.
+func kafkaParts(t *testing.T, url string) (brokers []string, prefix string) {
+	t.Helper()
+	rest, _ := strings.CutPrefix(url, "kafka://")
+	hosts, rest, _ := strings.Cut(rest, "/?topic_prefix=")
+	prefix, _, _ = strings.Cut(rest, "&")
+	return strings.Split(hosts, ","), prefix
+}
+
 // storeURL returns the URL of a new, migrated store of the kind named.
 func storeURL(t *testing.T, kind string) string {
 	t.Helper()
 	ctx := t.Context()
 	switch kind {
+	case "kafka":
+		brokers := kafkatest.Real(t)
+		prefix := kafkatest.Prefix(t, brokers, "cluster")
+		createTopic(t, brokers, prefix+bank.EntityType, kafkaPartitions)
+		dsn, _ := pgtest.Schema(t)
+		return "kafka://" + strings.Join(brokers, ",") + "/?topic_prefix=" + prefix + "&eventual=" + pgtest.WithParam(dsn, "migrate", "true")
 	case "postgres":
 		dsn, _ := pgtest.Schema(t)
 		s, err := postgres.Open(ctx, pgtest.WithParam(dsn, "migrate", "true"))
@@ -121,7 +160,11 @@ func start(t *testing.T, url, name, addr string, extra ...string) *proc {
 // launch runs a member process and waits until it serves or exits.
 func launch(t *testing.T, url, name, addr string, extra ...string) (*proc, error) {
 	t.Helper()
-	args := append([]string{"-store", url, "-name", name, "-listen", addr, "-lease", leaseTime.String()}, extra...)
+	args := append([]string{"-store", url, "-name", name, "-listen", addr, "-lease", leaseFor(url).String()}, extra...)
+	if strings.HasPrefix(url, "kafka://") {
+		_, prefix := kafkaParts(t, url)
+		args = append(args, "-cluster", prefix+"group") // deleted with the test's topics
+	}
 	cmd := exec.Command(os.Args[0], args...)
 	cmd.Env = append(os.Environ(), serviceEnv+"=1")
 	p := &proc{name: name, addr: addr, cmd: cmd, exited: make(chan struct{})}
@@ -178,6 +221,8 @@ func (w *lockedWriter) Write(b []byte) (int, error) {
 type memberStatus struct {
 	Member string   `json:"member"`
 	Held   []string `json:"held"`
+	Units  []string `json:"units"`
+	All    int      `json:"all_units"`
 }
 
 var plainClient = &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
@@ -192,14 +237,15 @@ func getStatus(addr string) (memberStatus, error) {
 	return s, json.NewDecoder(resp.Body).Decode(&s)
 }
 
-// awaitCovered waits until the members hold every range once between them,
-// each at least min of them, and returns how long it took.
+// awaitCovered waits until the members hold every unit (slice range, or
+// partition on Kafka) once between them, each at least minEach of them (or
+// its even share when that is less), and returns how long it took.
 func awaitCovered(t *testing.T, bound time.Duration, minEach int, procs ...*proc) time.Duration {
 	t.Helper()
 	start := time.Now()
 	var last string
 	for time.Since(start) < bound {
-		held, dup, ok := map[string]bool{}, false, true
+		held, dup, ok, all := map[string]bool{}, false, true, 0
 		var counts []int
 		for _, p := range procs {
 			s, err := getStatus(p.addr)
@@ -208,19 +254,19 @@ func awaitCovered(t *testing.T, bound time.Duration, minEach int, procs ...*proc
 				last = err.Error()
 				break
 			}
-			ranges := slices.DeleteFunc(s.Held, func(name string) bool { return !strings.HasPrefix(name, "slices/") })
-			counts = append(counts, len(ranges))
-			ok = ok && len(ranges) >= minEach
-			for _, h := range ranges {
+			all = s.All
+			counts = append(counts, len(s.Units))
+			ok = ok && len(s.Units) >= min(minEach, s.All/len(procs))
+			for _, h := range s.Units {
 				dup = dup || held[h]
 				held[h] = true
 			}
 		}
-		if ok && !dup && len(held) == cluster.DefaultRanges {
+		if ok && !dup && all > 0 && len(held) == all {
 			return time.Since(start)
 		}
 		if ok {
-			last = fmt.Sprintf("held %v, %d ranges covered, duplicates %v", counts, len(held), dup)
+			last = fmt.Sprintf("held %v, %d of %d units covered, duplicates %v", counts, len(held), all, dup)
 		}
 		time.Sleep(100 * time.Millisecond) // polling other processes: no signal to await
 	}
@@ -414,7 +460,7 @@ func (l *load) summary() string {
 
 // storeKinds are the stores the processes share, each run when its server
 // is reachable (SQLite always: processes on one machine).
-var storeKinds = []string{"postgres", "cassandra", "sqlite"}
+var storeKinds = []string{"postgres", "cassandra", "sqlite", "kafka"}
 
 // TestKillOneMemberUnderLoad: three member processes under steady load;
 // one is killed (SIGKILL). Its ranges are served again within the lease
@@ -437,12 +483,13 @@ func TestKillOneMemberUnderLoad(t *testing.T) {
 				t.Fatal(err)
 			}
 			<-c.exited
-			took := awaitCovered(t, leaseTime+10*time.Second, 1, a, b)
+			lease := leaseFor(url)
+			took := awaitCovered(t, lease+10*time.Second, 1, a, b)
 			time.Sleep(time.Second) // load after the take-over
 			l.halt()
-			t.Logf("%s: ranges served again %v after SIGKILL (lease %v); %s; failures %q", kind, took.Round(100*time.Millisecond), leaseTime, l.summary(), l.failures)
-			if took > leaseTime+5*time.Second {
-				t.Errorf("the killed member's ranges were served again after %v, want within the lease time %v plus 5 s", took, leaseTime)
+			t.Logf("%s: ranges served again %v after SIGKILL (lease %v); %s; failures %q", kind, took.Round(100*time.Millisecond), lease, l.summary(), l.failures)
+			if took > lease+5*time.Second {
+				t.Errorf("the killed member's ranges were served again after %v, want within the lease time %v plus 5 s", took, lease)
 			}
 			for _, f := range l.failures {
 				// 503: the account was moving for longer than the wait; 502:
@@ -455,6 +502,7 @@ func TestKillOneMemberUnderLoad(t *testing.T) {
 			if l.conflicts > 0 {
 				t.Errorf("%d sequence conflicts: an account was written by two members", l.conflicts)
 			}
+			checkOneWriter(t, url)
 			l.verify(t, a)
 			l.verifyReadModel(t, b)
 		})
@@ -499,6 +547,7 @@ func TestRollingRestartAndJoin(t *testing.T) {
 			if l.conflicts > 0 {
 				t.Errorf("%d sequence conflicts", l.conflicts)
 			}
+			checkOneWriter(t, url)
 			l.verify(t, d)
 			l.verifyReadModel(t, d)
 		})
@@ -511,59 +560,64 @@ func TestRollingRestartAndJoin(t *testing.T) {
 // it lost: any such write would meet the others' sequence numbers, so
 // there is no sequence conflict, and every acknowledged deposit is kept.
 func TestPausedMemberWritesNothingForLostRanges(t *testing.T) {
-	url := storeURL(t, "postgres")
-	a := start(t, url, "a", freeAddr(t))
-	b := start(t, url, "b", freeAddr(t))
-	c := start(t, url, "c", freeAddr(t))
-	awaitCovered(t, 30*time.Second, 10, a, b, c)
-	const accounts = 20
-	l := newLoad(accounts, a, b, c)
-	l.run(8)
-	time.Sleep(time.Second)
-	if err := c.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
-		t.Fatal(err)
+	for _, kind := range []string{"postgres", "kafka"} {
+		t.Run(kind, func(t *testing.T) {
+			url := storeURL(t, kind)
+			a := start(t, url, "a", freeAddr(t))
+			b := start(t, url, "b", freeAddr(t))
+			c := start(t, url, "c", freeAddr(t))
+			awaitCovered(t, 30*time.Second, 10, a, b, c)
+			const accounts = 20
+			l := newLoad(accounts, a, b, c)
+			l.run(8)
+			time.Sleep(time.Second)
+			if err := c.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+				t.Fatal(err)
+			}
+			l.setMembers(a, b) // requests already sent to c wait for it
+			awaitCovered(t, leaseFor(url)+10*time.Second, 1, a, b)
+			// Requests that reached c, or that a and b forwarded to it, wait for
+			// it; fresh clients go on through a and b, which write to every
+			// account while c is stopped.
+			l.run(8)
+			l.mu.Lock()
+			before := make(map[string]int64, accounts)
+			for id, n := range l.acked {
+				before[id] = n
+			}
+			l.mu.Unlock()
+			deadline := time.Now().Add(20 * time.Second)
+			for {
+				l.mu.Lock()
+				all := true
+				for i := range accounts {
+					id := accountID(i)
+					all = all && l.acked[id] > before[id]
+				}
+				l.mu.Unlock()
+				if all {
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatal("not every account was written while c was stopped")
+				}
+				time.Sleep(50 * time.Millisecond)
+			}
+			if err := c.cmd.Process.Signal(syscall.SIGCONT); err != nil {
+				t.Fatal(err)
+			}
+			l.setMembers(a, b, c)
+			awaitCovered(t, 30*time.Second, 10, a, b, c)
+			l.halt()
+			t.Logf("%s", l.summary())
+			if l.conflicts > 0 {
+				t.Errorf("%d sequence conflicts: the resumed member wrote for ranges it had lost", l.conflicts)
+			}
+			checkOneWriter(t, url)
+			l.verify(t, a)
+			l.verifyReadModel(t, c)
+		})
 	}
-	l.setMembers(a, b) // requests already sent to c wait for it
-	awaitCovered(t, leaseTime+10*time.Second, 1, a, b)
-	// Requests that reached c, or that a and b forwarded to it, wait for
-	// it; fresh clients go on through a and b, which write to every
-	// account while c is stopped.
-	l.run(8)
-	l.mu.Lock()
-	before := make(map[string]int64, accounts)
-	for id, n := range l.acked {
-		before[id] = n
-	}
-	l.mu.Unlock()
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		l.mu.Lock()
-		all := true
-		for i := range accounts {
-			id := accountID(i)
-			all = all && l.acked[id] > before[id]
-		}
-		l.mu.Unlock()
-		if all {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("not every account was written while c was stopped")
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	if err := c.cmd.Process.Signal(syscall.SIGCONT); err != nil {
-		t.Fatal(err)
-	}
-	l.setMembers(a, b, c)
-	awaitCovered(t, 30*time.Second, 10, a, b, c)
-	l.halt()
-	t.Logf("%s", l.summary())
-	if l.conflicts > 0 {
-		t.Errorf("%d sequence conflicts: the resumed member wrote for ranges it had lost", l.conflicts)
-	}
-	l.verify(t, a)
-	l.verifyReadModel(t, c)
 }
 
 // TestMemberNameTaken: a process that joins under the name of a live
@@ -581,4 +635,116 @@ func TestMemberNameTaken(t *testing.T) {
 	if s, err := getStatus(a.addr); err != nil || len(s.Held) != cluster.DefaultRanges+balanceInstances {
 		t.Errorf("the live member after the refused join: %+v, %v", s, err)
 	}
+}
+
+// createTopic creates topic with n partitions.
+func createTopic(t *testing.T, brokers []string, topic string, n int32) {
+	t.Helper()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	req := kmsg.NewPtrCreateTopicsRequest()
+	rt := kmsg.NewCreateTopicsRequestTopic()
+	rt.Topic, rt.NumPartitions, rt.ReplicationFactor = topic, n, 1
+	req.Topics = append(req.Topics, rt)
+	req.TimeoutMillis = 30000
+	resp, err := req.RequestWith(t.Context(), cl)
+	if err == nil {
+		err = kerr.ErrorForCode(resp.Topics[0].ErrorCode)
+	}
+	if err != nil {
+		t.Fatalf("creating topic %s: %v", topic, err)
+	}
+}
+
+// checkOneWriter reads the accounts' Kafka topic (on a kafka:// store;
+// other stores refuse a second writer of a sequence number themselves,
+// which the load counts as a conflict) and fails t when two appends of one
+// account overlap: two members wrote for it past the fence.
+func checkOneWriter(t *testing.T, url string) {
+	t.Helper()
+	if !strings.HasPrefix(url, "kafka://") {
+		return
+	}
+	brokers, prefix := kafkaParts(t, url)
+	topic := prefix + bank.EntityType
+	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.ConsumeTopics(topic), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	ends, err := endOffsets(t.Context(), cl, topic)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	last := map[string]int64{}
+	read := map[int32]int64{}
+	appends, overlaps := 0, 0
+	for !caughtUp(read, ends) {
+		fs := cl.PollFetches(ctx)
+		if ctx.Err() != nil {
+			t.Fatalf("reading %s: %v (read %v of %v)", topic, ctx.Err(), read, ends)
+		}
+		fs.EachRecord(func(r *kgo.Record) {
+			read[r.Partition] = r.Offset + 1
+			for _, h := range r.Headers {
+				if h.Key != wire.HeaderKey {
+					continue
+				}
+				hd, ok, err := wire.DecodeHeader(h.Value)
+				if err != nil || !ok || hd.Kind != wire.Append {
+					continue
+				}
+				appends++
+				id := string(r.Key)
+				if hd.From <= last[id] {
+					overlaps++
+					t.Errorf("%s: an append of %d..%d after one up to %d: two writers", id, hd.From, hd.To, last[id])
+				}
+				last[id] = max(last[id], hd.To)
+			}
+		})
+	}
+	t.Logf("%s: %d appends of %d accounts read, %d overlapping", topic, appends, len(last), overlaps)
+}
+
+// endOffsets returns the end offset of each partition of topic.
+func endOffsets(ctx context.Context, cl *kgo.Client, topic string) (map[int32]int64, error) {
+	req := kmsg.NewPtrListOffsetsRequest()
+	rt := kmsg.NewListOffsetsRequestTopic()
+	rt.Topic = topic
+	for p := range int32(kafkaPartitions) {
+		rp := kmsg.NewListOffsetsRequestTopicPartition()
+		rp.Partition, rp.Timestamp = p, -1
+		rt.Partitions = append(rt.Partitions, rp)
+	}
+	req.Topics = append(req.Topics, rt)
+	resp, err := req.RequestWith(ctx, cl)
+	if err != nil {
+		return nil, err
+	}
+	ends := map[int32]int64{}
+	for _, t := range resp.Topics {
+		for _, p := range t.Partitions {
+			if err := kerr.ErrorForCode(p.ErrorCode); err != nil {
+				return nil, err
+			}
+			ends[p.Partition] = p.Offset
+		}
+	}
+	return ends, nil
+}
+
+// caughtUp reports that read has reached every end.
+func caughtUp(read, ends map[int32]int64) bool {
+	for p, end := range ends {
+		if read[p] < end {
+			return false
+		}
+	}
+	return true
 }

@@ -686,6 +686,16 @@ func (m *Member) Held() []string {
 	return out
 }
 
+// Partitions returns the number of partitions the group shares: those of
+// every journal topic of the member's shards.
+func (m *Member) Partitions() int {
+	n := 0
+	for _, ts := range m.topics {
+		n += ts.partitions
+	}
+	return n
+}
+
 // Members returns the names of the group's members as last read, sorted.
 func (m *Member) Members() []string {
 	m.mu.Lock()

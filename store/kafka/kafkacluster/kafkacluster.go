@@ -68,6 +68,7 @@ import (
 
 	"github.com/annals-go/annals"
 	"github.com/annals-go/annals/cluster"
+	"github.com/annals-go/annals/internal/hooks"
 	"github.com/annals-go/annals/membership"
 	"github.com/annals-go/annals/store/kafka"
 )
@@ -136,6 +137,34 @@ type Config struct {
 	// Logger receives failed hand-offs and heartbeats (default
 	// slog.Default()).
 	Logger *slog.Logger
+	// Hooks are called on the member's events, each value for the hook
+	// interfaces of package cluster it implements (so
+	// otelannals.Telemetry measures a Kafka member as a lease member): a
+	// partition is a lease named "topic/partition" whose epoch is the
+	// group's generation. HookHeartbeat after each of the member's own
+	// heartbeats (renewed: the partitions it holds); HookLeaseAcquired
+	// when it starts serving a partition; HookLeaseReleased after a
+	// graceful hand-off; HookLeaseLost when the group took a partition
+	// without one (the session ended); HookMembersChanged when the group's
+	// members change. A value that implements none is refused.
+	Hooks []any
+}
+
+// memberHooks holds the hooks of a member sorted by interface.
+type memberHooks struct {
+	heartbeat []cluster.HookHeartbeat
+	acquired  []cluster.HookLeaseAcquired
+	released  []cluster.HookLeaseReleased
+	lost      []cluster.HookLeaseLost
+	members   []cluster.HookMembersChanged
+}
+
+func isHook(v any) bool {
+	switch v.(type) {
+	case cluster.HookHeartbeat, cluster.HookLeaseAcquired, cluster.HookLeaseReleased, cluster.HookLeaseLost, cluster.HookMembersChanged:
+		return true
+	}
+	return false
 }
 
 func (cfg *Config) check() error {
@@ -173,7 +202,7 @@ func (cfg *Config) check() error {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	return nil
+	return hooks.Refuse("kafkacluster: Config.Hooks", cfg.Hooks, isHook)
 }
 
 // topicPartition is one partition of a journal topic: the unit of
@@ -211,6 +240,7 @@ type remote struct {
 // and implements cluster.Router.
 type Member struct {
 	cfg    Config
+	hooks  memberHooks
 	adm    *kgo.Client // describes the group and heartbeats
 	grp    *kgo.Client // the group member
 	topics map[string]*topicShards
@@ -246,7 +276,14 @@ func Join(ctx context.Context, cfg Config) (*Member, error) {
 		return nil, err
 	}
 	m := &Member{
-		cfg:      cfg,
+		cfg: cfg,
+		hooks: memberHooks{
+			heartbeat: hooks.Select[cluster.HookHeartbeat](cfg.Hooks),
+			acquired:  hooks.Select[cluster.HookLeaseAcquired](cfg.Hooks),
+			released:  hooks.Select[cluster.HookLeaseReleased](cfg.Hooks),
+			lost:      hooks.Select[cluster.HookLeaseLost](cfg.Hooks),
+			members:   hooks.Select[cluster.HookMembersChanged](cfg.Hooks),
+		},
 		topics:   map[string]*topicShards{},
 		start:    time.Now(),
 		margin:   cfg.SessionTimeout / 5,
@@ -409,12 +446,22 @@ func (m *Member) extend(until int64) {
 
 // heartbeat sends one heartbeat of the member's current generation and
 // extends its term by the answer (see the package doc).
-func (m *Member) heartbeat(ctx context.Context, grp *kgo.Client) {
+func (m *Member) heartbeat(ctx context.Context, grp *kgo.Client) (err error) {
 	memberID, generation := grp.GroupMetadata()
 	if memberID == "" || generation < 0 {
-		return
+		return nil
 	}
 	sent := m.now()
+	defer func() {
+		if len(m.hooks.heartbeat) == 0 {
+			return
+		}
+		took := time.Duration(m.now() - sent)
+		held := len(m.Held())
+		for _, h := range m.hooks.heartbeat {
+			h.OnHeartbeat(took, held, err)
+		}
+	}()
 	req := kmsg.NewPtrHeartbeatRequest()
 	req.Group, req.Generation, req.MemberID = m.cfg.Group, generation, memberID
 	hctx, cancel := context.WithTimeout(ctx, m.cfg.Heartbeat)
@@ -426,6 +473,9 @@ func (m *Member) heartbeat(ctx context.Context, grp *kgo.Client) {
 	session := int64(m.cfg.SessionTimeout)
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	if errors.Is(err, kerr.RebalanceInProgress) {
+		defer func() { err = nil }() // a member still: the rebalance is no failure
+	}
 	switch {
 	case err == nil:
 		m.lastNone = sent
@@ -442,6 +492,7 @@ func (m *Member) heartbeat(ctx context.Context, grp *kgo.Client) {
 			m.cfg.Logger.Debug("kafkacluster: heartbeat not answered as a member", "group", m.cfg.Group, "member", m.cfg.Name, "generation", generation, "err", err)
 		}
 	}
+	return err
 }
 
 // onAssigned serves the partitions the group added.
@@ -467,6 +518,10 @@ func (m *Member) onAssigned(ctx context.Context, grp *kgo.Client, assigned map[s
 				if err := s.ServeUnit(tp.unit(), owns, fence); err != nil {
 					m.cfg.Logger.Error("kafkacluster: serving a partition", "group", m.cfg.Group, "member", m.cfg.Name, "partition", tp.unit(), "err", err)
 				}
+			}
+			for _, x := range m.hooks.acquired {
+				x.OnLeaseAcquired(membership.Lease{Name: tp.unit(), Owner: membership.Holder{Name: m.cfg.Name, Incarnation: memberIDOf(grp)},
+					Epoch: int64(generation), Expires: m.start.Add(time.Duration(m.term.Load())), Live: true})
 			}
 		}
 	}
@@ -522,13 +577,25 @@ func (m *Member) giveUp(partitions map[string][]int32, graceful bool) {
 	defer cancel()
 	var wg sync.WaitGroup
 	for _, tp := range tps {
-		for _, s := range m.topics[tp.topic].shards {
-			wg.Go(func() {
+		wg.Go(func() {
+			began := time.Now()
+			var errs []error
+			for _, s := range m.topics[tp.topic].shards {
 				if err := s.HandOffUnit(ctx, tp.unit()); err != nil {
 					m.cfg.Logger.Warn("kafkacluster: handing a partition off", "group", m.cfg.Group, "member", m.cfg.Name, "partition", tp.unit(), "graceful", graceful, "err", err)
+					errs = append(errs, err)
 				}
-			})
-		}
+			}
+			if graceful {
+				for _, x := range m.hooks.released {
+					x.OnLeaseReleased(tp.unit(), time.Since(began), errors.Join(errs...))
+				}
+				return
+			}
+			for _, x := range m.hooks.lost {
+				x.OnLeaseLost(tp.unit(), errLostByGroup)
+			}
+		})
 	}
 	wg.Wait()
 	m.mu.Lock()
@@ -540,6 +607,17 @@ func (m *Member) giveUp(partitions map[string][]int32, graceful bool) {
 	}
 	m.mu.Unlock()
 	m.signalChanged()
+}
+
+// errLostByGroup is the cause of a partition the group took without a
+// hand-off.
+var errLostByGroup = errors.New("kafkacluster: the group took the partition (the member's session ended)")
+
+// memberIDOf returns grp's member id in its group, the member's
+// incarnation.
+func memberIDOf(grp *kgo.Client) string {
+	id, _ := grp.GroupMetadata()
+	return id
 }
 
 // signalChanged wakes those waiting on Changed.
@@ -626,12 +704,22 @@ func (m *Member) look(ctx context.Context) {
 		return
 	}
 	m.mu.Lock()
+	old := m.members
 	m.members = members
 	if stable { // during a rebalance the assignments shown are not the ones in force
 		m.owners = owners
 	}
 	m.mu.Unlock()
 	m.signalChanged()
+	if len(m.hooks.members) > 0 && !slices.Equal(old, members) {
+		live := make([]membership.Member, len(members))
+		for i, r := range members {
+			live[i] = membership.Member{Name: r.name, Address: r.address, Live: true}
+		}
+		for _, h := range m.hooks.members {
+			h.OnMembersChanged(live)
+		}
+	}
 }
 
 // Name returns the member's name.

@@ -4,6 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -82,7 +85,7 @@ type node struct {
 	host   *entity.Host[bank.Command, bank.Event, bank.Account]
 }
 
-func (w *world) join(t *testing.T, name string) (*node, error) {
+func (w *world) join(t *testing.T, name string, hooks ...any) (*node, error) {
 	t.Helper()
 	reg := serialization.NewRegistry()
 	if err := bank.Register(reg); err != nil {
@@ -97,7 +100,7 @@ func (w *world) join(t *testing.T, name string) (*node, error) {
 	defer cancel()
 	m, err := kafkacluster.Join(ctx, kafkacluster.Config{
 		Journal: w.journal, Group: w.group, Name: name, Address: name + ".invalid:80",
-		Shards: []kafkacluster.Shard{host}, SessionTimeout: 6 * time.Second,
+		Shards: []kafkacluster.Shard{host}, SessionTimeout: 6 * time.Second, Hooks: hooks,
 	})
 	if err != nil {
 		return nil, err
@@ -182,7 +185,8 @@ func deposit(t *testing.T, id string, amount int64, nodes ...*node) {
 // taken by a member is refused.
 func TestMembersSharePartitions(t *testing.T) {
 	w := newWorld(t)
-	a, err := w.join(t, "a")
+	ha, hb := &recorder{}, &recorder{}
+	a, err := w.join(t, "a", ha)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -197,7 +201,7 @@ func TestMembersSharePartitions(t *testing.T) {
 	if _, err := w.join(t, "a"); !errors.Is(err, membership.ErrNameTaken) {
 		t.Fatalf("a second member named a: %v, want membership.ErrNameTaken", err)
 	}
-	b, err := w.join(t, "b")
+	b, err := w.join(t, "b", hb)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -237,6 +241,17 @@ func TestMembersSharePartitions(t *testing.T) {
 		t.Errorf("a second Leave: %v, want ErrLeft", err)
 	}
 	await(t, "a holding every partition again", func() bool { return len(a.member.Held()) == partitions }, a.member)
+	ha.mu.Lock()
+	hb.mu.Lock()
+	if ha.acquired < partitions+partitions/2 || hb.acquired < partitions/2 || hb.released < partitions/2 || ha.heartbeats == 0 || hb.lost != 0 {
+		t.Errorf("hooks: a acquired %d, heartbeats %d; b acquired %d, released %d, lost %d; want a ≥ %d, b ≥ %d acquired and released, none lost",
+			ha.acquired, ha.heartbeats, hb.acquired, hb.released, hb.lost, partitions+partitions/2, partitions/2)
+	}
+	if !slices.Contains(ha.memberSets, "a,b") {
+		t.Errorf("a saw the members %q, never a,b", ha.memberSets)
+	}
+	hb.mu.Unlock()
+	ha.mu.Unlock()
 	for id, bal := range want {
 		got, err := entity.Ask(t.Context(), a.host, id, func(rt entity.ReplyTo[int64]) bank.Command { return bank.GetBalance{Reply: rt} })
 		if err != nil || got != bal {
@@ -267,6 +282,7 @@ func TestJoinRefusesBadConfig(t *testing.T) {
 		{"no shards", kafkacluster.Config{Journal: w.journal, Name: "x"}},
 		{"negative session", kafkacluster.Config{Journal: w.journal, Name: "x", Shards: shards, SessionTimeout: -time.Second}},
 		{"session under a second", kafkacluster.Config{Journal: w.journal, Name: "x", Shards: shards, SessionTimeout: time.Millisecond}},
+		{"a hook that is none", kafkacluster.Config{Journal: w.journal, Name: "x", Shards: shards, Hooks: []any{42}}},
 		{"heartbeat too slow", kafkacluster.Config{Journal: w.journal, Name: "x", Shards: shards, SessionTimeout: 6 * time.Second, Heartbeat: 3 * time.Second}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -276,4 +292,47 @@ func TestJoinRefusesBadConfig(t *testing.T) {
 			}
 		})
 	}
+}
+
+// recorder counts a member's hook calls.
+type recorder struct {
+	mu                                   sync.Mutex
+	heartbeats, acquired, released, lost int
+	memberSets                           []string
+}
+
+func (r *recorder) OnHeartbeat(time.Duration, int, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.heartbeats++
+}
+
+func (r *recorder) OnLeaseAcquired(l membership.Lease) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if l.Epoch > 0 && l.Live {
+		r.acquired++
+	}
+}
+
+func (r *recorder) OnLeaseReleased(string, time.Duration, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.released++
+}
+
+func (r *recorder) OnLeaseLost(string, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.lost++
+}
+
+func (r *recorder) OnMembersChanged(live []membership.Member) {
+	names := make([]string, len(live))
+	for i, m := range live {
+		names[i] = m.Name
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.memberSets = append(r.memberSets, strings.Join(names, ","))
 }

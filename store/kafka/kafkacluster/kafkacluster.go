@@ -864,3 +864,77 @@ func (m *Member) Leave(ctx context.Context) error {
 func (m *Member) String() string {
 	return fmt.Sprintf("member %s (%s) of group %s holding %s", m.cfg.Name, m.cfg.Address, m.cfg.Group, strings.Join(m.Held(), ", "))
 }
+
+// Status is a group's members as the coordinator shows them.
+type Status struct {
+	Group string `json:"group"`
+	// State is the group's state ("Stable", "PreparingRebalance",
+	// "CompletingRebalance", "Empty", "Dead"; "" for a group that does
+	// not exist).
+	State string `json:"state"`
+	// Members are the group's members that Join made, by name.
+	Members []MemberStatus `json:"members"`
+}
+
+// MemberStatus is one member and the partitions it holds.
+type MemberStatus struct {
+	Name    string `json:"name"`
+	Address string `json:"address"`
+	// MemberID is the coordinator's id of the member (new at each join);
+	// Host is where the coordinator sees it connect from.
+	MemberID string `json:"member_id"`
+	Host     string `json:"host"`
+	// Partitions maps each journal topic to the partitions the member
+	// holds (empty while the group rebalances).
+	Partitions map[string][]int32 `json:"partitions"`
+}
+
+// ReadStatus reads group's members from the brokers (opts are added to
+// the client's options: TLS, SASL). It reads only: any process may run
+// it.
+func ReadStatus(ctx context.Context, brokers []string, group string, opts ...kgo.Opt) (Status, error) {
+	if group == "" {
+		group = DefaultGroup
+	}
+	cl, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(brokers...)}, opts...)...)
+	if err != nil {
+		return Status{}, fmt.Errorf("kafkacluster: %w", err)
+	}
+	defer cl.Close()
+	req := kmsg.NewPtrDescribeGroupsRequest()
+	req.Groups = []string{group}
+	resp, err := req.RequestWith(ctx, cl)
+	if err != nil {
+		return Status{}, fmt.Errorf("kafkacluster: describing group %s: %w", group, err)
+	}
+	st := Status{Group: group, Members: []MemberStatus{}}
+	for _, g := range resp.Groups {
+		if g.Group != group {
+			continue
+		}
+		if err := kerr.ErrorForCode(g.ErrorCode); errors.Is(err, kerr.GroupIDNotFound) {
+			continue
+		} else if err != nil {
+			return Status{}, fmt.Errorf("kafkacluster: describing group %s: %w", group, err)
+		}
+		st.State = g.State
+		for _, mem := range g.Members {
+			r, ok := parseClientID(mem.ClientID)
+			if !ok {
+				continue
+			}
+			ms := MemberStatus{Name: r.name, Address: r.address, MemberID: mem.MemberID, Host: mem.ClientHost, Partitions: map[string][]int32{}}
+			var a kmsg.ConsumerMemberAssignment
+			if len(mem.MemberAssignment) > 0 && a.ReadFrom(mem.MemberAssignment) == nil {
+				for _, t := range a.Topics {
+					ps := slices.Clone(t.Partitions)
+					slices.Sort(ps)
+					ms.Partitions[t.Topic] = ps
+				}
+			}
+			st.Members = append(st.Members, ms)
+		}
+	}
+	slices.SortFunc(st.Members, func(a, b MemberStatus) int { return strings.Compare(a.Name, b.Name) })
+	return st, nil
+}

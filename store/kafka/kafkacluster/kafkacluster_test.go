@@ -234,6 +234,15 @@ func TestMembersSharePartitions(t *testing.T) {
 			t.Errorf("owner of %s has epoch %d, want the group's generation", pid, owner.Epoch)
 		}
 	}
+	st, err := kafkacluster.ReadStatus(t.Context(), w.brokers, w.group)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(st.Members) != 2 || st.Members[0].Name != "a" || st.Members[1].Name != "b" || st.Members[0].Address != "a.invalid:80" {
+		t.Errorf("ReadStatus members: %+v, want a and b with their addresses", st.Members)
+	} else if st.State == "Stable" && len(st.Members[0].Partitions[w.topic])+len(st.Members[1].Partitions[w.topic]) != partitions {
+		t.Errorf("ReadStatus partitions: a %v, b %v; want the %d between them", st.Members[0].Partitions, st.Members[1].Partitions, partitions)
+	}
 	if err := b.member.Leave(t.Context()); err != nil {
 		t.Fatal(err)
 	}

@@ -7,6 +7,14 @@ import (
 	"time"
 
 	"github.com/annals-go/annals/cluster"
+	"github.com/annals-go/annals/cmd/annals/internal/stores"
+	"github.com/annals-go/annals/entity"
+	"github.com/annals-go/annals/examples/bank"
+	"github.com/annals-go/annals/serialization"
+	"github.com/annals-go/annals/store/kafka"
+	"github.com/annals-go/annals/store/kafka/kafkacluster"
+	"github.com/annals-go/annals/store/kafka/kafkatest"
+	"github.com/annals-go/annals/store/postgres/pgtest"
 	"github.com/annals-go/annals/store/sqlite"
 )
 
@@ -57,4 +65,40 @@ func TestClusterStatus(t *testing.T) {
 	}
 	cli(t, nil, "cluster", "status", "--store", url, "--cluster", "other").want(t, 0, nil, []string{`no members of cluster "other"`})
 	cli(t, nil, "cluster", "members", "--store", url).want(t, 2, nil, []string{"unknown subcommand"})
+}
+
+// TestClusterStatusKafka: on a kafka:// store, annals cluster status lists
+// the members of the consumer group kafkacluster members joined, with
+// their addresses and partitions (table and --json); an unknown group has
+// none.
+func TestClusterStatusKafka(t *testing.T) {
+	t.Parallel()
+	brokers := kafkatest.Real(t)
+	dsn, _ := pgtest.Schema(t)
+	prefix := kafkatest.Prefix(t, brokers, "clistatus")
+	url := "kafka://" + brokers[0] + "/?topic_prefix=" + prefix + "&eventual=" + pgtest.WithParam(dsn, "migrate", "true")
+	cli(t, nil, "init", "--store", url).want(t, 0, nil, nil)
+	withStore(t, url, func(s *stores.Store) {
+		reg := serialization.NewRegistry()
+		if err := bank.Register(reg); err != nil {
+			t.Fatal(err)
+		}
+		host, err := entity.NewHost(bank.Behavior(), entity.HostConfig{Journal: s.Journal, Registry: reg, Assigned: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		m, err := kafkacluster.Join(t.Context(), kafkacluster.Config{Journal: s.Journal.(*kafka.Journal), Group: prefix + "bank", Name: "m1", Address: "m1:8080",
+			Shards: []kafkacluster.Shard{host}, SessionTimeout: 6 * time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer func() { _ = m.Leave(context.Background()) }()
+		cli(t, nil, "cluster", "status", "--store", url, "--cluster", prefix+"bank").want(t, 0, []string{"MEMBER", "m1", "m1:8080", prefix + "Account [0]"}, nil)
+		var got kafkacluster.Status
+		decode(t, cli(t, nil, "cluster", "status", "--store", url, "--cluster", prefix+"bank", "--json"), &got)
+		if len(got.Members) != 1 || got.Members[0].Name != "m1" || len(got.Members[0].Partitions[prefix+"Account"]) != 1 {
+			t.Errorf("--json: %+v, want m1 holding the Account topic's partition", got)
+		}
+		cli(t, nil, "cluster", "status", "--store", url, "--cluster", prefix+"none").want(t, 0, nil, []string{`no members of group`})
+	})
 }

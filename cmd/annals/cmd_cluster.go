@@ -10,6 +10,8 @@ import (
 
 	"github.com/annals-go/annals/cluster"
 	"github.com/annals-go/annals/cmd/annals/internal/stores"
+	"github.com/annals-go/annals/store/kafka"
+	"github.com/annals-go/annals/store/kafka/kafkacluster"
 )
 
 // errNoMembership reports a store that keeps no cluster membership.
@@ -26,9 +28,16 @@ instances (projections) it runs; then the leases no live member holds
 (work nobody runs now: a range moving, or a failed member's ranges not yet
 taken). It reads the store only: any process may run it.
 
+On a kafka:// store the cluster is the consumer group its members joined
+(package store/kafka/kafkacluster; --cluster names the group, default
+annals-cluster): each member, its address, the coordinator's member id
+and the partitions it holds per journal topic, and the group's state.
+
 --json prints {"cluster", "members": [{"name", "incarnation", "address",
 "live", "joined", "renewed_until", "ranges": [{"min", "max", "epoch"}],
-"daemons": {NAME: [INSTANCE, ...]}}], "unowned": [LEASE, ...]}.`,
+"daemons": {NAME: [INSTANCE, ...]}}], "unowned": [LEASE, ...]}; on
+kafka:// {"group", "state", "members": [{"name", "address", "member_id",
+"host", "partitions": {TOPIC: [PARTITION, ...]}}]}.`,
 		examples: []string{
 			"annals cluster status --store postgres://postgres@127.0.0.1/annals_test",
 			"annals cluster status --cluster bank --json",
@@ -46,6 +55,9 @@ taken). It reads the store only: any process may run it.
 					return err
 				}
 				defer s.Close()
+				if kj, ok := s.Journal.(*kafka.Journal); ok {
+					return kafkaGroupStatus(e, kj, *name, *asJSON)
+				}
 				if s.Membership == nil {
 					return fmt.Errorf("%s: %w", s.Where, errNoMembership)
 				}
@@ -83,4 +95,35 @@ taken). It reads the store only: any process may run it.
 			}
 		},
 	}
+}
+
+// kafkaGroupStatus prints the members of a Kafka journal's consumer group
+// (package kafkacluster); the lease cluster's default name stands for the
+// group's default.
+func kafkaGroupStatus(e *env, j *kafka.Journal, group string, asJSON bool) error {
+	if group == cluster.DefaultCluster {
+		group = kafkacluster.DefaultGroup
+	}
+	st, err := kafkacluster.ReadStatus(e.ctx, j.Brokers(), group)
+	if err != nil {
+		return err
+	}
+	if asJSON {
+		return writeJSON(e.stdout, st)
+	}
+	if len(st.Members) == 0 {
+		fmt.Fprintf(e.stderr, "no members of group %q\n", st.Group)
+		return nil
+	}
+	fmt.Fprintf(e.stdout, "group %s: %s\n", st.Group, st.State)
+	tw := table(e.stdout, "MEMBER", "ADDRESS", "MEMBER ID", "PARTITIONS")
+	for _, m := range st.Members {
+		var parts []string
+		for topic, ps := range m.Partitions {
+			parts = append(parts, fmt.Sprintf("%s %v", topic, ps))
+		}
+		sort.Strings(parts)
+		row(tw, m.Name, textOr(m.Address, "-"), m.MemberID, textOr(strings.Join(parts, "; "), "-"))
+	}
+	return tw.Flush()
 }

@@ -115,8 +115,7 @@ func openKafka(ctx context.Context, raw string, p urlParts, cfg config) (*Stack,
 	if err != nil {
 		inner.Close()
 		if !cfg.migrate {
-			store, _ := ReadModelURL(raw)
-			return nil, fmt.Errorf("%w; create it with: annals init --store %s", err, Redact(store))
+			return nil, fmt.Errorf("%w; create it with: annals init --store %s", err, Redact(raw))
 		}
 		return nil, err
 	}

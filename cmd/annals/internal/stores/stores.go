@@ -240,24 +240,22 @@ type withReadModel struct {
 
 // PendingMigrations lists the store's steps, then the read model's.
 func (m *withReadModel) PendingMigrations(ctx context.Context) ([]admin.Migration, error) {
-	steps, err := m.Migrator.PendingMigrations(ctx)
-	if err != nil {
-		return nil, err
-	}
-	more, err := m.readModel.PendingMigrations(ctx)
-	if err != nil {
-		return nil, fmt.Errorf("read model: %w", err)
-	}
-	return append(steps, readModelSteps(more)...), nil
+	return m.both(ctx, admin.Migrator.PendingMigrations)
 }
 
 // Migrate migrates the store, then the read model's database.
 func (m *withReadModel) Migrate(ctx context.Context) ([]admin.Migration, error) {
-	steps, err := m.Migrator.Migrate(ctx)
+	return m.both(ctx, admin.Migrator.Migrate)
+}
+
+// both runs step on the store's migrator, then on the read model's, and
+// returns their steps in that order.
+func (m *withReadModel) both(ctx context.Context, step func(admin.Migrator, context.Context) ([]admin.Migration, error)) ([]admin.Migration, error) {
+	steps, err := step(m.Migrator, ctx)
 	if err != nil {
 		return nil, err
 	}
-	more, err := m.readModel.Migrate(ctx)
+	more, err := step(m.readModel, ctx)
 	if err != nil {
 		return nil, fmt.Errorf("read model: %w", err)
 	}

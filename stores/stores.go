@@ -204,7 +204,8 @@ func Open(ctx context.Context, url string, opts ...Option) (*Stack, error) {
 	return s, nil
 }
 
-// kinds are the stores Open knows, by the URL's scheme.
+// kindOf returns the kind of store raw names by its scheme ("postgresql"
+// is "postgres"); an unknown one is an error matching ErrUnknownScheme.
 func kindOf(raw string) (string, error) {
 	name, _, ok := strings.Cut(raw, ":")
 	switch kind := strings.ToLower(name); {

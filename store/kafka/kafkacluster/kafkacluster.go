@@ -34,7 +34,11 @@
 // the partition was revoked or lost, writes fail with engine.ErrFenced and
 // a *cluster.LeaseLostError and are not sent, so a member paused past its
 // session (SIGSTOP, a long pause) writes nothing for the partitions it lost
-// when it resumes. As with package cluster, a write that passed the fence
+// when it resumes. A term belongs to one group member id: a member the
+// group removed joins again under a new id, its heartbeats renew only the
+// new id's term, and the partitions it held under the old id stop (their
+// entities passivate, their state possibly stale) before anything the
+// group gives it is served, even a partition it held before. As with package cluster, a write that passed the fence
 // and then stalled on the way for longer than the margin is not stopped,
 // and Kafka has no conditional append to refuse it: the journal assumes
 // one writer per id.
@@ -224,6 +228,7 @@ type topicShards struct {
 
 // heldPartition is a partition the member holds.
 type heldPartition struct {
+	memberID   string // the group member id it was assigned under
 	generation int32
 	open       atomic.Bool // the fence lets writes through (until revoked or lost)
 	giving     bool        // being handed off (guarded by Member.mu)
@@ -246,7 +251,7 @@ type Member struct {
 	topics map[string]*topicShards
 	start  time.Time
 	margin time.Duration
-	term   atomic.Int64 // end of the member's term, nanoseconds after start
+	term   atomic.Pointer[term] // the member's term: its group member id and when it ends
 
 	ctx      context.Context // ends when the member has left
 	cancel   context.CancelFunc
@@ -256,7 +261,7 @@ type Member struct {
 	once     sync.Once
 
 	mu         sync.Mutex
-	lastNone   int64 // send time of the last heartbeat answered "none"; -1 none yet
+	lastNone   int64 // send time of the last heartbeat of term's member id answered "none"; -1 none yet
 	generation int32
 	held       map[topicPartition]*heldPartition
 	owners     map[topicPartition]remote
@@ -434,14 +439,29 @@ func parseClientID(id string) (remote, bool) {
 // now returns the monotonic time since the member started.
 func (m *Member) now() int64 { return int64(time.Since(m.start)) }
 
-// extend moves the member's term to until when that is later.
-func (m *Member) extend(until int64) {
-	for {
-		t := m.term.Load()
-		if until <= t || m.term.CompareAndSwap(t, until) {
-			return
-		}
+// term is the member's right to write for the partitions it holds under
+// one group member id: the coordinator gives a member that was removed
+// (its session ended) a new id when it joins again, and the partitions
+// held under the old one were lost in between, whatever the group gives
+// back, so a term never carries over to another id.
+type term struct {
+	memberID string
+	until    int64 // nanoseconds after Member.start
+}
+
+// heldUnder reports that the term of memberID has not ended.
+func (m *Member) heldUnder(memberID string) bool {
+	t := m.term.Load()
+	return t != nil && t.memberID == memberID && m.now() < t.until
+}
+
+// extend moves the term of memberID to until when that is later; a term of
+// another member id is replaced. m.mu is held.
+func (m *Member) extend(memberID string, until int64) {
+	if t := m.term.Load(); t != nil && t.memberID == memberID && until <= t.until {
+		return
 	}
+	m.term.Store(&term{memberID: memberID, until: until})
 }
 
 // heartbeat sends one heartbeat of the member's current generation and
@@ -476,14 +496,17 @@ func (m *Member) heartbeat(ctx context.Context, grp *kgo.Client) (err error) {
 	if errors.Is(err, kerr.RebalanceInProgress) {
 		defer func() { err = nil }() // a member still: the rebalance is no failure
 	}
+	if t := m.term.Load(); t == nil || t.memberID != memberID {
+		m.lastNone = -1 // a new member id: nothing confirmed for it yet
+	}
 	switch {
 	case err == nil:
 		m.lastNone = sent
 		m.generation = generation
-		m.extend(sent + session - int64(m.margin))
+		m.extend(memberID, sent+session-int64(m.margin))
 	case errors.Is(err, kerr.RebalanceInProgress):
 		if m.lastNone >= 0 {
-			m.extend(min(sent+session, m.lastNone+int64(m.cfg.RebalanceTimeout)) - int64(m.margin))
+			m.extend(memberID, min(sent+session, m.lastNone+int64(m.cfg.RebalanceTimeout))-int64(m.margin))
 		}
 	default:
 		// Not a member at this generation (yet, or any more), or no
@@ -498,8 +521,20 @@ func (m *Member) heartbeat(ctx context.Context, grp *kgo.Client) (err error) {
 // onAssigned serves the partitions the group added.
 func (m *Member) onAssigned(ctx context.Context, grp *kgo.Client, assigned map[string][]int32) {
 	defer m.once.Do(func() { close(m.assigned) })
+	memberID, generation := grp.GroupMetadata()
+	// Partitions held under another member id were lost when the group
+	// removed the member, even if the group gives them back now: their
+	// entities' state may be stale. They stop before anything is served.
+	lost := map[string][]int32{}
+	m.mu.Lock()
+	for tp, h := range m.held {
+		if h.memberID != memberID {
+			lost[tp.topic] = append(lost[tp.topic], tp.partition)
+		}
+	}
+	m.mu.Unlock()
+	m.giveUp(lost, false)
 	m.heartbeat(ctx, grp) // a term at the new generation before serving
-	_, generation := grp.GroupMetadata()
 	for topic, partitions := range assigned {
 		ts := m.topics[topic]
 		if ts == nil {
@@ -507,7 +542,7 @@ func (m *Member) onAssigned(ctx context.Context, grp *kgo.Client, assigned map[s
 		}
 		for _, p := range partitions {
 			tp := topicPartition{topic: topic, partition: p}
-			h := &heldPartition{generation: generation}
+			h := &heldPartition{memberID: memberID, generation: generation}
 			h.open.Store(true)
 			m.mu.Lock()
 			m.held[tp] = h
@@ -520,18 +555,26 @@ func (m *Member) onAssigned(ctx context.Context, grp *kgo.Client, assigned map[s
 				}
 			}
 			for _, x := range m.hooks.acquired {
-				x.OnLeaseAcquired(membership.Lease{Name: tp.unit(), Owner: membership.Holder{Name: m.cfg.Name, Incarnation: memberIDOf(grp)},
-					Epoch: int64(generation), Expires: m.start.Add(time.Duration(m.term.Load())), Live: true})
+				x.OnLeaseAcquired(membership.Lease{Name: tp.unit(), Owner: membership.Holder{Name: m.cfg.Name, Incarnation: memberID},
+					Epoch: int64(generation), Expires: m.termEnd(), Live: true})
 			}
 		}
 	}
 	m.look(ctx)
 }
 
+// termEnd returns the wall-clock time the member's term ends.
+func (m *Member) termEnd() time.Time {
+	if t := m.term.Load(); t != nil {
+		return m.start.Add(time.Duration(t.until))
+	}
+	return m.start
+}
+
 // fence returns the fence of a held partition's writes.
 func (m *Member) fence(tp topicPartition, h *heldPartition) func() error {
 	return func() error {
-		if !h.open.Load() || m.now() >= m.term.Load() {
+		if !h.open.Load() || !m.heldUnder(h.memberID) {
 			return &cluster.LeaseLostError{Lease: tp.unit(), Epoch: int64(h.generation)}
 		}
 		return nil
@@ -612,13 +655,6 @@ func (m *Member) giveUp(partitions map[string][]int32, graceful bool) {
 // errLostByGroup is the cause of a partition the group took without a
 // hand-off.
 var errLostByGroup = errors.New("kafkacluster: the group took the partition (the member's session ended)")
-
-// memberIDOf returns grp's member id in its group, the member's
-// incarnation.
-func memberIDOf(grp *kgo.Client) string {
-	id, _ := grp.GroupMetadata()
-	return id
-}
 
 // signalChanged wakes those waiting on Changed.
 func (m *Member) signalChanged() {
@@ -747,7 +783,7 @@ func (m *Member) OwnerOf(persistenceID string) (cluster.Owner, bool) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if h := m.held[tp]; h != nil {
-		if h.giving || m.now() >= m.term.Load() {
+		if h.giving || !m.heldUnder(h.memberID) {
 			return cluster.Owner{}, false
 		}
 		return cluster.Owner{Member: m.cfg.Name, Address: m.cfg.Address, Epoch: int64(h.generation), Local: true}, true

@@ -345,3 +345,68 @@ func (r *recorder) OnMembersChanged(live []membership.Member) {
 	defer r.mu.Unlock()
 	r.memberSets = append(r.memberSets, strings.Join(names, ","))
 }
+
+// TestRemovedMemberDropsStaleEntities: a member the group removed (its
+// session ended; here the coordinator is told so) joins again under a new
+// member id and gets its partitions back, but the entities it ran under
+// the old id stop first: their state may be stale (another writer wrote
+// meanwhile), so the next command recovers the account from the journal
+// and the account's numbers never repeat.
+func TestRemovedMemberDropsStaleEntities(t *testing.T) {
+	w := newWorld(t)
+	a, err := w.join(t, "a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	await(t, "a holding every partition", func() bool { return len(a.member.Held()) == partitions }, a.member)
+	deposit(t, "stale", 1, a)
+	// Another writer of the account (the owner while a was out).
+	reg := serialization.NewRegistry()
+	if err := bank.Register(reg); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	j2, err := kafka.Open(ctx, w.brokers, w.journal.Eventual(), kafka.WithTopic(func(string) string { return w.topic }))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer j2.Close()
+	other, err := entity.NewHost(bank.Behavior(), entity.HostConfig{Journal: j2, Registry: reg})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Shutdown(context.Background())
+	if bal, err := entity.Ask(ctx, other, "stale", func(rt entity.ReplyTo[int64]) bank.Command { return bank.Deposit{Amount: 10, Reply: rt} }); err != nil || bal != 11 {
+		t.Fatalf("the other writer's deposit: %d, %v; want 11", bal, err)
+	}
+	// The coordinator removes a, as when its session ends.
+	before, err := kafkacluster.ReadStatus(ctx, w.brokers, w.group)
+	if err != nil || len(before.Members) != 1 {
+		t.Fatalf("status before: %+v, %v", before, err)
+	}
+	cl, err := kgo.NewClient(kgo.SeedBrokers(w.brokers...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	leave := kmsg.NewPtrLeaveGroupRequest()
+	leave.Group = w.group
+	lm := kmsg.NewLeaveGroupRequestMember()
+	lm.MemberID = before.Members[0].MemberID
+	leave.Members = append(leave.Members, lm)
+	if _, err := leave.RequestWith(ctx, cl); err != nil {
+		t.Fatal(err)
+	}
+	await(t, "a back in the group under a new member id, holding every partition", func() bool {
+		st, err := kafkacluster.ReadStatus(ctx, w.brokers, w.group)
+		return err == nil && len(st.Members) == 1 && st.Members[0].MemberID != before.Members[0].MemberID &&
+			len(a.member.Held()) == partitions
+	}, a.member)
+	pid := annals.PersistenceID(bank.EntityType, "stale")
+	await(t, "a owning the account again", func() bool { o, ok := a.member.OwnerOf(pid); return ok && o.Local }, a.member)
+	bal, err := entity.Ask(ctx, a.host, "stale", func(rt entity.ReplyTo[int64]) bank.Command { return bank.Deposit{Amount: 5, Reply: rt} })
+	if err != nil || bal != 16 {
+		t.Fatalf("a deposit through a after it rejoined: %d, %v; want 16 (1 + the other writer's 10 + 5: the entity recovered)", bal, err)
+	}
+}

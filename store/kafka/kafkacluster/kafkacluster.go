@@ -867,9 +867,12 @@ var _ cluster.Router = (*Member)(nil)
 var ErrLeft = errors.New("kafkacluster: member has left")
 
 // Leave hands every partition off gracefully and leaves the group, so the
-// others take the partitions at once, and closes the member's clients.
-// It returns ctx's error when the leave did not complete in time (the
-// group then gives the partitions away when the session ends).
+// others take the partitions at once, waits until the group has
+// rebalanced without the member (the others know the new owners and stop
+// forwarding requests here: a service keeps answering until Leave
+// returns), and closes the member's clients. It returns ctx's error when
+// the leave did not complete in time (the group then gives the partitions
+// away when the session ends).
 func (m *Member) Leave(ctx context.Context) error {
 	m.mu.Lock()
 	if m.left {
@@ -889,11 +892,49 @@ func (m *Member) Leave(ctx context.Context) error {
 	m.cancel()
 	<-m.loopDone
 	m.grp.Close()
+	if err == nil {
+		err = m.awaitRebalanced(ctx)
+	}
 	m.adm.Close()
 	if err != nil {
 		return fmt.Errorf("kafkacluster: leaving group %s: %w", m.cfg.Group, err)
 	}
 	return nil
+}
+
+// awaitRebalanced waits until the group is stable (or empty) without the
+// member: the others have been given its partitions and have read the
+// group, so they no longer send it requests. The coordinator tells no one
+// when a rebalance ends, so the group is read every 50 ms.
+func (m *Member) awaitRebalanced(ctx context.Context) error {
+	for {
+		req := kmsg.NewPtrDescribeGroupsRequest()
+		req.Groups = []string{m.cfg.Group}
+		resp, err := req.RequestWith(ctx, m.adm)
+		if err != nil {
+			return err
+		}
+		done := true
+		for _, g := range resp.Groups {
+			if g.Group != m.cfg.Group || kerr.ErrorForCode(g.ErrorCode) != nil {
+				continue
+			}
+			done = g.State == "Stable" || g.State == "Empty" || g.State == "Dead"
+			for _, mem := range g.Members {
+				if r, ok := parseClientID(mem.ClientID); ok && r.name == m.cfg.Name {
+					done = false
+				}
+			}
+		}
+		if done {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("the group has not rebalanced without the member: %w", ctx.Err())
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
 }
 
 // String describes the member.

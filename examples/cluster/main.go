@@ -54,11 +54,11 @@ import (
 	"github.com/annals-go/annals/membership"
 	"github.com/annals-go/annals/serialization"
 	"github.com/annals-go/annals/snapshot"
-	"github.com/annals-go/annals/store/cassandra"
 	"github.com/annals-go/annals/store/kafka"
 	"github.com/annals-go/annals/store/kafka/kafkacluster"
 	"github.com/annals-go/annals/store/postgres"
 	"github.com/annals-go/annals/store/sqlite"
+	"github.com/annals-go/annals/stores"
 )
 
 func main() {
@@ -70,8 +70,8 @@ func main() {
 	}
 }
 
-// stores is what the service runs on.
-type stores struct {
+// backend is what the service runs on.
+type backend struct {
 	journal    journal.Journal
 	snapshots  snapshot.Store
 	membership membership.Store
@@ -80,40 +80,35 @@ type stores struct {
 	kafka *kafka.Journal
 	close func() error
 	// readModel makes the balance read model; nil where the store keeps
-	// none (Cassandra: a read model lives in another database).
+	// none (Cassandra and the Kafka journal: a read model lives in another
+	// database).
 	readModel func(ctx context.Context, reg *serialization.Registry) (*readModel, error)
 }
 
-// open opens the store of url: postgres://, cassandra://, sqlite: or
-// kafka://.
-func open(ctx context.Context, url string) (stores, error) {
-	switch {
-	case strings.HasPrefix(url, "kafka://"):
-		return openKafka(ctx, url)
-	case strings.HasPrefix(url, "postgres://"), strings.HasPrefix(url, "postgresql://"):
-		s, err := postgres.Open(ctx, url)
-		if err != nil {
-			return stores{}, err
-		}
-		return stores{journal: s.Journal(), snapshots: s.Snapshots(), membership: s.Membership(), close: s.Close, readModel: func(ctx context.Context, reg *serialization.Registry) (*readModel, error) {
-			return postgresReadModel(ctx, s, reg)
-		}}, nil
-	case strings.HasPrefix(url, "cassandra://"):
-		s, err := cassandra.Open(ctx, url)
-		if err != nil {
-			return stores{}, err
-		}
-		return stores{journal: s.Journal(), snapshots: s.Snapshots(), membership: s.Membership(), close: s.Close}, nil
-	case strings.HasPrefix(url, "sqlite:"):
-		s, err := sqlite.Open(ctx, url)
-		if err != nil {
-			return stores{}, err
-		}
-		return stores{journal: s.Journal(), snapshots: s.Snapshots(), membership: s.Membership(), close: s.Close, readModel: func(ctx context.Context, reg *serialization.Registry) (*readModel, error) {
-			return sqliteReadModel(ctx, s, reg)
-		}}, nil
+// open opens the store stack of url (package stores: postgres://,
+// cassandra://, sqlite: or kafka://…?eventual=…), creating what is missing.
+func open(ctx context.Context, url string) (backend, error) {
+	st, err := stores.Open(ctx, url, stores.WithMigrate(true))
+	if err != nil {
+		return backend{}, err
 	}
-	return stores{}, fmt.Errorf("-store %q: want a postgres://, cassandra://, sqlite: or kafka:// URL", url)
+	b := backend{journal: st.Journal, snapshots: st.Snapshots, membership: st.Membership, close: st.Close}
+	b.kafka, _ = st.Journal.(*kafka.Journal)
+	switch s := st.Store.(type) {
+	case *postgres.Store:
+		b.readModel = func(ctx context.Context, reg *serialization.Registry) (*readModel, error) {
+			return postgresReadModel(ctx, s, reg)
+		}
+	case *sqlite.Store:
+		b.readModel = func(ctx context.Context, reg *serialization.Registry) (*readModel, error) {
+			return sqliteReadModel(ctx, s, reg)
+		}
+	}
+	if b.membership == nil && b.kafka == nil {
+		st.Close()
+		return backend{}, fmt.Errorf("-store %q: the store keeps no cluster membership", url)
+	}
+	return b, nil
 }
 
 // run serves until ctx ends, then hands off and stops.
@@ -215,7 +210,7 @@ type member interface {
 
 // join makes the process a member: of the consumer group on the Kafka
 // journal, of the store's cluster otherwise.
-func join(ctx context.Context, st stores, host *entity.Host[bank.Command, bank.Event, bank.Account], daemons []cluster.Daemon, clusterName, name, address string, leaseTime time.Duration, logger *slog.Logger) (member, error) {
+func join(ctx context.Context, st backend, host *entity.Host[bank.Command, bank.Event, bank.Account], daemons []cluster.Daemon, clusterName, name, address string, leaseTime time.Duration, logger *slog.Logger) (member, error) {
 	if st.kafka != nil {
 		m, err := kafkacluster.Join(ctx, kafkacluster.Config{
 			Journal: st.kafka, Group: clusterName, Name: name, Address: address,

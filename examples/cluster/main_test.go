@@ -94,7 +94,7 @@ func storeURL(t *testing.T, kind string) string {
 	case "kafka":
 		brokers := kafkatest.Real(t)
 		prefix := kafkatest.Prefix(t, brokers, "cluster")
-		createTopic(t, brokers, prefix+bank.EntityType, kafkaPartitions)
+		kafkatest.CreateTopic(t, brokers, prefix+bank.EntityType, kafkaPartitions)
 		dsn, _ := pgtest.Schema(t)
 		return "kafka://" + strings.Join(brokers, ",") + "/?topic_prefix=" + prefix + "&eventual=" + pgtest.WithParam(dsn, "migrate", "true")
 	case "postgres":
@@ -634,28 +634,6 @@ func TestMemberNameTaken(t *testing.T) {
 	}
 	if s, err := getStatus(a.addr); err != nil || len(s.Held) != cluster.DefaultRanges+balanceInstances {
 		t.Errorf("the live member after the refused join: %+v, %v", s, err)
-	}
-}
-
-// createTopic creates topic with n partitions.
-func createTopic(t *testing.T, brokers []string, topic string, n int32) {
-	t.Helper()
-	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Close()
-	req := kmsg.NewPtrCreateTopicsRequest()
-	rt := kmsg.NewCreateTopicsRequestTopic()
-	rt.Topic, rt.NumPartitions, rt.ReplicationFactor = topic, n, 1
-	req.Topics = append(req.Topics, rt)
-	req.TimeoutMillis = 30000
-	resp, err := req.RequestWith(t.Context(), cl)
-	if err == nil {
-		err = kerr.ErrorForCode(resp.Topics[0].ErrorCode)
-	}
-	if err != nil {
-		t.Fatalf("creating topic %s: %v", topic, err)
 	}
 }
 

@@ -10,7 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
@@ -43,7 +42,7 @@ func newWorld(t *testing.T) *world {
 	brokers := kafkatest.Real(t)
 	prefix := kafkatest.Prefix(t, brokers, "kc")
 	w := &world{brokers: brokers, topic: prefix + "Account", group: prefix + "group"}
-	createTopic(t, brokers, w.topic, partitions)
+	kafkatest.CreateTopic(t, brokers, w.topic, partitions)
 	_, schema := pgtest.Schema(t)
 	tables := pgeventualtest.OpenIn(t, schema)
 	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
@@ -55,28 +54,6 @@ func newWorld(t *testing.T) *world {
 	t.Cleanup(func() { j.Close() })
 	w.journal = j
 	return w
-}
-
-// createTopic creates topic with n partitions.
-func createTopic(t *testing.T, brokers []string, topic string, n int32) {
-	t.Helper()
-	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Close()
-	req := kmsg.NewPtrCreateTopicsRequest()
-	rt := kmsg.NewCreateTopicsRequestTopic()
-	rt.Topic, rt.NumPartitions, rt.ReplicationFactor = topic, n, 1
-	req.Topics = append(req.Topics, rt)
-	req.TimeoutMillis = 30000
-	resp, err := req.RequestWith(t.Context(), cl)
-	if err == nil {
-		err = kerr.ErrorForCode(resp.Topics[0].ErrorCode)
-	}
-	if err != nil {
-		t.Fatalf("creating topic %s: %v", topic, err)
-	}
 }
 
 // node is one member and its host.

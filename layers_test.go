@@ -1,6 +1,7 @@
 package annals_test
 
 import (
+	"os"
 	"os/exec"
 	"slices"
 	"strings"
@@ -95,6 +96,117 @@ func TestLayers(t *testing.T) {
 		for _, imp := range fields[1:] {
 			if dep, internal := rel(imp); internal && !slices.Contains(allowed, dep) {
 				t.Errorf("%s imports %s, which the layering policy does not allow (layers_test.go, ARCHITECTURE.md)", pkg, dep)
+			}
+		}
+	}
+}
+
+// levels orders the packages of layers from the top (imported by none of
+// the module's libraries) to the bottom, as ARCHITECTURE.md's diagram
+// draws them: a package may import packages of lower levels only, and of
+// its own level only as sameLevel allows.
+var levels = [][]string{
+	{"entity/entitytest", "entity/behaviortest", "engine/enginetest", "store/postgres/pgtest", "store/kafka/eventual/pg/pgeventualtest",
+		"store/cassandra/cassandratest", "store/kafka/eventual/cql/cqltest", "store/kafka/kafkatest", "store/kafka/wire/wiretest",
+		"store/kafka/eventual/eventualtest", "internal/outagetest", "internal/entitystores"},
+	{"otelannals"},
+	{"cluster", "store/kafka/kafkacluster", "delivery", "entity", "projection", "stores"},
+	{"engine", "storetest", "store/memory", "store/sqlite", "store/postgres", "store/cassandra", "store/kafka",
+		"store/kafka/eventual", "store/kafka/eventual/cql", "store/kafka/eventual/pg", "store/kafka/wire"},
+	{"admin"},
+	{"offsets"},
+	{"query", "recovery", "serialization"},
+	{"journal", "snapshot", "durable", "membership"},
+	{".", "restart", "internal/hooks", "internal/fixtures"},
+}
+
+// sameLevel lists the imports allowed within a level (test helpers may
+// import each other: helperLevel).
+var sameLevel = map[string][]string{
+	"delivery":                 {"entity"},
+	"store/kafka/kafkacluster": {"cluster"},
+	"store/kafka":              {"store/kafka/eventual", "store/kafka/wire"},
+	"store/kafka/eventual":     {"store/kafka/wire"},
+	"store/kafka/eventual/cql": {"store/kafka/eventual"},
+	"store/kafka/eventual/pg":  {"store/kafka/eventual"},
+}
+
+// helperLevel is the level of the test helpers.
+const helperLevel = 0
+
+// TestLevels: every package of the policy has one level, and every import
+// the policy allows goes down the levels (or across as sameLevel says).
+func TestLevels(t *testing.T) {
+	level := map[string]int{}
+	for i, pkgs := range levels {
+		for _, p := range pkgs {
+			if _, dup := level[p]; dup {
+				t.Errorf("package %s is in two levels", p)
+			}
+			level[p] = i
+		}
+	}
+	for pkg, allowed := range layers {
+		l, ok := level[pkg]
+		if !ok {
+			t.Errorf("package %s has no level (layers_test.go levels, ARCHITECTURE.md's diagram)", pkg)
+			continue
+		}
+		for _, dep := range allowed {
+			d, ok := level[dep]
+			switch {
+			case !ok && strings.HasPrefix(dep, "examples/"):
+				// internal/outagetest drives examples/bank (ARCHITECTURE.md).
+			case !ok:
+				t.Errorf("%s may import %s, which has no level", pkg, dep)
+			case d < l:
+				t.Errorf("%s (level %d) may import %s, a level above it (%d)", pkg, l, dep, d)
+			case d == l && l != helperLevel && !slices.Contains(sameLevel[pkg], dep):
+				t.Errorf("%s may import %s of its own level, which sameLevel does not allow", pkg, dep)
+			}
+		}
+	}
+	for p := range level {
+		if _, ok := layers[p]; !ok {
+			t.Errorf("level lists %s, which the policy (layers) does not", p)
+		}
+	}
+}
+
+// TestArchitectureDiagram: ARCHITECTURE.md's diagram has one section per
+// level, below the programs', and names each package in its level's
+// section (by its path, or the end of its path).
+func TestArchitectureDiagram(t *testing.T) {
+	doc, err := os.ReadFile("ARCHITECTURE.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, rest, _ := strings.Cut(string(doc), "```\n")
+	diagram, _, _ := strings.Cut(rest, "```")
+	var sections [][]string
+	var words []string
+	for line := range strings.Lines(diagram) {
+		if strings.HasPrefix(strings.TrimSpace(line), "----") {
+			sections = append(sections, words)
+			words = nil
+			continue
+		}
+		for _, w := range strings.Fields(line) {
+			words = append(words, strings.Trim(w, "(),"))
+		}
+	}
+	sections = append(sections, words)
+	if len(sections) != len(levels)+1 {
+		t.Fatalf("ARCHITECTURE.md's diagram has %d sections, want the programs' and %d levels", len(sections), len(levels))
+	}
+	for i, pkgs := range levels {
+		for _, p := range pkgs {
+			name := p
+			if p == "." {
+				name = "annals"
+			}
+			if !slices.ContainsFunc(sections[i+1], func(w string) bool { return w == name || strings.HasSuffix(name, "/"+w) }) {
+				t.Errorf("ARCHITECTURE.md's diagram does not name %s in section %d (%s)", p, i+1, strings.Join(sections[i+1][:min(4, len(sections[i+1]))], " "))
 			}
 		}
 	}

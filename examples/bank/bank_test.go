@@ -5,12 +5,13 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"reflect"
+	"slices"
 	"strings"
 	"testing"
 
 	"github.com/annals-go/annals"
 	"github.com/annals-go/annals/entity"
+	"github.com/annals-go/annals/entity/behaviortest"
 	"github.com/annals-go/annals/entity/entitytest"
 	"github.com/annals-go/annals/examples/bank"
 	"github.com/annals-go/annals/internal/entitystores"
@@ -22,12 +23,13 @@ import (
 
 type host = entity.Host[bank.Command, bank.Event, bank.Account]
 
+type kit = behaviortest.Kit[bank.Command, bank.Event, bank.Account]
+
+type mkCommand = func(entity.ReplyTo[int64]) bank.Command
+
 type stores = entitytest.Store
 
-var (
-	memoryStores = entitytest.Memory
-	sqliteStores = entitystores.SQLite
-)
+var memoryStores = entitytest.Memory
 
 func newRegistry(t testing.TB) *serialization.Registry {
 	t.Helper()
@@ -38,21 +40,55 @@ func newRegistry(t testing.TB) *serialization.Registry {
 	return reg
 }
 
+func depositOf(amount int64) mkCommand {
+	return func(r entity.ReplyTo[int64]) bank.Command { return bank.Deposit{Amount: amount, Reply: r} }
+}
+
+func withdrawalOf(amount int64) mkCommand {
+	return func(r entity.ReplyTo[int64]) bank.Command { return bank.Withdraw{Amount: amount, Reply: r} }
+}
+
+func getBalance(r entity.ReplyTo[int64]) bank.Command { return bank.GetBalance{Reply: r} }
+
+// checkBalance asks account id of the kit for its balance: want, with
+// nothing persisted.
+func checkBalance(t testing.TB, k *kit, id string, want int64) {
+	t.Helper()
+	if r := behaviortest.Run(k, id, getBalance); r.Err != nil || r.Reply != want || len(r.Events) != 0 {
+		t.Fatalf("balance of %s = %d, %v (persisting %v); want %d, nothing persisted", id, r.Reply, r.Err, r.Events, want)
+	}
+}
+
+// manifest returns the manifest v is stored under: the registry's, which
+// the host writes with each event.
+func manifest(t testing.TB, reg *serialization.Registry, v any) string {
+	t.Helper()
+	_, _, m, err := reg.Serialize(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
+// The host and its helpers, for the tests about the stores: recovery from
+// snapshots on each store, version-1 events written before the host starts,
+// the read model.
+
 func newHost(t testing.TB, st stores) *host {
 	t.Helper()
 	return entitytest.NewHost(t, st, bank.Behavior(), newRegistry(t))
 }
 
 func deposit(t testing.TB, h *host, id string, amount int64) (int64, error) {
-	return entity.Ask(t.Context(), h, id, func(r entity.ReplyTo[int64]) bank.Command { return bank.Deposit{Amount: amount, Reply: r} })
+	return entity.Ask(t.Context(), h, id, depositOf(amount))
 }
 
 func withdraw(t testing.TB, h *host, id string, amount int64) (int64, error) {
-	return entity.Ask(t.Context(), h, id, func(r entity.ReplyTo[int64]) bank.Command { return bank.Withdraw{Amount: amount, Reply: r} })
+	return entity.Ask(t.Context(), h, id, withdrawalOf(amount))
 }
 
 func balance(t testing.TB, h *host, id string) (int64, error) {
-	return entity.Ask(t.Context(), h, id, func(r entity.ReplyTo[int64]) bank.Command { return bank.GetBalance{Reply: r} })
+	return entity.Ask(t.Context(), h, id, getBalance)
 }
 
 func mustBalance(t testing.TB, h *host, id string, want int64) {
@@ -86,92 +122,92 @@ func events(t testing.TB, j journal.Journal, id string) []journal.Repr {
 	return out
 }
 
-// One account through a sequence of operations: the balance after each, or
-// the error; only operations that succeed store an event.
+// One account through a sequence of operations, on the behavior test kit:
+// the balance after each, or the error; only operations that succeed
+// persist an event (which the kit reads back through the registry, as it
+// does the account it snapshots).
 func TestDepositAndWithdraw(t *testing.T) {
-	st := memoryStores(t)
-	h := newHost(t, st)
-	type op int
-	const (
-		dep op = iota
-		wd
-	)
+	reg := newRegistry(t)
+	k := behaviortest.New(t, bank.Behavior(), reg)
 	steps := []struct {
-		op      op
-		amount  int64
-		balance int64 // after the step
+		cmd     mkCommand
+		event   bank.Event // the event the step persists, or nil
+		balance int64      // after the step
 		err     error
 	}{
-		{dep, 100, 100, nil},
-		{dep, 50, 150, nil},
-		{wd, 30, 120, nil},
-		{wd, 121, 120, bank.ErrInsufficientFunds},
-		{wd, 120, 0, nil},
-		{wd, 1, 0, bank.ErrInsufficientFunds},
-		{dep, 1, 1, nil},
-		{wd, math.MaxInt64, 1, bank.ErrInsufficientFunds},
+		{depositOf(100), bank.Deposited{Amount: 100}, 100, nil},
+		{depositOf(50), bank.Deposited{Amount: 50}, 150, nil},
+		{withdrawalOf(30), bank.Withdrawn{Amount: 30}, 120, nil},
+		{withdrawalOf(121), nil, 120, bank.ErrInsufficientFunds},
+		{withdrawalOf(120), bank.Withdrawn{Amount: 120}, 0, nil},
+		{withdrawalOf(1), nil, 0, bank.ErrInsufficientFunds},
+		{depositOf(1), bank.Deposited{Amount: 1}, 1, nil},
+		{withdrawalOf(math.MaxInt64), nil, 1, bank.ErrInsufficientFunds},
 	}
-	var stored int64
+	var ops int64
+	var manifests []string
 	for i, s := range steps {
-		var got int64
-		var err error
-		if s.op == dep {
-			got, err = deposit(t, h, "a-1", s.amount)
-		} else {
-			got, err = withdraw(t, h, "a-1", s.amount)
-		}
+		r := behaviortest.Run(k, "a-1", s.cmd)
 		switch {
-		case s.err != nil && !errors.Is(err, s.err):
-			t.Fatalf("step %d: err = %v, want %v", i, err, s.err)
-		case s.err == nil && (err != nil || got != s.balance):
-			t.Fatalf("step %d: reply %d, %v; want %d", i, got, err, s.balance)
-		case s.err == nil:
-			stored++
+		case s.err != nil && !errors.Is(r.Err, s.err):
+			t.Fatalf("step %d: err = %v, want %v", i, r.Err, s.err)
+		case s.err == nil && (r.Err != nil || r.Reply != s.balance):
+			t.Fatalf("step %d: reply %d, %v; want %d", i, r.Reply, r.Err, s.balance)
 		}
-		if n := highest(t, st.Journal, "a-1"); n != stored {
-			t.Fatalf("step %d: highest sequence number %d, want %d", i, n, stored)
+		var want []bank.Event
+		if s.event != nil {
+			want = []bank.Event{s.event}
+			ops++
 		}
-		mustBalance(t, h, "a-1", s.balance)
+		if !slices.Equal(r.Events, want) {
+			t.Fatalf("step %d: persisted %#v, want %#v", i, r.Events, want)
+		}
+		if r.State != (bank.Account{Balance: s.balance, Ops: ops}) {
+			t.Fatalf("step %d: account %+v, want balance %d after %d operations", i, r.State, s.balance, ops)
+		}
+		for _, e := range r.Events {
+			manifests = append(manifests, manifest(t, reg, e))
+		}
+		checkBalance(t, k, "a-1", s.balance)
 	}
 	want := []string{bank.ManifestDeposited, bank.ManifestDeposited, bank.ManifestWithdrawn, bank.ManifestWithdrawn, bank.ManifestDeposited}
-	var got []string
-	for _, r := range events(t, st.Journal, "a-1") {
-		got = append(got, r.Manifest)
-	}
-	if !reflect.DeepEqual(got, want) {
-		t.Fatalf("stored manifests %q, want %q", got, want)
+	if !slices.Equal(manifests, want) {
+		t.Fatalf("stored manifests %q, want %q", manifests, want)
 	}
 }
 
 func TestInvalidAmounts(t *testing.T) {
-	st := memoryStores(t)
-	h := newHost(t, st)
-	if _, err := deposit(t, h, "a-1", 100); err != nil {
-		t.Fatal(err)
+	k := behaviortest.New(t, bank.Behavior(), newRegistry(t))
+	if r := behaviortest.Run(k, "a-1", depositOf(100)); r.Err != nil {
+		t.Fatal(r.Err)
 	}
 	tests := []struct {
 		name string
-		do   func() (int64, error)
+		cmd  mkCommand
 	}{
-		{"deposit zero", func() (int64, error) { return deposit(t, h, "a-1", 0) }},
-		{"deposit negative", func() (int64, error) { return deposit(t, h, "a-1", -5) }},
-		{"deposit most negative", func() (int64, error) { return deposit(t, h, "a-1", math.MinInt64) }},
-		{"withdraw zero", func() (int64, error) { return withdraw(t, h, "a-1", 0) }},
-		{"withdraw negative", func() (int64, error) { return withdraw(t, h, "a-1", -50) }},
+		{"deposit zero", depositOf(0)},
+		{"deposit negative", depositOf(-5)},
+		{"deposit most negative", depositOf(math.MinInt64)},
+		{"withdraw zero", withdrawalOf(0)},
+		{"withdraw negative", withdrawalOf(-50)},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			_, err := tt.do()
-			if err == nil || errors.Is(err, bank.ErrInsufficientFunds) || !strings.Contains(err.Error(), "amount must be positive") {
+			r := behaviortest.Run(k, "a-1", tt.cmd)
+			if err := r.Err; err == nil || errors.Is(err, bank.ErrInsufficientFunds) || !strings.Contains(err.Error(), "amount must be positive") {
 				t.Fatalf("err = %v, want the amount rejected as not positive", err)
 			}
-			if n := highest(t, st.Journal, "a-1"); n != 1 {
-				t.Fatalf("a rejected amount stored an event: highest %d, want 1", n)
+			if len(r.Events) != 0 || r.State != (bank.Account{Balance: 100, Ops: 1}) {
+				t.Fatalf("a rejected amount persisted %v and left %+v; want nothing, the account after the one deposit", r.Events, r.State)
 			}
-			mustBalance(t, h, "a-1", 100)
+			checkBalance(t, k, "a-1", 100)
 		})
 	}
 }
+
+// The tests below stay on a host: the behavior test kit runs on a memory
+// store of its own, which a test can neither inspect (the snapshots kept)
+// nor write to before the first command (the events of version 1).
 
 // The account recovers after a restart from its latest snapshot and the
 // events after it; the behavior snapshots every 100 events and keeps the

@@ -8,7 +8,7 @@
 // messages partitioned by (persistence_id, partition_nr), metadata
 // (deleted_to), all_persistence_ids, snapshots, and the tables of events
 // by tag (tag_views, tag_write_progress, tag_scanning). Schema creates
-// them; what Annals adds is listed in docs/stores.md (Cassandra).
+// them; what Annals adds is listed in docs/cassandra.md.
 //
 // # Partitions and atomic writes
 //

@@ -43,7 +43,7 @@ func benchStates(b *testing.B) int {
 // query at the start and at the end of the table: about equal when a
 // page's cost does not grow with the table. The r2dbc layout has only the
 // plugin's indexes, whose slice-first order a page over a slice range
-// must sort; with the index docs/stores.md gives, it is Annals' layout.
+// must sort; with the index docs/performance.md (Durable state) gives, it is Annals' layout.
 func BenchmarkDurableChangesCatchUp(b *testing.B) {
 	n := benchStates(b)
 	layouts := []struct {

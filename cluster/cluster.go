@@ -230,6 +230,11 @@ func RangeLease(r annals.SliceRange) string {
 	return fmt.Sprintf("slices/%04d-%04d", r.Min, r.Max)
 }
 
+// LeavingLease returns the name of the lease a member holds while it
+// leaves (Member.Leave): the other members share the work without it from
+// then on.
+func LeavingLease(member string) string { return "leaving/" + member }
+
 // DaemonLease returns the name of the lease of a daemon's instance.
 func DaemonLease(daemon string, instance int) string {
 	return fmt.Sprintf("daemon/%s/%d", daemon, instance)

@@ -662,3 +662,78 @@ func TestLeaseAcquiredWhileLeaving(t *testing.T) {
 		}
 	}
 }
+
+// slowShard blocks the hand-off of one range until release is closed.
+type slowShard struct {
+	cluster.Shard
+	slow    annals.SliceRange
+	entered chan struct{}
+	release chan struct{}
+}
+
+func (s *slowShard) HandOffRange(ctx context.Context, r annals.SliceRange) error {
+	if r == s.slow {
+		close(s.entered)
+		select {
+		case <-s.release:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	return s.Shard.HandOffRange(ctx, r)
+}
+
+// TestLeavingMemberNotCounted: while a member leaves, the others share the
+// work without it: the ranges it has handed off are taken at once, not
+// when its slowest hand-off ends; the status names it leaving, and once
+// it has left its mark is not listed as unowned work.
+func TestLeavingMemberNotCounted(t *testing.T) {
+	st := memory.New()
+	s := st.Membership()
+	slow := &slowShard{entered: make(chan struct{}), release: make(chan struct{})}
+	a := join(t, st, s, "a", func(c *cluster.Config) {
+		slow.Shard = c.Shards[0]
+		c.Shards = []cluster.Shard{slow}
+		c.HandOffTimeout = time.Minute
+	})
+	b := join(t, st, s, "b", nil)
+	awaitBalanced(t, a, b)
+	held := a.member.Held()
+	for _, r := range a.member.Ranges() {
+		if cluster.RangeLease(r) == held[0] {
+			slow.slow = r
+		}
+	}
+	left := make(chan error, 1)
+	go func() { left <- a.member.Leave(context.Background()) }()
+	<-slow.entered
+	ctx, cancel := context.WithTimeout(t.Context(), 10*leaseTime)
+	defer cancel()
+	for {
+		changed := b.member.Changed()
+		if len(b.member.Held()) == cluster.DefaultRanges-1 {
+			break
+		}
+		select {
+		case <-changed:
+		case <-ctx.Done():
+			t.Fatalf("b holds %d ranges while a's slowest hand-off runs, want all %d but that one", len(b.member.Held()), cluster.DefaultRanges-1)
+		}
+	}
+	status, err := cluster.ReadStatus(t.Context(), s, t.Name())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(status.Members) != 2 || !status.Members[0].Leaving || status.Members[1].Leaving {
+		t.Errorf("status while a leaves: %+v, want a leaving and b not", status.Members)
+	}
+	close(slow.release)
+	if err := <-left; err != nil {
+		t.Fatalf("Leave: %v", err)
+	}
+	awaitBalanced(t, b)
+	status, err = cluster.ReadStatus(t.Context(), s, t.Name())
+	if err != nil || len(status.Unowned) != 0 {
+		t.Errorf("status after a left: unowned %v, %v; want none", status.Unowned, err)
+	}
+}

@@ -75,9 +75,12 @@ type held struct {
 
 // view is the cluster as last read from the store.
 type view struct {
-	live   []membership.Member // sorted by name
-	leases map[string]membership.Lease
-	byName map[string]membership.Member
+	live []membership.Member // sorted by name
+	// staying are the live members not leaving (no live LeavingLease of
+	// theirs): the members the work is shared among.
+	staying []membership.Member
+	leases  map[string]membership.Lease
+	byName  map[string]membership.Member
 }
 
 // Join makes a member of cfg.Cluster: it records the member in the store
@@ -352,6 +355,11 @@ func (m *Member) setView(members []membership.Member, leases []membership.Lease)
 	for _, l := range leases {
 		v.leases[l.Name] = l
 	}
+	for _, mem := range v.live {
+		if l := v.leases[LeavingLease(mem.Name)]; !l.Live || l.Owner != mem.Holder() {
+			v.staying = append(v.staying, mem)
+		}
+	}
 	m.mu.Lock()
 	old := m.view.live
 	m.view = v
@@ -382,12 +390,15 @@ func (m *Member) plan() {
 		return
 	}
 	v := m.view
-	idx := slices.IndexFunc(v.live, func(x membership.Member) bool { return x.Name == m.me.Name && x.Incarnation == m.me.Incarnation })
+	// A leaving member is handing everything off: the others share the
+	// work as if it were gone, so that what it releases first is taken at
+	// once rather than when its slowest hand-off ends.
+	idx := slices.IndexFunc(v.staying, func(x membership.Member) bool { return x.Name == m.me.Name && x.Incarnation == m.me.Incarnation })
 	if idx < 0 {
 		m.mu.Unlock()
 		return // not live in the store's eyes: take nothing
 	}
-	n := len(v.live)
+	n := len(v.staying)
 	var acquire []string
 	m.short = false
 	for _, set := range m.sets {
@@ -414,7 +425,7 @@ func (m *Member) plan() {
 			l := v.leases[name]
 			owner := -1
 			if l.Live {
-				owner = slices.IndexFunc(v.live, func(x membership.Member) bool { return x.Holder() == l.Owner })
+				owner = slices.IndexFunc(v.staying, func(x membership.Member) bool { return x.Holder() == l.Owner })
 			}
 			switch {
 			case owner >= 0 && owner != idx:
@@ -668,6 +679,15 @@ func (m *Member) Leave(ctx context.Context) error {
 	}
 	m.leaving = true
 	m.mu.Unlock()
+	// Tell the others first: they stop counting this member in their
+	// shares (the heartbeat renews the mark with the member's leases, and
+	// Store.Leave releases it with them). Without it they take what it
+	// releases only once it has left.
+	actx, cancel := m.call()
+	if _, err := m.cfg.Store.Acquire(actx, m.cfg.Cluster, LeavingLease(m.me.Name), m.me.Holder(), m.cfg.LeaseTime); err != nil {
+		m.cfg.Logger.Warn("cluster: marking the member leaving failed", "cluster", m.cfg.Cluster, "member", m.me.Name, "err", err)
+	}
+	cancel()
 	m.pokeLoop()
 	for {
 		m.mu.Lock()

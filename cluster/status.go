@@ -36,6 +36,9 @@ type MemberStatus struct {
 	RenewedUntil time.Time `json:"renewed_until"`
 	// Ranges are the slice ranges it holds, with their epochs.
 	Ranges []HeldRange `json:"ranges"`
+	// Leaving reports that the member is handing everything off to leave
+	// (it holds its LeavingLease): the others no longer count it.
+	Leaving bool `json:"leaving,omitempty"`
 	// Daemons maps a daemon's name to the instances it runs.
 	Daemons map[string][]int `json:"daemons,omitempty"`
 }
@@ -72,8 +75,15 @@ func ReadStatus(ctx context.Context, s membership.Store, cluster string) (Status
 	}
 	for _, l := range leases {
 		i, ok := index[l.Owner]
-		if !l.Live || !ok || !st.Members[i].Live {
+		leavingMark := strings.HasPrefix(l.Name, LeavingLease(""))
+		switch {
+		case (!l.Live || !ok || !st.Members[i].Live) && leavingMark:
+			continue // a member's mark of a leave that ended: no work
+		case !l.Live || !ok || !st.Members[i].Live:
 			st.Unowned = append(st.Unowned, l.Name)
+			continue
+		case leavingMark:
+			st.Members[i].Leaving = true
 			continue
 		}
 		ms := &st.Members[i]

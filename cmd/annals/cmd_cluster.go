@@ -22,7 +22,8 @@ func clusterCommand() *command {
 		name: "cluster", args: "status", summary: "show a cluster's members, the ranges each holds and what no one runs",
 		help: `Shows a cluster of processes sharing one service's work through the
 store (package cluster): each member recorded, its address, whether it is
-live, when its last heartbeat's term ends (its last heartbeat was one lease
+live (LIVE "leaving" while it hands its work off to leave), when its last
+heartbeat's term ends (its last heartbeat was one lease
 time before), the slice ranges it holds with their epochs, the daemon
 instances (projections) it runs; then the leases no live member holds
 (work nobody runs now: a range moving, or a failed member's ranges not yet
@@ -34,7 +35,8 @@ annals-cluster): each member, its address, the coordinator's member id
 and the partitions it holds per journal topic, and the group's state.
 
 --json prints {"cluster", "members": [{"name", "incarnation", "address",
-"live", "joined", "renewed_until", "ranges": [{"min", "max", "epoch"}],
+"live", "leaving", "joined", "renewed_until", "ranges": [{"min", "max",
+"epoch"}],
 "daemons": {NAME: [INSTANCE, ...]}}], "unowned": [LEASE, ...]}; on
 kafka:// {"group", "state", "members": [{"name", "address", "member_id",
 "host", "partitions": {TOPIC: [PARTITION, ...]}}]}.`,
@@ -82,7 +84,11 @@ kafka:// {"group", "state", "members": [{"name", "address", "member_id",
 						daemons = append(daemons, fmt.Sprintf("%s %v", d, insts))
 					}
 					sort.Strings(daemons)
-					row(tw, m.Name, textOr(m.Address, "-"), m.Live, m.RenewedUntil.UTC().Format(time.RFC3339Nano), len(m.Ranges),
+					live := fmt.Sprint(m.Live)
+					if m.Leaving {
+						live = "leaving"
+					}
+					row(tw, m.Name, textOr(m.Address, "-"), live, m.RenewedUntil.UTC().Format(time.RFC3339Nano), len(m.Ranges),
 						textOr(strings.Join(ranges, " "), "-"), textOr(strings.Join(daemons, "; "), "-"))
 				}
 				if err := tw.Flush(); err != nil {

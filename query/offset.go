@@ -27,6 +27,11 @@ const (
 	// tag on Cassandra (Akka's TimeBasedUUID): the position after the event
 	// written with that UUID.
 	KindTimeUUID
+	// KindPartitions is a position in each partition of a log (the Kafka
+	// journal's topic): the next record offset of each partition, with the
+	// (persistence id → sequence number) pairs already seen of a record
+	// read in part (one record holds an atomic write's events).
+	KindPartitions
 )
 
 // Offset is a resumable, exclusive position in a query's results. The zero
@@ -38,6 +43,9 @@ type Offset struct {
 	Seen      map[string]int64
 	// TimeUUID is the UUID of a KindTimeUUID offset, in its 16 bytes.
 	TimeUUID [16]byte
+	// Partitions maps each partition of a KindPartitions offset to the
+	// offset of the next record to read in it.
+	Partitions map[int32]int64
 }
 
 // NoOffset is the start of the results.
@@ -57,6 +65,18 @@ func TimestampOffset(t time.Time, seen map[string]int64) Offset {
 // version-1 time-based UUID u.
 func TimeUUIDOffset(u [16]byte) Offset { return Offset{Kind: KindTimeUUID, TimeUUID: u} }
 
+// PartitionsOffset is the position before the record at partitions[p] in
+// each partition p (partitions missing: from their start), except that
+// the events seen lists (by persistence id, up to a sequence number) of
+// that record are behind it. partitions and seen are copied.
+func PartitionsOffset(partitions map[int32]int64, seen map[string]int64) Offset {
+	p := maps.Clone(partitions)
+	if p == nil {
+		p = map[int32]int64{}
+	}
+	return Offset{Kind: KindPartitions, Partitions: p, Seen: maps.Clone(seen)}
+}
+
 // AfterSequence reports whether an event with the given global ordering
 // lies after the offset (any event lies after NoOffset).
 func (o Offset) AfterSequence(ordering int64) bool {
@@ -72,6 +92,8 @@ func (o Offset) String() string {
 		return fmt.Sprintf("ts:%s(%d seen)", o.Timestamp.Format(time.RFC3339Nano), len(o.Seen))
 	case KindTimeUUID:
 		return "uuid:" + formatUUID(o.TimeUUID)
+	case KindPartitions:
+		return fmt.Sprintf("partitions:%v(%d seen)", o.Partitions, len(o.Seen))
 	}
 	return "none"
 }
@@ -81,10 +103,12 @@ type offsetJSON struct {
 	TS   *time.Time       `json:"ts,omitempty"`
 	Seen map[string]int64 `json:"seen,omitempty"`
 	UUID *string          `json:"uuid,omitempty"`
+	Part map[int32]int64  `json:"partitions,omitempty"`
 }
 
 // MarshalJSON encodes the offset: {} for none, {"seq":n},
-// {"ts":"…","seen":{…}}, or {"uuid":"xxxxxxxx-xxxx-1xxx-xxxx-xxxxxxxxxxxx"}.
+// {"ts":"…","seen":{…}}, {"uuid":"xxxxxxxx-xxxx-1xxx-xxxx-xxxxxxxxxxxx"},
+// or {"partitions":{"0":n,…},"seen":{…}}.
 func (o Offset) MarshalJSON() ([]byte, error) {
 	var j offsetJSON
 	switch o.Kind {
@@ -96,6 +120,11 @@ func (o Offset) MarshalJSON() ([]byte, error) {
 	case KindTimeUUID:
 		u := formatUUID(o.TimeUUID)
 		j.UUID = &u
+	case KindPartitions:
+		j.Part, j.Seen = o.Partitions, o.Seen
+		if j.Part == nil {
+			j.Part = map[int32]int64{}
+		}
 	}
 	return json.Marshal(j)
 }
@@ -121,6 +150,10 @@ func (o *Offset) UnmarshalJSON(b []byte) error {
 		}
 	}
 	switch {
+	case j.Part != nil && (j.UUID != nil || j.Seq != nil || j.TS != nil):
+		return fmt.Errorf("query: decode offset %s: a partitions offset with other fields", b)
+	case j.Part != nil:
+		*o = PartitionsOffset(j.Part, j.Seen)
 	case j.UUID != nil && (j.Seq != nil || j.TS != nil || j.Seen != nil):
 		return fmt.Errorf("query: decode offset %s: a UUID offset with other fields", b)
 	case j.UUID != nil:

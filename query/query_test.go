@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"iter"
+	"maps"
 	"sync"
 	"testing"
 	"time"
@@ -22,6 +23,7 @@ func TestOffsetJSONRoundTrip(t *testing.T) {
 		{"none", query.NoOffset(), `{}`},
 		{"sequence", query.SequenceOffset(42), `{"seq":42}`},
 		{"timestamp", query.TimestampOffset(ts, map[string]int64{"A|1": 3}), `{"ts":"2026-11-21T10:00:00.123456Z","seen":{"A|1":3}}`},
+		{"partitions", query.PartitionsOffset(map[int32]int64{0: 7, 2: 0}, map[string]int64{"A|1": 2}), `{"seen":{"A|1":2},"partitions":{"0":7,"2":0}}`},
 		{"time uuid", query.TimeUUIDOffset([16]byte{0x5e, 0x8c, 0x4a, 0x10, 0xc9, 0x1b, 0x11, 0xf0, 0x80, 0x01, 0x02, 0x42, 0xac, 0x11, 0x00, 0x02}), `{"uuid":"5e8c4a10-c91b-11f0-8001-0242ac110002"}`},
 	}
 	for _, tt := range tests {
@@ -34,13 +36,13 @@ func TestOffsetJSONRoundTrip(t *testing.T) {
 		if err := json.Unmarshal(b, &out); err != nil {
 			t.Fatalf("%s: decode: %v", tt.name, err)
 		}
-		if out.Kind != tt.in.Kind || out.Sequence != tt.in.Sequence || !out.Timestamp.Equal(tt.in.Timestamp) || len(out.Seen) != len(tt.in.Seen) || out.TimeUUID != tt.in.TimeUUID {
+		if out.Kind != tt.in.Kind || out.Sequence != tt.in.Sequence || !out.Timestamp.Equal(tt.in.Timestamp) || len(out.Seen) != len(tt.in.Seen) || out.TimeUUID != tt.in.TimeUUID || !maps.Equal(out.Partitions, tt.in.Partitions) {
 			t.Errorf("%s: round trip gave %+v, want %+v", tt.name, out, tt.in)
 		}
 	}
 	var o query.Offset
 	for _, bad := range []string{`{"seq":1,"ts":"2026-01-01T00:00:00Z"}`, `{"seq":"x"}`, `[]`, `null`, `{"sequence":42}`, `{"Sequence":42,"Kind":1}`, `{"seq":null}`, `{"seq":5,"seen":{"A|1":1}}`, `{"seen":{"A|1":1}}`,
-		`{"uuid":"5e8c4a10-c91b-41f0-8001-0242ac110002"}`, `{"uuid":"5e8c4a10c91b11f080010242ac110002"}`, `{"uuid":"5e8c4a10-c91b-11f0-8001-0242ac11000z"}`, `{"uuid":"5e8c4a10-c91b-11f0-8001-0242ac110002","seq":1}`} {
+		`{"uuid":"5e8c4a10-c91b-41f0-8001-0242ac110002"}`, `{"uuid":"5e8c4a10c91b11f080010242ac110002"}`, `{"uuid":"5e8c4a10-c91b-11f0-8001-0242ac11000z"}`, `{"uuid":"5e8c4a10-c91b-11f0-8001-0242ac110002","seq":1}`, `{"partitions":{"0":1},"seq":1}`, `{"partitions":{"x":1}}`} {
 		if err := json.Unmarshal([]byte(bad), &o); err == nil {
 			t.Errorf("decoding %s succeeded, want an error", bad)
 		}

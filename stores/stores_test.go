@@ -15,6 +15,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/annals-go/annals"
 	"github.com/annals-go/annals/journal"
 	"github.com/annals-go/annals/projection"
 	"github.com/annals-go/annals/query"
@@ -113,36 +114,33 @@ func TestOpen(t *testing.T) {
 			if ok != c.byTag {
 				t.Fatalf("events by tag: %v, want %v", ok, c.byTag)
 			}
-			if !ok { // the Kafka journal: no projection, but its read model's transactions run
-				var err error
-				switch st.ReadModelKind {
-				case "sqlite":
-					err = inTx[*sql.Tx](ctx, st)
-				case "postgres":
-					err = inTx[pgx.Tx](ctx, st)
+			src := projection.Source{}
+			if ok {
+				src = projection.ByTag(tags, "stack")
+			} else { // the Kafka journal: its topic read by slices
+				bySlices, ok := st.Queries.(query.EventsBySlicesQuery)
+				if !ok {
+					t.Fatalf("%s offers neither events by tag nor by slices", st.Kind)
 				}
-				if err != nil {
-					t.Error(err)
-				}
-				return
+				src = projection.BySlices(bySlices, annals.EntityType(pid), annals.SliceRange{Min: 0, Max: annals.NumberOfSlices - 1})
 			}
 			switch st.ReadModelKind {
 			case "sqlite":
-				projectSQL(ctx, t, st, tags, pid, func(ctx context.Context, tx *sql.Tx, stmt string, args ...any) error {
+				projectSQL(ctx, t, st, src, pid, func(ctx context.Context, tx *sql.Tx, stmt string, args ...any) error {
 					_, err := tx.ExecContext(ctx, stmt, args...)
 					return err
 				}, func(ctx context.Context, tx *sql.Tx, stmt string, args ...any) row {
 					return tx.QueryRowContext(ctx, stmt, args...)
 				})
 			case "postgres":
-				projectSQL(ctx, t, st, tags, pid, func(ctx context.Context, tx pgx.Tx, stmt string, args ...any) error {
+				projectSQL(ctx, t, st, src, pid, func(ctx context.Context, tx pgx.Tx, stmt string, args ...any) error {
 					_, err := tx.Exec(ctx, stmt, args...)
 					return err
 				}, func(ctx context.Context, tx pgx.Tx, stmt string, args ...any) row {
 					return tx.QueryRow(ctx, stmt, args...)
 				})
 			case "memory":
-				projectMemory(ctx, t, st, tags, pid)
+				projectMemory(ctx, t, st, src, pid)
 			}
 		})
 	}
@@ -199,7 +197,7 @@ type row interface{ Scan(dest ...any) error }
 // the stack's read model whose transactions are Tx, and waits for them.
 // The code is the same for every store; Tx, exec and queryRow are the
 // read model database's.
-func projectSQL[Tx any](ctx context.Context, t *testing.T, st *stores.Stack, tags query.EventsByTagQuery, pid string,
+func projectSQL[Tx any](ctx context.Context, t *testing.T, st *stores.Stack, src projection.Source, pid string,
 	exec func(ctx context.Context, tx Tx, stmt string, args ...any) error, queryRow func(ctx context.Context, tx Tx, stmt string, args ...any) row) {
 	t.Helper()
 	rm, err := stores.ReadModelOf[Tx](st)
@@ -211,7 +209,7 @@ func projectSQL[Tx any](ctx context.Context, t *testing.T, st *stores.Stack, tag
 	}); err != nil {
 		t.Fatal(err)
 	}
-	p, err := projection.ExactlyOnce(projection.ID{Name: "stack-" + unique(), Key: "all"}, projection.ByTag(tags, "stack"), rm,
+	p, err := projection.ExactlyOnce(projection.ID{Name: "stack-" + unique(), Key: "all"}, src, rm,
 		func(ctx context.Context, tx Tx, env query.Envelope) error {
 			return exec(ctx, tx, `INSERT INTO stack_events (pid, seq_nr) VALUES ($1, $2)`, env.PersistenceID, env.SequenceNr)
 		}, projection.Config{})
@@ -229,7 +227,7 @@ func projectSQL[Tx any](ctx context.Context, t *testing.T, st *stores.Stack, tag
 
 // projectMemory is projectSQL on the memory store's read model: a map
 // changed when the transaction commits.
-func projectMemory(ctx context.Context, t *testing.T, st *stores.Stack, tags query.EventsByTagQuery, pid string) {
+func projectMemory(ctx context.Context, t *testing.T, st *stores.Stack, src projection.Source, pid string) {
 	t.Helper()
 	rm, err := stores.ReadModelOf[*memory.Tx](st)
 	if err != nil {
@@ -237,7 +235,7 @@ func projectMemory(ctx context.Context, t *testing.T, st *stores.Stack, tags que
 	}
 	var mu sync.Mutex
 	seen := map[string]int{}
-	p, err := projection.ExactlyOnce(projection.ID{Name: "stack-" + unique(), Key: "all"}, projection.ByTag(tags, "stack"), rm,
+	p, err := projection.ExactlyOnce(projection.ID{Name: "stack-" + unique(), Key: "all"}, src, rm,
 		func(_ context.Context, tx *memory.Tx, env query.Envelope) error {
 			tx.OnCommit(func() { mu.Lock(); seen[env.PersistenceID]++; mu.Unlock() })
 			return nil

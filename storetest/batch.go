@@ -2,6 +2,8 @@ package storetest
 
 import (
 	"fmt"
+	"maps"
+	"slices"
 	"testing"
 
 	"github.com/annals-go/annals/journal"
@@ -75,7 +77,16 @@ func writeBatch(t T, j journal.Journal, et, tag string) []string {
 // offsetKey is an envelope's offset without the ids seen at it: two
 // envelopes with one key share a position (a timestamp offset's time).
 func offsetKey(o query.Offset) string {
-	return fmt.Sprintf("%v/%d/%d/%x", o.Kind, o.Sequence, o.Timestamp.UnixNano(), o.TimeUUID)
+	parts := make([]string, 0, len(o.Partitions))
+	for _, p := range slices.Sorted(maps.Keys(o.Partitions)) {
+		parts = append(parts, fmt.Sprintf("%d:%d", p, o.Partitions[p]))
+	}
+	if o.Kind == query.KindPartitions { // a record's events apart by what is seen of it
+		for _, id := range slices.Sorted(maps.Keys(o.Seen)) {
+			parts = append(parts, fmt.Sprintf("%s:%d", id, o.Seen[id]))
+		}
+	}
+	return fmt.Sprintf("%v/%d/%d/%x/%v", o.Kind, o.Sequence, o.Timestamp.UnixNano(), o.TimeUUID, parts)
 }
 
 // checkOnce fails t unless envs are the events of want, each once, and

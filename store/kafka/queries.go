@@ -13,9 +13,10 @@ import (
 
 // ReadJournal is the Kafka journal's read journal: events by persistence
 // id, current and live (query.EventsByPersistenceIDQuery), read as Replay
-// reads them, and persistence ids (query.PersistenceIDsQuery). Events by
-// tag and by slices are not offered: the topic and the eventual store
-// keep no order across ids.
+// reads them; persistence ids (query.PersistenceIDsQuery); and events by
+// slices (query.EventsBySlicesQuery) read from the topic with
+// per-partition offsets, for projections. Events by tag are not offered:
+// the topic and the eventual store keep no order across ids.
 type ReadJournal struct {
 	j    *Journal
 	poll time.Duration

@@ -26,7 +26,7 @@ func TestEventsBySlices(t *testing.T) {
 	want := map[string][]int64{}
 	for i := range 20 {
 		pid := fmt.Sprintf("Slices|%x", uint64(i+1)*0x9E3779B97F4A7C15) // spread over the slices
-		write(t, j, pid, 1, 3, "a") // one record of three events
+		write(t, j, pid, 1, 3, "a")                                     // one record of three events
 		write(t, j, pid, 4, 4, "b")
 		want[pid] = []int64{1, 2, 3, 4}
 	}

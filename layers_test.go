@@ -50,7 +50,7 @@ var layers = map[string][]string{
 	"store/kafka/eventual/pg":  {"store/kafka/eventual"},
 	"store/kafka/kafkatest":    {"store/kafka"},
 	// Entities shared out by the Kafka journal's consumer group.
-	"store/kafka/kafkacluster":      {".", "cluster", "internal/hooks", "membership", "store/kafka"},
+	"store/kafka/kafkacluster":      {".", "cluster", "membership", "store/kafka"},
 	"store/kafka/wire/wiretest":     {"internal/fixtures", "store/kafka/wire"},
 	"store/postgres/pgtest":         {"store/postgres"},
 	"store/cassandra/cassandratest": {"store/cassandra"},

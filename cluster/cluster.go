@@ -53,7 +53,6 @@ import (
 	"time"
 
 	"github.com/annals-go/annals"
-	"github.com/annals-go/annals/internal/hooks"
 	"github.com/annals-go/annals/membership"
 )
 
@@ -222,7 +221,8 @@ func (cfg *Config) check() error {
 		}
 		names[d.Name] = true
 	}
-	return hooks.Refuse("cluster: Config.Hooks", cfg.Hooks, isHook)
+	_, err := NewHooks("cluster: Config.Hooks", cfg.Hooks)
+	return err
 }
 
 // RangeLease returns the name of the lease of slice range r.

@@ -23,7 +23,7 @@ import (
 type Member struct {
 	cfg    Config
 	me     membership.Member
-	hooks  memberHooks
+	hooks  Hooks
 	start  time.Time     // base of the terms, read on the monotonic clock
 	margin time.Duration // a term ends this long before the store's lease
 	ranges []annals.SliceRange
@@ -92,12 +92,13 @@ func Join(ctx context.Context, cfg Config) (*Member, error) {
 		return nil, err
 	}
 	ranges, _ := annals.SliceRanges(cfg.Ranges)
+	hooks, _ := NewHooks("", cfg.Hooks) // checked by cfg.check
 	var inc [8]byte
 	_, _ = rand.Read(inc[:])
 	m := &Member{
 		cfg:         cfg,
 		me:          membership.Member{Name: cfg.Name, Incarnation: hex.EncodeToString(inc[:]), Address: cfg.Address},
-		hooks:       newMemberHooks(cfg.Hooks),
+		hooks:       hooks,
 		start:       time.Now(),
 		margin:      cfg.LeaseTime / 5,
 		ranges:      ranges,
@@ -225,9 +226,7 @@ func (m *Member) round() {
 	sent := time.Now()
 	renewed, err := m.cfg.Store.Heartbeat(ctx, m.cfg.Cluster, m.me.Holder(), m.cfg.LeaseTime)
 	cancel()
-	for _, h := range m.hooks.heartbeat {
-		h.OnHeartbeat(time.Since(sent), len(renewed), err)
-	}
+	m.hooks.Heartbeat(time.Since(sent), len(renewed), err)
 	switch {
 	case err == nil:
 		m.renew(renewed, sent)
@@ -337,9 +336,7 @@ func (m *Member) dropAll(cause error) {
 func (m *Member) lose(name string, h *held, cause error) {
 	h.until.Store(0)
 	m.cfg.Logger.Warn("cluster: lease lost", "cluster", m.cfg.Cluster, "member", m.me.Name, "lease", name, "epoch", h.lease.Epoch, "cause", cause)
-	for _, x := range m.hooks.lost {
-		x.OnLeaseLost(name, cause)
-	}
+	m.hooks.LeaseLost(name, cause)
 	m.giveUp(name, h, false)
 }
 
@@ -366,13 +363,7 @@ func (m *Member) setView(members []membership.Member, leases []membership.Lease)
 	close(m.changed)
 	m.changed = make(chan struct{})
 	m.mu.Unlock()
-	if len(m.hooks.members) > 0 && !slices.EqualFunc(old, v.live, func(a, b membership.Member) bool {
-		return a.Name == b.Name && a.Incarnation == b.Incarnation && a.Address == b.Address
-	}) {
-		for _, h := range m.hooks.members {
-			h.OnMembersChanged(slices.Clone(v.live))
-		}
-	}
+	m.hooks.MembersChanged(old, v.live)
 }
 
 // plan takes free leases up to the member's share of each set, and hands
@@ -525,9 +516,7 @@ func (m *Member) serve(l membership.Lease, sent time.Time) {
 		}
 		m.mu.Unlock()
 	}
-	for _, x := range m.hooks.acquired {
-		x.OnLeaseAcquired(l)
-	}
+	m.hooks.LeaseAcquired(l)
 }
 
 // fence returns the fence of a held lease: nil until its term ends.
@@ -614,9 +603,7 @@ func (m *Member) giveUp(name string, h *held, release bool) {
 		m.changedHeld()
 		m.mu.Unlock()
 		if release {
-			for _, x := range m.hooks.released {
-				x.OnLeaseReleased(name, time.Since(start), err)
-			}
+			m.hooks.LeaseReleased(name, time.Since(start), err)
 			if err != nil {
 				m.cfg.Logger.Warn("cluster: hand-off incomplete; the lease was given up", "lease", name, "err", err)
 			}

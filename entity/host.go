@@ -189,8 +189,8 @@ type Host[C, E, S any] struct {
 // leaving, commands for them are refused.
 type servedRange struct {
 	unit    string
-	r       *annals.SliceRange // the slice range of a unit ServeRange gave; nil otherwise
-	owns    func(persistenceID string) bool
+	r       *annals.SliceRange              // the slice range of a unit ServeRange gave; nil otherwise
+	owns    func(persistenceID string) bool // the ids of a unit ServeUnit gave (r nil)
 	fence   func() error
 	leaving bool // guarded by Host.mu
 }
@@ -480,7 +480,7 @@ func (h *Host[C, E, S]) servedFor(id string) (*servedRange, error) {
 	pid := annals.PersistenceID(h.b.EntityType, id)
 	slice := annals.Slice(pid)
 	for _, sr := range h.served {
-		if sr.owns(pid) {
+		if (sr.r != nil && sr.r.Contains(slice)) || (sr.r == nil && sr.owns(pid)) {
 			if sr.leaving {
 				return nil, &NotOwnedError{PersistenceID: pid, Slice: slice, Moving: true}
 			}
@@ -505,7 +505,7 @@ func (h *Host[C, E, S]) ServeRange(r annals.SliceRange, fence func() error) erro
 	if r.Min < 0 || r.Max >= annals.NumberOfSlices || r.Min > r.Max {
 		return fmt.Errorf("entity: ServeRange: %v is not a range of slices 0-%d", r, annals.NumberOfSlices-1)
 	}
-	return h.serve(&servedRange{unit: r.String(), r: &r, owns: func(pid string) bool { return r.Contains(annals.Slice(pid)) }, fence: fence})
+	return h.serve(&servedRange{unit: r.String(), r: &r, fence: fence})
 }
 
 // ServeUnit makes an Assigned host serve the entities whose persistence

@@ -17,6 +17,7 @@ package main
 // what they show are in docs/performance.md ("More than one process").
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -48,6 +49,7 @@ import (
 	"github.com/annals-go/annals/examples/bank"
 	"github.com/annals-go/annals/membership"
 	"github.com/annals-go/annals/serialization"
+	"github.com/annals-go/annals/store/kafka/kafkacluster"
 	"github.com/annals-go/annals/store/memory"
 	"github.com/annals-go/annals/store/postgres"
 	"github.com/annals-go/annals/store/postgres/pgtest"
@@ -977,13 +979,21 @@ func total(xs [7]int64) int64 {
 // TestClusterBenchTakeOver kills (SIGKILL) one of three member processes
 // under load (8 clients) and measures the time from the kill until the two
 // others hold every range between them (polled every 20 ms), at the
-// default lease time and at the failure tests' 4 s, the two taking turns.
+// default lease time and at the failure tests' 4 s, the two taking turns;
+// with ANNALS_CLUSTER_BENCH_STORE=kafka, on the Kafka journal's consumer
+// group, every partition, at the default session timeout and the tests' 6 s.
 // The members join, and the kill comes, at random moments of a heartbeat
 // cycle, so that the runs sample the phases of the members' rounds.
 func TestClusterBenchTakeOver(t *testing.T) {
 	benchOn(t)
 	runs := benchRuns(t)
+	// ANNALS_CLUSTER_BENCH_STORE=kafka measures the Kafka journal's
+	// consumer group (its lease is the group's session timeout).
+	kind := cmp.Or(os.Getenv("ANNALS_CLUSTER_BENCH_STORE"), "postgres")
 	leases := []time.Duration{cluster.DefaultLeaseTime, leaseTime}
+	if kind == "kafka" {
+		leases = []time.Duration{kafkacluster.DefaultSessionTimeout, kafkaSession}
+	}
 	type result struct {
 		first, all, slowest time.Duration
 		failed, unavailable int
@@ -991,27 +1001,28 @@ func TestClusterBenchTakeOver(t *testing.T) {
 	}
 	results := make([][]result, len(leases))
 	client := &http.Client{Timeout: 10 * time.Second}
-	held := func(p *proc) ([]string, error) {
+	// held returns the entity units (slice ranges or partitions) p holds,
+	// and how many there are in all (the daemon instances' leases move
+	// too, but are not counted).
+	held := func(p *proc) ([]string, int, error) {
 		resp, err := client.Get("http://" + p.addr + "/cluster")
 		if err != nil {
-			return nil, err
+			return nil, 0, err
 		}
 		defer resp.Body.Close()
 		var s memberStatus
 		err = json.NewDecoder(resp.Body).Decode(&s)
-		// The slice ranges (the daemon instances' leases move too, but
-		// are not counted).
-		return slices.DeleteFunc(s.Held, func(name string) bool { return !strings.HasPrefix(name, "slices/") }), err
+		return s.Units, s.All, err
 	}
 	for round := range runs {
 		for i, lease := range leases {
 			t.Run(fmt.Sprintf("%d/lease=%v", round, lease), func(t *testing.T) {
-				url := storeURL(t, "postgres")
+				url := storeURL(t, kind)
 				procs := startMembers(t, url, 3, lease, lease/5)
 				survivors, victim := procs[:2], procs[2]
 				before := map[string]bool{}
 				for _, p := range survivors {
-					hs, err := held(p)
+					hs, _, err := held(p)
 					if err != nil {
 						t.Fatal(err)
 					}
@@ -1035,10 +1046,10 @@ func TestClusterBenchTakeOver(t *testing.T) {
 					if time.Since(killed) > 3*lease+10*time.Second {
 						t.Fatalf("the survivors did not take every range within %v", 3*lease+10*time.Second)
 					}
-					now, dup, ok := map[string]bool{}, false, true
+					now, dup, ok, units := map[string]bool{}, false, true, 0
 					for _, p := range survivors {
-						hs, err := held(p)
-						ok = ok && err == nil
+						hs, all, err := held(p)
+						ok, units = ok && err == nil, all
 						for _, h := range hs {
 							dup = dup || now[h]
 							now[h] = true
@@ -1048,7 +1059,7 @@ func TestClusterBenchTakeOver(t *testing.T) {
 					if ok && r.first == 0 && len(now) > len(before) {
 						r.first = took
 					}
-					if ok && !dup && len(now) == cluster.DefaultRanges {
+					if ok && !dup && units > 0 && len(now) == units {
 						r.all = took
 						break
 					}
@@ -1068,7 +1079,7 @@ func TestClusterBenchTakeOver(t *testing.T) {
 		}
 	}
 	var b strings.Builder
-	fmt.Fprintf(&b, "\ntake-over after SIGKILL of one of three members under load (8 clients): from the kill until the survivors hold all %d ranges; %d runs each, alternated\n", cluster.DefaultRanges, runs)
+	fmt.Fprintf(&b, "\ntake-over after SIGKILL of one of three members on %s under load (8 clients): from the kill until the survivors hold every unit; %d runs each, alternated\n", kind, runs)
 	fmt.Fprintf(&b, "%-22s %-10s %-10s %-10s %-14s\n", "lease (heartbeat)", "median s", "max s", "min s", "first range s (median)")
 	for i, lease := range leases {
 		var all, first []time.Duration

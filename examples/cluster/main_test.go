@@ -147,6 +147,15 @@ func freeAddr(t *testing.T) string {
 	return ln.Addr().String()
 }
 
+// startThree runs members a, b and c and waits until they share the
+// units.
+func startThree(t *testing.T, url string) []*proc {
+	t.Helper()
+	procs := []*proc{start(t, url, "a", freeAddr(t)), start(t, url, "b", freeAddr(t)), start(t, url, "c", freeAddr(t))}
+	awaitCovered(t, 30*time.Second, 10, procs...)
+	return procs
+}
+
 // start runs a member process and waits until it serves.
 func start(t *testing.T, url, name, addr string, extra ...string) *proc {
 	t.Helper()
@@ -471,10 +480,8 @@ func TestKillOneMemberUnderLoad(t *testing.T) {
 	for _, kind := range storeKinds {
 		t.Run(kind, func(t *testing.T) {
 			url := storeURL(t, kind)
-			a := start(t, url, "a", freeAddr(t))
-			b := start(t, url, "b", freeAddr(t))
-			c := start(t, url, "c", freeAddr(t))
-			awaitCovered(t, 30*time.Second, 10, a, b, c)
+			procs := startThree(t, url)
+			a, b, c := procs[0], procs[1], procs[2]
 			l := newLoad(50, a, b, c)
 			l.run(8)
 			time.Sleep(2 * time.Second) // load before the kill
@@ -517,8 +524,7 @@ func TestRollingRestartAndJoin(t *testing.T) {
 	for _, kind := range storeKinds {
 		t.Run(kind, func(t *testing.T) {
 			url := storeURL(t, kind)
-			procs := []*proc{start(t, url, "a", freeAddr(t)), start(t, url, "b", freeAddr(t)), start(t, url, "c", freeAddr(t))}
-			awaitCovered(t, 30*time.Second, 10, procs...)
+			procs := startThree(t, url)
 			l := newLoad(50, procs...)
 			l.run(8)
 			for i, p := range procs {
@@ -563,10 +569,8 @@ func TestPausedMemberWritesNothingForLostRanges(t *testing.T) {
 	for _, kind := range []string{"postgres", "kafka"} {
 		t.Run(kind, func(t *testing.T) {
 			url := storeURL(t, kind)
-			a := start(t, url, "a", freeAddr(t))
-			b := start(t, url, "b", freeAddr(t))
-			c := start(t, url, "c", freeAddr(t))
-			awaitCovered(t, 30*time.Second, 10, a, b, c)
+			procs := startThree(t, url)
+			a, b, c := procs[0], procs[1], procs[2]
 			const accounts = 20
 			l := newLoad(accounts, a, b, c)
 			l.run(8)

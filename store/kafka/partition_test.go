@@ -16,9 +16,7 @@ import (
 // producer writes each id to, read back from the topic, and Topic names
 // the topic.
 func TestPartition(t *testing.T) {
-	brokers := kafkatest.Fake(t)
-	topic := fmt.Sprintf("journal-Partition%d", time.Now().UnixNano())
-	j := open(t, brokers, eventualStores["postgres"](t), kafka.WithTopic(func(string) string { return topic }))
+	j, brokers, topic := openOneTopic(t, "Partition")
 	want := map[string]int32{}
 	for i := range 40 {
 		pid := fmt.Sprintf("Partition|%d", i)
@@ -56,4 +54,13 @@ func TestPartition(t *testing.T) {
 	if p := kafka.Partition("x", 0); p != -1 {
 		t.Errorf("Partition over 0 partitions = %d, want -1", p)
 	}
+}
+
+// openOneTopic opens a journal on the fake broker whose entity types all
+// write to one topic of the test's own, PostgreSQL its eventual store.
+func openOneTopic(t *testing.T, name string) (j *kafka.Journal, brokers []string, topic string) {
+	t.Helper()
+	brokers = kafkatest.Fake(t)
+	topic = fmt.Sprintf("journal-%s%d", name, time.Now().UnixNano())
+	return open(t, brokers, eventualStores["postgres"](t), kafka.WithTopic(func(string) string { return topic })), brokers, topic
 }

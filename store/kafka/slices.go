@@ -111,13 +111,17 @@ func (r *ReadJournal) readPartition(ctx context.Context, topic string, p int32, 
 // slice range), each at the offset after it, and reports whether to go on.
 func (r *ReadJournal) emitRecord(rec *kgo.Record, minSlice, maxSlice int, cur *query.Offset, yield func(query.Envelope, error) bool) bool {
 	p := rec.Partition
+	pid := string(rec.Key)
+	// Records of ids outside the range are passed over undecoded.
+	if slice := annals.Slice(pid); slice < minSlice || slice > maxSlice {
+		cur.Partitions[p] = rec.Offset + 1
+		return true
+	}
 	a, ok, err := decode(rec, true)
 	if err != nil {
 		return yield(query.Envelope{}, err)
 	}
-	pid := string(rec.Key)
-	slice := annals.Slice(pid)
-	if !ok || a.Action.Header.Kind != wire.Append || slice < minSlice || slice > maxSlice {
+	if !ok || a.Action.Header.Kind != wire.Append {
 		// Nothing of this record is read: the position moves past it.
 		cur.Partitions[p] = rec.Offset + 1
 		return true

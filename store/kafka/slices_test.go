@@ -9,8 +9,6 @@ import (
 	"github.com/annals-go/annals"
 	"github.com/annals-go/annals/journal"
 	"github.com/annals-go/annals/query"
-	"github.com/annals-go/annals/store/kafka"
-	"github.com/annals-go/annals/store/kafka/kafkatest"
 )
 
 // TestEventsBySlices: the topic read by slices gives every event of the
@@ -19,9 +17,7 @@ import (
 // inside an atomic write's record too; the live query sees later writes;
 // an offset of another kind is refused.
 func TestEventsBySlices(t *testing.T) {
-	brokers := kafkatest.Fake(t)
-	topic := fmt.Sprintf("journal-Slices%d", time.Now().UnixNano())
-	j := open(t, brokers, eventualStores["postgres"](t), kafka.WithTopic(func(string) string { return topic }))
+	j, _, _ := openOneTopic(t, "Slices")
 	rj := j.ReadJournal(10 * time.Millisecond)
 	want := map[string][]int64{}
 	for i := range 20 {

@@ -72,7 +72,6 @@ import (
 
 	"github.com/annals-go/annals"
 	"github.com/annals-go/annals/cluster"
-	"github.com/annals-go/annals/internal/hooks"
 	"github.com/annals-go/annals/membership"
 	"github.com/annals-go/annals/store/kafka"
 )
@@ -154,23 +153,6 @@ type Config struct {
 	Hooks []any
 }
 
-// memberHooks holds the hooks of a member sorted by interface.
-type memberHooks struct {
-	heartbeat []cluster.HookHeartbeat
-	acquired  []cluster.HookLeaseAcquired
-	released  []cluster.HookLeaseReleased
-	lost      []cluster.HookLeaseLost
-	members   []cluster.HookMembersChanged
-}
-
-func isHook(v any) bool {
-	switch v.(type) {
-	case cluster.HookHeartbeat, cluster.HookLeaseAcquired, cluster.HookLeaseReleased, cluster.HookLeaseLost, cluster.HookMembersChanged:
-		return true
-	}
-	return false
-}
-
 func (cfg *Config) check() error {
 	switch {
 	case cfg.Journal == nil:
@@ -206,7 +188,8 @@ func (cfg *Config) check() error {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	return hooks.Refuse("kafkacluster: Config.Hooks", cfg.Hooks, isHook)
+	_, err := cluster.NewHooks("kafkacluster: Config.Hooks", cfg.Hooks)
+	return err
 }
 
 // topicPartition is one partition of a journal topic: the unit of
@@ -245,7 +228,7 @@ type remote struct {
 // and implements cluster.Router.
 type Member struct {
 	cfg    Config
-	hooks  memberHooks
+	hooks  cluster.Hooks
 	adm    *kgo.Client // describes the group and heartbeats
 	grp    *kgo.Client // the group member
 	topics map[string]*topicShards
@@ -265,7 +248,7 @@ type Member struct {
 	generation int32
 	held       map[topicPartition]*heldPartition
 	owners     map[topicPartition]remote
-	members    []remote
+	members    []membership.Member
 	changed    chan struct{} // closed when the view is read again
 	left       bool
 }
@@ -280,15 +263,10 @@ func Join(ctx context.Context, cfg Config) (*Member, error) {
 	if err := cfg.check(); err != nil {
 		return nil, err
 	}
+	hooks, _ := cluster.NewHooks("", cfg.Hooks) // checked by cfg.check
 	m := &Member{
-		cfg: cfg,
-		hooks: memberHooks{
-			heartbeat: hooks.Select[cluster.HookHeartbeat](cfg.Hooks),
-			acquired:  hooks.Select[cluster.HookLeaseAcquired](cfg.Hooks),
-			released:  hooks.Select[cluster.HookLeaseReleased](cfg.Hooks),
-			lost:      hooks.Select[cluster.HookLeaseLost](cfg.Hooks),
-			members:   hooks.Select[cluster.HookMembersChanged](cfg.Hooks),
-		},
+		hooks:    hooks,
+		cfg:      cfg,
 		topics:   map[string]*topicShards{},
 		start:    time.Now(),
 		margin:   cfg.SessionTimeout / 5,
@@ -472,16 +450,7 @@ func (m *Member) heartbeat(ctx context.Context, grp *kgo.Client) (err error) {
 		return nil
 	}
 	sent := m.now()
-	defer func() {
-		if len(m.hooks.heartbeat) == 0 {
-			return
-		}
-		took := time.Duration(m.now() - sent)
-		held := len(m.Held())
-		for _, h := range m.hooks.heartbeat {
-			h.OnHeartbeat(took, held, err)
-		}
-	}()
+	defer func() { m.hooks.Heartbeat(time.Duration(m.now()-sent), len(m.Held()), err) }()
 	req := kmsg.NewPtrHeartbeatRequest()
 	req.Group, req.Generation, req.MemberID = m.cfg.Group, generation, memberID
 	hctx, cancel := context.WithTimeout(ctx, m.cfg.Heartbeat)
@@ -554,10 +523,8 @@ func (m *Member) onAssigned(ctx context.Context, grp *kgo.Client, assigned map[s
 					m.cfg.Logger.Error("kafkacluster: serving a partition", "group", m.cfg.Group, "member", m.cfg.Name, "partition", tp.unit(), "err", err)
 				}
 			}
-			for _, x := range m.hooks.acquired {
-				x.OnLeaseAcquired(membership.Lease{Name: tp.unit(), Owner: membership.Holder{Name: m.cfg.Name, Incarnation: memberID},
-					Epoch: int64(generation), Expires: m.termEnd(), Live: true})
-			}
+			m.hooks.LeaseAcquired(membership.Lease{Name: tp.unit(), Owner: membership.Holder{Name: m.cfg.Name, Incarnation: memberID},
+				Epoch: int64(generation), Expires: m.termEnd(), Live: true})
 		}
 	}
 	m.look(ctx)
@@ -630,14 +597,10 @@ func (m *Member) giveUp(partitions map[string][]int32, graceful bool) {
 				}
 			}
 			if graceful {
-				for _, x := range m.hooks.released {
-					x.OnLeaseReleased(tp.unit(), time.Since(began), errors.Join(errs...))
-				}
+				m.hooks.LeaseReleased(tp.unit(), time.Since(began), errors.Join(errs...))
 				return
 			}
-			for _, x := range m.hooks.lost {
-				x.OnLeaseLost(tp.unit(), errLostByGroup)
-			}
+			m.hooks.LeaseLost(tp.unit(), errLostByGroup)
 		})
 	}
 	wg.Wait()
@@ -739,23 +702,19 @@ func (m *Member) look(ctx context.Context) {
 		}
 		return
 	}
+	live := make([]membership.Member, len(members))
+	for i, r := range members {
+		live[i] = membership.Member{Name: r.name, Address: r.address, Live: true}
+	}
 	m.mu.Lock()
 	old := m.members
-	m.members = members
+	m.members = live
 	if stable { // during a rebalance the assignments shown are not the ones in force
 		m.owners = owners
 	}
 	m.mu.Unlock()
 	m.signalChanged()
-	if len(m.hooks.members) > 0 && !slices.Equal(old, members) {
-		live := make([]membership.Member, len(members))
-		for i, r := range members {
-			live[i] = membership.Member{Name: r.name, Address: r.address, Live: true}
-		}
-		for _, h := range m.hooks.members {
-			h.OnMembersChanged(live)
-		}
-	}
+	m.hooks.MembersChanged(old, live)
 }
 
 // Name returns the member's name.
@@ -826,7 +785,7 @@ func (m *Member) Members() []string {
 	defer m.mu.Unlock()
 	out := make([]string, len(m.members))
 	for i, r := range m.members {
-		out[i] = r.name
+		out[i] = r.Name
 	}
 	return out
 }

@@ -62,17 +62,25 @@ type node struct {
 	host   *entity.Host[bank.Command, bank.Event, bank.Account]
 }
 
-func (w *world) join(t *testing.T, name string, hooks ...any) (*node, error) {
+// newHost returns a host of the bank's accounts on j, Assigned when
+// assigned, shut down when the test ends.
+func newHost(t *testing.T, j *kafka.Journal, assigned bool) *entity.Host[bank.Command, bank.Event, bank.Account] {
 	t.Helper()
 	reg := serialization.NewRegistry()
 	if err := bank.Register(reg); err != nil {
 		t.Fatal(err)
 	}
-	host, err := entity.NewHost(bank.Behavior(), entity.HostConfig{Journal: w.journal, Registry: reg, Assigned: true})
+	host, err := entity.NewHost(bank.Behavior(), entity.HostConfig{Journal: j, Registry: reg, Assigned: assigned})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = host.Shutdown(context.Background()) })
+	return host
+}
+
+func (w *world) join(t *testing.T, name string, hooks ...any) (*node, error) {
+	t.Helper()
+	host := newHost(t, w.journal, true)
 	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 	defer cancel()
 	m, err := kafkacluster.Join(ctx, kafkacluster.Config{
@@ -250,15 +258,7 @@ func TestMembersSharePartitions(t *testing.T) {
 // refused before anything joins.
 func TestJoinRefusesBadConfig(t *testing.T) {
 	w := newWorld(t)
-	reg := serialization.NewRegistry()
-	if err := bank.Register(reg); err != nil {
-		t.Fatal(err)
-	}
-	host, err := entity.NewHost(bank.Behavior(), entity.HostConfig{Journal: w.journal, Registry: reg, Assigned: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	shards := []kafkacluster.Shard{host}
+	shards := []kafkacluster.Shard{newHost(t, w.journal, true)}
 	for _, tc := range []struct {
 		name string
 		cfg  kafkacluster.Config
@@ -338,22 +338,14 @@ func TestRemovedMemberDropsStaleEntities(t *testing.T) {
 	await(t, "a holding every partition", func() bool { return len(a.member.Held()) == partitions }, a.member)
 	deposit(t, "stale", 1, a)
 	// Another writer of the account (the owner while a was out).
-	reg := serialization.NewRegistry()
-	if err := bank.Register(reg); err != nil {
-		t.Fatal(err)
-	}
 	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 	defer cancel()
 	j2, err := kafka.Open(ctx, w.brokers, w.journal.Eventual(), kafka.WithTopic(func(string) string { return w.topic }))
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer j2.Close()
-	other, err := entity.NewHost(bank.Behavior(), entity.HostConfig{Journal: j2, Registry: reg})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer other.Shutdown(context.Background())
+	t.Cleanup(func() { j2.Close() })
+	other := newHost(t, j2, false)
 	if bal, err := entity.Ask(ctx, other, "stale", func(rt entity.ReplyTo[int64]) bank.Command { return bank.Deposit{Amount: 10, Reply: rt} }); err != nil || bal != 11 {
 		t.Fatalf("the other writer's deposit: %d, %v; want 11", bal, err)
 	}

@@ -29,7 +29,9 @@
 // its partitions until t + SessionTimeout - margin; one answered
 // "rebalance in progress" until the earlier of t + SessionTimeout and the
 // last "none" + RebalanceTimeout, less the margin (a fifth of
-// SessionTimeout). Every write of an entity of a held partition passes the
+// SessionTimeout). The SyncGroup request that got an assignment counts as
+// a "none" sent when it was: the coordinator answers it only outside a
+// rebalance. Every write of an entity of a held partition passes the
 // partition's fence as it leaves for the journal: after that term, or once
 // the partition was revoked or lost, writes fail with engine.ErrFenced and
 // a *cluster.LeaseLostError and are not sent, so a member paused past its
@@ -235,6 +237,10 @@ type Member struct {
 	start  time.Time
 	margin time.Duration
 	term   atomic.Pointer[term] // the member's term: its group member id and when it ends
+	// syncSent is when the member's client last sent a SyncGroup request
+	// (nanoseconds after start): the assignment that request got is a
+	// confirmation of membership, as a heartbeat answered "none" is.
+	syncSent atomic.Int64
 
 	ctx      context.Context // ends when the member has left
 	cancel   context.CancelFunc
@@ -321,6 +327,7 @@ func Join(ctx context.Context, cfg Config) (*Member, error) {
 		kgo.OnPartitionsAssigned(m.onAssigned),
 		kgo.OnPartitionsRevoked(m.onRevoked),
 		kgo.OnPartitionsLost(m.onLost),
+		kgo.WithHooks(syncHook{m}),
 	}, cfg.ClientOptions...)...)
 	if err != nil {
 		adm.Close()
@@ -487,6 +494,38 @@ func (m *Member) heartbeat(ctx context.Context, grp *kgo.Client) (err error) {
 	return err
 }
 
+// syncHook records when the group client sends a SyncGroup request.
+type syncHook struct{ m *Member }
+
+// syncGroupKey is the Kafka protocol's key of SyncGroup requests.
+const syncGroupKey = 14
+
+// OnBrokerWrite implements kgo.HookBrokerWrite.
+func (h syncHook) OnBrokerWrite(_ kgo.BrokerMetadata, key int16, _ int, _, timeToWrite time.Duration, err error) {
+	if key == syncGroupKey && err == nil {
+		h.m.syncSent.Store(h.m.now() - int64(timeToWrite))
+	}
+}
+
+// confirmSync starts or extends memberID's term from the SyncGroup request
+// that got the assignment being served: the coordinator answers a sync
+// only while no rebalance is in progress, and its session timer runs from
+// the request, so the member is in the group until at least the request's
+// time plus the session timeout, and no rebalance began before it. A
+// member whose first heartbeats of a generation meet the next rebalance
+// has a term from its assignment on. m.mu is held.
+func (m *Member) confirmSync(memberID string) {
+	sent := m.syncSent.Load()
+	if sent <= 0 {
+		return
+	}
+	if t := m.term.Load(); t == nil || t.memberID != memberID {
+		m.lastNone = -1
+	}
+	m.lastNone = max(m.lastNone, sent)
+	m.extend(memberID, sent+int64(m.cfg.SessionTimeout)-int64(m.margin))
+}
+
 // onAssigned serves the partitions the group added.
 func (m *Member) onAssigned(ctx context.Context, grp *kgo.Client, assigned map[string][]int32) {
 	defer m.once.Do(func() { close(m.assigned) })
@@ -503,6 +542,9 @@ func (m *Member) onAssigned(ctx context.Context, grp *kgo.Client, assigned map[s
 	}
 	m.mu.Unlock()
 	m.giveUp(lost, false)
+	m.mu.Lock()
+	m.confirmSync(memberID)
+	m.mu.Unlock()
 	m.heartbeat(ctx, grp) // a term at the new generation before serving
 	for topic, partitions := range assigned {
 		ts := m.topics[topic]

@@ -40,6 +40,7 @@ func ifaceOf[T any]() reflect.Type { return reflect.TypeFor[T]() }
 // capabilities is the index of what a store may implement.
 var capabilities = []capability{
 	{"journal.Journal", ifaceOf[journal.Journal](), "RunJournal"},
+	{"journal.FencedWriter", ifaceOf[journal.FencedWriter](), "RunFencedWrites"},
 	{"snapshot.Store", ifaceOf[snapshot.Store](), "RunSnapshots"},
 	{"recovery.Reader", ifaceOf[recovery.Reader](), "RunRecovery"},
 	{"query.EventsByPersistenceIDQuery", ifaceOf[query.EventsByPersistenceIDQuery](), "RunQueries"},

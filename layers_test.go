@@ -37,7 +37,7 @@ var layers = map[string][]string{
 	"projection":          {".", "internal/hooks", "offsets", "query", "restart", "serialization"},
 	"otelannals":          {"cluster", "engine", "entity", "membership", "projection", "query"},
 	"delivery":            {".", "entity"},
-	"cluster":             {".", "internal/hooks", "membership"},
+	"cluster":             {".", "internal/hooks", "journal", "membership"},
 
 	"store/memory":             {".", "durable", "journal", "membership", "offsets", "query", "snapshot"},
 	"store/sqlite":             {".", "admin", "durable", "journal", "membership", "offsets", "query", "recovery", "snapshot"},
@@ -50,7 +50,7 @@ var layers = map[string][]string{
 	"store/kafka/eventual/pg":  {"store/kafka/eventual"},
 	"store/kafka/kafkatest":    {"store/kafka"},
 	// Entities shared out by the Kafka journal's consumer group.
-	"store/kafka/kafkacluster":      {".", "cluster", "membership", "store/kafka"},
+	"store/kafka/kafkacluster":      {".", "cluster", "journal", "membership", "store/kafka"},
 	"store/kafka/wire/wiretest":     {"internal/fixtures", "store/kafka/wire"},
 	"store/postgres/pgtest":         {"store/postgres"},
 	"store/cassandra/cassandratest": {"store/cassandra"},

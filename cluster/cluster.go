@@ -38,11 +38,22 @@
 // (engine.Front.WriteFenced): after the term, writes fail with
 // engine.ErrFenced and are not sent, so a member paused past its lease
 // (SIGSTOP, a long garbage collection) writes nothing for the ranges it
-// lost when it resumes. What the fence cannot stop is a write that passed
-// it and then stalled on the way for longer than the margin; the journal's
-// guard against two writers of one sequence number
-// (journal.ErrSequenceConflict) still refuses it if the new owner wrote.
-// Each change of owner raises the lease's epoch (membership.Lease.Epoch).
+// lost when it resumes.
+//
+// The fence also carries a fencing token: the lease's name and epoch
+// (membership.Lease.Epoch, raised by every change of owner) and the
+// member's identity. A journal that keeps the leases in its own database
+// (journal.FencedWriter: PostgreSQL, SQLite, memory, each with the
+// Membership of the same Store) checks the token in the transaction that
+// stores the write and holds the lease's row until it commits, so a write
+// that passed the clock check and then stalled (the process stopped right
+// after it) is refused with journal.ErrFenced once another member took
+// the range, and a take-over waits for writes already committing. On other
+// journals (Cassandra, whose lightweight transactions cannot span the
+// journal and the lease table, and the Kafka journal) such a stalled
+// write is the one the fence cannot stop; the journal's guard against two
+// writers of one sequence number (journal.ErrSequenceConflict) still
+// refuses it if the new owner wrote first.
 package cluster
 
 import (
@@ -53,6 +64,7 @@ import (
 	"time"
 
 	"github.com/annals-go/annals"
+	"github.com/annals-go/annals/journal"
 	"github.com/annals-go/annals/membership"
 )
 
@@ -114,9 +126,11 @@ type Config struct {
 
 // Shard serves slice ranges as a member gives and takes them.
 type Shard interface {
-	// ServeRange starts serving r; each write for it must pass fence as it
-	// leaves for the store.
-	ServeRange(r annals.SliceRange, fence func() error) error
+	// ServeRange starts serving r; each write for it must pass fence:
+	// fence.Open as it leaves for the store, and fence.Token where it
+	// commits when the store keeps the member's leases
+	// (journal.FencedWriter).
+	ServeRange(r annals.SliceRange, fence journal.Fence) error
 	// HandOffRange stops serving r gracefully and returns when nothing of
 	// r runs any more, or with ctx's error.
 	HandOffRange(ctx context.Context, r annals.SliceRange) error

@@ -290,6 +290,58 @@ func TestCutOffMemberStopsWritingBeforeOthersTakeOver(t *testing.T) {
 	awaitBalanced(t, a, b)
 }
 
+// TestStoreRefusesWriteUnderTakenLease: a member whose own clock still
+// gives it a range (its term is long: a process stopped right after its
+// clock check looks the same) cannot store a write once another member
+// took the range's lease in the store: the journal, which keeps the
+// leases (journal.FencedWriter), checks the write's token where it
+// commits and refuses it with ErrFenced; nothing of it is stored.
+func TestStoreRefusesWriteUnderTakenLease(t *testing.T) {
+	st := memory.New()
+	m := st.Membership()
+	b := join(t, st, m, "b", func(c *cluster.Config) { c.LeaseTime, c.Heartbeat = time.Minute, 20*time.Second })
+	awaitBalanced(t, b)
+	ctx := t.Context()
+	const id = "acct-1"
+	if _, err := deposit(ctx, b.host, id, 5); err != nil {
+		t.Fatal(err)
+	}
+	// An intruder takes the lease of id's range as a take-over would: the
+	// store gives it the next epoch.
+	slice := annals.Slice(annals.PersistenceID(bank.EntityType, id))
+	per := annals.NumberOfSlices / cluster.DefaultRanges
+	lease := cluster.RangeLease(annals.SliceRange{Min: slice / per * per, Max: slice/per*per + per - 1})
+	var holder membership.Holder
+	members, err := m.Members(ctx, t.Name())
+	if err != nil || len(members) != 1 {
+		t.Fatalf("members: %v, %v", members, err)
+	}
+	holder = members[0].Holder()
+	if err := m.Release(ctx, t.Name(), lease, holder); err != nil {
+		t.Fatal(err)
+	}
+	taken, err := m.Acquire(ctx, t.Name(), lease, membership.Holder{Name: "intruder", Incarnation: "1"}, time.Minute)
+	if err != nil || taken.Epoch < 2 {
+		t.Fatalf("the intruder's take-over: %+v, %v", taken, err)
+	}
+	if o, ok := b.member.OwnerOf(annals.PersistenceID(bank.EntityType, id)); !ok || !o.Local {
+		t.Fatalf("b no longer thinks it owns %s (%+v, %v): the test needs its clock fence open", id, o, ok)
+	}
+	if _, err := deposit(ctx, b.host, id, 1); !errors.Is(err, engine.ErrFenced) {
+		t.Fatalf("b's deposit under the taken lease: %v, want ErrFenced from the store", err)
+	}
+	if n, err := st.Journal().HighestSequenceNr(ctx, annals.PersistenceID(bank.EntityType, id), 0); err != nil || n != 1 {
+		t.Errorf("highest of %s after the refused deposit = %d, %v; want 1", id, n, err)
+	}
+	if o, ok := b.member.OwnerOf(annals.PersistenceID(bank.EntityType, id)); !ok || !o.Local {
+		t.Errorf("b's own view changed before the deposit was refused (%+v, %v): its clock fence, not the store, may have refused it", o, ok)
+	}
+	// Leave without waiting out the long heartbeat's last look.
+	leave, cancel := context.WithTimeout(ctx, time.Second)
+	defer cancel()
+	_ = b.member.Leave(leave)
+}
+
 // TestDaemonInstancesRunOnceEach: a daemon's instances run spread over the
 // members, each on one member at a time, and move when a member leaves.
 func TestDaemonInstancesRunOnceEach(t *testing.T) {

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/annals-go/annals"
+	"github.com/annals-go/annals/journal"
 	"github.com/annals-go/annals/membership"
 )
 
@@ -519,13 +520,20 @@ func (m *Member) serve(l membership.Lease, sent time.Time) {
 	m.hooks.LeaseAcquired(l)
 }
 
-// fence returns the fence of a held lease: nil until its term ends.
-func (m *Member) fence(name string, h *held) func() error {
-	return func() error {
-		if m.now() < h.until.Load() {
-			return nil
-		}
-		return &LeaseLostError{Lease: name, Epoch: h.lease.Epoch}
+// fence returns the fence of a held lease: its Open passes until the
+// lease's term ends, and its token names the lease at its epoch in the
+// membership store, for a journal that keeps the leases too.
+func (m *Member) fence(name string, h *held) journal.Fence {
+	me := m.me.Holder()
+	return journal.Fence{
+		Open: func() error {
+			if m.now() < h.until.Load() {
+				return nil
+			}
+			return &LeaseLostError{Lease: name, Epoch: h.lease.Epoch}
+		},
+		Token: journal.FenceToken{Store: m.cfg.Store, Cluster: m.cfg.Cluster, Lease: name,
+			Holder: me.Name, HolderIncarnation: me.Incarnation, Epoch: h.lease.Epoch},
 	}
 }
 

@@ -38,7 +38,7 @@ type flights struct {
 type request struct {
 	ctx    context.Context
 	writes []journal.AtomicWrite
-	fence  func() error           // nil: none (see WriteFenced)
+	fence  journal.Fence          // zero: none (see WriteFenced)
 	one    [1]journal.AtomicWrite // Persist's write, without an allocation
 	done   chan result
 	taken  bool // guarded by Front.mu: in a batch, no longer cancellable
@@ -69,13 +69,17 @@ func (f *Front) Write(ctx context.Context, writes []journal.AtomicWrite) ([]erro
 	return f.write(ctx, req)
 }
 
-// WriteFenced is Write for a writer whose right to write can end: fence
-// is called right before the writes leave for the store (after any wait
-// in the queue), and when it returns an error the writes are not sent and
-// the call returns an error wrapping ErrFenced and that error (the writes
-// are definitely not stored). A holder of a lease passes a fence that fails once the lease
-// may have passed to another writer (package cluster).
-func (f *Front) WriteFenced(ctx context.Context, writes []journal.AtomicWrite, fence func() error) ([]error, error) {
+// WriteFenced is Write for a writer whose right to write can end (a
+// holder of a lease, package cluster):
+//   - fence.Open is called right before the writes leave for the store
+//     (after any wait in the queue); when it returns an error the writes
+//     are not sent and the call returns an error wrapping ErrFenced and
+//     that error (the writes are definitely not stored);
+//   - when the store is a journal.FencedWriter and fence.Token is not
+//     zero, the store checks the token again where the writes commit: a
+//     write whose lease is no longer held gets a result wrapping ErrFenced
+//     (a *journal.FencedError), also definitely not stored.
+func (f *Front) WriteFenced(ctx context.Context, writes []journal.AtomicWrite, fence journal.Fence) ([]error, error) {
 	if len(writes) == 0 {
 		return nil, nil
 	}
@@ -171,7 +175,7 @@ func (f *Front) write(ctx context.Context, req *request) ([]error, error) {
 // recycle returns a request whose result has been taken (or that was never
 // queued) to the pool.
 func (f *Front) recycle(req *request) {
-	req.ctx, req.writes, req.one[0], req.taken, req.fence = nil, nil, journal.AtomicWrite{}, false, nil
+	req.ctx, req.writes, req.one[0], req.taken, req.fence = nil, nil, journal.AtomicWrite{}, false, journal.Fence{}
 	f.requests.Put(req)
 }
 
@@ -356,17 +360,19 @@ func (f *Front) send(batch []*request) {
 		n += len(r.writes)
 	}
 	writes := make([]journal.AtomicWrite, 0, n)
+	tokened := false // a live request carries a fencing token for the store to check
 	for _, r := range batch {
 		if err := r.ctx.Err(); err != nil {
 			f.finish(r, result{err: err})
 			continue
 		}
-		if r.fence != nil {
-			if err := r.fence(); err != nil {
+		if r.fence.Open != nil {
+			if err := r.fence.Open(); err != nil {
 				f.finish(r, result{err: fmt.Errorf("%w: %w", ErrFenced, err)})
 				continue
 			}
 		}
+		tokened = tokened || !r.fence.Token.IsZero()
 		live = append(live, r)
 		writes = append(writes, r.writes...)
 	}
@@ -389,8 +395,24 @@ func (f *Front) send(batch []*request) {
 	// driver that traces), never a caller's cancellation: it is shared.
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(live[0].ctx), f.cfg.CallTimeout)
 	defer cancel()
+	fw, checks := f.j.(journal.FencedWriter)
+	var tokens []journal.FenceToken
+	if checks && tokened {
+		tokens = make([]journal.FenceToken, 0, len(writes))
+		for _, r := range live {
+			for range r.writes {
+				tokens = append(tokens, r.fence.Token)
+			}
+		}
+	}
 	out, err := f.breaker.Execute(func() (any, error) {
-		errs, err := f.j.Write(ctx, writes)
+		var errs []error
+		var err error
+		if tokens != nil {
+			errs, err = fw.WriteFenced(ctx, writes, tokens)
+		} else {
+			errs, err = f.j.Write(ctx, writes)
+		}
 		if err == nil && errs != nil && len(errs) != len(writes) {
 			err = fmt.Errorf("engine: store returned %d results for %d atomic writes: outcome unknown", len(errs), len(writes))
 		}

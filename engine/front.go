@@ -49,8 +49,9 @@ var (
 	ErrClosed = fmt.Errorf("engine: journal front closed: %w", journal.ErrClosed)
 	// ErrFenced reports writes WriteFenced did not send because their
 	// fence failed: they are definitely not stored. The fence's error is
-	// wrapped too.
-	ErrFenced = errors.New("engine: write fenced off, not sent")
+	// wrapped too. It is journal.ErrFenced, which a store's refusal of a
+	// write whose lease it found lost wraps as well.
+	ErrFenced = journal.ErrFenced
 )
 
 // Config configures a Front. The zero value of a field selects its default.

@@ -367,11 +367,11 @@ func TestFenceIsCheckedWhenTheWriteLeaves(t *testing.T) {
 		}
 		fenced, kept := make(chan answer), make(chan answer)
 		go func() {
-			errs, err := f.WriteFenced(t.Context(), []journal.AtomicWrite{one("a", 2)}, fence)
+			errs, err := f.WriteFenced(t.Context(), []journal.AtomicWrite{one("a", 2)}, journal.Fence{Open: fence})
 			fenced <- answer{errs, err}
 		}()
 		go func() {
-			errs, err := f.WriteFenced(t.Context(), []journal.AtomicWrite{one("b", 1)}, func() error { return nil })
+			errs, err := f.WriteFenced(t.Context(), []journal.AtomicWrite{one("b", 1)}, journal.Fence{Open: func() error { return nil }})
 			kept <- answer{errs, err}
 		}()
 		synctest.Wait()       // both wait in the queue behind a's first write

@@ -191,7 +191,7 @@ type servedRange struct {
 	unit    string
 	r       *annals.SliceRange              // the slice range of a unit ServeRange gave; nil otherwise
 	owns    func(persistenceID string) bool // the ids of a unit ServeUnit gave (r nil)
-	fence   func() error
+	fence   journal.Fence
 	leaving bool // guarded by Host.mu
 }
 
@@ -498,10 +498,10 @@ func (h *Host[C, E, S]) servedFor(id string) (*servedRange, error) {
 
 // ServeRange makes an Assigned host serve the entities whose slices lie in
 // r, as ServeUnit does under the unit name r.String(): commands for them
-// are taken, and each write of theirs is sent only while fence returns nil
-// (nil: always). r must not overlap a range the host serves or is handing
+// are taken, and each write of theirs passes fence (the zero Fence: every
+// write passes). r must not overlap a range the host serves or is handing
 // off.
-func (h *Host[C, E, S]) ServeRange(r annals.SliceRange, fence func() error) error {
+func (h *Host[C, E, S]) ServeRange(r annals.SliceRange, fence journal.Fence) error {
 	if r.Min < 0 || r.Max >= annals.NumberOfSlices || r.Min > r.Max {
 		return fmt.Errorf("entity: ServeRange: %v is not a range of slices 0-%d", r, annals.NumberOfSlices-1)
 	}
@@ -511,15 +511,17 @@ func (h *Host[C, E, S]) ServeRange(r annals.SliceRange, fence func() error) erro
 // ServeUnit makes an Assigned host serve the entities whose persistence
 // ids owns reports, under the name unit (for example a Kafka partition's
 // ids: see package store/kafka/kafkacluster): commands for them are taken,
-// and each write of theirs is sent only while fence returns nil (nil:
-// always), checked as the write leaves for the store
-// (engine.Front.WriteFenced). A write refused by its fence fails its
-// command and stops (or restarts) its entity.
+// and each write of theirs passes fence (the zero Fence: every write
+// passes): it is sent only while fence.Open returns nil, checked as the
+// write leaves for the store, and a store that keeps fence.Token's lease
+// checks it again where the write commits (engine.Front.WriteFenced). A
+// write refused by its fence fails its command and stops (or restarts) its
+// entity.
 //
 // Rules: unit must be a name the host does not serve yet; owns must be
 // fast and safe for concurrent use, and no two units served at once may
 // own one id (the host takes the first that does).
-func (h *Host[C, E, S]) ServeUnit(unit string, owns func(persistenceID string) bool, fence func() error) error {
+func (h *Host[C, E, S]) ServeUnit(unit string, owns func(persistenceID string) bool, fence journal.Fence) error {
 	if unit == "" || owns == nil {
 		return errors.New("entity: ServeUnit needs a unit name and an owns function")
 	}

@@ -738,6 +738,11 @@ func (inst *instance[C, E, S]) write(ctx context.Context, w journal.AtomicWrite)
 		return fmt.Errorf("entity %s: persist events %d..%d: outcome unknown: %w", inst.pid, inst.seq+1, inst.seq+int64(len(w.Events)), err)
 	}
 	if errs != nil && errs[0] != nil {
+		if errors.Is(errs[0], journal.ErrFenced) {
+			// The store found the range's lease lost: not a rejection the
+			// entity can go on after, but the end of its right to write.
+			return fmt.Errorf("entity %s: persist events %d..%d: not stored: %w (%v)", inst.pid, inst.seq+1, inst.seq+int64(len(w.Events)), engine.ErrFenced, errs[0])
+		}
 		return errs[0]
 	}
 	return nil

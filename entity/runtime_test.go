@@ -1458,10 +1458,10 @@ func TestHandOffRange(t *testing.T) {
 	if _, err := deposit(ctx, a, "h", 1); !errors.As(err, &notOwned) || notOwned.Moving {
 		t.Fatalf("a command before any range is served: %v, want a *NotOwnedError", err)
 	}
-	if err := a.ServeRange(all, nil); err != nil {
+	if err := a.ServeRange(all, journal.Fence{}); err != nil {
 		t.Fatal(err)
 	}
-	if err := a.ServeRange(annals.SliceRange{Min: 3, Max: 4}, nil); err == nil {
+	if err := a.ServeRange(annals.SliceRange{Min: 3, Max: 4}, journal.Fence{}); err == nil {
 		t.Error("ServeRange accepted a range overlapping one served")
 	}
 	if _, err := deposit(ctx, a, "h", 1); err != nil {
@@ -1511,7 +1511,7 @@ func TestHandOffRange(t *testing.T) {
 		t.Errorf("waiting command: %v, want handled or refused as moving", err)
 	}
 	b := newHost(t, st, accountBehavior(), assigned)
-	if err := b.ServeRange(all, nil); err != nil {
+	if err := b.ServeRange(all, journal.Fence{}); err != nil {
 		t.Fatal(err)
 	}
 	mustBalance(t, b, "h", want)
@@ -1519,7 +1519,7 @@ func TestHandOffRange(t *testing.T) {
 	// A fenced-off write fails its command and stores nothing.
 	lost := errors.New("lease lost")
 	c := newHost(t, st, accountBehavior(), assigned)
-	if err := c.ServeRange(all, func() error { return lost }); err != nil {
+	if err := c.ServeRange(all, journal.Fence{Open: func() error { return lost }}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := deposit(ctx, c, "fenced", 5); !errors.Is(err, lost) || !errors.Is(err, engine.ErrFenced) {
@@ -1546,7 +1546,7 @@ func TestHandOffRangeTimeout(t *testing.T) {
 	}}
 	h := newHost(t, st, accountBehavior(), func(c *entity.HostConfig) { c.Assigned = true })
 	all := annals.SliceRange{Min: 0, Max: annals.NumberOfSlices - 1}
-	if err := h.ServeRange(all, nil); err != nil {
+	if err := h.ServeRange(all, journal.Fence{}); err != nil {
 		t.Fatal(err)
 	}
 	ctx := t.Context()
@@ -1558,7 +1558,7 @@ func TestHandOffRangeTimeout(t *testing.T) {
 	if err := h.HandOffRange(expired, all); !errors.Is(err, context.Canceled) {
 		t.Fatalf("HandOffRange with a persist in flight and an ended ctx: %v, want context.Canceled", err)
 	}
-	if err := h.ServeRange(all, nil); err != nil {
+	if err := h.ServeRange(all, journal.Fence{}); err != nil {
 		t.Fatalf("ServeRange after a timed-out hand-off: %v", err)
 	}
 	var notOwned *entity.NotOwnedError
@@ -1591,16 +1591,16 @@ func TestServeUnit(t *testing.T) {
 			return slices.ContainsFunc(ids, func(id string) bool { return pid == annals.PersistenceID(accountBehavior().EntityType, id) })
 		}
 	}
-	if err := h.ServeUnit("p0", owns("a", "b"), nil); err != nil {
+	if err := h.ServeUnit("p0", owns("a", "b"), journal.Fence{}); err != nil {
 		t.Fatal(err)
 	}
-	if err := h.ServeUnit("p1", owns("c"), func() error { return lost }); err != nil {
+	if err := h.ServeUnit("p1", owns("c"), journal.Fence{Open: func() error { return lost }}); err != nil {
 		t.Fatal(err)
 	}
-	if err := h.ServeUnit("p0", owns("z"), nil); err == nil {
+	if err := h.ServeUnit("p0", owns("z"), journal.Fence{}); err == nil {
 		t.Error("ServeUnit accepted a unit name served already")
 	}
-	if err := h.ServeUnit("", owns("z"), nil); err == nil {
+	if err := h.ServeUnit("", owns("z"), journal.Fence{}); err == nil {
 		t.Error("ServeUnit accepted an empty unit name")
 	}
 	var notOwned *entity.NotOwnedError
@@ -1627,7 +1627,7 @@ func TestServeUnit(t *testing.T) {
 	if err := h.HandOffUnit(ctx, "p0"); err == nil {
 		t.Error("HandOffUnit of a unit no longer served: nil error")
 	}
-	if err := h.ServeUnit("p0", owns("a"), nil); err != nil {
+	if err := h.ServeUnit("p0", owns("a"), journal.Fence{}); err != nil {
 		t.Fatalf("serving a handed-off unit again: %v", err)
 	}
 	mustBalance(t, h, "a", 1)

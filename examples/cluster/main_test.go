@@ -565,15 +565,22 @@ func TestRollingRestartAndJoin(t *testing.T) {
 // account meanwhile; resumed (SIGCONT), it writes nothing for the ranges
 // it lost: any such write would meet the others' sequence numbers, so
 // there is no sequence conflict, and every acknowledged deposit is kept.
+//
+// On PostgreSQL that holds for every write, also one the pause caught
+// between the member's clock check and the store: the journal checks the
+// lease's token where the write commits (journal.FencedWriter). The Kafka
+// journal cannot: a write caught there may meet a conflict, which the
+// journal refuses (no overlapping appends, checkOneWriter), at most one
+// per client request in flight at the pause.
 func TestPausedMemberWritesNothingForLostRanges(t *testing.T) {
 	for _, kind := range []string{"postgres", "kafka"} {
 		t.Run(kind, func(t *testing.T) {
 			url := storeURL(t, kind)
 			procs := startThree(t, url)
 			a, b, c := procs[0], procs[1], procs[2]
-			const accounts = 20
+			const accounts, clients = 20, 8
 			l := newLoad(accounts, a, b, c)
-			l.run(8)
+			l.run(clients)
 			time.Sleep(time.Second)
 			if err := c.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
 				t.Fatal(err)
@@ -583,7 +590,7 @@ func TestPausedMemberWritesNothingForLostRanges(t *testing.T) {
 			// Requests that reached c, or that a and b forwarded to it, wait for
 			// it; fresh clients go on through a and b, which write to every
 			// account while c is stopped.
-			l.run(8)
+			l.run(clients)
 			l.mu.Lock()
 			before := make(map[string]int64, accounts)
 			for id, n := range l.acked {
@@ -614,7 +621,7 @@ func TestPausedMemberWritesNothingForLostRanges(t *testing.T) {
 			awaitCovered(t, 30*time.Second, 10, a, b, c)
 			l.halt()
 			t.Logf("%s", l.summary())
-			if l.conflicts > 0 {
+			if l.conflicts > 0 && (kind == "postgres" || l.conflicts > clients) {
 				t.Errorf("%d sequence conflicts: the resumed member wrote for ranges it had lost", l.conflicts)
 			}
 			checkOneWriter(t, url)

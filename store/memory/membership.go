@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/annals-go/annals/journal"
 	"github.com/annals-go/annals/membership"
 )
 
@@ -213,4 +214,40 @@ func (m *Membership) Leases(ctx context.Context, cluster string) ([]membership.L
 	}
 	slices.SortFunc(out, func(a, b membership.Lease) int { return cmp.Compare(a.Name, b.Name) })
 	return out, nil
+}
+
+var _ journal.FencedWriter = (*Journal)(nil)
+
+// WriteFenced implements journal.FencedWriter: the writes whose tokens
+// name leases of this store's Membership are stored only if those leases
+// are held; the membership is locked for the whole call, so no lease
+// changes owner until the writes are in.
+func (j *Journal) WriteFenced(ctx context.Context, writes []journal.AtomicWrite, tokens []journal.FenceToken) ([]error, error) {
+	if len(tokens) != len(writes) {
+		return nil, fmt.Errorf("%w: %d fencing tokens for %d atomic writes", journal.ErrInvalidArgument, len(tokens), len(writes))
+	}
+	m := j.s.Membership()
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	results := make([]error, len(writes))
+	var sent []journal.AtomicWrite
+	var at []int // the index in writes of each sent write
+	for i, t := range tokens {
+		if t.Store == m && !t.IsZero() {
+			l := m.cluster(t.Cluster).leases[t.Lease]
+			if l.Owner != (membership.Holder{Name: t.Holder, Incarnation: t.HolderIncarnation}) || l.Epoch != t.Epoch {
+				results[i] = &journal.FencedError{PersistenceID: writes[i].PersistenceID, Token: t}
+				continue
+			}
+		}
+		sent, at = append(sent, writes[i]), append(at, i)
+	}
+	errs, err := j.Write(ctx, sent)
+	if err != nil {
+		return nil, err
+	}
+	for k, e := range errs {
+		results[at[k]] = e
+	}
+	return journal.Results(results), nil
 }

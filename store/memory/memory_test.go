@@ -83,6 +83,11 @@ func TestDurableStateCompliance(t *testing.T) {
 	storetest.RunDurableState(t, storetest.DurableHarness{New: newStore, Own: newStore})
 }
 
+func TestFencedWritesKit(t *testing.T) {
+	s := memory.New()
+	storetest.RunFencedWrites(t, s.Journal(), s.Membership())
+}
+
 func TestMembershipKit(t *testing.T) {
 	storetest.RunMembership(t, func(t *testing.T) membership.Store { return memory.New().Membership() })
 }

@@ -10,7 +10,7 @@ import (
 
 // SchemaVersion is the schema version this package writes. Migrate
 // upgrades older schemas to it; Open refuses newer ones.
-const SchemaVersion = 4
+const SchemaVersion = 5
 
 // migrations[i] upgrades a schema from version i to i+1; a step never
 // changes once released (a new version is a new step). "{s}" stands for
@@ -92,6 +92,8 @@ CREATE TABLE {s}.projection_management (
 CREATE INDEX durable_state_tag_idx ON {s}.durable_state ((tags[1]), db_timestamp, revision, persistence_id)`,
 	// 3 → 4: cluster members and leases (see Membership).
 	membersDDL + ";\n" + leasesDDL,
+	// 4 → 5: the lease epoch's unique index (see WriteFenced).
+	leasesEpochDDL,
 }
 
 // versionTable is the one-row table holding the schema's version.

@@ -98,8 +98,8 @@ func TestDurableStateMigratesFromVersion1(t *testing.T) {
 		t.Fatalf("Open of a version 1 schema: %v, want ErrSchemaMissing", err)
 	}
 	ran, err := m.Migrate(ctx)
-	if err != nil || len(ran) != 3 || ran[0].From != 1 || ran[0].To != 2 || ran[1].To != 3 || ran[2].To != 4 {
-		t.Fatalf("Migrate ran %+v (%v), want the steps 1 → 2 → 3 → 4", ran, err)
+	if err != nil || len(ran) != 4 || ran[0].From != 1 || ran[0].To != 2 || ran[1].To != 3 || ran[2].To != 4 || ran[3].To != 5 {
+		t.Fatalf("Migrate ran %+v (%v), want the steps 1 → 2 → 3 → 4 → 5", ran, err)
 	}
 	if cur, latest, err := m.SchemaVersion(ctx); err != nil || cur != postgres.SchemaVersion || latest != postgres.SchemaVersion {
 		t.Fatalf("version after Migrate: %d %d %v", cur, latest, err)

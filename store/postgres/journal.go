@@ -198,6 +198,11 @@ func conflictKey(detail string) (string, int64, bool) {
 // atomic write from its error, the call is sent again as one statement per
 // atomic write, to find which.
 func (j *Journal) Write(ctx context.Context, writes []journal.AtomicWrite) ([]error, error) {
+	return j.write(ctx, writes, nil)
+}
+
+// write is Write, and WriteFenced when tokens is not nil.
+func (j *Journal) write(ctx context.Context, writes []journal.AtomicWrite, tokens []journal.FenceToken) ([]error, error) {
 	if j.s.isClosed() {
 		return nil, journal.ErrClosed
 	}
@@ -214,9 +219,21 @@ func (j *Journal) Write(ctx context.Context, writes []journal.AtomicWrite) ([]er
 	now := time.Now()
 	each := false // one statement per atomic write
 	for len(pending) > 0 {
-		failed, err := j.send(ctx, writes, pending, now, each)
+		check := j.newLeaseCheck(tokens, pending)
+		failed, err := j.send(ctx, writes, pending, now, each, check)
 		if err != nil {
 			return nil, err
+		}
+		if failed.index == fencedOff {
+			var lost bool
+			if pending, lost, err = j.fenced(ctx, writes, tokens, pending, check, results); err != nil {
+				return nil, err
+			}
+			if !lost { // epochs only grow: a lease lost at the check stays lost
+				return nil, fmt.Errorf("postgres: write: the leases check failed, then found every lease held: outcome unknown")
+			}
+			rejected = true
+			continue
 		}
 		if failed.index == unattributed {
 			each = true
@@ -247,16 +264,26 @@ type failedWrite struct {
 }
 
 // unattributed is the index of a failure of the one-statement insert that
-// names no atomic write.
-const unattributed = -2
+// names no atomic write; fencedOff of a failed lease check (fence.go).
+const (
+	unattributed = -2
+	fencedOff    = -3
+)
 
 // send writes the atomic writes writes[pending...] in one transaction: in
-// one statement, or one statement per atomic write when each. A failure
-// that belongs to one atomic write (a conflict, data the server refuses) is
-// returned as failed; any other error means the outcome is unknown.
-func (j *Journal) send(ctx context.Context, writes []journal.AtomicWrite, pending []int, now time.Time, each bool) (failedWrite, error) {
+// one statement, or one statement per atomic write when each, after the
+// lease check check when not nil (fence.go: its failure is failed with
+// index fencedOff, nothing stored). A failure that belongs to one atomic
+// write (a conflict, data the server refuses) is returned as failed; any
+// other error means the outcome is unknown.
+func (j *Journal) send(ctx context.Context, writes []journal.AtomicWrite, pending []int, now time.Time, each bool, check *leaseCheck) (failedWrite, error) {
 	s := j.s
 	b := &pgx.Batch{}
+	first := 0 // the first insert's statement
+	if check != nil {
+		b.Queue(s.sql.checkLeases, check.args()...)
+		first = 1
+	}
 	inserts := 1
 	var total, before int64 // rows of the transaction, of the statements queued
 	for _, i := range pending {
@@ -290,15 +317,19 @@ func (j *Journal) send(ctx context.Context, writes []journal.AtomicWrite, pendin
 	br := s.pool.SendBatch(ctx, b)
 	failed := failedWrite{index: -1}
 	var sendErr error
-	for k := 0; k < b.Len(); k++ { // the inserts come first
+	for k := 0; k < b.Len(); k++ { // the lease check, then the inserts come first
 		_, err := br.Exec()
 		if err == nil {
 			continue
 		}
-		if k < inserts {
+		if k < first && isLeaseCheckFailure(err) {
+			failed = failedWrite{index: fencedOff}
+			break
+		}
+		if i := k - first; i >= 0 && i < inserts {
 			carried, offset := pending, 0
 			if each {
-				carried, offset = pending[k:k+1], k
+				carried, offset = pending[i:i+1], i
 			}
 			if f, ok := classify(writes, carried, err); ok {
 				if f.index >= 0 {

@@ -38,6 +38,12 @@ const (
 	expires           TIMESTAMPTZ      NOT NULL, -- the server's time at which the lease ends unless renewed (free: when it was released)
 	PRIMARY KEY (cluster, name)
 )`
+	// leasesEpochDDL makes epoch a key column of cluster_leases: a write's
+	// lease check (fence.go) locks the lease's row FOR KEY SHARE, which
+	// only an update of a key column waits for. A take-over raises the
+	// epoch and so waits for the writes in flight under the old one; a
+	// heartbeat does not.
+	leasesEpochDDL = `CREATE UNIQUE INDEX IF NOT EXISTS cluster_leases_epoch_idx ON {s}.cluster_leases (cluster, name, epoch)`
 )
 
 // Membership is the store's membership.Store, in the tables

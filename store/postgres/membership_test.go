@@ -24,6 +24,19 @@ func TestMembershipKit(t *testing.T) {
 	}
 }
 
+// TestFencedWritesKit: the journal checks the leases of the store's own
+// membership where writes commit, on both layouts.
+func TestFencedWritesKit(t *testing.T) {
+	t.Parallel()
+	for _, l := range layouts {
+		t.Run(l.name, func(t *testing.T) {
+			t.Parallel()
+			s := open(t, l.opts...)
+			storetest.RunFencedWrites(t, s.Journal(), s.Membership())
+		})
+	}
+}
+
 // TestMembershipErrors: the kit's rule for calls with an ended context and
 // after Close.
 func TestMembershipErrors(t *testing.T) {

@@ -79,6 +79,7 @@ CREATE INDEX IF NOT EXISTS event_journal_slice_idx ON {s}.event_journal(slice, e
 )`},
 	{"cluster_members", membersDDL},
 	{"cluster_leases", leasesDDL},
+	{"cluster_leases_epoch_idx", leasesEpochDDL},
 }
 
 // r2dbcMissing returns the r2dbc layout's tables missing from the schema.

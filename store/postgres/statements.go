@@ -14,6 +14,7 @@ type statements struct {
 	bySlices, byTag, byType, byAnyType, earlier, earlierTagged string
 	persistenceIDs                                             string
 	setPaused                                                  string
+	checkLeases, heldLeases                                    string // fencing (fence.go), on both layouts
 }
 
 // fragments are where the layouts' otherwise equal statements differ.

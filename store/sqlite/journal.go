@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"database/sql/driver"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"iter"
 	"slices"
@@ -94,6 +95,25 @@ var _ journal.Journal = (*Journal)(nil)
 // transaction. An error of the transaction itself is returned as the
 // whole-call error: the outcome is unknown.
 func (j *Journal) Write(ctx context.Context, writes []journal.AtomicWrite) ([]error, error) {
+	return j.write(ctx, writes, nil)
+}
+
+var _ journal.FencedWriter = (*Journal)(nil)
+
+// WriteFenced implements journal.FencedWriter: the writes whose tokens
+// name leases of this store's Membership (one made by Store.Membership of
+// this Store) are stored only if those leases are held in the write's
+// transaction, which holds the file's write lock: no member of any process
+// can take a lease until it commits.
+func (j *Journal) WriteFenced(ctx context.Context, writes []journal.AtomicWrite, tokens []journal.FenceToken) ([]error, error) {
+	if len(tokens) != len(writes) {
+		return nil, fmt.Errorf("%w: %d fencing tokens for %d atomic writes", journal.ErrInvalidArgument, len(tokens), len(writes))
+	}
+	return j.write(ctx, writes, tokens)
+}
+
+// write is Write, and WriteFenced when tokens is not nil.
+func (j *Journal) write(ctx context.Context, writes []journal.AtomicWrite, tokens []journal.FenceToken) ([]error, error) {
 	s := j.s
 	results := make([]error, len(writes))
 	live := 0
@@ -103,7 +123,7 @@ func (j *Journal) Write(ctx context.Context, writes []journal.AtomicWrite) ([]er
 		}
 	}
 	for live > 0 {
-		conflict, err := s.writeTx(ctx, writes, results)
+		conflict, err := s.writeTx(ctx, writes, tokens, results)
 		if err != nil {
 			return nil, err
 		}
@@ -115,21 +135,26 @@ func (j *Journal) Write(ctx context.Context, writes []journal.AtomicWrite) ([]er
 	return journal.Results(results), nil
 }
 
-// writeTx stores the writes whose result is nil in one transaction. On a
-// sequence conflict it rolls back, records the conflict in results and
-// returns the index of the write that met it; otherwise it commits and
-// returns -1.
+// writeTx stores the writes whose result is nil in one transaction, but
+// first refuses those whose token (tokens[i], when tokens is not nil)
+// names a lease of the store's membership that is not held (a
+// *journal.FencedError in results). On a sequence conflict it rolls back,
+// records the conflict in results and returns the index of the write that
+// met it; otherwise it commits and returns -1.
 //
 // Driver calls run on a context without cancellation (the driver would
 // otherwise start a goroutine per statement to watch it); ctx is checked
 // between atomic writes and before the commit instead.
-func (s *Store) writeTx(ctx context.Context, writes []journal.AtomicWrite, results []error) (int, error) {
+func (s *Store) writeTx(ctx context.Context, writes []journal.AtomicWrite, tokens []journal.FenceToken, results []error) (int, error) {
 	dctx := context.WithoutCancel(ctx)
 	tx, release, err := s.writeTxn(ctx)
 	if err != nil {
 		return -1, s.errs.Map(ctx, "begin write", err, journal.ErrClosed)
 	}
 	defer release()
+	if err := s.checkTokens(dctx, tx, writes, tokens, results); err != nil {
+		return -1, s.errs.Map(ctx, "check leases", err, journal.ErrClosed)
+	}
 	insert := tx.StmtContext(dctx, s.stmts.insert)
 	var insertTag *sql.Stmt
 	now := time.Now().UnixNano()
@@ -194,6 +219,32 @@ func (s *Store) writeTx(ctx context.Context, writes []journal.AtomicWrite, resul
 	}
 	s.signal.Notify() // wake live queries of this process
 	return -1, nil
+}
+
+// checkTokens sets the result of each write whose result is nil and whose
+// token names a lease of the store's membership that tx does not find held
+// by the token's holder at its epoch.
+func (s *Store) checkTokens(ctx context.Context, tx *sql.Tx, writes []journal.AtomicWrite, tokens []journal.FenceToken, results []error) error {
+	held := map[journal.FenceToken]bool{}
+	for i, t := range tokens {
+		if m, ok := t.Store.(*Membership); !ok || t.IsZero() || m.s != s || results[i] != nil {
+			continue
+		}
+		h, known := held[t]
+		if !known {
+			var one int
+			err := tx.QueryRowContext(ctx, checkHeldSQL, t.Cluster, t.Lease, t.Holder, t.HolderIncarnation, t.Epoch).Scan(&one)
+			if err != nil && !errors.Is(err, sql.ErrNoRows) {
+				return err
+			}
+			h = err == nil
+			held[t] = h
+		}
+		if !h {
+			results[i] = &journal.FencedError{PersistenceID: writes[i].PersistenceID, Token: t}
+		}
+	}
+	return nil
 }
 
 // checkWrite applies the contract's rules and the payload limit.

@@ -17,6 +17,13 @@ func TestMembershipKit(t *testing.T) {
 	storetest.RunMembership(t, func(t *testing.T) membership.Store { return s.Membership() })
 }
 
+// TestFencedWritesKit: the journal checks the leases of the store's own
+// membership in its write transaction.
+func TestFencedWritesKit(t *testing.T) {
+	s := openTemp(t)
+	storetest.RunFencedWrites(t, s.Journal(), s.Membership())
+}
+
 // TestMembershipErrors: the kit's rule for calls with an ended context and
 // after Close.
 func TestMembershipErrors(t *testing.T) {

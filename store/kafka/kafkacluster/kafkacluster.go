@@ -74,6 +74,7 @@ import (
 
 	"github.com/annals-go/annals"
 	"github.com/annals-go/annals/cluster"
+	"github.com/annals-go/annals/journal"
 	"github.com/annals-go/annals/membership"
 	"github.com/annals-go/annals/store/kafka"
 )
@@ -96,7 +97,7 @@ type Shard interface {
 	EntityType() string
 	// ServeUnit starts serving the ids owns reports, each write of theirs
 	// passing fence as it leaves for the journal.
-	ServeUnit(unit string, owns func(persistenceID string) bool, fence func() error) error
+	ServeUnit(unit string, owns func(persistenceID string) bool, fence journal.Fence) error
 	// HandOffUnit stops serving unit gracefully and returns when nothing
 	// of it runs any more, or with ctx's error.
 	HandOffUnit(ctx context.Context, unit string) error
@@ -580,14 +581,15 @@ func (m *Member) termEnd() time.Time {
 	return m.start
 }
 
-// fence returns the fence of a held partition's writes.
-func (m *Member) fence(tp topicPartition, h *heldPartition) func() error {
-	return func() error {
+// fence returns the fence of a held partition's writes: the journal topic
+// keeps no lease, so its Open is the whole fence.
+func (m *Member) fence(tp topicPartition, h *heldPartition) journal.Fence {
+	return journal.Fence{Open: func() error {
 		if !h.open.Load() || !m.heldUnder(h.memberID) {
 			return &cluster.LeaseLostError{Lease: tp.unit(), Epoch: int64(h.generation)}
 		}
 		return nil
-	}
+	}}
 }
 
 // onRevoked hands off the partitions the group takes back, gracefully,

@@ -1,0 +1,125 @@
+package storetest
+
+import (
+	"errors"
+	"testing"
+
+	"github.com/annals-go/annals/journal"
+	"github.com/annals-go/annals/membership"
+)
+
+// RunFencedWrites runs the rules of journal.FencedWriter against j and m,
+// the journal and the membership store of one store (so that j checks m's
+// leases where writes commit), one named, parallel subtest of t per rule:
+//   - a write under a lease its holder holds at the token's epoch is
+//     stored, also once the lease's term passed and nobody took it;
+//   - a write under a lease another member took since (a higher epoch) is
+//     refused with an error wrapping journal.ErrFenced and
+//     journal.ErrRejected (a *journal.FencedError), nothing of it stored,
+//     while the other writes of the call, with no token, with the new
+//     holder's, or with a token of another membership store, are stored;
+//   - a tokens slice of another length than writes fails with
+//     journal.ErrInvalidArgument and stores nothing.
+//
+// This is the rule a paused member needs: its own fence passed before the
+// pause, and only the store can still refuse what it sends after.
+func RunFencedWrites(t *testing.T, j journal.FencedWriter, m membership.Store) {
+	t.Helper()
+	tt := testingT{t}
+	ruleTest(tt, "FencedWriteUnderHeldLease", "a write under a lease held at its epoch is stored, also after the lease's term passed while nobody took it", nil, func(t T) {
+		fencedUnderHeld(t, j, m, uniqueID(t, "KitCluster"))
+	})
+	ruleTest(tt, "FencedWriteUnderLostLease", "a write under a lease another member took is refused (ErrFenced, ErrRejected) and not stored; the call's other writes are stored", nil, func(t T) {
+		fencedUnderLost(t, j, m, uniqueID(t, "KitCluster"))
+	})
+	ruleTest(tt, "FencedWriteTokensMismatch", "tokens of another length than writes fail with ErrInvalidArgument, storing nothing", nil, func(t T) {
+		pid := uniqueID(t, "KitFence")
+		_, err := j.WriteFenced(testContext(t), []journal.AtomicWrite{single(pid, 1)}, nil)
+		if !errors.Is(err, journal.ErrInvalidArgument) {
+			t.Errorf("WriteFenced with no tokens for one write: %v, want ErrInvalidArgument", err)
+		}
+		if n := highest(t, j, pid, 0); n != 0 {
+			t.Errorf("highest after the refused call = %d, want 0", n)
+		}
+	})
+}
+
+// token is the fencing token of lease l held by h in cluster of m.
+func token(m membership.Store, cluster string, l membership.Lease, h membership.Holder) journal.FenceToken {
+	return journal.FenceToken{Store: m, Cluster: cluster, Lease: l.Name, Holder: h.Name, HolderIncarnation: h.Incarnation, Epoch: l.Epoch}
+}
+
+// mustWriteFenced writes ws under tokens in one call and returns the
+// results (nil: all stored); an unknown outcome fails t.
+func mustWriteFenced(t T, j journal.FencedWriter, ws []journal.AtomicWrite, tokens []journal.FenceToken) []error {
+	t.Helper()
+	res, err := j.WriteFenced(testContext(t), ws, tokens)
+	if err != nil {
+		t.Fatalf("WriteFenced: outcome unknown: %v", err)
+	}
+	if res != nil && len(res) != len(ws) {
+		t.Fatalf("WriteFenced returned %d results for %d atomic writes", len(res), len(ws))
+	}
+	if res == nil {
+		res = make([]error, len(ws))
+	}
+	return res
+}
+
+func fencedUnderHeld(t T, j journal.FencedWriter, m membership.Store, cluster string) {
+	a := holder("a", "1")
+	long := mustAcquire(t, m, cluster, "r0", a, longTTL)
+	short := mustAcquire(t, m, cluster, "r1", a, shortTTL)
+	p0, p1 := uniqueID(t, "KitFence"), uniqueID(t, "KitFence")
+	res := mustWriteFenced(t, j, []journal.AtomicWrite{single(p0, 1), single(p1, 1)},
+		[]journal.FenceToken{token(m, cluster, long, a), token(m, cluster, short, a)})
+	for i, err := range res {
+		if err != nil {
+			t.Errorf("write %d under a held lease: %v, want stored", i, err)
+		}
+	}
+	awaitExpiry(t, m, cluster, "r1", "")
+	res = mustWriteFenced(t, j, []journal.AtomicWrite{single(p1, 2)}, []journal.FenceToken{token(m, cluster, short, a)})
+	if res[0] != nil {
+		t.Errorf("write under an expired lease nobody took: %v, want stored", res[0])
+	}
+	if n := highest(t, j, p1, 0); n != 2 {
+		t.Errorf("highest of the expired lease's id = %d, want 2", n)
+	}
+}
+
+func fencedUnderLost(t T, j journal.FencedWriter, m membership.Store, cluster string) {
+	ctx := testContext(t)
+	a, b := holder("a", "1"), holder("b", "1")
+	old := mustAcquire(t, m, cluster, "r0", a, longTTL)
+	if err := m.Release(ctx, cluster, "r0", a); err != nil {
+		t.Fatalf("Release: %v", err)
+	}
+	taken := mustAcquire(t, m, cluster, "r0", b, longTTL)
+	lost, none, newer, other := uniqueID(t, "KitFence"), uniqueID(t, "KitFence"), uniqueID(t, "KitFence"), uniqueID(t, "KitFence")
+	foreign := token(m, cluster, old, a)
+	foreign.Store = struct{ another string }{"membership store"} // a lease this journal does not keep
+	res := mustWriteFenced(t, j,
+		[]journal.AtomicWrite{single(lost, 1), single(none, 1), single(newer, 1), single(other, 1)},
+		[]journal.FenceToken{token(m, cluster, old, a), {}, token(m, cluster, taken, b), foreign})
+	var fe *journal.FencedError
+	switch err := res[0]; {
+	case !errors.Is(err, journal.ErrFenced) || !errors.Is(err, journal.ErrRejected):
+		t.Errorf("write under a lease another member took: %v, want ErrFenced and ErrRejected", err)
+	case !errors.As(err, &fe) || fe.PersistenceID != lost || fe.Token.Lease != "r0":
+		t.Errorf("write under a lease another member took: %v, want a *journal.FencedError naming %s and r0", err, lost)
+	}
+	for i, name := range []string{"", "with no token", "under the new holder's token", "under another store's token"} {
+		if i > 0 && res[i] != nil {
+			t.Errorf("write %s, in a call with a fenced write: %v, want stored", name, res[i])
+		}
+	}
+	if n := highest(t, j, lost, 0); n != 0 {
+		t.Errorf("highest of the fenced write's id = %d, want 0 (not stored)", n)
+	}
+	for _, pid := range []string{none, newer, other} {
+		if n := highest(t, j, pid, 0); n != 1 {
+			t.Errorf("highest of %s = %d, want 1", pid, n)
+		}
+	}
+}

@@ -31,7 +31,7 @@ var layers = map[string][]string{
 	// The outage drill the stores' tests run (a test helper).
 	"internal/outagetest": {"engine", "entity", "examples/bank", "journal", "serialization", "snapshot"},
 	"restart":             {},
-	"engine":              {"internal/hooks", "journal", "recovery", "snapshot"},
+	"engine":              {"durable", "internal/hooks", "journal", "recovery", "snapshot"},
 	"storetest":           {".", "durable", "journal", "membership", "offsets", "query", "recovery", "snapshot"},
 	"entity":              {".", "durable", "engine", "internal/hooks", "journal", "recovery", "restart", "serialization", "snapshot"},
 	"projection":          {".", "internal/hooks", "offsets", "query", "restart", "serialization"},

@@ -14,8 +14,8 @@ import (
 
 // writeQueue holds the requests no leader has taken yet, in arrival
 // order. Invariant: writes is the number of atomic writes in reqs.
-type writeQueue struct {
-	reqs   []*request
+type writeQueue[W any] struct {
+	reqs   []*request[W]
 	writes int
 }
 
@@ -35,13 +35,13 @@ type flights struct {
 
 // request is one caller's writes in the queue. Requests are recycled
 // through Front.requests once their caller has its result.
-type request struct {
+type request[W any] struct {
 	ctx    context.Context
-	writes []journal.AtomicWrite
-	fence  journal.Fence          // zero: none (see WriteFenced)
-	one    [1]journal.AtomicWrite // Persist's write, without an allocation
+	writes []W
+	fence  journal.Fence // zero: none (see Front.WriteFenced)
+	one    [1]W          // Persist's write, without an allocation
 	done   chan result
-	taken  bool // guarded by Front.mu: in a batch, no longer cancellable
+	taken  bool // guarded by core.mu: in a batch, no longer cancellable
 }
 
 type result struct {
@@ -55,46 +55,23 @@ type linger struct {
 	wake chan struct{}
 }
 
-// Write implements journal.Journal.Write through the group-commit queue: the
-// writes of this call are sent in one store call, possibly together with
-// other callers' writes. Results follow the journal contract; a whole-call
-// error wraps ErrCircuitOpen (not sent), ErrCallTimeout (outcome unknown) or
-// the store's error (outcome unknown), or is ErrClosed or ctx's error.
-func (f *Front) Write(ctx context.Context, writes []journal.AtomicWrite) ([]error, error) {
+// submit sends writes through the group-commit queue under fence (the
+// zero Fence: none) and returns their results (see Front.WriteFenced).
+func (f *core[W]) submit(ctx context.Context, writes []W, fence journal.Fence) ([]error, error) {
 	if len(writes) == 0 {
 		return nil, nil
 	}
-	req := f.requests.Get().(*request)
-	req.writes = writes
-	return f.write(ctx, req)
-}
-
-// WriteFenced is Write for a writer whose right to write can end (a
-// holder of a lease, package cluster):
-//   - fence.Open is called right before the writes leave for the store
-//     (after any wait in the queue); when it returns an error the writes
-//     are not sent and the call returns an error wrapping ErrFenced and
-//     that error (the writes are definitely not stored);
-//   - when the store is a journal.FencedWriter and fence.Token is not
-//     zero, the store checks the token again where the writes commit: a
-//     write whose lease is no longer held gets a result wrapping ErrFenced
-//     (a *journal.FencedError), also definitely not stored.
-func (f *Front) WriteFenced(ctx context.Context, writes []journal.AtomicWrite, fence journal.Fence) ([]error, error) {
-	if len(writes) == 0 {
-		return nil, nil
-	}
-	req := f.requests.Get().(*request)
+	req := f.requests.Get().(*request[W])
 	req.writes, req.fence = writes, fence
 	return f.write(ctx, req)
 }
 
-// Persist writes one atomic write and returns nil when it is stored; an
-// error wrapping journal.ErrRejected when it is definitely not stored; any
-// other error when the outcome is unknown or the write was not sent.
-func (f *Front) Persist(ctx context.Context, w journal.AtomicWrite) error {
-	req := f.requests.Get().(*request)
+// persist sends one write under fence and returns its result: nil when it
+// is stored, the store's rejection, or the whole call's error.
+func (f *core[W]) persist(ctx context.Context, w W, fence journal.Fence) error {
+	req := f.requests.Get().(*request[W])
 	req.one[0] = w
-	req.writes = req.one[:]
+	req.writes, req.fence = req.one[:], fence
 	errs, err := f.write(ctx, req)
 	if err != nil {
 		return err
@@ -107,7 +84,7 @@ func (f *Front) Persist(ctx context.Context, w journal.AtomicWrite) error {
 
 // write queues req (from f.requests, with its writes set), waits for its
 // result and recycles it unless its call may still answer it.
-func (f *Front) write(ctx context.Context, req *request) ([]error, error) {
+func (f *core[W]) write(ctx context.Context, req *request[W]) ([]error, error) {
 	if err := ctx.Err(); err != nil {
 		f.recycle(req)
 		return nil, err
@@ -123,7 +100,7 @@ func (f *Front) write(ctx context.Context, req *request) ([]error, error) {
 	f.q.reqs = append(f.q.reqs, req)
 	f.q.writes += len(writes)
 	for _, w := range writes {
-		f.ids.pending[w.PersistenceID]++
+		f.ids.pending[f.idOf(w)]++
 	}
 	f.wakeLingering(false)
 	switch {
@@ -165,7 +142,7 @@ func (f *Front) write(ctx context.Context, req *request) ([]error, error) {
 				break
 			}
 		}
-		f.ids.answered(writes)
+		f.answered(writes)
 		f.mu.Unlock()
 		f.recycle(req)
 		return nil, ctx.Err()
@@ -174,14 +151,15 @@ func (f *Front) write(ctx context.Context, req *request) ([]error, error) {
 
 // recycle returns a request whose result has been taken (or that was never
 // queued) to the pool.
-func (f *Front) recycle(req *request) {
-	req.ctx, req.writes, req.one[0], req.taken, req.fence = nil, nil, journal.AtomicWrite{}, false, journal.Fence{}
+func (f *core[W]) recycle(req *request[W]) {
+	var zero W
+	req.ctx, req.writes, req.one[0], req.taken, req.fence = nil, nil, zero, false, journal.Fence{}
 	f.requests.Put(req)
 }
 
 // wakeLingering wakes the lingering leaders whose batch is full, or all of
 // them when all. f.mu is held.
-func (f *Front) wakeLingering(all bool) {
+func (f *core[W]) wakeLingering(all bool) {
 	kept := f.fl.lingering[:0]
 	for _, l := range f.fl.lingering {
 		if all || f.q.writes >= l.want {
@@ -198,8 +176,8 @@ func (f *Front) wakeLingering(all bool) {
 // none of whose ids has a write in flight or in a request passed over, at
 // most MaxBatchSize atomic writes, never splitting one caller's writes. It
 // marks their ids in flight. f.mu is held.
-func (f *Front) take() []*request {
-	var batch []*request
+func (f *core[W]) take() []*request[W] {
+	var batch []*request[W]
 	var passed map[string]bool // ids of requests passed over
 	kept, size := f.q.reqs[:0], 0
 	for i, r := range f.q.reqs {
@@ -212,7 +190,7 @@ func (f *Front) take() []*request {
 				passed = map[string]bool{}
 			}
 			for _, w := range r.writes {
-				passed[w.PersistenceID] = true
+				passed[f.idOf(w)] = true
 			}
 			kept = append(kept, r)
 			continue
@@ -221,7 +199,7 @@ func (f *Front) take() []*request {
 		batch = append(batch, r)
 		size += len(r.writes)
 		for _, w := range r.writes {
-			f.ids.inFlight[w.PersistenceID]++
+			f.ids.inFlight[f.idOf(w)]++
 		}
 	}
 	clear(f.q.reqs[len(kept):])
@@ -236,12 +214,12 @@ func (f *Front) take() []*request {
 
 // blocked reports whether one of r's ids has a write in flight or was
 // passed over. f.mu is held.
-func (f *Front) blocked(r *request, passed map[string]bool) bool {
+func (f *core[W]) blocked(r *request[W], passed map[string]bool) bool {
 	if len(f.ids.inFlight) == 0 && passed == nil {
 		return false
 	}
 	for _, w := range r.writes {
-		if f.ids.inFlight[w.PersistenceID] > 0 || passed[w.PersistenceID] {
+		if id := f.idOf(w); f.ids.inFlight[id] > 0 || passed[id] {
 			return true
 		}
 	}
@@ -250,7 +228,7 @@ func (f *Front) blocked(r *request, passed map[string]bool) bool {
 
 // handOff ends the call of a caller that led it: with writes queued, a new
 // goroutine leads on; otherwise the leader stops.
-func (f *Front) handOff() {
+func (f *core[W]) handOff() {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if len(f.q.reqs) > 0 {
@@ -261,7 +239,7 @@ func (f *Front) handOff() {
 }
 
 // stop ends a leader. f.mu is held.
-func (f *Front) stop() {
+func (f *core[W]) stop() {
 	if f.fl.leaders--; f.fl.leaders == 0 {
 		f.idle.Broadcast()
 	}
@@ -287,7 +265,7 @@ const splitAt = 200
 // leader waits for a call to end while as many calls as allowed are in
 // flight, or while every queued write waits for a write of its id in
 // flight.
-func (f *Front) run() {
+func (f *core[W]) run() {
 	f.mu.Lock()
 	for {
 		target := f.target()
@@ -316,19 +294,19 @@ func (f *Front) run() {
 
 // allowed is how many calls may be in flight now: one per splitAt writes
 // expected, at least one, at most MaxCalls. f.mu is held.
-func (f *Front) allowed() int {
+func (f *core[W]) allowed() int {
 	return min(f.cfg.MaxCalls, max(1, f.fl.expected/splitAt))
 }
 
 // target is the batch a leader aims for. f.mu is held.
-func (f *Front) target() int {
+func (f *core[W]) target() int {
 	n := f.allowed()
 	return min(f.cfg.MaxBatchSize, (f.fl.expected+n-1)/n)
 }
 
 // wait releases f.mu until the queue holds want writes, a call ends, or
 // (when d > 0) d has passed. f.mu is held.
-func (f *Front) wait(want int, d time.Duration) {
+func (f *core[W]) wait(want int, d time.Duration) {
 	l := &linger{want: want, wake: make(chan struct{})}
 	f.fl.lingering = append(f.fl.lingering, l)
 	f.mu.Unlock()
@@ -353,13 +331,13 @@ func (f *Front) wait(want int, d time.Duration) {
 
 // send makes one store call for the live requests of batch, ends their
 // in-flight counts, answers each and wakes the lingering leaders.
-func (f *Front) send(batch []*request) {
+func (f *core[W]) send(batch []*request[W]) {
 	live := batch[:0:0]
 	n := 0
 	for _, r := range batch {
 		n += len(r.writes)
 	}
-	writes := make([]journal.AtomicWrite, 0, n)
+	writes := make([]W, 0, n)
 	tokened := false // a live request carries a fencing token for the store to check
 	for _, r := range batch {
 		if err := r.ctx.Err(); err != nil {
@@ -395,9 +373,8 @@ func (f *Front) send(batch []*request) {
 	// driver that traces), never a caller's cancellation: it is shared.
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(live[0].ctx), f.cfg.CallTimeout)
 	defer cancel()
-	fw, checks := f.j.(journal.FencedWriter)
 	var tokens []journal.FenceToken
-	if checks && tokened {
+	if f.tokens && tokened {
 		tokens = make([]journal.FenceToken, 0, len(writes))
 		for _, r := range live {
 			for range r.writes {
@@ -406,13 +383,7 @@ func (f *Front) send(batch []*request) {
 		}
 	}
 	out, err := f.breaker.Execute(func() (any, error) {
-		var errs []error
-		var err error
-		if tokens != nil {
-			errs, err = fw.WriteFenced(ctx, writes, tokens)
-		} else {
-			errs, err = f.j.Write(ctx, writes)
-		}
+		errs, err := f.store(ctx, writes, tokens)
 		if err == nil && errs != nil && len(errs) != len(writes) {
 			err = fmt.Errorf("engine: store returned %d results for %d atomic writes: outcome unknown", len(errs), len(writes))
 		}
@@ -426,7 +397,7 @@ func (f *Front) send(batch []*request) {
 	f.fl.calls--
 	f.fl.flying -= n
 	f.fl.expected = n + f.fl.flying + f.q.writes
-	f.ids.landed(writes)
+	f.landed(writes)
 	f.wakeLingering(true)
 	f.mu.Unlock()
 	var contexts []context.Context
@@ -449,7 +420,7 @@ func (f *Front) send(batch []*request) {
 	if len(f.hooks.writeCall) > 0 {
 		call := WriteCall{Writes: len(writes), Queued: queued, Start: start, Duration: took, Err: err, Contexts: contexts}
 		for _, w := range writes {
-			call.Events += len(w.Events)
+			call.Events += f.events(w)
 		}
 		for _, e := range errs {
 			if e != nil {
@@ -464,9 +435,9 @@ func (f *Front) send(batch []*request) {
 
 // finish ends the in-flight count of a request that is not sent, and
 // answers it.
-func (f *Front) finish(r *request, res result) {
+func (f *core[W]) finish(r *request[W], res result) {
 	f.mu.Lock()
-	f.ids.landed(r.writes)
+	f.landed(r.writes)
 	f.mu.Unlock()
 	r.done <- res
 }

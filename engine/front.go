@@ -196,20 +196,34 @@ func (c Config) withDefaults() Config {
 //
 // Close does not close the journal behind the front.
 type Front struct {
-	j       journal.Journal
+	core[journal.AtomicWrite]
+	j journal.Journal
+}
+
+// core is the group commit and the guards a front puts before its store,
+// for writes of type W.
+type core[W any] struct {
+	name    string // the store's kind, in the breaker's log lines
 	cfg     Config
 	breaker *gobreaker.CircuitBreaker[any]
 	reads   chan struct{} // turns of the guarded reads; nil: unbounded
 	hooks   hooks
 
+	// store makes one store call for writes; tokens, when not nil, holds
+	// one fencing token per write (only when tokens is true).
+	store  func(ctx context.Context, writes []W, tokens []journal.FenceToken) ([]error, error)
+	tokens bool           // the store checks fencing tokens
+	idOf   func(W) string // a write's persistence id
+	events func(W) int    // a write's events, for the write-call hook
+
 	mu     sync.Mutex // guards closed, q, ids and fl
 	idle   sync.Cond  // signalled when fl.leaders drops to 0
 	closed bool
-	q      writeQueue
+	q      writeQueue[W]
 	ids    idWrites
 	fl     flights
 
-	requests sync.Pool // of *request
+	requests sync.Pool // of *request[W]
 }
 
 var _ journal.Journal = (*Front)(nil)
@@ -222,35 +236,77 @@ func NewFront(j journal.Journal, cfg Config) (*Front, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	cfg = cfg.withDefaults()
 	if rc, ok := j.(ReadCapacity); ok && cfg.MaxReads == 0 {
 		cfg.MaxReads = max(1, rc.ConcurrentReads())
 	}
-	f := &Front{
-		j:   j,
-		cfg: cfg,
-		ids: idWrites{pending: map[string]int{}, waiters: map[string][]chan struct{}{}, inFlight: map[string]int{}},
-	}
+	f := &Front{j: j}
+	fw, tokens := j.(journal.FencedWriter)
+	f.core.init("journal", cfg, func(ctx context.Context, writes []journal.AtomicWrite, t []journal.FenceToken) ([]error, error) {
+		if t != nil {
+			return fw.WriteFenced(ctx, writes, t)
+		}
+		return j.Write(ctx, writes)
+	})
+	f.tokens = tokens
+	f.idOf = func(w journal.AtomicWrite) string { return w.PersistenceID }
+	f.events = func(w journal.AtomicWrite) int { return len(w.Events) }
+	return f, nil
+}
+
+// init sets c up to call store, under cfg (validated) with its defaults.
+func (c *core[W]) init(name string, cfg Config, store func(context.Context, []W, []journal.FenceToken) ([]error, error)) {
+	cfg = cfg.withDefaults()
+	c.name, c.cfg, c.store = name, cfg, store
+	c.ids = idWrites{pending: map[string]int{}, waiters: map[string][]chan struct{}{}, inFlight: map[string]int{}}
 	if cfg.MaxReads > 0 {
-		f.reads = make(chan struct{}, cfg.MaxReads)
+		c.reads = make(chan struct{}, cfg.MaxReads)
 	}
-	f.hooks = newHooks(cfg.Hooks)
-	f.idle.L = &f.mu
-	f.requests.New = func() any { return &request{done: make(chan result, 1)} }
-	f.breaker = gobreaker.NewCircuitBreaker[any](gobreaker.Settings{
-		Name:        "journal",
+	c.hooks = newHooks(cfg.Hooks)
+	c.idle.L = &c.mu
+	c.requests.New = func() any { return &request[W]{done: make(chan result, 1)} }
+	c.breaker = gobreaker.NewCircuitBreaker[any](gobreaker.Settings{
+		Name:        name,
 		MaxRequests: 1,
 		Timeout:     cfg.ResetTimeout,
 		ReadyToTrip: func(c gobreaker.Counts) bool { return c.ConsecutiveFailures >= cfg.MaxFailures },
 		OnStateChange: func(_ string, from, to gobreaker.State) {
-			f.breakerChanged(breakerState(from), breakerState(to))
+			c.breakerChanged(breakerState(from), breakerState(to))
 		},
 		IsExcluded: func(err error) bool {
 			var gone *callerGone
 			return errors.As(err, &gone) || errors.Is(err, context.Canceled) || errors.Is(err, journal.ErrInvalidArgument)
 		},
 	})
-	return f, nil
+}
+
+// Write implements journal.Journal.Write through the group-commit queue: the
+// writes of this call are sent in one store call, possibly together with
+// other callers' writes. Results follow the journal contract; a whole-call
+// error wraps ErrCircuitOpen (not sent), ErrCallTimeout (outcome unknown) or
+// the store's error (outcome unknown), or is ErrClosed or ctx's error.
+func (f *Front) Write(ctx context.Context, writes []journal.AtomicWrite) ([]error, error) {
+	return f.submit(ctx, writes, journal.Fence{})
+}
+
+// WriteFenced is Write for a writer whose right to write can end (a
+// holder of a lease, package cluster):
+//   - fence.Open is called right before the writes leave for the store
+//     (after any wait in the queue); when it returns an error the writes
+//     are not sent and the call returns an error wrapping ErrFenced and
+//     that error (the writes are definitely not stored);
+//   - when the store is a journal.FencedWriter and fence.Token is not
+//     zero, the store checks the token again where the writes commit: a
+//     write whose lease is no longer held gets a result wrapping ErrFenced
+//     (a *journal.FencedError), also definitely not stored.
+func (f *Front) WriteFenced(ctx context.Context, writes []journal.AtomicWrite, fence journal.Fence) ([]error, error) {
+	return f.submit(ctx, writes, fence)
+}
+
+// Persist writes one atomic write and returns nil when it is stored; an
+// error wrapping journal.ErrRejected when it is definitely not stored; any
+// other error when the outcome is unknown or the write was not sent.
+func (f *Front) Persist(ctx context.Context, w journal.AtomicWrite) error {
+	return f.persist(ctx, w, journal.Fence{})
 }
 
 // Config returns the front's configuration with defaults filled in.
@@ -279,7 +335,10 @@ func (f *Front) ReadsSnapshotsOf(snaps snapshot.Store) bool {
 // Close stops accepting writes (later ones fail with ErrClosed), waits until
 // the queued writes have been sent and answered, and returns. It does not
 // close the journal behind the front. Close is idempotent.
-func (f *Front) Close() error {
+func (f *Front) Close() error { return f.close() }
+
+// close stops accepting writes and waits for the queued ones.
+func (f *core[W]) close() error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.closed = true

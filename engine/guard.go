@@ -25,7 +25,7 @@ func breakerState(s gobreaker.State) BreakerState {
 }
 
 // callError marks an error caused by the call timeout.
-func (f *Front) callError(ctx context.Context, err error) error {
+func (f *core[W]) callError(ctx context.Context, err error) error {
 	if err != nil && errors.Is(ctx.Err(), context.DeadlineExceeded) {
 		return fmt.Errorf("%w after %v: %w", ErrCallTimeout, f.cfg.CallTimeout, err)
 	}
@@ -42,7 +42,7 @@ func breakerError(err error) error {
 // guarded runs call on the store with f's call timeout and breaker, once
 // it has a turn among the MaxReads. The breaker's result type stays
 // inside: callers get call's own.
-func guarded[T any](ctx context.Context, f *Front, call func(ctx context.Context) (T, error)) (T, error) {
+func guarded[T, W any](ctx context.Context, f *core[W], call func(ctx context.Context) (T, error)) (T, error) {
 	var zero T
 	if f.reads != nil {
 		select {
@@ -89,7 +89,7 @@ func (f *Front) HighestSequenceNr(ctx context.Context, persistenceID string, fro
 	if err := f.awaitWrites(ctx, persistenceID); err != nil {
 		return 0, err
 	}
-	return guarded(ctx, f, func(ctx context.Context) (int64, error) {
+	return guarded(ctx, &f.core, func(ctx context.Context) (int64, error) {
 		return f.j.HighestSequenceNr(ctx, persistenceID, from)
 	})
 }
@@ -103,7 +103,7 @@ func (f *Front) DeleteTo(ctx context.Context, persistenceID string, to int64) er
 	if err := f.awaitWrites(ctx, persistenceID); err != nil {
 		return err
 	}
-	_, err := guarded(ctx, f, func(ctx context.Context) (struct{}, error) {
+	_, err := guarded(ctx, &f.core, func(ctx context.Context) (struct{}, error) {
 		return struct{}{}, f.j.DeleteTo(ctx, persistenceID, to)
 	})
 	return err
@@ -126,7 +126,7 @@ func (f *Front) ReadRecovery(ctx context.Context, req recovery.Request) (recover
 	if err := f.awaitWrites(ctx, req.PersistenceID); err != nil {
 		return recovery.Result{}, err
 	}
-	return guarded(ctx, f, func(ctx context.Context) (recovery.Result, error) {
+	return guarded(ctx, &f.core, func(ctx context.Context) (recovery.Result, error) {
 		return r.ReadRecovery(ctx, req)
 	})
 }

@@ -87,12 +87,12 @@ func newHooks(values []any) hooks {
 
 // breakerChanged logs a state change (a warning when the breaker opens)
 // and calls the hooks.
-func (f *Front) breakerChanged(from, to BreakerState) {
+func (f *core[W]) breakerChanged(from, to BreakerState) {
 	level := slog.LevelInfo
 	if to == BreakerOpen {
 		level = slog.LevelWarn
 	}
-	f.cfg.Logger.Log(context.Background(), level, "journal circuit breaker "+to.String(), "from", from.String(),
+	f.cfg.Logger.Log(context.Background(), level, f.name+" circuit breaker "+to.String(), "from", from.String(),
 		"reset_timeout", f.cfg.ResetTimeout, "max_failures", f.cfg.MaxFailures)
 	for _, h := range f.hooks.breaker {
 		h.OnBreakerStateChange(from, to)

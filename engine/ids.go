@@ -3,11 +3,7 @@ package engine
 // Per-id accounting: the writes of each persistence id queued or in
 // flight, which keep its writes in order and make its reads wait for them.
 
-import (
-	"context"
-
-	"github.com/annals-go/annals/journal"
-)
+import "context"
 
 // idWrites counts each persistence id's writes. Invariants: an id is in
 // pending while it has writes queued or in flight (the count, > 0), in
@@ -20,11 +16,12 @@ type idWrites struct {
 	inFlight map[string]int
 }
 
-// answered ends the in-flight count of writes and releases the waiters of
+// answered ends the pending count of writes and releases the waiters of
 // ids with none left. f.mu is held.
-func (ids *idWrites) answered(writes []journal.AtomicWrite) {
+func (f *core[W]) answered(writes []W) {
+	ids := &f.ids
 	for _, w := range writes {
-		pid := w.PersistenceID
+		pid := f.idOf(w)
 		if ids.pending[pid]--; ids.pending[pid] == 0 {
 			delete(ids.pending, pid)
 			for _, ch := range ids.waiters[pid] {
@@ -37,18 +34,19 @@ func (ids *idWrites) answered(writes []journal.AtomicWrite) {
 
 // landed ends the flight of writes taken into a call, and their in-flight
 // counts. f.mu is held.
-func (ids *idWrites) landed(writes []journal.AtomicWrite) {
+func (f *core[W]) landed(writes []W) {
 	for _, w := range writes {
-		if ids.inFlight[w.PersistenceID]--; ids.inFlight[w.PersistenceID] == 0 {
-			delete(ids.inFlight, w.PersistenceID)
+		pid := f.idOf(w)
+		if f.ids.inFlight[pid]--; f.ids.inFlight[pid] == 0 {
+			delete(f.ids.inFlight, pid)
 		}
 	}
-	ids.answered(writes)
+	f.answered(writes)
 }
 
 // awaitWrites waits until the writes for pid accepted before the call have
 // been answered.
-func (f *Front) awaitWrites(ctx context.Context, pid string) error {
+func (f *core[W]) awaitWrites(ctx context.Context, pid string) error {
 	f.mu.Lock()
 	if f.closed {
 		f.mu.Unlock()

@@ -154,15 +154,13 @@ type Host[C, E, S any] struct {
 	cfg HostConfig
 
 	recoveries chan struct{} // semaphore of concurrent recoveries
-	// ownFront is the journal front the host made before cfg.Journal's
-	// store, closed once the entities have stopped; nil when the front
-	// was given.
-	ownFront *engine.Front
-	hooks    hooks
-	// front is cfg.Journal: the front every write goes through.
-	front *engine.Front
+	// p recovers and stores the entities' states: through the journal
+	// front (cfg.Journal is the front) or the durable-state front.
+	p     persistence[C, E, S]
+	hooks hooks
 	// reader reads a recovery in one call when the journal offers it for
-	// the configured snapshot store (nil: three calls).
+	// the configured snapshot store (nil: three calls; always nil for
+	// durable state).
 	reader recovery.Reader
 	wg     sync.WaitGroup
 	// ctx bounds recoveries and snapshots; Shutdown cancels it once the
@@ -197,12 +195,20 @@ type servedRange struct {
 
 // NewHost returns a host for b. It checks b and cfg and fills defaults.
 func NewHost[C, E, S any](b Behavior[C, E, S], cfg HostConfig) (*Host[C, E, S], error) {
+	if cfg.Journal == nil {
+		return nil, errors.New("entity: HostConfig.Journal is nil")
+	}
+	return newHost(b, cfg, nil)
+}
+
+// newHost checks b and cfg, fills defaults and makes the host, on the
+// durable-state persistence state when not nil, else on cfg.Journal
+// behind a front.
+func newHost[C, E, S any](b Behavior[C, E, S], cfg HostConfig, state func(HostConfig) (persistence[C, E, S], error)) (*Host[C, E, S], error) {
 	if err := b.validate(); err != nil {
 		return nil, err
 	}
 	switch {
-	case cfg.Journal == nil:
-		return nil, errors.New("entity: HostConfig.Journal is nil")
 	case cfg.Registry == nil:
 		return nil, errors.New("entity: HostConfig.Registry is nil")
 	case cfg.MailboxCapacity < 0 || cfg.StashCapacity < 0 || cfg.MaxLive < 0 || cfg.MaxConcurrentRecoveries < 0 || cfg.IdleTimeout < 0:
@@ -249,29 +255,39 @@ func NewHost[C, E, S any](b Behavior[C, E, S], cfg HostConfig) (*Host[C, E, S], 
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	var ownFront *engine.Front
-	if _, ok := cfg.Journal.(*engine.Front); ok {
-		if !reflect.DeepEqual(cfg.Front, engine.Config{}) {
-			return nil, errors.New("entity: HostConfig.Front tunes the front the host makes, and HostConfig.Journal is already an *engine.Front: configure that one")
+	untuned := reflect.DeepEqual(cfg.Front, engine.Config{})
+	if cfg.Front.Logger == nil {
+		cfg.Front.Logger = cfg.Logger
+	}
+	var p persistence[C, E, S]
+	var reader recovery.Reader
+	if state != nil {
+		var err error
+		if p, err = state(cfg); err != nil {
+			return nil, err
 		}
 	} else {
-		if cfg.Front.Logger == nil {
-			cfg.Front.Logger = cfg.Logger
+		jp := journalPersistence[C, E, S]{}
+		if f, ok := cfg.Journal.(*engine.Front); ok {
+			if !untuned {
+				return nil, errors.New("entity: HostConfig.Front tunes the front the host makes, and HostConfig.Journal is already an *engine.Front: configure that one")
+			}
+			jp.front = f
+		} else {
+			f, err := engine.NewFront(cfg.Journal, cfg.Front)
+			if err != nil {
+				return nil, fmt.Errorf("entity: HostConfig.Front: %w", err)
+			}
+			jp.front, jp.own, cfg.Journal = f, true, f
 		}
-		f, err := engine.NewFront(cfg.Journal, cfg.Front)
-		if err != nil {
-			return nil, fmt.Errorf("entity: HostConfig.Front: %w", err)
+		p = jp
+		if r, ok := cfg.Journal.(recovery.Reader); ok && r.ReadsSnapshotsOf(cfg.Snapshots) {
+			reader = r
 		}
-		ownFront, cfg.Journal = f, f
-	}
-	var reader recovery.Reader
-	if r, ok := cfg.Journal.(recovery.Reader); ok && r.ReadsSnapshotsOf(cfg.Snapshots) {
-		reader = r
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	return &Host[C, E, S]{
-		ownFront:   ownFront,
-		front:      cfg.Journal.(*engine.Front),
+		p:          p,
 		hooks:      newHooks(cfg.Hooks),
 		reader:     reader,
 		ctx:        ctx,
@@ -386,9 +402,7 @@ func (h *Host[C, E, S]) Shutdown(ctx context.Context) error {
 	go func() {
 		h.wg.Wait()
 		h.cancel()
-		if h.ownFront != nil {
-			_ = h.ownFront.Close() // sends and answers what is queued
-		}
+		_ = h.p.close() // sends and answers what is queued
 		close(done)
 	}()
 	select {

@@ -332,12 +332,8 @@ func (inst *instance[C, E, S]) recoverState() (err error) {
 	inst.writer = newWriterID()
 	inst.state, inst.seq = b.empty(), 0
 	inst.stop = false
-	var highest int64
-	if b.Recovery.Disabled {
-		if highest, err = h.cfg.Journal.HighestSequenceNr(ctx, inst.pid, 0); err != nil {
-			return fmt.Errorf("%w of %s: highest sequence number: %w", ErrRecovery, inst.pid, err)
-		}
-	} else if highest, err = inst.restore(ctx); err != nil {
+	highest, err := h.p.recover(ctx, inst)
+	if err != nil {
 		return err
 	}
 	if b.Recovery.Disabled || b.Recovery.ToSequenceNr <= 0 {
@@ -680,23 +676,11 @@ func (inst *instance[C, E, S]) handle(env envelope[C]) (err error) {
 // cctx (nil: none), never its cancellation.
 func (inst *instance[C, E, S]) persist(cctx context.Context, events []E) (bool, error) {
 	h, b := inst.h, &inst.h.b
-	w := journal.AtomicWrite{PersistenceID: inst.pid, Events: make([]journal.Repr, len(events))}
-	for i, e := range events {
-		payload, id, manifest, err := h.cfg.Registry.Serialize(e)
-		if err != nil {
-			return false, journal.Reject("event %d of %s: %w", inst.seq+int64(i)+1, inst.pid, err)
-		}
-		var tags []string
-		if b.Tagger != nil {
-			tags = b.Tagger(e)
-		}
-		w.Events[i] = journal.Repr{PersistenceID: inst.pid, SequenceNr: inst.seq + int64(i) + 1, Payload: payload, SerializerID: id, Manifest: manifest, WriterID: inst.writer, Tags: tags}
-	}
 	ctx := context.Background()
 	if cctx != nil {
 		ctx = context.WithoutCancel(cctx)
 	}
-	if err := inst.write(ctx, w); err != nil {
+	if err := inst.write(ctx, events); err != nil {
 		return false, err
 	}
 	snap := false
@@ -711,11 +695,13 @@ func (inst *instance[C, E, S]) persist(cctx context.Context, events []E) (bool, 
 	return snap && h.cfg.Snapshots != nil, nil
 }
 
-// write stores w, reporting it to the persist hooks.
-func (inst *instance[C, E, S]) write(ctx context.Context, w journal.AtomicWrite) (err error) {
+// write stores events as the entity's next atomic write, under its
+// range's fence, reporting it to the persist hooks.
+func (inst *instance[C, E, S]) write(ctx context.Context, events []E) (err error) {
 	h := inst.h
+	from, to := inst.seq+1, inst.seq+int64(len(events))
 	if len(h.hooks.persistStart) > 0 || len(h.hooks.persistEnd) > 0 {
-		p := Persist{PersistenceID: inst.pid, FromSequenceNr: inst.seq + 1, ToSequenceNr: inst.seq + int64(len(w.Events))}
+		p := Persist{PersistenceID: inst.pid, FromSequenceNr: from, ToSequenceNr: to}
 		for _, x := range h.hooks.persistStart {
 			ctx = x.OnPersistStart(ctx, p)
 		}
@@ -725,27 +711,23 @@ func (inst *instance[C, E, S]) write(ctx context.Context, w journal.AtomicWrite)
 			}
 		}()
 	}
-	var errs []error
+	var fence journal.Fence
 	if inst.rng != nil {
-		errs, err = h.front.WriteFenced(ctx, []journal.AtomicWrite{w}, inst.rng.fence)
-	} else {
-		errs, err = h.front.Write(ctx, []journal.AtomicWrite{w})
+		fence = inst.rng.fence
 	}
+	rejected, err := h.p.write(ctx, inst, events, fence)
 	if errors.Is(err, engine.ErrFenced) {
-		return fmt.Errorf("entity %s: persist events %d..%d: not stored: %w", inst.pid, inst.seq+1, inst.seq+int64(len(w.Events)), err)
+		return fmt.Errorf("entity %s: persist events %d..%d: not stored: %w", inst.pid, from, to, err)
 	}
 	if err != nil {
-		return fmt.Errorf("entity %s: persist events %d..%d: outcome unknown: %w", inst.pid, inst.seq+1, inst.seq+int64(len(w.Events)), err)
+		return fmt.Errorf("entity %s: persist events %d..%d: outcome unknown: %w", inst.pid, from, to, err)
 	}
-	if errs != nil && errs[0] != nil {
-		if errors.Is(errs[0], journal.ErrFenced) {
-			// The store found the range's lease lost: not a rejection the
-			// entity can go on after, but the end of its right to write.
-			return fmt.Errorf("entity %s: persist events %d..%d: not stored: %w (%v)", inst.pid, inst.seq+1, inst.seq+int64(len(w.Events)), engine.ErrFenced, errs[0])
-		}
-		return errs[0]
+	if errors.Is(rejected, journal.ErrFenced) {
+		// The store found the range's lease lost: not a rejection the
+		// entity can go on after, but the end of its right to write.
+		return fmt.Errorf("entity %s: persist events %d..%d: not stored: %w (%v)", inst.pid, from, to, engine.ErrFenced, rejected)
 	}
-	return nil
+	return rejected
 }
 
 // snapshot saves the state and applies retention. Failures are logged; the

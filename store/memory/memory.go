@@ -247,7 +247,7 @@ func (j *Journal) page(buf []journal.Repr, persistenceID string, p journal.Page)
 		return nil
 	}
 	if buf == nil {
-		buf = make([]journal.Repr, 0, p.Limit)
+		buf = make([]journal.Repr, 0, min(p.Limit, 256)) // a bound, not a size: grow as events come
 	}
 	if log := j.s.logs[persistenceID]; log != nil {
 		i, _ := log.find(p.From)

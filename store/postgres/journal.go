@@ -476,8 +476,12 @@ func (s *Store) readRows(ctx context.Context, size int, sql string, args ...any)
 	return scanRows(rows, size, nil)
 }
 
-// scanChunk is how many rows scanRows hands over at a time when it emits.
-const scanChunk = 256
+// scanChunk is how many rows scanRows hands over at a time when it emits;
+// scanStart the rows it makes room for first.
+const (
+	scanChunk = 256
+	scanStart = 16
+)
 
 // scanRows collects event rows and closes rows; size is the number of rows
 // expected at most. When emit is not nil, it hands the rows to emit in
@@ -485,13 +489,15 @@ const scanChunk = 256
 // returns next (emptied), and returns no rows. Each row is scanned in
 // place, into the slice's element: a row scanned into a local variable
 // escapes (Scan takes its fields' addresses), which cost an allocation and
-// a copy per row.
+// a copy per row. The slice starts at most scanStart rows long and grows
+// as rows come: size is a bound, and a replay of a few events under a
+// bound of thousands allocated the whole bound.
 func scanRows(rows pgx.Rows, size int, emit func([]row) []row) ([]row, error) {
 	chunk := size
 	if emit != nil {
 		chunk = min(size, scanChunk)
 	}
-	out := make([]row, 0, chunk)
+	out := make([]row, 0, min(chunk, scanStart))
 	var tags []string
 	for rows.Next() {
 		if emit != nil && len(out) == chunk {

@@ -158,6 +158,9 @@ type Host[C, E, S any] struct {
 	// front (cfg.Journal is the front) or the durable-state front.
 	p     persistence[C, E, S]
 	hooks hooks
+	// yields learns whether idle entities should yield before giving up
+	// their goroutines.
+	yields yielder
 	// reader reads a recovery in one call when the journal offers it for
 	// the configured snapshot store (nil: three calls; always nil for
 	// durable state).

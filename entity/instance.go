@@ -549,7 +549,7 @@ func (inst *instance[C, E, S]) decode(r journal.Repr) ([]E, error) {
 // no unstashed one.
 func (inst *instance[C, E, S]) serve() error {
 	h := inst.h
-	yielded := false
+	yielded := yieldNone
 	for {
 		if !inst.pollSignals() {
 			h.hooks.left(inst.pid, false, ErrHostClosed)
@@ -579,13 +579,17 @@ func (inst *instance[C, E, S]) serve() error {
 			return nil
 		}
 		env, ok := inst.mailbox.take()
-		if !ok && !yielded {
+		if yielded == yieldPending {
+			h.yields.found(ok)
+			yielded = yieldDone
+		}
+		if !ok && yielded == yieldNone && h.yields.try() {
 			// Yield once before giving the goroutine up: a client that
 			// answers a reply with its next command (a closed loop) then
 			// finds the entity still working, instead of paying for a new
 			// goroutine and the growth of its stack (which doubled the
 			// cost of a command on the memory store).
-			yielded = true
+			yielded = yieldPending
 			runtime.Gosched()
 			continue
 		}
@@ -595,7 +599,7 @@ func (inst *instance[C, E, S]) serve() error {
 			}
 			continue // a signal was raised
 		}
-		yielded = false
+		yielded = yieldNone
 		if err := inst.handle(env); err != nil {
 			return err
 		}

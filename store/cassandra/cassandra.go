@@ -105,6 +105,9 @@ var (
 	ErrSchemaMissing = errors.New("cassandra: Annals tables missing")
 	// ErrInvalidConfig reports a bad URL, URL parameter or option.
 	ErrInvalidConfig = errors.New("cassandra: invalid configuration")
+	// ErrAuthentication reports a cluster that refused the store's
+	// credentials, or asked for credentials the store was not given.
+	ErrAuthentication = errors.New("cassandra: authentication refused")
 )
 
 // Defaults of the options.
@@ -158,6 +161,7 @@ type config struct {
 	pollInterval  time.Duration
 	now           func() time.Time
 	observer      gocql.QueryObserver
+	sec           security
 }
 
 func defaultConfig() config {
@@ -168,6 +172,7 @@ func defaultConfig() config {
 		pageSize: DefaultPageSize, timeout: DefaultTimeout, concurrency: DefaultConcurrency,
 		firstBucket: DefaultFirstTimeBucket, ecDelay: DefaultEventualConsistencyDelay,
 		gapTimeout: DefaultGapTimeout, pollInterval: DefaultPollInterval, now: time.Now,
+		sec: security{tlsVerifyHost: true},
 	}
 }
 
@@ -276,18 +281,26 @@ type Store struct {
 // each_quorum, local_one), partition_size, page_size, timeout (a Go
 // duration), replication (the keyspace's replication map for Migrate, e.g.
 // "{'class':'NetworkTopologyStrategy','dc1':3}"), or the shorthand
-// replication_factor=N for SimpleStrategy. Options given to Open override
-// the URL. The port defaults to 9042, the keyspace to "pekko"; every host
-// has the same port (the driver also connects to the nodes it finds, on
-// that port).
+// replication_factor=N for SimpleStrategy; and for a secured cluster the
+// URL's user info (user:password@), password_file (a file whose first line
+// is the password; else PasswordEnv is read when the URL names a user
+// without a password), tls=true, tls_ca, tls_cert, tls_key (PEM files),
+// tls_server_name, tls_verify_host=false (check the chain, not the names),
+// and local_dc (the datacenter whose nodes take requests first). Options
+// given to Open override the URL. The port defaults to 9042, the keyspace
+// to "pekko"; every host has the same port (the driver also connects to
+// the nodes it finds, on that port). Requests go to a replica of their
+// partition first (token-aware routing).
 //
 // The store outlives restarts of the nodes: while no node answers, calls
 // fail fast with the driver's error; once one answers again, they work
 // again within seconds, in the same process.
 //
-// Open fails with ErrUnreachable when no host answers, ErrSchemaMissing
-// when the keyspace lacks the store's tables (unless WithMigrate), and
-// ErrInvalidConfig for a bad URL or option.
+// Open fails with ErrUnreachable when no host answers (or the TLS
+// handshake fails, the reason in the message), ErrAuthentication when the
+// cluster refuses the credentials or wants some, ErrSchemaMissing when the
+// keyspace lacks the store's tables (unless WithMigrate), and
+// ErrInvalidConfig for a bad URL or option. No error holds the password.
 func Open(ctx context.Context, rawURL string, opts ...Option) (*Store, error) {
 	s, err := dial(ctx, rawURL, opts)
 	if err != nil {
@@ -322,6 +335,9 @@ func dial(ctx context.Context, rawURL string, opts []Option) (*Store, error) {
 	for _, o := range opts {
 		o(&cfg)
 	}
+	if err := cfg.sec.resolve(); err != nil {
+		return nil, err
+	}
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
@@ -346,6 +362,7 @@ func (s *Store) connect(ctx context.Context, keyspace string) (*gocql.Session, e
 	cluster.SerialConsistency = gocql.LocalSerial
 	cluster.ProtoVersion = 4
 	cluster.QueryObserver = s.cfg.observer
+	s.cfg.sec.apply(cluster)
 	// The driver looks the cluster's nodes up (system.local, system.peers)
 	// and connects to them on cluster.Port, the hosts' one port; so its
 	// pools know each node by its host id. Without the lookup (the
@@ -377,7 +394,11 @@ func (s *Store) connect(ctx context.Context, keyspace string) (*gocql.Session, e
 	select {
 	case r := <-done:
 		if r.err != nil {
-			return nil, fmt.Errorf("%w: %s: %w", ErrUnreachable, strings.Join(s.cfg.hosts, ","), r.err)
+			cause := ErrUnreachable
+			if authRefused(r.err) {
+				cause = ErrAuthentication
+			}
+			return nil, fmt.Errorf("%w: %s: %w", cause, strings.Join(s.cfg.hosts, ","), r.err)
 		}
 		return r.session, nil
 	case <-ctx.Done():
@@ -492,6 +513,7 @@ func parseURL(raw string, cfg *config) error {
 	if ks := strings.Trim(u.Path, "/"); ks != "" {
 		cfg.keyspace = ks
 	}
+	cfg.sec.userInfo(u)
 	for name, values := range u.Query() {
 		v := values[len(values)-1]
 		bad := func(err error) error {
@@ -561,7 +583,13 @@ func parseURL(raw string, cfg *config) error {
 			}
 			cfg.replication = fmt.Sprintf("{'class': 'SimpleStrategy', 'replication_factor': %d}", n)
 		default:
-			return fmt.Errorf("%w: unknown URL parameter %q", ErrInvalidConfig, name)
+			known, err := parseSecurity(name, v, &cfg.sec)
+			if err != nil {
+				return bad(err)
+			}
+			if !known {
+				return fmt.Errorf("%w: unknown URL parameter %q", ErrInvalidConfig, name)
+			}
 		}
 	}
 	return nil

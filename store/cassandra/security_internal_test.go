@@ -22,8 +22,8 @@ func TestSecurityParameters(t *testing.T) {
 		t.Fatal(err)
 	}
 	cases := []struct {
-		name, url, env string
-		user, password string
+		name, url, env  string
+		user, password  string
 		tls, verifyHost bool
 		localDC         string
 		bad             string // a word the error names; "" when none

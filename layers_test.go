@@ -27,7 +27,8 @@ var layers = map[string][]string{
 
 	"internal/hooks": {},
 	// Finds the interoperability fixtures beside the checkout (a test helper).
-	"internal/fixtures": {},
+	"internal/fixtures":   {},
+	"internal/clientauth": {},
 	// The outage drill the stores' tests run (a test helper).
 	"internal/outagetest": {"engine", "entity", "examples/bank", "journal", "serialization", "snapshot"},
 	"restart":             {},
@@ -42,7 +43,7 @@ var layers = map[string][]string{
 	"store/memory":             {".", "durable", "journal", "membership", "offsets", "query", "snapshot"},
 	"store/sqlite":             {".", "admin", "durable", "journal", "membership", "offsets", "query", "recovery", "snapshot"},
 	"store/postgres":           {".", "admin", "durable", "journal", "membership", "offsets", "query", "recovery", "snapshot"},
-	"store/cassandra":          {".", "admin", "durable", "journal", "membership", "query", "snapshot"},
+	"store/cassandra":          {".", "admin", "durable", "internal/clientauth", "journal", "membership", "query", "snapshot"},
 	"store/kafka":              {".", "admin", "journal", "query", "recovery", "serialization", "snapshot", "store/kafka/eventual", "store/kafka/wire"},
 	"store/kafka/wire":         {},
 	"store/kafka/eventual":     {"store/kafka/wire"},
@@ -117,7 +118,7 @@ var levels = [][]string{
 	{"offsets"},
 	{"query", "recovery", "serialization"},
 	{"journal", "snapshot", "durable", "membership"},
-	{".", "restart", "internal/hooks", "internal/fixtures"},
+	{".", "restart", "internal/hooks", "internal/fixtures", "internal/clientauth"},
 }
 
 // sameLevel lists the imports allowed within a level (test helpers may

@@ -172,7 +172,6 @@ func defaultConfig() config {
 		pageSize: DefaultPageSize, timeout: DefaultTimeout, concurrency: DefaultConcurrency,
 		firstBucket: DefaultFirstTimeBucket, ecDelay: DefaultEventualConsistencyDelay,
 		gapTimeout: DefaultGapTimeout, pollInterval: DefaultPollInterval, now: time.Now,
-		sec: security{tlsVerifyHost: true},
 	}
 }
 
@@ -513,7 +512,10 @@ func parseURL(raw string, cfg *config) error {
 	if ks := strings.Trim(u.Path, "/"); ks != "" {
 		cfg.keyspace = ks
 	}
-	cfg.sec.userInfo(u)
+	if u.User != nil {
+		cfg.sec.username = u.User.Username()
+		cfg.sec.password, _ = u.User.Password()
+	}
 	for name, values := range u.Query() {
 		v := values[len(values)-1]
 		bad := func(err error) error {

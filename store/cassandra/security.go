@@ -2,15 +2,13 @@ package cassandra
 
 import (
 	"crypto/tls"
-	"crypto/x509"
 	"errors"
 	"fmt"
-	"net/url"
-	"os"
-	"strconv"
 	"strings"
 
 	gocql "github.com/apache/cassandra-gocql-driver/v2"
+
+	"github.com/annals-go/annals/internal/clientauth"
 )
 
 // PasswordEnv is the environment variable Open reads the password from
@@ -22,12 +20,8 @@ const PasswordEnv = "ANNALS_CASSANDRA_PASSWORD"
 type security struct {
 	username, password string
 	passwordFile       string
-	tlsURL             bool   // tls=true in the URL
-	tlsVerifyHost      bool   // check the node's certificate names its address (default true)
-	tlsCA              string // PEM file of the CAs to trust (default: the system's)
-	tlsCert, tlsKey    string // PEM files of the client certificate and its key
-	tlsServerName      string // the name the nodes' certificates must carry (default: each node's address)
-	tlsConfig          *tls.Config
+	tlsURL             clientauth.TLS // the URL's tls parameters
+	tlsConfig          *tls.Config    // WithTLS's, or made from tlsURL
 	localDC            string
 }
 
@@ -52,99 +46,34 @@ func WithTLS(cfg *tls.Config) Option {
 // in either case (token-aware routing).
 func WithLocalDatacenter(dc string) Option { return func(c *config) { c.sec.localDC = dc } }
 
-// parseSecurity reads the URL's user info and its security parameters;
-// it reports whether name was one of them.
+// parseSecurity reads a URL parameter of the security settings; it
+// reports whether name was one of them.
 func parseSecurity(name, v string, sec *security) (bool, error) {
 	switch name {
 	case "password_file":
 		sec.passwordFile = v
 	case "local_dc":
 		sec.localDC = v
-	case "tls", "tls_verify_host":
-		on, err := strconv.ParseBool(v)
-		if err != nil {
-			return true, errors.New("want true or false")
-		}
-		if name == "tls" {
-			sec.tlsURL = on
-		} else {
-			sec.tlsVerifyHost = on
-		}
-	case "tls_ca":
-		sec.tlsCA = v
-	case "tls_cert":
-		sec.tlsCert = v
-	case "tls_key":
-		sec.tlsKey = v
-	case "tls_server_name":
-		sec.tlsServerName = v
 	default:
-		return false, nil
+		return sec.tlsURL.Param(name, v)
 	}
 	return true, nil
 }
 
-// userInfo takes the URL's user and password.
-func (sec *security) userInfo(u *url.URL) {
-	if u.User == nil {
-		return
-	}
-	sec.username = u.User.Username()
-	sec.password, _ = u.User.Password()
-}
-
-// resolve fills the password from its file or PasswordEnv, and builds the
-// TLS configuration of the URL's parameters; it checks that they agree.
+// resolve fills the password from its file or PasswordEnv, and makes the
+// TLS configuration of the URL's parameters unless WithTLS gave one.
 func (sec *security) resolve() error {
-	if sec.password == "" && sec.passwordFile != "" {
-		b, err := os.ReadFile(sec.passwordFile)
-		if err != nil {
-			return fmt.Errorf("%w: password_file: %w", ErrInvalidConfig, err)
-		}
-		sec.password, _, _ = strings.Cut(strings.TrimRight(string(b), "\r\n"), "\n")
-		if sec.password == "" {
-			return fmt.Errorf("%w: password_file %s is empty", ErrInvalidConfig, sec.passwordFile)
-		}
+	pw, err := clientauth.Password(sec.username, sec.password, sec.passwordFile, PasswordEnv)
+	if err != nil {
+		return fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 	}
-	if sec.username != "" && sec.password == "" {
-		sec.password = os.Getenv(PasswordEnv)
-	}
-	if sec.password != "" && sec.username == "" {
-		return fmt.Errorf("%w: a password without a user name", ErrInvalidConfig)
-	}
+	sec.password = pw
 	if sec.tlsConfig != nil {
 		return nil
 	}
-	files := sec.tlsCA != "" || sec.tlsCert != "" || sec.tlsKey != "" || sec.tlsServerName != ""
-	if !sec.tlsURL {
-		if files {
-			return fmt.Errorf("%w: tls_ca, tls_cert, tls_key and tls_server_name need tls=true", ErrInvalidConfig)
-		}
-		return nil
+	if sec.tlsConfig, err = sec.tlsURL.Config(); err != nil {
+		return fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 	}
-	cfg := &tls.Config{MinVersion: tls.VersionTLS12, ServerName: sec.tlsServerName}
-	if sec.tlsCA != "" {
-		pem, err := os.ReadFile(sec.tlsCA)
-		if err != nil {
-			return fmt.Errorf("%w: tls_ca: %w", ErrInvalidConfig, err)
-		}
-		pool := x509.NewCertPool()
-		if !pool.AppendCertsFromPEM(pem) {
-			return fmt.Errorf("%w: tls_ca %s holds no PEM certificate", ErrInvalidConfig, sec.tlsCA)
-		}
-		cfg.RootCAs = pool
-	}
-	if (sec.tlsCert == "") != (sec.tlsKey == "") {
-		return fmt.Errorf("%w: tls_cert and tls_key go together", ErrInvalidConfig)
-	}
-	if sec.tlsCert != "" {
-		pair, err := tls.LoadX509KeyPair(sec.tlsCert, sec.tlsKey)
-		if err != nil {
-			return fmt.Errorf("%w: tls_cert and tls_key: %w", ErrInvalidConfig, err)
-		}
-		cfg.Certificates = []tls.Certificate{pair}
-	}
-	sec.tlsConfig = cfg
 	return nil
 }
 
@@ -154,13 +83,7 @@ func (sec *security) apply(cluster *gocql.ClusterConfig) {
 		cluster.Authenticator = gocql.PasswordAuthenticator{Username: sec.username, Password: sec.password}
 	}
 	if sec.tlsConfig != nil {
-		cluster.SslOpts = &gocql.SslOptions{Config: sec.tlsConfig.Clone(), EnableHostVerification: sec.tlsVerifyHost}
-		if !sec.tlsVerifyHost {
-			// The chain is still checked against the CAs; only the names are
-			// not (nodes known by addresses their certificates do not carry).
-			cluster.SslOpts.Config.InsecureSkipVerify = true
-			cluster.SslOpts.Config.VerifyConnection = verifyChain(cluster.SslOpts.Config.RootCAs)
-		}
+		cluster.SslOpts = &gocql.SslOptions{Config: sec.tlsConfig.Clone(), EnableHostVerification: !sec.tlsConfig.InsecureSkipVerify}
 	}
 	fallback := gocql.RoundRobinHostPolicy()
 	if sec.localDC != "" {
@@ -183,20 +106,4 @@ func authRefused(err error) bool {
 	}
 	msg := err.Error()
 	return strings.Contains(msg, "authentication required") || strings.Contains(msg, "password are incorrect")
-}
-
-// verifyChain checks a node's certificate chain against roots (nil: the
-// system's), not its names.
-func verifyChain(roots *x509.CertPool) func(tls.ConnectionState) error {
-	return func(cs tls.ConnectionState) error {
-		if len(cs.PeerCertificates) == 0 {
-			return errors.New("cassandra: the node sent no certificate")
-		}
-		opts := x509.VerifyOptions{Roots: roots, Intermediates: x509.NewCertPool()}
-		for _, c := range cs.PeerCertificates[1:] {
-			opts.Intermediates.AddCert(c)
-		}
-		_, err := cs.PeerCertificates[0].Verify(opts)
-		return err
-	}
 }

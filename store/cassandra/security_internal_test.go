@@ -28,12 +28,13 @@ func TestSecurityParameters(t *testing.T) {
 		localDC         string
 		bad             string // a word the error names; "" when none
 	}{
-		{name: "none", url: "cassandra://h/ks", verifyHost: true},
-		{name: "user info", url: "cassandra://app:s3cret@h/ks", user: "app", password: "s3cret", verifyHost: true},
-		{name: "password file", url: "cassandra://app@h/ks?password_file=" + pwFile, user: "app", password: "from-file", verifyHost: true},
-		{name: "environment", url: "cassandra://app@h/ks", env: "from-env", user: "app", password: "from-env", verifyHost: true},
-		{name: "user info wins over the environment", url: "cassandra://app:s3cret@h/ks", env: "from-env", user: "app", password: "s3cret", verifyHost: true},
-		{name: "tls and local dc", url: "cassandra://h/ks?tls=true&tls_verify_host=false&local_dc=dc1", tls: true, localDC: "dc1"},
+		{name: "none", url: "cassandra://h/ks"},
+		{name: "user info", url: "cassandra://app:s3cret@h/ks", user: "app", password: "s3cret"},
+		{name: "password file", url: "cassandra://app@h/ks?password_file=" + pwFile, user: "app", password: "from-file"},
+		{name: "environment", url: "cassandra://app@h/ks", env: "from-env", user: "app", password: "from-env"},
+		{name: "user info wins over the environment", url: "cassandra://app:s3cret@h/ks", env: "from-env", user: "app", password: "s3cret"},
+		{name: "tls and local dc", url: "cassandra://h/ks?tls=true&local_dc=dc1", tls: true, verifyHost: true, localDC: "dc1"},
+		{name: "tls without host verification", url: "cassandra://h/ks?tls=true&tls_verify_host=false", tls: true},
 		{name: "empty password file", url: "cassandra://app@h/ks?password_file=" + empty, bad: "empty"},
 		{name: "missing password file", url: "cassandra://app@h/ks?password_file=" + filepath.Join(dir, "none"), bad: "password_file"},
 		{name: "tls not a boolean", url: "cassandra://h/ks?tls=yes-please", bad: "tls"},
@@ -59,8 +60,8 @@ func TestSecurityParameters(t *testing.T) {
 				t.Fatal(err)
 			}
 			sec := cfg.sec
-			if sec.username != c.user || sec.password != c.password || (sec.tlsConfig != nil) != c.tls || sec.tlsVerifyHost != c.verifyHost || sec.localDC != c.localDC {
-				t.Errorf("got user %q password %q tls %v verify host %v local dc %q", sec.username, sec.password, sec.tlsConfig != nil, sec.tlsVerifyHost, sec.localDC)
+			if sec.username != c.user || sec.password != c.password || (sec.tlsConfig != nil) != c.tls || (sec.tlsConfig != nil && sec.tlsConfig.InsecureSkipVerify == c.verifyHost) || sec.localDC != c.localDC {
+				t.Errorf("got user %q password %q tls %v local dc %q", sec.username, sec.password, sec.tlsConfig != nil, sec.localDC)
 			}
 		})
 	}

@@ -274,8 +274,15 @@ func (m *Membership) Acquire(ctx context.Context, cluster, lease string, h membe
 	l := membership.Lease{Name: lease, Owner: h, Live: true}
 	var owner membership.Holder
 	var until time.Time
-	took, found, err := m.upsertOrHolder(ctx, m.acquire, []any{cluster, lease, h.Name, h.Incarnation, ttl.Milliseconds()},
-		[]any{&l.Epoch, &l.Expires}, m.leaseHolder, []any{&owner.Name, &owner.Incarnation, &until})
+	args := []any{cluster, lease, h.Name, h.Incarnation, ttl.Milliseconds()}
+	took, found, err := m.upsertOrHolder(ctx, m.acquire, args, []any{&l.Epoch, &l.Expires}, m.leaseHolder, []any{&owner.Name, &owner.Incarnation, &until})
+	if isEpochIndexConflict(err) {
+		// Two members inserted the lease's first row at once: the upsert
+		// arbitrates on the primary key, and the loser met the epoch's
+		// unique index instead. The row is there now; the upsert, sent
+		// again, finds it and answers as for any held lease.
+		took, found, err = m.upsertOrHolder(ctx, m.acquire, args, []any{&l.Epoch, &l.Expires}, m.leaseHolder, []any{&owner.Name, &owner.Incarnation, &until})
+	}
 	switch {
 	case err != nil:
 		return membership.Lease{}, m.fail(ctx, "acquire", err)
@@ -285,6 +292,13 @@ func (m *Membership) Acquire(ctx context.Context, cluster, lease string, h membe
 		return membership.Lease{}, fmt.Errorf("%w: %s by %s (incarnation %s) until %s", membership.ErrHeld, lease, owner.Name, owner.Incarnation, until.UTC().Format(time.RFC3339Nano))
 	}
 	return membership.Lease{}, fmt.Errorf("%w: %s", membership.ErrHeld, lease)
+}
+
+// isEpochIndexConflict reports whether err is a unique violation of the
+// leases' epoch index (leasesEpochDDL).
+func isEpochIndexConflict(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && pgErr.Code == "23505" && pgErr.ConstraintName == "cluster_leases_epoch_idx"
 }
 
 // Release implements membership.Store.

@@ -2,6 +2,7 @@ package stores
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/url"
 	"slices"
@@ -9,8 +10,12 @@ import (
 
 	gocql "github.com/apache/cassandra-gocql-driver/v2"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/sasl/plain"
+	"github.com/twmb/franz-go/pkg/sasl/scram"
 
 	"github.com/annals-go/annals/admin"
+	"github.com/annals-go/annals/internal/clientauth"
 	"github.com/annals-go/annals/store/kafka"
 	"github.com/annals-go/annals/store/kafka/eventual"
 	"github.com/annals-go/annals/store/kafka/eventual/cql"
@@ -18,10 +23,18 @@ import (
 )
 
 // KafkaURL is a parsed kafka:// URL:
-// kafka://HOST:PORT[,HOST:PORT...]/?[topic_prefix=P&]eventual=URL, where
-// URL is the eventual store's database (a cassandra:// or postgres://
-// store URL) and topic_prefix (default "journal-") starts each entity
-// type's topic.
+// kafka://[USER[:PASSWORD]@]HOST:PORT[,HOST:PORT...]/?[PARAMS&]eventual=URL,
+// where URL is the eventual store's database (a cassandra:// or
+// postgres:// store URL). The parameters:
+//   - topic_prefix (default "journal-") starts each entity type's topic;
+//   - sasl=plain, scram-sha-256 or scram-sha-512 logs in as USER with its
+//     password: the URL's, else the first line of password_file=PATH,
+//     else the environment variable KafkaPasswordEnv;
+//   - tls=true connects over TLS 1.2 or later, checking the brokers'
+//     certificates against the system's CAs or tls_ca=PATH (PEM), and
+//     their names against the address dialled (or tls_server_name;
+//     tls_verify_host=false checks the chain only); tls_cert and tls_key
+//     (PEM) give a client certificate.
 type KafkaURL struct {
 	// Brokers are the seed brokers' addresses.
 	Brokers []string
@@ -29,7 +42,35 @@ type KafkaURL struct {
 	TopicPrefix string
 	// Eventual is the eventual store's URL.
 	Eventual string
+	// ClientOptions are the franz-go options of the URL's TLS and SASL
+	// settings, for every client of the cluster (the journal's, a
+	// replicator's, an admin's).
+	ClientOptions []kgo.Opt
+
+	userInfo string     // the URL's user[:password], as written
+	security url.Values // its sasl, password_file and tls parameters
 }
+
+// With returns the URL of the same brokers and credentials (user, SASL,
+// TLS) with topics prefixed by prefix and the eventual store eventual.
+func (k KafkaURL) With(prefix, eventual string) string {
+	var b strings.Builder
+	b.WriteString("kafka://")
+	if k.userInfo != "" {
+		b.WriteString(k.userInfo + "@")
+	}
+	b.WriteString(strings.Join(k.Brokers, ",") + "/?")
+	if len(k.security) > 0 {
+		b.WriteString(k.security.Encode() + "&")
+	}
+	b.WriteString("topic_prefix=" + url.QueryEscape(prefix) + "&eventual=" + eventual)
+	return b.String()
+}
+
+// KafkaPasswordEnv is the environment variable a kafka:// URL's password
+// is read from when the URL names a user without a password and no
+// password_file.
+const KafkaPasswordEnv = "ANNALS_KAFKA_PASSWORD"
 
 // Topic returns the topic of an entity type; for "", the prefix without
 // its trailing separator.
@@ -58,23 +99,99 @@ func parseKafkaURL(u string, p urlParts) (KafkaURL, error) {
 	}
 	hosts, params, _ := strings.Cut(rest, "?")
 	hosts = strings.TrimRight(hosts, "/")
+	var user, password string
+	var k0 KafkaURL // the user info and security parameters, kept for With
+	if at := strings.LastIndex(hosts, "@"); at >= 0 {
+		info := hosts[:at]
+		hosts = hosts[at+1:]
+		k0.userInfo = info
+		var err error
+		if user, password, err = userInfo(info); err != nil {
+			return KafkaURL{}, fmt.Errorf("kafka URL %q: user info: %w", Redact(u), err)
+		}
+	}
 	if !p.hasEventual || p.eventual == "" || hosts == "" {
 		return KafkaURL{}, fmt.Errorf("kafka URL %q: want brokers and an eventual store: %s", Redact(u), want)
 	}
-	k := KafkaURL{Brokers: strings.Split(hosts, ","), TopicPrefix: kafka.DefaultTopicPrefix, Eventual: p.eventual}
+	k := KafkaURL{Brokers: strings.Split(hosts, ","), TopicPrefix: kafka.DefaultTopicPrefix, Eventual: p.eventual,
+		userInfo: k0.userInfo, security: url.Values{}}
 	q, err := url.ParseQuery(strings.TrimRight(params, "&"))
 	if err != nil {
 		return KafkaURL{}, fmt.Errorf("kafka URL %q: %w", Redact(u), err)
 	}
+	var mechanism, passwordFile string
+	var tlsURL clientauth.TLS
 	for name, vs := range q {
+		bad := func(err error) error {
+			return fmt.Errorf("kafka URL %q: parameter %s: %w", Redact(u), name, err)
+		}
+		if name != "topic_prefix" {
+			k.security[name] = vs
+		}
 		switch name {
 		case "topic_prefix":
 			k.TopicPrefix = vs[0]
+		case "sasl":
+			mechanism = strings.ToLower(vs[0])
+		case "password_file":
+			passwordFile = vs[0]
 		default:
-			return KafkaURL{}, fmt.Errorf("kafka URL %q: unknown parameter %q (known: topic_prefix, then eventual= and readmodel= last)", Redact(u), name)
+			known, err := tlsURL.Param(name, vs[0])
+			if err != nil {
+				return KafkaURL{}, bad(err)
+			}
+			if !known {
+				return KafkaURL{}, fmt.Errorf("kafka URL %q: unknown parameter %q (known: topic_prefix, sasl, password_file, tls, tls_ca, tls_cert, tls_key, tls_server_name, tls_verify_host, then eventual= and readmodel= last)", Redact(u), name)
+			}
 		}
 	}
+	if k.ClientOptions, err = kafkaSecurity(user, password, passwordFile, mechanism, tlsURL); err != nil {
+		return KafkaURL{}, fmt.Errorf("kafka URL %q: %w", Redact(u), err)
+	}
 	return k, nil
+}
+
+// userInfo splits a URL's user info into the user and the password,
+// unescaped.
+func userInfo(info string) (user, password string, err error) {
+	u, err := url.Parse("kafka://" + info + "@h")
+	if err != nil || u.User == nil {
+		return "", "", errors.New("not user[:password]")
+	}
+	password, _ = u.User.Password()
+	return u.User.Username(), password, nil
+}
+
+// kafkaSecurity returns the franz-go options of a kafka:// URL's SASL and
+// TLS settings.
+func kafkaSecurity(user, password, passwordFile, mechanism string, t clientauth.TLS) ([]kgo.Opt, error) {
+	password, err := clientauth.Password(user, password, passwordFile, KafkaPasswordEnv)
+	if err != nil {
+		return nil, err
+	}
+	var opts []kgo.Opt
+	switch {
+	case mechanism == "" && user != "":
+		return nil, errors.New("a user needs sasl=plain, scram-sha-256 or scram-sha-512")
+	case mechanism != "" && user == "":
+		return nil, fmt.Errorf("sasl=%s needs a user (kafka://USER@HOST/…)", mechanism)
+	case mechanism == "plain":
+		opts = append(opts, kgo.SASL(plain.Auth{User: user, Pass: password}.AsMechanism()))
+	case mechanism == "scram-sha-256":
+		opts = append(opts, kgo.SASL(scram.Auth{User: user, Pass: password}.AsSha256Mechanism()))
+	case mechanism == "scram-sha-512":
+		opts = append(opts, kgo.SASL(scram.Auth{User: user, Pass: password}.AsSha512Mechanism()))
+	case mechanism != "":
+		return nil, fmt.Errorf("sasl=%s: want plain, scram-sha-256 or scram-sha-512", mechanism)
+	}
+	cfg, err := t.Config()
+	if err != nil {
+		return nil, err
+	}
+	if cfg != nil {
+		opts = append(opts, kgo.DialTLSConfig(cfg))
+	}
+	return opts, nil
 }
 
 // eventualKind is the kind of a Kafka journal's eventual store.
@@ -119,7 +236,7 @@ func openKafka(ctx context.Context, raw string, p urlParts, cfg config) (*Stack,
 		}
 		return nil, err
 	}
-	j, err := kafka.Open(ctx, k.Brokers, tables, kafka.WithTopic(k.Topic), kafka.WithSnapshots(inner.Snapshots))
+	j, err := kafka.Open(ctx, k.Brokers, tables, kafka.WithTopic(k.Topic), kafka.WithSnapshots(inner.Snapshots), kafka.WithClientOptions(k.ClientOptions...))
 	if err != nil {
 		inner.Close()
 		return nil, badURLIf(err, kafka.ErrInvalidConfig)

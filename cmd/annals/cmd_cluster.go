@@ -110,7 +110,7 @@ func kafkaGroupStatus(e *env, j *kafka.Journal, group string, asJSON bool) error
 	if group == cluster.DefaultCluster {
 		group = kafkacluster.DefaultGroup
 	}
-	st, err := kafkacluster.ReadStatus(e.ctx, j.Brokers(), group)
+	st, err := kafkacluster.ReadStatus(e.ctx, j.Brokers(), group, j.ClientOptions()...)
 	if err != nil {
 		return err
 	}

@@ -65,6 +65,7 @@ annals skip-record and start the replicator again.`,
 					*topics = "^" + regexp.QuoteMeta(p.TopicPrefix)
 				}
 				r, err := kafka.NewReplicator(j.Brokers(), j.Eventual(), kafka.WithGroup(*group), kafka.WithTopicPattern(*topics),
+					kafka.WithReplicatorClientOptions(j.ClientOptions()...),
 					kafka.WithErrorHandler(func(err error) { fmt.Fprintf(e.stderr, "annals replicate: %v\n", err) }),
 					kafka.WithOnReplicated(func(topic string, partition int32, offset int64) {
 						if *verbose {

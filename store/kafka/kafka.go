@@ -62,6 +62,7 @@ import (
 	"fmt"
 	"os"
 	"regexp"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -268,6 +269,11 @@ var _ journal.Journal = (*Journal)(nil)
 
 // Brokers returns the brokers the journal was opened with.
 func (j *Journal) Brokers() []string { return j.brokers }
+
+// ClientOptions returns the franz-go options the journal was opened with
+// (WithClientOptions: TLS, SASL, timeouts), which every other client of its
+// cluster needs too (a replicator's, a group member's, an admin's).
+func (j *Journal) ClientOptions() []kgo.Opt { return slices.Clone(j.cfg.clientOpts) }
 
 // Eventual returns the journal's eventual store.
 func (j *Journal) Eventual() eventual.Tables { return j.tables }

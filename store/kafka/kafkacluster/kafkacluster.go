@@ -138,7 +138,8 @@ type Config struct {
 	// the partition is let go anyway.
 	HandOffTimeout time.Duration
 	// ClientOptions are added to the options of the member's Kafka
-	// clients (TLS, SASL).
+	// clients, after the journal's own (Journal.ClientOptions: its TLS and
+	// SASL settings).
 	ClientOptions []kgo.Opt
 	// Logger receives failed hand-offs and heartbeats (default
 	// slog.Default()).
@@ -296,6 +297,7 @@ func Join(ctx context.Context, cfg Config) (*Member, error) {
 		m.topics[topic].shards = append(m.topics[topic].shards, s)
 	}
 	brokers := cfg.Journal.Brokers()
+	cfg.ClientOptions = append(cfg.Journal.ClientOptions(), cfg.ClientOptions...)
 	adm, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(brokers...)}, cfg.ClientOptions...)...)
 	if err != nil {
 		return nil, fmt.Errorf("kafkacluster: %w", err)

@@ -6,7 +6,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"net/url"
 	"strings"
 	"time"
 
@@ -132,7 +131,7 @@ func (k kafkaScheme) scratch(ctx context.Context, u string) (string, func() erro
 	remove := func() error {
 		dctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
-		return errors.Join(kafka.DeleteTopics(dctx, p.Brokers, prefix), removeInner())
+		return errors.Join(kafka.DeleteTopics(dctx, p.Brokers, prefix, p.ClientOptions...), removeInner())
 	}
-	return "kafka://" + strings.Join(p.Brokers, ",") + "/?topic_prefix=" + url.QueryEscape(prefix) + "&eventual=" + inner, remove, nil
+	return p.With(prefix, inner), remove, nil
 }

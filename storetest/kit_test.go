@@ -12,7 +12,6 @@ import (
 
 	"github.com/annals-go/annals/journal"
 	"github.com/annals-go/annals/query"
-	"github.com/annals-go/annals/recovery"
 	"github.com/annals-go/annals/snapshot"
 	"github.com/annals-go/annals/store/memory"
 	"github.com/annals-go/annals/storetest"
@@ -377,61 +376,15 @@ func TestCheckCatchesBrokenQueries(t *testing.T) {
 	mustFail(t, rep, "queries", []string{"OffsetsAreExclusive"}, "a query from the offset of an envelope returns the events after it, not it")
 }
 
-// memoryStore is a memory store as the kit checks it: every value it
-// offers, and Open making another.
-func memoryStore(t *testing.T) storetest.Store {
-	s := memory.New()
-	t.Cleanup(func() { _ = s.Close() })
-	j, snaps := s.Journal(), s.Snapshots()
-	return storetest.Store{
-		Journal: j, Snapshots: snaps, Queries: s.Queries(), Recovery: recovery.ThreeCalls(j, snaps),
-		Offsets: s.Projections(), Durable: s.DurableState(), Membership: s.Membership(),
-		Open: func(context.Context) (storetest.Store, error) {
-			o := memory.New()
-			return storetest.Store{Journal: o.Journal(), Snapshots: o.Snapshots(), Durable: o.DurableState(), Membership: o.Membership(), Close: o.Close}, nil
-		},
-		GlobalOrdering: true, MaxPayloadSize: memory.DefaultMaxPayloadSize,
-		Exceptions:     map[string]string{"membership/CloseEndsCalls": memoryMembershipOutlivesClose},
-	}
-}
-
-// memoryMembershipOutlivesClose is why the memory store is excepted from
-// membership/CloseEndsCalls.
-const memoryMembershipOutlivesClose = "the memory store's membership is the process's own: its calls do not end with the store's Close"
-
-// TestCheckPassesTheMemoryStore: every suite the memory store offers
-// passes through Check as it does under go test, every rule reported.
-func TestCheckPassesTheMemoryStore(t *testing.T) {
-	rep, err := storetest.Check(t.Context(), memoryStore(t), storetest.Options{Short: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	rules := map[string]int{}
-	for _, r := range rep.Results {
-		if r.Failed {
-			t.Errorf("%s failed: %q", r.Name, r.Messages)
-		}
-		if suite, _, ok := strings.Cut(r.Name, "/"); ok && strings.Count(r.Name, "/") == 1 {
-			rules[suite]++
-		}
-	}
-	if !result(rep, "journal/LargeReplayStreams").Skipped {
-		t.Error("Options.Short did not skip LargeReplayStreams")
-	}
-	for _, suite := range []string{"journal", "snapshots", "recovery", "queries", "batch-queries", "offsets", "durable", "membership", "fenced-writes"} {
-		if rules[suite] < 2 {
-			t.Errorf("suite %s reported %d rules", suite, rules[suite])
-		}
-	}
-}
-
 // TestCheckSkipsExceptions: a rule a Store declares an exception is
 // skipped with the reason given, the others run; naming a rule the kit
 // does not have is an error.
 func TestCheckSkipsExceptions(t *testing.T) {
-	s := memoryStore(t)
+	m := memory.New()
+	t.Cleanup(func() { _ = m.Close() })
+	s := storetest.Store{Snapshots: m.Snapshots()}
 	s.Exceptions = map[string]string{"snapshots/LoadLatest": "one snapshot per id"}
-	rep, err := storetest.Check(t.Context(), s, storetest.Options{Short: true, Run: "snapshots"})
+	rep, err := storetest.Check(t.Context(), s, storetest.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

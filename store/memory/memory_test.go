@@ -3,6 +3,7 @@ package memory_test
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -37,6 +38,38 @@ func TestKit(t *testing.T) {
 	k := kitStore(s)
 	k.MaxPayloadSize = storetest.KitMaxPayloadSize
 	storetest.Run(t, k)
+}
+
+// TestCheck: every suite passes through storetest.Check, the kit's runner
+// outside go test, as it does under go test, every suite reported.
+func TestCheck(t *testing.T) {
+	s := memory.New()
+	t.Cleanup(func() { _ = s.Close() })
+	k := kitStore(s)
+	k.MaxPayloadSize = memory.DefaultMaxPayloadSize
+	rep, err := storetest.Check(t.Context(), k, storetest.Options{Short: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rules := map[string]int{}
+	skipped := map[string]bool{}
+	for _, r := range rep.Results {
+		if r.Failed {
+			t.Errorf("%s failed: %q", r.Name, r.Messages)
+		}
+		if suite, _, ok := strings.Cut(r.Name, "/"); ok && strings.Count(r.Name, "/") == 1 {
+			rules[suite]++
+		}
+		skipped[r.Name] = r.Skipped
+	}
+	if !skipped["journal/LargeReplayStreams"] || !skipped["membership/CloseEndsCalls"] {
+		t.Error("Options.Short did not skip LargeReplayStreams, or the exception membership/CloseEndsCalls did not skip it")
+	}
+	for _, suite := range []string{"journal", "snapshots", "recovery", "queries", "batch-queries", "offsets", "durable", "membership", "fenced-writes"} {
+		if rules[suite] < 2 {
+			t.Errorf("suite %s reported %d rules", suite, rules[suite])
+		}
+	}
 }
 
 func TestOptions(t *testing.T) {

@@ -14,15 +14,21 @@ import (
 // 1s behind the clock (as the timestamp ordering's kit runs).
 var r2dbcOpts = []postgres.Option{postgres.WithLayout(postgres.LayoutR2DBC), postgres.WithBacktracking(postgres.DefaultBacktrackWindow, 1e9)}
 
-// kitConfigs are the stores every suite of the compliance kit runs on:
-// Annals' layout in both live-query orderings, and the r2dbc layout.
+// kitConfigs are the stores the compliance kit runs on: every suite on
+// Annals' layout in both live-query orderings and on the r2dbc layout,
+// and the recovery suite through a journal front before the store on
+// both layouts (which waits for the id's writes, then reads through the
+// store's reader).
 var kitConfigs = []struct {
-	name string
-	opts []postgres.Option
+	name  string
+	opts  []postgres.Option
+	front bool
 }{
-	{"commit", []postgres.Option{postgres.WithOrdering(postgres.CommitOrder)}},
-	{"timestamp", []postgres.Option{postgres.WithOrdering(postgres.TimestampOrder), postgres.WithBacktracking(postgres.DefaultBacktrackWindow, 1e9)}},
-	{"r2dbc", r2dbcOpts},
+	{"commit", []postgres.Option{postgres.WithOrdering(postgres.CommitOrder)}, false},
+	{"timestamp", []postgres.Option{postgres.WithOrdering(postgres.TimestampOrder), postgres.WithBacktracking(postgres.DefaultBacktrackWindow, 1e9)}, false},
+	{"r2dbc", r2dbcOpts, false},
+	{"annals-front", nil, true},
+	{"r2dbc-front", r2dbcOpts, true},
 }
 
 // kitStore opens a store with opts and the kit's payload limit in a
@@ -50,43 +56,28 @@ func kitStore(t *testing.T, opts ...postgres.Option) (*postgres.Store, storetest
 	return s, k
 }
 
-// TestKit runs every suite of the compliance kit on each configuration,
-// every rule of a configuration on one schema.
+// TestKit runs the compliance kit on each configuration, every rule of a
+// configuration on one schema.
 func TestKit(t *testing.T) {
 	t.Parallel()
 	for _, c := range kitConfigs {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
-			_, k := kitStore(t, c.opts...)
-			storetest.Run(t, k)
-		})
-	}
-}
-
-// TestKitThroughFront runs the recovery suite on a journal front before
-// the store (which waits for the id's writes, then reads through the
-// store's reader), on both layouts.
-func TestKitThroughFront(t *testing.T) {
-	t.Parallel()
-	for _, c := range []struct {
-		name string
-		opts []postgres.Option
-	}{{"annals", nil}, {"r2dbc", r2dbcOpts}} {
-		t.Run(c.name, func(t *testing.T) {
-			t.Parallel()
 			s, k := kitStore(t, c.opts...)
-			f, err := engine.NewFront(s.Journal(), engine.Config{})
-			if err != nil {
-				t.Fatal(err)
+			if c.front {
+				f, err := engine.NewFront(s.Journal(), engine.Config{})
+				if err != nil {
+					t.Fatal(err)
+				}
+				t.Cleanup(func() { _ = f.Close() })
+				k.Journal, k.Recovery = f, f
+				k.Queries, k.Offsets, k.Durable, k.Membership = nil, nil, nil, nil
+				if k.Exceptions == nil {
+					k.Exceptions = map[string]string{}
+				}
+				k.Exceptions["journal"] = "run on the store, and by engine's tests through a front"
+				k.Exceptions["snapshots"] = "run on the store"
 			}
-			t.Cleanup(func() { _ = f.Close() })
-			k.Journal, k.Recovery = f, f
-			k.Queries, k.Offsets, k.Durable, k.Membership = nil, nil, nil, nil
-			if k.Exceptions == nil {
-				k.Exceptions = map[string]string{}
-			}
-			k.Exceptions["journal"] = "TestKit runs it on the store, and engine's tests through a front"
-			k.Exceptions["snapshots"] = "TestKit runs it"
 			storetest.Run(t, k)
 		})
 	}

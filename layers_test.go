@@ -53,7 +53,7 @@ var layers = map[string][]string{
 	// Entities shared out by the Kafka journal's consumer group.
 	"store/kafka/kafkacluster":      {".", "cluster", "journal", "membership", "store/kafka"},
 	"store/kafka/wire/wiretest":     {"internal/fixtures", "store/kafka/wire"},
-	"store/postgres/pgtest":         {"store/postgres"},
+	"store/postgres/pgtest":         {"store/postgres", "storetest"},
 	"store/cassandra/cassandratest": {"store/cassandra"},
 	// Above every store: one URL opens a whole stack.
 	"stores": {"admin", "durable", "journal", "membership", "offsets", "query", "snapshot", "store/cassandra", "store/kafka", "store/kafka/eventual", "store/kafka/eventual/cql", "store/kafka/eventual/pg", "store/memory", "store/postgres", "store/sqlite"},

@@ -45,7 +45,7 @@ type Object struct {
 }
 
 // Store is a durable-state store. Rules every implementation keeps (the
-// compliance kit storetest.RunDurableState checks each):
+// compliance kit's durable suite, storetest.Run, checks each):
 //
 //   - Get of an id never written, or deleted, returns ok false and no error.
 //   - Upsert stores o as the id's object when o.Revision is the stored

@@ -25,19 +25,26 @@ import (
 func TestFrontKeepsJournalContract(t *testing.T) {
 	for _, calls := range []int{1, 2, 8} {
 		t.Run(fmt.Sprintf("calls=%d", calls), func(t *testing.T) {
-			newFront := func(t *testing.T) journal.Journal {
+			newFront := func() (*engine.Front, func() error, error) {
 				s := memory.New(memory.WithMaxPayloadSize(storetest.KitMaxPayloadSize))
 				f, err := engine.NewFront(s.Journal(), engine.Config{MaxCalls: calls})
 				if err != nil {
-					t.Fatal(err)
+					return nil, nil, errors.Join(err, s.Close())
 				}
-				t.Cleanup(func() { _ = f.Close(); _ = s.Close() })
-				return f
+				return f, func() error { return errors.Join(f.Close(), s.Close()) }, nil
 			}
-			storetest.RunJournal(t, storetest.JournalHarness{
-				New:            newFront,
-				Own:            newFront,
-				Capabilities:   storetest.Capabilities{GlobalOrdering: true},
+			f, closeFront, err := newFront()
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = closeFront() })
+			storetest.Run(t, storetest.Store{
+				Journal: f,
+				Open: func(context.Context) (storetest.Store, error) {
+					f, closeFront, err := newFront()
+					return storetest.Store{Journal: f, Close: closeFront}, err
+				},
+				GlobalOrdering: true,
 				MaxPayloadSize: storetest.KitMaxPayloadSize,
 			})
 		})

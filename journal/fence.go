@@ -47,7 +47,8 @@ func (t FenceToken) IsZero() bool { return t.Lease == "" }
 // a long garbage collection) cannot store events under a lease another
 // member took meanwhile.
 //
-// Rules (storetest.RunFencedWrites checks them), beyond those of Write:
+// Rules (the compliance kit's fenced-writes suite, storetest.Run, checks
+// them), beyond those of Write:
 //   - tokens has one entry per atomic write (the zero token: none). A write
 //     whose token is the journal's own store's and whose lease is not held
 //     by the token's holder at the token's epoch where the call commits is

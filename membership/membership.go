@@ -94,7 +94,8 @@ type Lease struct {
 // Store keeps the members and leases of clusters, each cluster a name
 // whose members and leases are apart from every other's.
 //
-// Rules (storetest.RunMembership checks them):
+// Rules (the compliance kit's membership suite, storetest.Run, checks
+// them):
 //   - Join records m (its name, incarnation and address) live for ttl. A
 //     live member of the same name and another incarnation refuses it with
 //     ErrNameTaken; a record of an expired one, or of the same

@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"maps"
 	"slices"
-	"testing"
 
 	"github.com/annals-go/annals/journal"
 	"github.com/annals-go/annals/query"
@@ -15,48 +14,23 @@ import (
 // commit (engine.DefaultMaxBatchSize).
 const batchIDs = 1000
 
-// RunBatchQueries runs the rules for the queries over one Write call of
-// many ids (what group commit makes of 1,000 entities persisting at once),
-// one named, parallel subtest of t per rule, against the read journals
-// h.New makes (h.IDsInStoreOrder is not used). Each rule runs for each
-// offset-ordered query the read journal offers (by tag, by slices) and is
-// skipped when it offers neither.
-func RunBatchQueries(t *testing.T, h QueryHarness) {
-	t.Helper()
-	var hh QueryHarnessFor[T]
-	if h.New != nil {
-		hh.New = func(t T) (journal.Journal, any) { return h.New(t.(testingT).T) }
-	}
-	runBatchQueries(testingT{t}, hh)
-}
-
-// BatchQuerySuite is the batch suite (RunBatchQueries' rules) for Check,
-// named "batch-queries".
-func BatchQuerySuite(h QueryHarnessFor[T]) Suite {
-	return Suite{name: "batch-queries", run: func(t T) { runBatchQueries(t, h) }}
-}
-
-func runBatchQueries(t T, h QueryHarnessFor[T]) {
-	t.Helper()
-	if h.New == nil {
-		t.Fatal("storetest: QueryHarness.New is nil")
-	}
-	for _, r := range []queryRule{
+// batchQueryRules is the batch-queries suite: the rules for the queries
+// over one Write call of many ids (what group commit makes of 1,000
+// entities persisting at once), through s.Journal and s.Queries. Each
+// rule runs for each offset-ordered query the read journal offers (by
+// tag, by slices); the suite runs when it offers one.
+func batchQueryRules(s Store) []rule {
+	return bind([]queryRule{
 		{"OneCallOffsetsApart", "the events of one Write call of 1,000 ids are returned once each, at offsets of their own: none shares a timestamp offset with another (Pekko's by-slices query fails when more events than its buffer share one)", oneCallOffsetsApart},
 		{"ResumesInsideOneCall", "a query from the offset of an event in the middle of one Write call of 1,000 ids returns the events after it, once each", resumesInsideOneCall},
-	} {
-		ruleTest(t, r.name, r.rule, nil, func(t T) {
-			j, rj := h.New(t)
-			r.run(t, j, rj, h)
-		})
-	}
+	}, s)
 }
 
 // writeBatch writes, in one Write call, one tagged event of each of
 // batchIDs ids of type et, then a second event of the first id (so that
 // one id has two writes in the call), and returns the events written as
 // "id#seq", in the order of the call.
-func writeBatch(t T, j journal.Journal, et, tag string) []string {
+func writeBatch(t tb, j journal.Journal, et, tag string) []string {
 	t.Helper()
 	var ws []journal.AtomicWrite
 	var names []string
@@ -91,7 +65,7 @@ func offsetKey(o query.Offset) string {
 
 // checkOnce fails t unless envs are the events of want, each once, and
 // an id's in order of sequence numbers.
-func checkOnce(t T, envs []query.Envelope, want []string) {
+func checkOnce(t tb, envs []query.Envelope, want []string) {
 	t.Helper()
 	got := map[string]int{}
 	last := map[string]int64{}
@@ -118,8 +92,8 @@ func checkOnce(t T, envs []query.Envelope, want []string) {
 	}
 }
 
-func oneCallOffsetsApart(t T, j journal.Journal, rj any, _ QueryHarnessFor[T]) {
-	eachOffsetQuery(t, rj, func(t T, q offsetQuery, et, tag string) {
+func oneCallOffsetsApart(t tb, j journal.Journal, rj any, _ Store) {
+	eachOffsetQuery(t, rj, func(t tb, q offsetQuery, et, tag string) {
 		want := writeBatch(t, j, et, tag)
 		envs := collect(t, q.current(testContext(t), query.NoOffset()))
 		checkOnce(t, envs, want)
@@ -141,8 +115,8 @@ func oneCallOffsetsApart(t T, j journal.Journal, rj any, _ QueryHarnessFor[T]) {
 	})
 }
 
-func resumesInsideOneCall(t T, j journal.Journal, rj any, _ QueryHarnessFor[T]) {
-	eachOffsetQuery(t, rj, func(t T, q offsetQuery, et, tag string) {
+func resumesInsideOneCall(t tb, j journal.Journal, rj any, _ Store) {
+	eachOffsetQuery(t, rj, func(t tb, q offsetQuery, et, tag string) {
 		writeBatch(t, j, et, tag)
 		envs := collect(t, q.current(testContext(t), query.NoOffset()))
 		if len(envs) < batchIDs/2 {

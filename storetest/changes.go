@@ -16,7 +16,7 @@ import (
 // The durable-state change queries' rules
 // (query.DurableStateChangesBySlicesQuery and
 // query.DurableStateChangesByTagQuery). They run in the durable suite, on
-// the store New returns, and are skipped when it offers neither query.
+// Store.Durable, and are skipped when it offers neither query.
 func changeRules() []durableRule {
 	return []durableRule{
 		{"ChangesAreLatestRevisions", "a current change query returns each object once, at its latest revision, in the order of their last changes, with the stored payload, serializer id, manifest, tag, entity type, slice and timestamp", changesLatest},
@@ -39,7 +39,7 @@ type changeQuery struct {
 
 // changeQueries returns the change queries s offers over entity type et
 // (by slices) and tag, and skips t when it offers none.
-func changeQueries(t T, s durable.Store, et, tag string) []changeQuery {
+func changeQueries(t tb, s durable.Store, et, tag string) []changeQuery {
 	t.Helper()
 	qs := offeredChangeQueries(s, et, tag)
 	if len(qs) == 0 {
@@ -90,7 +90,7 @@ func revisions(envs []query.Envelope) []string {
 	return out
 }
 
-func changesLatest(t T, s durable.Store) {
+func changesLatest(t tb, s durable.Store) {
 	et, tag := uniqueType(t)
 	qs := changeQueries(t, s, et, tag)
 	a, b := et+"|a", et+"|b"
@@ -116,7 +116,7 @@ func changesLatest(t T, s durable.Store) {
 	}
 }
 
-func changesResume(t T, s durable.Store) {
+func changesResume(t tb, s durable.Store) {
 	et, tag := uniqueType(t)
 	qs := changeQueries(t, s, et, tag)
 	a, b := et+"|a", et+"|b"
@@ -149,7 +149,7 @@ func changesResume(t T, s durable.Store) {
 	}
 }
 
-func changesFilter(t T, s durable.Store) {
+func changesFilter(t tb, s durable.Store) {
 	et, tag := uniqueType(t)
 	other, otherTag := uniqueType(t)
 	// Two ids of et in different slices, one of another type with the tag,
@@ -192,7 +192,7 @@ func changesFilter(t T, s durable.Store) {
 	}
 }
 
-func changesDeleted(t T, s durable.Store) {
+func changesDeleted(t tb, s durable.Store) {
 	et, tag := uniqueType(t)
 	qs := changeQueries(t, s, et, tag)
 	a, b := et+"|a", et+"|b"
@@ -229,7 +229,7 @@ func changesDeleted(t T, s durable.Store) {
 	}
 }
 
-func changesLive(t T, s durable.Store) {
+func changesLive(t tb, s durable.Store) {
 	et, tag := uniqueType(t)
 	qs := changeQueries(t, s, et, tag)
 	for i, q := range qs {
@@ -307,7 +307,7 @@ func (f followed) err() error {
 	return f.stream.Err()
 }
 
-func changesConcurrent(t T, s durable.Store) {
+func changesConcurrent(t tb, s durable.Store) {
 	const ids, writes = 8, 25
 	et, tag := uniqueType(t)
 	qs := changeQueries(t, s, et, tag)
@@ -367,7 +367,7 @@ func changesConcurrent(t T, s durable.Store) {
 	}
 }
 
-func changesBadOffset(t T, s durable.Store) {
+func changesBadOffset(t tb, s durable.Store) {
 	et, tag := uniqueType(t)
 	qs := changeQueries(t, s, et, tag)
 	// No store resumes changes from a time-based UUID (Cassandra's events
@@ -403,7 +403,7 @@ func batchRules() []durableRule {
 	}
 }
 
-func batcher(t T, s durable.Store) durable.Batcher {
+func batcher(t tb, s durable.Store) durable.Batcher {
 	t.Helper()
 	b, ok := s.(durable.Batcher)
 	if !ok {
@@ -412,7 +412,7 @@ func batcher(t T, s durable.Store) durable.Batcher {
 	return b
 }
 
-func apply(t T, b durable.Batcher, changes ...durable.Change) []error {
+func apply(t tb, b durable.Batcher, changes ...durable.Change) []error {
 	t.Helper()
 	errs, err := b.Apply(testContext(t), changes)
 	if err != nil {
@@ -424,7 +424,7 @@ func apply(t T, b durable.Batcher, changes ...durable.Change) []error {
 	return errs
 }
 
-func batchInOrder(t T, s durable.Store) {
+func batchInOrder(t tb, s durable.Store) {
 	b := batcher(t, s)
 	a, d := uniqueID(t, "KitBatch"), uniqueID(t, "KitBatch")
 	upsert(t, s, obj(d, 1, "d1"))
@@ -444,7 +444,7 @@ func batchInOrder(t T, s durable.Store) {
 	}
 }
 
-func batchFailsAlone(t T, s durable.Store) {
+func batchFailsAlone(t tb, s durable.Store) {
 	b := batcher(t, s)
 	a, c, e := uniqueID(t, "KitBatch"), uniqueID(t, "KitBatch"), uniqueID(t, "KitBatch")
 	upsert(t, s, obj(c, 1, "c1"))
@@ -471,7 +471,7 @@ func batchFailsAlone(t T, s durable.Store) {
 	}
 }
 
-func batchRace(t T, s durable.Store) {
+func batchRace(t tb, s durable.Store) {
 	const racers = 6
 	b := batcher(t, s)
 	contested := uniqueID(t, "KitBatch")

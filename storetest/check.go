@@ -2,26 +2,14 @@ package storetest
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"runtime"
 	"time"
 )
 
-// Suite is one suite of the kit bound to the store it checks, for Check:
-// made by JournalSuite, SnapshotSuite, QuerySuite, RecoverySuite,
-// OffsetsSuite or TxOffsetsSuite. The zero Suite is invalid.
-type Suite struct {
-	name string
-	run  func(t T)
-}
-
-// Name is the suite's name, the first element of its rules' names
-// ("journal", "snapshots", "queries", "recovery", "offsets").
-func (s Suite) Name() string { return s.name }
-
 // Options are Check's settings. The zero Options run every rule of the
-// suites given, the long ones included, GOMAXPROCS parallel rules at once.
+// suites the Store offers, the long ones included, GOMAXPROCS parallel
+// rules at once.
 type Options struct {
 	// Run, when set, runs only the rules whose names match it, with go
 	// test's -run rules: the pattern is split at each slash outside
@@ -48,37 +36,6 @@ type Options struct {
 	Progress func(Result)
 }
 
-// Outcome is how a rule ended.
-type Outcome int
-
-// The outcomes. A rule that failed and then skipped has failed.
-const (
-	Passed Outcome = iota
-	Failed
-	Skipped
-)
-
-// String returns "passed", "failed" or "skipped".
-func (o Outcome) String() string {
-	switch o {
-	case Passed:
-		return "passed"
-	case Failed:
-		return "failed"
-	case Skipped:
-		return "skipped"
-	}
-	return fmt.Sprintf("Outcome(%d)", int(o))
-}
-
-// MarshalText encodes the outcome as its String.
-func (o Outcome) MarshalText() ([]byte, error) {
-	if o < Passed || o > Skipped {
-		return nil, fmt.Errorf("storetest: unknown outcome %d", int(o))
-	}
-	return []byte(o.String()), nil
-}
-
 // Result is what one suite, rule or subtest of a rule did.
 type Result struct {
 	// Name is the full name, its levels joined by slashes: the suite, the
@@ -86,9 +43,11 @@ type Result struct {
 	// under go test, spaces become underscores and a name used twice
 	// under one parent gets a suffix (#01, ...).
 	Name string
-	// Outcome: a parent fails when a subtest fails; a skipped rule's
-	// Messages say why.
-	Outcome Outcome
+	// Failed: the rule, or one of its subtests, failed.
+	Failed bool
+	// Skipped: the rule was skipped and did not fail; its Messages say
+	// why.
+	Skipped bool
 	// Messages are the rule's failures, logs and skip reasons in the
 	// order it wrote them, each preceded by the file and line that wrote
 	// it, as go test prints them ("journal.go:412: Write: ...").
@@ -111,7 +70,7 @@ type Report struct {
 // Failed reports whether any rule failed.
 func (r Report) Failed() bool {
 	for _, res := range r.Results {
-		if res.Outcome == Failed {
+		if res.Failed {
 			return true
 		}
 	}
@@ -121,24 +80,32 @@ func (r Report) Failed() bool {
 // defaultStopWait is StopWait's default.
 const defaultStopWait = time.Minute
 
-// Check runs the rules of the suites given, one suite after another, and
-// returns what each rule did: the kit without go test, for programs that
-// check a store as deployed (annals check). It runs the rules as go test
-// runs RunJournal and the others, with a runner of its own: each rule
-// and subtest on a goroutine of its own; FailNow, Fatal and SkipNow end
-// only that rule; a rule that panics fails, with the panic's value and
-// stack as its message, and the others go on (a panic on a goroutine a
-// rule started is not recovered: it ends the program, as it would under
-// go test); cleanups run last registered first, after the rule's
-// subtests.
+// Check runs the kit on s without go test, one suite after another, and
+// returns what each suite, rule and subtest did: for programs that check
+// a store as deployed (annals check). It runs the rules as Run does under
+// go test, with a runner of its own: each rule and subtest on a goroutine
+// of its own; FailNow, Fatal and SkipNow end only that rule; a rule that
+// panics fails, with the panic's value and stack as its message, and the
+// others go on (a panic on a goroutine a rule started is not recovered:
+// it ends the program, as it would under go test); cleanups run last
+// registered first, after the rule's subtests.
 //
-// ctx bounds the run: every rule's Context ends with it, so once ctx is
+// ctx bounds the run: every rule's context ends with it, so once ctx is
 // done the store calls the rules make end, the rules still running fail,
-// and the rest fail at their first call. Check then waits Options.StopWait
-// at most for the rules still running. Check returns an error, and no
-// report, only for invalid options (a Run pattern that does not compile,
-// a negative Parallel or StopWait) or a zero Suite.
-func Check(ctx context.Context, opts Options, suites ...Suite) (Report, error) {
+// and the rest fail at their first call. Check then waits
+// Options.StopWait at most for the rules still running. Check returns an
+// error, and no report, only for invalid options (a Run pattern that
+// does not compile, a negative Parallel or StopWait) or an invalid Store
+// (see Store); the zero Store is valid, and runs no rule.
+func Check(ctx context.Context, s Store, opts Options) (Report, error) {
+	if err := s.validate(); err != nil {
+		return Report{}, err
+	}
+	return check(ctx, opts, func(t tb) { runStore(t, s) })
+}
+
+// check runs run as the root of a run of Check's runner, with opts.
+func check(ctx context.Context, opts Options, run func(t tb)) (Report, error) {
 	m, err := newMatcher(opts.Run)
 	if err != nil {
 		return Report{}, fmt.Errorf("storetest: Options.Run: %w", err)
@@ -148,11 +115,6 @@ func Check(ctx context.Context, opts Options, suites ...Suite) (Report, error) {
 	}
 	if opts.StopWait < 0 {
 		return Report{}, fmt.Errorf("storetest: Options.StopWait is %v, want 0 or more", opts.StopWait)
-	}
-	for i, s := range suites {
-		if s.run == nil {
-			return Report{}, fmt.Errorf("storetest: suite %d: %w", i, errZeroSuite)
-		}
 	}
 	parallel, wait := opts.Parallel, opts.StopWait
 	if parallel == 0 {
@@ -170,11 +132,7 @@ func Check(ctx context.Context, opts Options, suites ...Suite) (Report, error) {
 	}
 	start := time.Now()
 	root := r.root(ctx)
-	go root.execute(func(t T) {
-		for _, s := range suites {
-			t.Run(s.name, s.run)
-		}
-	})
+	go root.execute(run)
 	select {
 	case <-root.done:
 	case <-ctx.Done():
@@ -189,5 +147,3 @@ func Check(ctx context.Context, opts Options, suites ...Suite) (Report, error) {
 	rep.Duration = time.Since(start)
 	return rep, nil
 }
-
-var errZeroSuite = errors.New("the zero Suite: make suites with JournalSuite and the other Suite functions")

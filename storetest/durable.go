@@ -6,88 +6,32 @@ import (
 	"errors"
 	"slices"
 	"sync"
-	"testing"
 	"time"
 
 	"github.com/annals-go/annals/durable"
 	"github.com/annals-go/annals/query"
 )
 
-// DurableHarnessFor gives the durable-state suite its store. TB is
-// *testing.T under go test (DurableHarness, RunDurableState), T under
-// Check (DurableSuite).
-type DurableHarnessFor[TB any] struct {
-	// New returns the store a subtest runs against: a fresh store, or a
-	// shared one (every subtest uses ids of its own). It may be called
-	// from parallel subtests.
-	New func(t TB) durable.Store
-	// Own returns a store no other subtest uses, which the CloseEndsCalls
-	// rule closes; nil skips that rule.
-	Own func(t TB) durable.Store
-	// Unsupported names rules the store cannot keep by design, with the
-	// reason; they are skipped with it. An unknown name fails the suite.
-	Unsupported map[string]string
-}
-
-// DurableHarness gives the durable-state suite its store under go test.
-type DurableHarness = DurableHarnessFor[*testing.T]
-
 type durableRule struct {
 	name string
 	rule string
-	run  func(t T, s durable.Store)
+	run  func(t tb, s durable.Store)
 }
 
-// RunDurableState runs every rule of the durable.Store contract against
-// the stores h.New makes, one named, parallel subtest of t per rule (the
-// rules of Pekko's DurableStateStore spec, and two writers racing).
-func RunDurableState(t *testing.T, h DurableHarness) {
-	t.Helper()
-	runDurable(testingT{t}, DurableHarnessFor[T]{New: forTesting(h.New), Own: forTesting(h.Own), Unsupported: h.Unsupported})
-}
-
-// DurableSuite is the durable-state suite (RunDurableState's rules) for
-// Check, named "durable".
-func DurableSuite(h DurableHarnessFor[T]) Suite {
-	return Suite{name: "durable", run: func(t T) { runDurable(t, h) }}
-}
-
-func durableRules() []durableRule {
-	return []durableRule{
-		{"GetUnknownIsEmpty", "Get of an id never written returns ok false and no error", durableGetUnknown},
-		{"UpsertThenGet", "Get returns the last object stored: payload, serializer id, manifest, tag and revision as written", durableUpsertThenGet},
-		{"RevisionsFollowOneAnother", "Upsert needs the stored revision plus one (1 first); any other fails with ErrRevisionConflict and changes nothing", durableRevisions},
-		{"DeleteRemoves", "Delete(id, stored+1) removes the object; the next Upsert starts again at revision 1", durableDelete},
-		{"DeleteNeedsNextRevision", "Delete with another revision than stored+1 fails with ErrRevisionConflict and keeps the object", durableDeleteConflict},
-		{"DeleteUnknownIsNoop", "Delete of an id that holds nothing succeeds and changes nothing", durableDeleteUnknown},
-		{"IDsAreSeparate", "objects of different ids do not affect each other", durableSeparateIDs},
-		{"InvalidArguments", "an empty id or a revision below 1 fails with ErrInvalidArgument", durableInvalid},
-		{"CancelledContext", "a call with an ended context fails with its error and changes nothing", durableCancelled},
-		{"ConcurrentWritersOneWins", "of writers racing for the same revision exactly one succeeds; the others get ErrRevisionConflict", durableRace},
-		{"TimestampIsTheStores", "Upsert ignores the object's Timestamp; Get returns when the revision was stored, in UTC", durableTimestamp},
-		{"PayloadNotAliased", "the store keeps its own copy of a payload: changing the caller's slice after Upsert or Get changes nothing stored", durableAliasing},
+// durableRules is the durable suite: the rules of durable.Store over
+// s.Durable (those of Pekko's DurableStateStore spec, and writers
+// racing), of its change queries and of durable.Batcher (skipped where it
+// offers none), and CloseEndsCalls over an instance of s.Open's.
+func durableRules(st Store) []rule {
+	var rules []rule
+	for _, r := range slices.Concat(durableCases(), changeRules(), batchRules()) {
+		rules = append(rules, rule{r.name, r.rule, func(t tb) { r.run(t, st.Durable) }})
 	}
-}
-
-func runDurable(t T, h DurableHarnessFor[T]) {
-	t.Helper()
-	if h.New == nil {
-		t.Fatal("storetest: DurableHarness.New is nil")
-	}
-	names := []string{"CloseEndsCalls"}
-	rules := slices.Concat(durableRules(), changeRules(), batchRules())
-	for _, r := range rules {
-		names = append(names, r.name)
-	}
-	checkUnsupported(t, h.Unsupported, names)
-	for _, r := range rules {
-		ruleTest(t, r.name, r.rule, h.Unsupported, func(t T) { r.run(t, h.New(t)) })
-	}
-	ruleTest(t, "CloseEndsCalls", "calls and change queries after Close fail with an error wrapping durable.ErrClosed (arguments are checked first), and a second Close is harmless", h.Unsupported, func(t T) {
-		if h.Own == nil {
-			t.Skip("DurableHarness.Own is nil")
+	return append(rules, rule{"CloseEndsCalls", "calls and change queries after Close fail with an error wrapping durable.ErrClosed (arguments are checked first), and a second Close is harmless", func(t tb) {
+		s := own(t, st).Durable
+		if s == nil {
+			t.Fatal("storetest: the Store that Store.Open returned has no Durable")
 		}
-		s := h.Own(t)
 		pid := uniqueID(t, "KitDurable")
 		upsert(t, s, obj(pid, 1, "a"))
 		if err := s.Close(); err != nil {
@@ -129,14 +73,31 @@ func runDurable(t T, h DurableHarnessFor[T]) {
 				t.Errorf("live %s after Close ended with %v, want an error wrapping durable.ErrClosed", q.name, err)
 			}
 		}
-	})
+	}})
+}
+
+func durableCases() []durableRule {
+	return []durableRule{
+		{"GetUnknownIsEmpty", "Get of an id never written returns ok false and no error", durableGetUnknown},
+		{"UpsertThenGet", "Get returns the last object stored: payload, serializer id, manifest, tag and revision as written", durableUpsertThenGet},
+		{"RevisionsFollowOneAnother", "Upsert needs the stored revision plus one (1 first); any other fails with ErrRevisionConflict and changes nothing", durableRevisions},
+		{"DeleteRemoves", "Delete(id, stored+1) removes the object; the next Upsert starts again at revision 1", durableDelete},
+		{"DeleteNeedsNextRevision", "Delete with another revision than stored+1 fails with ErrRevisionConflict and keeps the object", durableDeleteConflict},
+		{"DeleteUnknownIsNoop", "Delete of an id that holds nothing succeeds and changes nothing", durableDeleteUnknown},
+		{"IDsAreSeparate", "objects of different ids do not affect each other", durableSeparateIDs},
+		{"InvalidArguments", "an empty id or a revision below 1 fails with ErrInvalidArgument", durableInvalid},
+		{"CancelledContext", "a call with an ended context fails with its error and changes nothing", durableCancelled},
+		{"ConcurrentWritersOneWins", "of writers racing for the same revision exactly one succeeds; the others get ErrRevisionConflict", durableRace},
+		{"TimestampIsTheStores", "Upsert ignores the object's Timestamp; Get returns when the revision was stored, in UTC", durableTimestamp},
+		{"PayloadNotAliased", "the store keeps its own copy of a payload: changing the caller's slice after Upsert or Get changes nothing stored", durableAliasing},
+	}
 }
 
 func obj(pid string, revision int64, value string) durable.Object {
 	return durable.Object{PersistenceID: pid, Revision: revision, Payload: []byte(value), SerializerID: 31, Manifest: "kit.State", Tag: "kit-tag"}
 }
 
-func upsert(t T, s durable.Store, o durable.Object) {
+func upsert(t tb, s durable.Store, o durable.Object) {
 	t.Helper()
 	if err := s.Upsert(testContext(t), o); err != nil {
 		t.Fatalf("Upsert(%s, revision %d): %v", o.PersistenceID, o.Revision, err)
@@ -144,7 +105,7 @@ func upsert(t T, s durable.Store, o durable.Object) {
 }
 
 // get returns the stored object and whether there is one.
-func get(t T, s durable.Store, pid string) (durable.Object, bool) {
+func get(t tb, s durable.Store, pid string) (durable.Object, bool) {
 	t.Helper()
 	o, ok, err := s.Get(testContext(t), pid)
 	if err != nil {
@@ -153,7 +114,7 @@ func get(t T, s durable.Store, pid string) (durable.Object, bool) {
 	return o, ok
 }
 
-func wantObject(t T, s durable.Store, pid string, revision int64, value string) {
+func wantObject(t tb, s durable.Store, pid string, revision int64, value string) {
 	t.Helper()
 	o, ok := get(t, s, pid)
 	switch {
@@ -164,11 +125,11 @@ func wantObject(t T, s durable.Store, pid string, revision int64, value string) 
 	}
 }
 
-func durableGetUnknown(t T, s durable.Store) {
+func durableGetUnknown(t tb, s durable.Store) {
 	wantObject(t, s, uniqueID(t, "KitDurable"), 0, "")
 }
 
-func durableUpsertThenGet(t T, s durable.Store) {
+func durableUpsertThenGet(t tb, s durable.Store) {
 	pid := uniqueID(t, "KitDurable")
 	upsert(t, s, obj(pid, 1, "first"))
 	want := durable.Object{PersistenceID: pid, Revision: 2, Payload: []byte(`{"name":"ünï 😀"}`), SerializerID: 4, Manifest: "kit.State.v2", Tag: "other"}
@@ -183,7 +144,7 @@ func durableUpsertThenGet(t T, s durable.Store) {
 	}
 }
 
-func durableRevisions(t T, s durable.Store) {
+func durableRevisions(t tb, s durable.Store) {
 	pid := uniqueID(t, "KitDurable")
 	ctx := testContext(t)
 	for _, c := range []struct {
@@ -201,7 +162,7 @@ func durableRevisions(t T, s durable.Store) {
 	wantObject(t, s, pid, 3, "v3")
 }
 
-func durableDelete(t T, s durable.Store) {
+func durableDelete(t tb, s durable.Store) {
 	pid := uniqueID(t, "KitDurable")
 	upsert(t, s, obj(pid, 1, "a"))
 	upsert(t, s, obj(pid, 2, "b"))
@@ -213,7 +174,7 @@ func durableDelete(t T, s durable.Store) {
 	wantObject(t, s, pid, 1, "again")
 }
 
-func durableDeleteConflict(t T, s durable.Store) {
+func durableDeleteConflict(t tb, s durable.Store) {
 	pid := uniqueID(t, "KitDurable")
 	upsert(t, s, obj(pid, 1, "a"))
 	upsert(t, s, obj(pid, 2, "b"))
@@ -225,7 +186,7 @@ func durableDeleteConflict(t T, s durable.Store) {
 	wantObject(t, s, pid, 2, "b")
 }
 
-func durableDeleteUnknown(t T, s durable.Store) {
+func durableDeleteUnknown(t tb, s durable.Store) {
 	pid := uniqueID(t, "KitDurable")
 	if err := s.Delete(testContext(t), pid, 1); err != nil {
 		t.Errorf("Delete of an id never written: %v", err)
@@ -234,7 +195,7 @@ func durableDeleteUnknown(t T, s durable.Store) {
 	wantObject(t, s, pid, 1, "a")
 }
 
-func durableSeparateIDs(t T, s durable.Store) {
+func durableSeparateIDs(t tb, s durable.Store) {
 	a, b := uniqueID(t, "KitDurable"), uniqueID(t, "KitDurable")
 	upsert(t, s, obj(a, 1, "a1"))
 	upsert(t, s, obj(b, 1, "b1"))
@@ -246,7 +207,7 @@ func durableSeparateIDs(t T, s durable.Store) {
 	wantObject(t, s, b, 0, "")
 }
 
-func durableInvalid(t T, s durable.Store) {
+func durableInvalid(t tb, s durable.Store) {
 	ctx := testContext(t)
 	pid := uniqueID(t, "KitDurable")
 	_, _, getErr := s.Get(ctx, "")
@@ -265,7 +226,7 @@ func durableInvalid(t T, s durable.Store) {
 	wantObject(t, s, pid, 0, "")
 }
 
-func durableCancelled(t T, s durable.Store) {
+func durableCancelled(t tb, s durable.Store) {
 	pid := uniqueID(t, "KitDurable")
 	upsert(t, s, obj(pid, 1, "a"))
 	ctx, cancel := context.WithCancel(testContext(t))
@@ -283,7 +244,7 @@ func durableCancelled(t T, s durable.Store) {
 	wantObject(t, s, pid, 1, "a")
 }
 
-func durableRace(t T, s durable.Store) {
+func durableRace(t tb, s durable.Store) {
 	pid := uniqueID(t, "KitDurable")
 	upsert(t, s, obj(pid, 1, "a"))
 	const writers = 8
@@ -316,7 +277,7 @@ func durableRace(t T, s durable.Store) {
 	wantObject(t, s, pid, 2, "w"+string(rune('a'+won)))
 }
 
-func durableAliasing(t T, s durable.Store) {
+func durableAliasing(t tb, s durable.Store) {
 	pid := uniqueID(t, "KitDurable")
 	o := obj(pid, 1, "abc")
 	upsert(t, s, o)
@@ -326,7 +287,7 @@ func durableAliasing(t T, s durable.Store) {
 	wantObject(t, s, pid, 1, "abc")
 }
 
-func durableTimestamp(t T, s durable.Store) {
+func durableTimestamp(t tb, s durable.Store) {
 	pid := uniqueID(t, "KitDurable")
 	before := time.Now().Add(-time.Minute)
 	o := obj(pid, 1, "a")

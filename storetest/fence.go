@@ -2,15 +2,14 @@ package storetest
 
 import (
 	"errors"
-	"testing"
 
 	"github.com/annals-go/annals/journal"
 	"github.com/annals-go/annals/membership"
 )
 
-// RunFencedWrites runs the rules of journal.FencedWriter against j and m,
-// the journal and the membership store of one store (so that j checks m's
-// leases where writes commit), one named, parallel subtest of t per rule:
+// fenceRules is the fenced-writes suite: the rules of
+// journal.FencedWriter over s.Journal and the leases of s.Membership
+// (the store's own, which the journal checks where writes commit):
 //   - a write under a lease its holder holds at the token's epoch is
 //     stored, also once the lease's term passed and nobody took it;
 //   - a write under a lease another member took since (a higher epoch) is
@@ -23,25 +22,27 @@ import (
 //
 // This is the rule a paused member needs: its own fence passed before the
 // pause, and only the store can still refuse what it sends after.
-func RunFencedWrites(t *testing.T, j journal.FencedWriter, m membership.Store) {
-	t.Helper()
-	tt := testingT{t}
-	ruleTest(tt, "FencedWriteUnderHeldLease", "a write under a lease held at its epoch is stored, also after the lease's term passed while nobody took it", nil, func(t T) {
-		fencedUnderHeld(t, j, m, uniqueID(t, "KitCluster"))
-	})
-	ruleTest(tt, "FencedWriteUnderLostLease", "a write under a lease another member took is refused (ErrFenced, ErrRejected) and not stored; the call's other writes are stored", nil, func(t T) {
-		fencedUnderLost(t, j, m, uniqueID(t, "KitCluster"))
-	})
-	ruleTest(tt, "FencedWriteTokensMismatch", "tokens of another length than writes fail with ErrInvalidArgument, storing nothing", nil, func(t T) {
-		pid := uniqueID(t, "KitFence")
-		_, err := j.WriteFenced(testContext(t), []journal.AtomicWrite{single(pid, 1)}, nil)
-		if !errors.Is(err, journal.ErrInvalidArgument) {
-			t.Errorf("WriteFenced with no tokens for one write: %v, want ErrInvalidArgument", err)
-		}
-		if n := highest(t, j, pid, 0); n != 0 {
-			t.Errorf("highest after the refused call = %d, want 0", n)
-		}
-	})
+func fenceRules(s Store) []rule {
+	j, _ := s.Journal.(journal.FencedWriter)
+	m := s.Membership
+	return []rule{
+		{"FencedWriteUnderHeldLease", "a write under a lease held at its epoch is stored, also after the lease's term passed while nobody took it", func(t tb) {
+			fencedUnderHeld(t, j, m, uniqueID(t, "KitCluster"))
+		}},
+		{"FencedWriteUnderLostLease", "a write under a lease another member took is refused (ErrFenced, ErrRejected) and not stored; the call's other writes are stored", func(t tb) {
+			fencedUnderLost(t, j, m, uniqueID(t, "KitCluster"))
+		}},
+		{"FencedWriteTokensMismatch", "tokens of another length than writes fail with ErrInvalidArgument, storing nothing", func(t tb) {
+			pid := uniqueID(t, "KitFence")
+			_, err := j.WriteFenced(testContext(t), []journal.AtomicWrite{single(pid, 1)}, nil)
+			if !errors.Is(err, journal.ErrInvalidArgument) {
+				t.Errorf("WriteFenced with no tokens for one write: %v, want ErrInvalidArgument", err)
+			}
+			if n := highest(t, j, pid, 0); n != 0 {
+				t.Errorf("highest after the refused call = %d, want 0", n)
+			}
+		}},
+	}
 }
 
 // token is the fencing token of lease l held by h in cluster of m.
@@ -51,7 +52,7 @@ func token(m membership.Store, cluster string, l membership.Lease, h membership.
 
 // mustWriteFenced writes ws under tokens in one call and returns the
 // results (nil: all stored); an unknown outcome fails t.
-func mustWriteFenced(t T, j journal.FencedWriter, ws []journal.AtomicWrite, tokens []journal.FenceToken) []error {
+func mustWriteFenced(t tb, j journal.FencedWriter, ws []journal.AtomicWrite, tokens []journal.FenceToken) []error {
 	t.Helper()
 	res, err := j.WriteFenced(testContext(t), ws, tokens)
 	if err != nil {
@@ -66,7 +67,7 @@ func mustWriteFenced(t T, j journal.FencedWriter, ws []journal.AtomicWrite, toke
 	return res
 }
 
-func fencedUnderHeld(t T, j journal.FencedWriter, m membership.Store, cluster string) {
+func fencedUnderHeld(t tb, j journal.FencedWriter, m membership.Store, cluster string) {
 	a := holder("a", "1")
 	long := mustAcquire(t, m, cluster, "r0", a, longTTL)
 	short := mustAcquire(t, m, cluster, "r1", a, shortTTL)
@@ -88,7 +89,7 @@ func fencedUnderHeld(t T, j journal.FencedWriter, m membership.Store, cluster st
 	}
 }
 
-func fencedUnderLost(t T, j journal.FencedWriter, m membership.Store, cluster string) {
+func fencedUnderLost(t tb, j journal.FencedWriter, m membership.Store, cluster string) {
 	ctx := testContext(t)
 	a, b := holder("a", "1"), holder("b", "1")
 	old := mustAcquire(t, m, cluster, "r0", a, longTTL)

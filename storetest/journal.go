@@ -10,92 +10,35 @@ import (
 	"slices"
 	"strings"
 	"sync"
-	"testing"
 	"time"
 
 	"github.com/annals-go/annals"
 	"github.com/annals-go/annals/journal"
 )
 
-// JournalHarnessFor gives the journal suite its store. TB is the type
-// the harness's functions get for the rule they serve: *testing.T under
-// go test (JournalHarness, RunJournal), T under Check (JournalSuite).
-type JournalHarnessFor[TB any] struct {
-	// New returns the journal a subtest runs against: a fresh store, or a
-	// shared one (every subtest uses ids of its own). New registers any
-	// cleanup with t.Cleanup. It is called once per subtest, possibly from
-	// parallel subtests.
-	New func(t TB) journal.Journal
-	// Own returns a journal no other subtest uses, which the CloseEndsCalls
-	// rule closes; nil skips that rule (a harness whose New shares one
-	// store cannot let a rule close it).
-	Own func(t TB) journal.Journal
-	// Capabilities declares what the store supports beyond the contract.
-	Capabilities Capabilities
-	// MaxPayloadSize is the largest event payload, in bytes, the journal
-	// New returns accepts (its WithMaxPayloadSize, or its default): the
-	// OversizedWriteAmongSmall rule writes one byte more. 0 skips that
-	// rule with a message saying so. Under go test, open the store with
-	// KitMaxPayloadSize: the rule holds its payload while LargeReplayStreams,
-	// in the same process, measures the heap.
-	MaxPayloadSize int
-	// Unsupported names rules (by their subtest names) that the store
-	// cannot keep by design, each with the reason; those rules are skipped
-	// with the reason. A rule name that is not in the suite fails the suite,
-	// so a renamed rule is not skipped silently.
-	Unsupported map[string]string
-}
-
-// JournalHarness gives the journal suite its store under go test.
-type JournalHarness = JournalHarnessFor[*testing.T]
-
-// KitMaxPayloadSize is the payload limit to open a store with for the
-// journal suite under go test (1 MiB): small enough that the
-// OversizedWriteAmongSmall rule's payload does not weigh on the heap
-// LargeReplayStreams measures in the same process.
-const KitMaxPayloadSize = 1 << 20
-
 type journalRule struct {
 	name string
 	rule string
-	run  func(t T, j journal.Journal, h JournalHarnessFor[T])
+	run  func(t tb, j journal.Journal, s Store)
 }
 
-// RunJournal runs every rule of the journal contract against the journals
-// h.New makes, one named, parallel subtest of t per rule.
-func RunJournal(t *testing.T, h JournalHarness) {
-	t.Helper()
-	runJournal(testingT{t}, JournalHarnessFor[T]{New: forTesting(h.New), Own: forTesting(h.Own), Capabilities: h.Capabilities, MaxPayloadSize: h.MaxPayloadSize, Unsupported: h.Unsupported})
-}
-
-// JournalSuite is the journal suite (RunJournal's rules) for Check, named
-// "journal".
-func JournalSuite(h JournalHarnessFor[T]) Suite {
-	return Suite{name: "journal", run: func(t T) { runJournal(t, h) }}
-}
-
-func runJournal(t T, h JournalHarnessFor[T]) {
-	t.Helper()
-	if h.New == nil {
-		t.Fatal("storetest: JournalHarness.New is nil")
+// journalRules is the journal suite: the rules of journal.Journal over
+// s.Journal, and CloseEndsCalls over an instance of s.Open's.
+func journalRules(s Store) []rule {
+	var rules []rule
+	for _, r := range journalCases() {
+		rules = append(rules, rule{r.name, r.rule, func(t tb) { r.run(t, s.Journal, s) }})
 	}
-	names := []string{"CloseEndsCalls"}
-	for _, r := range journalRules() {
-		names = append(names, r.name)
-	}
-	checkUnsupported(t, h.Unsupported, names)
-	for _, r := range journalRules() {
-		ruleTest(t, r.name, r.rule, h.Unsupported, func(t T) { r.run(t, h.New(t), h) })
-	}
-	ruleTest(t, "CloseEndsCalls", "calls after Close fail with an error wrapping journal.ErrClosed, and a second Close is harmless", h.Unsupported, func(t T) {
-		if h.Own == nil {
-			t.Skip("JournalHarness.Own is nil")
+	return append(rules, rule{"CloseEndsCalls", "calls after Close fail with an error wrapping journal.ErrClosed, and a second Close is harmless", func(t tb) {
+		o := own(t, s)
+		if o.Journal == nil {
+			t.Fatal("storetest: the Store that Store.Open returned has no Journal")
 		}
-		closeEndsCalls(t, h.Own(t))
-	})
+		closeEndsCalls(t, o.Journal)
+	}})
 }
 
-func closeEndsCalls(t T, j journal.Journal) {
+func closeEndsCalls(t tb, j journal.Journal) {
 	pid := uniqueID(t, "KitClose")
 	ctx := testContext(t)
 	mustWrite(t, j, single(pid, 1))
@@ -151,7 +94,7 @@ func atomicRange(pid string, from, to int64) journal.AtomicWrite {
 }
 
 // mustWrite writes ws in one call and fails the test unless all are stored.
-func mustWrite(t T, j journal.Journal, ws ...journal.AtomicWrite) {
+func mustWrite(t tb, j journal.Journal, ws ...journal.AtomicWrite) {
 	t.Helper()
 	res, err := j.Write(testContext(t), ws)
 	if err != nil {
@@ -169,7 +112,7 @@ func mustWrite(t T, j journal.Journal, ws ...journal.AtomicWrite) {
 
 // writeFive stores events 1..5 of a new id as five atomic writes in one call,
 // as Akka's JournalSpec does before each case.
-func writeFive(t T, j journal.Journal) string {
+func writeFive(t tb, j journal.Journal) string {
 	t.Helper()
 	pid := uniqueID(t, "KitJournal")
 	ws := make([]journal.AtomicWrite, 5)
@@ -181,7 +124,7 @@ func writeFive(t T, j journal.Journal) string {
 }
 
 // replaySeqs collects the sequence numbers a replay yields.
-func replaySeqs(t T, j journal.Journal, pid string, from, to, limit int64) []int64 {
+func replaySeqs(t tb, j journal.Journal, pid string, from, to, limit int64) []int64 {
 	t.Helper()
 	var got []int64
 	for e, err := range j.Replay(testContext(t), pid, from, to, limit) {
@@ -193,7 +136,7 @@ func replaySeqs(t T, j journal.Journal, pid string, from, to, limit int64) []int
 	return got
 }
 
-func highest(t T, j journal.Journal, pid string, from int64) int64 {
+func highest(t tb, j journal.Journal, pid string, from int64) int64 {
 	t.Helper()
 	n, err := j.HighestSequenceNr(testContext(t), pid, from)
 	if err != nil {
@@ -202,7 +145,7 @@ func highest(t T, j journal.Journal, pid string, from int64) int64 {
 	return n
 }
 
-func deleteTo(t T, j journal.Journal, pid string, to int64) {
+func deleteTo(t tb, j journal.Journal, pid string, to int64) {
 	t.Helper()
 	if err := j.DeleteTo(testContext(t), pid, to); err != nil {
 		t.Fatalf("DeleteTo(%d): %v", to, err)
@@ -219,7 +162,7 @@ func seqs(from, to int64) []int64 {
 
 const maxSeq = math.MaxInt64
 
-func journalRules() []journalRule {
+func journalCases() []journalRule {
 	rules := []journalRule{}
 	type replayCase struct {
 		name, rule      string
@@ -246,7 +189,7 @@ func journalRules() []journalRule {
 		{"DeletedPrefixRangeInsidePrefix", "a replay whose whole range was deleted yields nothing", 3, 1, 3, maxSeq, nil},
 	}
 	for _, c := range replays {
-		rules = append(rules, journalRule{c.name, c.rule, func(t T, j journal.Journal, _ JournalHarnessFor[T]) {
+		rules = append(rules, journalRule{c.name, c.rule, func(t tb, j journal.Journal, _ Store) {
 			pid := writeFive(t, j)
 			if c.deleteTo > 0 {
 				deleteTo(t, j, pid, c.deleteTo)
@@ -283,7 +226,7 @@ func journalRules() []journalRule {
 }
 
 // unknownIDHighestIsZero: the highest sequence number of an id never written is 0, and its replay is empty.
-func unknownIDHighestIsZero(t T, j journal.Journal, _ JournalHarnessFor[T]) {
+func unknownIDHighestIsZero(t tb, j journal.Journal, _ Store) {
 	pid := uniqueID(t, "KitJournal")
 	if n := highest(t, j, pid, 0); n != 0 {
 		t.Errorf("HighestSequenceNr of unknown id = %d, want 0", n)
@@ -297,7 +240,7 @@ func unknownIDHighestIsZero(t T, j journal.Journal, _ JournalHarnessFor[T]) {
 // highest, is either stored and read back in full (Replay from any bound,
 // HighestSequenceNr) or refused with ErrInvalidArgument, with nothing
 // stored; a store never acknowledges events it cannot read.
-func farNumbers(t T, j journal.Journal, _ JournalHarnessFor[T]) {
+func farNumbers(t tb, j journal.Journal, _ Store) {
 	cases := []struct {
 		name      string
 		before    int64 // events 1..before are stored first
@@ -373,7 +316,7 @@ func farNumbers(t T, j journal.Journal, _ JournalHarnessFor[T]) {
 }
 
 // highestWithoutReplay: HighestSequenceNr returns the highest stored number without a replay, whatever the from hint.
-func highestWithoutReplay(t T, j journal.Journal, _ JournalHarnessFor[T]) {
+func highestWithoutReplay(t tb, j journal.Journal, _ Store) {
 	pid := writeFive(t, j)
 	for _, from := range []int64{0, 3, 5} {
 		if n := highest(t, j, pid, from); n != 5 {
@@ -383,7 +326,7 @@ func highestWithoutReplay(t T, j journal.Journal, _ JournalHarnessFor[T]) {
 }
 
 // highestKeptAfterPartialDelete: deleting some events does not lower the highest sequence number.
-func highestKeptAfterPartialDelete(t T, j journal.Journal, _ JournalHarnessFor[T]) {
+func highestKeptAfterPartialDelete(t tb, j journal.Journal, _ Store) {
 	pid := writeFive(t, j)
 	deleteTo(t, j, pid, 3)
 	if n := highest(t, j, pid, 0); n != 5 {
@@ -392,7 +335,7 @@ func highestKeptAfterPartialDelete(t T, j journal.Journal, _ JournalHarnessFor[T
 }
 
 // highestKeptAfterDeletingAll: deleting every event keeps the highest sequence number, also when to is beyond it.
-func highestKeptAfterDeletingAll(t T, j journal.Journal, _ JournalHarnessFor[T]) {
+func highestKeptAfterDeletingAll(t tb, j journal.Journal, _ Store) {
 	pid := writeFive(t, j)
 	deleteTo(t, j, pid, 5)
 	if n := highest(t, j, pid, 0); n != 5 {
@@ -408,7 +351,7 @@ func highestKeptAfterDeletingAll(t T, j journal.Journal, _ JournalHarnessFor[T])
 }
 
 // writeAfterDeletingAll: after deleting every event, writing continues from the kept highest number.
-func writeAfterDeletingAll(t T, j journal.Journal, _ JournalHarnessFor[T]) {
+func writeAfterDeletingAll(t tb, j journal.Journal, _ Store) {
 	pid := writeFive(t, j)
 	deleteTo(t, j, pid, 5)
 	mustWrite(t, j, single(pid, 6))
@@ -421,7 +364,7 @@ func writeAfterDeletingAll(t T, j journal.Journal, _ JournalHarnessFor[T]) {
 }
 
 // deleteIsIdempotent: deleting an already deleted range, or an id never written, is not an error.
-func deleteIsIdempotent(t T, j journal.Journal, _ JournalHarnessFor[T]) {
+func deleteIsIdempotent(t tb, j journal.Journal, _ Store) {
 	pid := writeFive(t, j)
 	deleteTo(t, j, pid, 2)
 	deleteTo(t, j, pid, 2)
@@ -433,7 +376,7 @@ func deleteIsIdempotent(t T, j journal.Journal, _ JournalHarnessFor[T]) {
 }
 
 // metadataRoundTrip: event metadata is replayed byte for byte; an event without metadata replays with none.
-func metadataRoundTrip(t T, j journal.Journal, _ JournalHarnessFor[T]) {
+func metadataRoundTrip(t tb, j journal.Journal, _ Store) {
 	pid := uniqueID(t, "KitJournal")
 	e1, e2 := ev(pid, 1), ev(pid, 2)
 	e1.Metadata = []byte{0, 1, 2, 0xff, 'm'}
@@ -445,7 +388,7 @@ func metadataRoundTrip(t T, j journal.Journal, _ JournalHarnessFor[T]) {
 }
 
 // zeroTimestampFilledByStore: a zero timestamp is replaced by the store's clock at write.
-func zeroTimestampFilledByStore(t T, j journal.Journal, _ JournalHarnessFor[T]) {
+func zeroTimestampFilledByStore(t tb, j journal.Journal, _ Store) {
 	pid := uniqueID(t, "KitJournal")
 	before := time.Now().Add(-time.Minute)
 	mustWrite(t, j, single(pid, 1))
@@ -456,8 +399,8 @@ func zeroTimestampFilledByStore(t T, j journal.Journal, _ JournalHarnessFor[T]) 
 }
 
 // globalOrderingGrows: where the store assigns Ordering, it is positive and grows in write order across ids.
-func globalOrderingGrows(t T, j journal.Journal, h JournalHarnessFor[T]) {
-	if !h.Capabilities.GlobalOrdering {
+func globalOrderingGrows(t tb, j journal.Journal, s Store) {
+	if !s.GlobalOrdering {
 		t.Skip("store does not declare GlobalOrdering")
 	}
 	a, b := uniqueID(t, "KitJournal"), uniqueID(t, "KitJournal")
@@ -473,7 +416,7 @@ func globalOrderingGrows(t T, j journal.Journal, h JournalHarnessFor[T]) {
 }
 
 // atomicWriteAllOrNothing: an atomic write whose later event conflicts stores none of its events.
-func atomicWriteAllOrNothing(t T, j journal.Journal, _ JournalHarnessFor[T]) {
+func atomicWriteAllOrNothing(t tb, j journal.Journal, _ Store) {
 	pid := writeFive(t, j)
 	// Events 6..8 are new, 5 is stored: the whole write must fail.
 	w := atomicRange(pid, 5, 8)
@@ -493,7 +436,7 @@ func atomicWriteAllOrNothing(t T, j journal.Journal, _ JournalHarnessFor[T]) {
 }
 
 // secondWriterConflict: a second write of a stored (id, seq) fails with a *ConflictError wrapping ErrSequenceConflict and ErrRejected, and the stored event is unchanged.
-func secondWriterConflict(t T, j journal.Journal, _ JournalHarnessFor[T]) {
+func secondWriterConflict(t tb, j journal.Journal, _ Store) {
 	pid := writeFive(t, j)
 	dup := ev(pid, 3)
 	dup.Payload, dup.WriterID = []byte("from the second writer"), "writer-2"
@@ -515,7 +458,7 @@ func secondWriterConflict(t T, j journal.Journal, _ JournalHarnessFor[T]) {
 }
 
 // rejectedWriteKeepsNeighbours: one rejected atomic write in a batch is reported at its index and its neighbours are stored.
-func rejectedWriteKeepsNeighbours(t T, j journal.Journal, _ JournalHarnessFor[T]) {
+func rejectedWriteKeepsNeighbours(t tb, j journal.Journal, _ Store) {
 	a, b, c, d := uniqueID(t, "KitJournal"), uniqueID(t, "KitJournal"), uniqueID(t, "KitJournal"), writeFive(t, j)
 	bad := journal.AtomicWrite{PersistenceID: b, Events: []journal.Repr{ev(b, 1), ev(b, 3)}}
 	res, err := j.Write(testContext(t), []journal.AtomicWrite{single(a, 1), bad, atomicRange(c, 1, 2), single(d, 2), single(d, 6)})
@@ -545,16 +488,16 @@ func rejectedWriteKeepsNeighbours(t T, j journal.Journal, _ JournalHarnessFor[T]
 // store's limit, among small writes of other ids in one call, is rejected
 // at its own index with nothing of it stored, every other write is stored,
 // and the refused id's next write is taken at the refused numbers.
-func oversizedWriteAmongSmall(t T, j journal.Journal, h JournalHarnessFor[T]) {
-	if h.MaxPayloadSize <= 0 {
-		t.Skip("the harness declares no MaxPayloadSize")
+func oversizedWriteAmongSmall(t tb, j journal.Journal, s Store) {
+	if s.MaxPayloadSize <= 0 {
+		t.Skip("the Store declares no MaxPayloadSize")
 	}
 	ctx := testContext(t)
 	big := uniqueID(t, "KitOversize")
 	// The big write is an atomic write of a small event and the oversized
 	// one, in the middle of the call; small ids before and after it.
 	oversized := journal.AtomicWrite{PersistenceID: big, Events: []journal.Repr{ev(big, 1), ev(big, 2)}}
-	oversized.Events[1].Payload = bytes.Repeat([]byte{'x'}, h.MaxPayloadSize+1)
+	oversized.Events[1].Payload = bytes.Repeat([]byte{'x'}, s.MaxPayloadSize+1)
 	var (
 		writes []journal.AtomicWrite
 		small  []string
@@ -573,7 +516,7 @@ func oversizedWriteAmongSmall(t T, j journal.Journal, h JournalHarnessFor[T]) {
 		t.Fatalf("Write: outcome unknown: %v", err)
 	}
 	if res == nil {
-		t.Fatalf("Write stored every write, want the one with a %d-byte payload (limit %d) at index 8 rejected", h.MaxPayloadSize+1, h.MaxPayloadSize)
+		t.Fatalf("Write stored every write, want the one with a %d-byte payload (limit %d) at index 8 rejected", s.MaxPayloadSize+1, s.MaxPayloadSize)
 	}
 	if len(res) != len(writes) {
 		t.Fatalf("Write returned %d results, want %d", len(res), len(writes))
@@ -602,7 +545,7 @@ func oversizedWriteAmongSmall(t T, j journal.Journal, h JournalHarnessFor[T]) {
 	if got := replaySeqs(t, j, big, 1, maxSeq, maxSeq); !slices.Equal(got, seqs(1, 2)) {
 		t.Errorf("the refused id holds %v after writing 1..2 again, want [1 2]", got)
 	}
-	if got := replayAll(t, j, big); len(got) == 2 && len(got[1].Payload) > h.MaxPayloadSize {
+	if got := replayAll(t, j, big); len(got) == 2 && len(got[1].Payload) > s.MaxPayloadSize {
 		t.Errorf("event 2 of the refused id replays with the refused %d-byte payload", len(got[1].Payload))
 	}
 }
@@ -610,7 +553,7 @@ func oversizedWriteAmongSmall(t T, j journal.Journal, h JournalHarnessFor[T]) {
 // longTag: an event with a 70,000-byte tag is stored and replayed with it,
 // or its write is refused with ErrInvalidArgument and nothing stored;
 // either way the id's next write is stored and the id replays.
-func longTag(t T, j journal.Journal, _ JournalHarnessFor[T]) {
+func longTag(t tb, j journal.Journal, _ Store) {
 	pid := uniqueID(t, "KitTag")
 	tag := strings.Repeat("t", 70_000)
 	e := ev(pid, 1)
@@ -648,7 +591,7 @@ func tagLengths(es []journal.Repr) [][]int {
 	return out
 }
 
-func replayAll(t T, j journal.Journal, pid string) []journal.Repr {
+func replayAll(t tb, j journal.Journal, pid string) []journal.Repr {
 	t.Helper()
 	var got []journal.Repr
 	for e, err := range j.Replay(testContext(t), pid, 1, maxSeq, maxSeq) {
@@ -676,7 +619,7 @@ func timestampsOf(es []journal.Repr) []time.Time {
 	return ts
 }
 
-func roundTrip(t T, j journal.Journal, h JournalHarnessFor[T]) {
+func roundTrip(t tb, j journal.Journal, s Store) {
 	pid := uniqueID(t, "KitRound")
 	ts := time.Date(2024, 2, 29, 13, 14, 15, 123456000, time.FixedZone("X", 3600))
 	in := []journal.Repr{
@@ -703,7 +646,7 @@ func roundTrip(t T, j journal.Journal, h JournalHarnessFor[T]) {
 			diffs = append(diffs, fmt.Sprintf("serializer %d manifest %q writer %q", g.SerializerID, g.Manifest, g.WriterID))
 		}
 		switch {
-		case h.Capabilities.StoreTimestamps:
+		case s.StoreTimestamps:
 			if g.Timestamp.Before(before) || g.Timestamp.After(after) || g.Timestamp.Location() != time.UTC {
 				diffs = append(diffs, fmt.Sprintf("timestamp %v (want the time of the write, in UTC)", g.Timestamp))
 			}
@@ -725,7 +668,7 @@ func roundTrip(t T, j journal.Journal, h JournalHarnessFor[T]) {
 	}
 }
 
-func invalidArguments(t T, j journal.Journal, _ JournalHarnessFor[T]) {
+func invalidArguments(t tb, j journal.Journal, _ Store) {
 	ctx := testContext(t)
 	pid, other := uniqueID(t, "KitInvalid"), uniqueID(t, "KitInvalid")
 	writes := []struct {
@@ -797,7 +740,7 @@ func containsFold(s, sub string) bool {
 	return bytes.Contains(bytes.ToLower([]byte(s)), bytes.ToLower([]byte(sub)))
 }
 
-func concurrentWriters(t T, j journal.Journal, _ JournalHarnessFor[T]) {
+func concurrentWriters(t tb, j journal.Journal, _ Store) {
 	const ids, perID = 100, 20
 	ctx := testContext(t)
 	pids := make([]string, ids)
@@ -835,7 +778,7 @@ func concurrentWriters(t T, j journal.Journal, _ JournalHarnessFor[T]) {
 	}
 }
 
-func cancellation(t T, j journal.Journal, _ JournalHarnessFor[T]) {
+func cancellation(t tb, j journal.Journal, _ Store) {
 	pid := uniqueID(t, "KitCancel")
 	mustWrite(t, j, atomicRange(pid, 1, 50))
 	ctx, cancel := context.WithCancel(testContext(t))
@@ -863,10 +806,7 @@ func cancellation(t T, j journal.Journal, _ JournalHarnessFor[T]) {
 	}
 }
 
-func largeReplay(t T, j journal.Journal, h JournalHarnessFor[T]) {
-	if h.Capabilities.SkipLargeReplay {
-		t.Skip("store declares SkipLargeReplay")
-	}
+func largeReplay(t tb, j journal.Journal, _ Store) {
 	if t.short() {
 		t.Skip("-short: skipping the 100,000-event replay")
 	}

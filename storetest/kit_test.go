@@ -11,7 +11,6 @@ import (
 	"testing"
 
 	"github.com/annals-go/annals/journal"
-	"github.com/annals-go/annals/offsets"
 	"github.com/annals-go/annals/query"
 	"github.com/annals-go/annals/snapshot"
 	"github.com/annals-go/annals/store/memory"
@@ -132,15 +131,19 @@ func TestBrokenJournal(t *testing.T) {
 	if name == "" {
 		t.Skip("run by TestKitCatchesBrokenJournals")
 	}
-	storetest.RunJournal(t, storetest.JournalHarness{
-		New: func(t *testing.T) journal.Journal {
-			s := memory.New(memory.WithMaxPayloadSize(1 << 10))
-			t.Cleanup(func() { _ = s.Close() })
-			return broken[name](s.Journal())
-		},
-		Capabilities:   storetest.Capabilities{GlobalOrdering: true, SkipLargeReplay: name != "materializes" && name != "keepsYielded"},
-		MaxPayloadSize: 1 << 10,
-	})
+	storetest.Run(t, brokenJournalStore(t, name))
+}
+
+// brokenJournalStore is the memory store's journal broken as name says,
+// the 100,000-event replay left out unless name breaks it.
+func brokenJournalStore(t *testing.T, name string) storetest.Store {
+	s := memory.New(memory.WithMaxPayloadSize(1 << 10))
+	t.Cleanup(func() { _ = s.Close() })
+	st := storetest.Store{Journal: broken[name](s.Journal()), GlobalOrdering: true, MaxPayloadSize: 1 << 10}
+	if name != "materializes" && name != "keepsYielded" {
+		st.Exceptions = map[string]string{"journal/LargeReplayStreams": "the journal breaks another rule"}
+	}
+	return st
 }
 
 // brokenJournal is a broken journal and the rules the kit must fail it on.
@@ -174,14 +177,14 @@ func TestKitCatchesBrokenJournals(t *testing.T) {
 				t.Fatalf("the kit passed a journal that %s:\n%s", tt.broken, out)
 			}
 			for _, name := range tt.mustFail {
-				if !strings.Contains(string(out), "--- FAIL: TestBrokenJournal/"+name+" ") {
+				if !strings.Contains(string(out), "--- FAIL: TestBrokenJournal/journal/"+name+" ") {
 					t.Errorf("subtest %s did not fail for a journal that %s", name, tt.broken)
 				}
 			}
 			if !strings.Contains(string(out), "rule: "+tt.rule) {
 				t.Errorf("failure output does not state the rule %q", tt.rule)
 			}
-			if strings.Contains(string(out), "--- FAIL: TestBrokenJournal/ReplayLowerBound ") && tt.broken != "ignoresMax" {
+			if strings.Contains(string(out), "--- FAIL: TestBrokenJournal/journal/ReplayLowerBound ") && tt.broken != "ignoresMax" {
 				t.Errorf("an unrelated rule failed; the kit must pinpoint the broken rule")
 			}
 		})
@@ -193,21 +196,13 @@ func TestKitCatchesBrokenJournals(t *testing.T) {
 func TestCheckCatchesBrokenJournals(t *testing.T) {
 	for _, tt := range brokenJournals() {
 		t.Run(tt.broken, func(t *testing.T) {
-			rep, err := storetest.Check(t.Context(), storetest.Options{}, storetest.JournalSuite(storetest.JournalHarnessFor[storetest.T]{
-				New: func(t storetest.T) journal.Journal {
-					s := memory.New(memory.WithMaxPayloadSize(1 << 10))
-					t.Cleanup(func() { _ = s.Close() })
-					return broken[tt.broken](s.Journal())
-				},
-				Capabilities:   storetest.Capabilities{GlobalOrdering: true, SkipLargeReplay: tt.broken != "materializes" && tt.broken != "keepsYielded"},
-				MaxPayloadSize: 1 << 10,
-			}))
+			rep, err := storetest.Check(t.Context(), brokenJournalStore(t, tt.broken), storetest.Options{})
 			if err != nil {
 				t.Fatal(err)
 			}
 			mustFail(t, rep, "journal", tt.mustFail, tt.rule)
-			if r := result(rep, "journal/ReplayLowerBound"); r.Outcome != storetest.Passed && tt.broken != "ignoresMax" {
-				t.Errorf("an unrelated rule %v: %q; the kit must pinpoint the broken rule", r.Outcome, r.Messages)
+			if r := result(rep, "journal/ReplayLowerBound"); (r.Failed || r.Skipped) && tt.broken != "ignoresMax" {
+				t.Errorf("an unrelated rule failed or skipped: %q; the kit must pinpoint the broken rule", r.Messages)
 			}
 		})
 	}
@@ -223,8 +218,8 @@ func mustFail(t *testing.T, rep storetest.Report, suite string, rules []string, 
 	}
 	for i, name := range rules {
 		r := result(rep, suite+"/"+name)
-		if r.Outcome != storetest.Failed {
-			t.Errorf("%s/%s: %v, want failed", suite, name, r.Outcome)
+		if !r.Failed {
+			t.Errorf("%s/%s: %+v, want failed", suite, name, r)
 		}
 		want := "rule: "
 		if i == 0 {
@@ -279,13 +274,15 @@ func TestBrokenSnapshots(t *testing.T) {
 	if name == "" {
 		t.Skip("run by TestKitCatchesBrokenSnapshotStores")
 	}
-	storetest.RunSnapshots(t, storetest.SnapshotHarness{
-		New: func(t *testing.T) snapshot.Store {
-			s := memory.New()
-			t.Cleanup(func() { _ = s.Close() })
-			return brokenSnapshots[name](s.Snapshots())
-		},
-	})
+	storetest.Run(t, brokenSnapshotStore(t, name))
+}
+
+// brokenSnapshotStore is the memory store's snapshot store broken as name
+// says.
+func brokenSnapshotStore(t *testing.T, name string) storetest.Store {
+	s := memory.New()
+	t.Cleanup(func() { _ = s.Close() })
+	return storetest.Store{Snapshots: brokenSnapshots[name](s.Snapshots())}
 }
 
 func brokenSnapshotStores() []brokenJournal {
@@ -305,7 +302,7 @@ func TestKitCatchesBrokenSnapshotStores(t *testing.T) {
 				t.Fatalf("the kit passed a snapshot store that %s:\n%s", tt.broken, out)
 			}
 			for _, name := range tt.mustFail {
-				if !strings.Contains(string(out), "--- FAIL: TestBrokenSnapshots/"+name+" ") {
+				if !strings.Contains(string(out), "--- FAIL: TestBrokenSnapshots/snapshots/"+name+" ") {
 					t.Errorf("rule %s did not fail for a snapshot store that %s", name, tt.broken)
 				}
 			}
@@ -319,13 +316,7 @@ func TestKitCatchesBrokenSnapshotStores(t *testing.T) {
 func TestCheckCatchesBrokenSnapshotStores(t *testing.T) {
 	for _, tt := range brokenSnapshotStores() {
 		t.Run(tt.broken, func(t *testing.T) {
-			rep, err := storetest.Check(t.Context(), storetest.Options{}, storetest.SnapshotSuite(storetest.SnapshotHarnessFor[storetest.T]{
-				New: func(t storetest.T) snapshot.Store {
-					s := memory.New()
-					t.Cleanup(func() { _ = s.Close() })
-					return brokenSnapshots[tt.broken](s.Snapshots())
-				},
-			}))
+			rep, err := storetest.Check(t.Context(), brokenSnapshotStore(t, tt.broken), storetest.Options{})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -351,13 +342,15 @@ func TestBrokenQueries(t *testing.T) {
 	if os.Getenv("ANNALS_KIT_BROKEN_QUERIES") == "" {
 		t.Skip("run by TestKitCatchesBrokenQueries")
 	}
-	storetest.RunQueries(t, storetest.QueryHarness{
-		New: func(t *testing.T) (journal.Journal, any) {
-			s := memory.New()
-			t.Cleanup(func() { _ = s.Close() })
-			return s.Journal(), inclusiveByTag{s.Queries()}
-		},
-	})
+	storetest.Run(t, brokenQueryStore(t))
+}
+
+// brokenQueryStore is the memory store with the broken read journal (and
+// no journal suite: the journal is the memory store's).
+func brokenQueryStore(t *testing.T) storetest.Store {
+	s := memory.New()
+	t.Cleanup(func() { _ = s.Close() })
+	return storetest.Store{Journal: s.Journal(), Queries: inclusiveByTag{s.Queries()}, Exceptions: map[string]string{"journal/LargeReplayStreams": "the read journal is the one broken"}}
 }
 
 func TestKitCatchesBrokenQueries(t *testing.T) {
@@ -367,7 +360,7 @@ func TestKitCatchesBrokenQueries(t *testing.T) {
 	if err == nil {
 		t.Fatalf("the kit passed a read journal whose offsets are inclusive:\n%s", out)
 	}
-	if !strings.Contains(string(out), "--- FAIL: TestBrokenQueries/OffsetsAreExclusive ") {
+	if !strings.Contains(string(out), "--- FAIL: TestBrokenQueries/queries/OffsetsAreExclusive ") {
 		t.Errorf("OffsetsAreExclusive did not fail for a read journal whose offsets are inclusive")
 	}
 	if !strings.Contains(string(out), "rule: a query from the offset of an envelope returns the events after it, not it") {
@@ -376,99 +369,36 @@ func TestKitCatchesBrokenQueries(t *testing.T) {
 }
 
 func TestCheckCatchesBrokenQueries(t *testing.T) {
-	rep, err := storetest.Check(t.Context(), storetest.Options{}, storetest.QuerySuite(storetest.QueryHarnessFor[storetest.T]{
-		New: func(t storetest.T) (journal.Journal, any) {
-			s := memory.New()
-			t.Cleanup(func() { _ = s.Close() })
-			return s.Journal(), inclusiveByTag{s.Queries()}
-		},
-	}))
+	rep, err := storetest.Check(t.Context(), brokenQueryStore(t), storetest.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	mustFail(t, rep, "queries", []string{"OffsetsAreExclusive"}, "a query from the offset of an envelope returns the events after it, not it")
 }
 
-// TestCheckPassesTheMemoryStore: every suite the memory store offers
-// passes through Check as it does under go test, every rule reported.
-func TestCheckPassesTheMemoryStore(t *testing.T) {
-	newStore := func(t storetest.T) *memory.Store {
-		s := memory.New()
-		t.Cleanup(func() { _ = s.Close() })
-		return s
-	}
-	newJournal := func(t storetest.T) journal.Journal { return newStore(t).Journal() }
-	newSnapshots := func(t storetest.T) snapshot.Store { return newStore(t).Snapshots() }
-	rep, err := storetest.Check(t.Context(), storetest.Options{Short: true},
-		storetest.JournalSuite(storetest.JournalHarnessFor[storetest.T]{New: newJournal, Own: newJournal, Capabilities: storetest.Capabilities{GlobalOrdering: true}}),
-		storetest.SnapshotSuite(storetest.SnapshotHarnessFor[storetest.T]{New: newSnapshots, Own: newSnapshots}),
-		storetest.QuerySuite(storetest.QueryHarnessFor[storetest.T]{New: func(t storetest.T) (journal.Journal, any) {
-			s := newStore(t)
-			return s.Journal(), s.Queries()
-		}}),
-		storetest.TxOffsetsSuite(storetest.TxOffsetsHarnessFor[storetest.T, *memory.Tx]{New: func(t storetest.T) offsets.TxStore[*memory.Tx] {
-			return newStore(t).Projections()
-		}}),
-	)
+// TestCheckSkipsExceptions: a rule a Store declares an exception is
+// skipped with the reason given, the others run; naming a rule the kit
+// does not have is an error.
+func TestCheckSkipsExceptions(t *testing.T) {
+	m := memory.New()
+	t.Cleanup(func() { _ = m.Close() })
+	s := storetest.Store{Snapshots: m.Snapshots()}
+	s.Exceptions = map[string]string{"snapshots/LoadLatest": "one snapshot per id"}
+	rep, err := storetest.Check(t.Context(), s, storetest.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	rules := map[string]int{}
-	for _, r := range rep.Results {
-		if r.Outcome == storetest.Failed {
-			t.Errorf("%s failed: %q", r.Name, r.Messages)
-		}
-		if suite, _, ok := strings.Cut(r.Name, "/"); ok && strings.Count(r.Name, "/") == 1 {
-			rules[suite]++
-		}
+	if rep.Failed() {
+		t.Errorf("report failed: %+v", rep.Results)
 	}
-	if result(rep, "journal/LargeReplayStreams").Outcome != storetest.Skipped {
-		t.Error("Options.Short did not skip LargeReplayStreams")
+	if r := result(rep, "snapshots/LoadLatest"); !r.Skipped || !strings.Contains(strings.Join(r.Messages, " "), "one snapshot per id") {
+		t.Errorf("snapshots/LoadLatest: %+v, want skipped with the reason", r)
 	}
-	for _, suite := range []string{"journal", "snapshots", "queries", "offsets"} {
-		if rules[suite] < 7 {
-			t.Errorf("suite %s reported %d rules", suite, rules[suite])
-		}
+	if r := result(rep, "snapshots/LargeSnapshot"); r.Name == "" || r.Failed || r.Skipped {
+		t.Errorf("a rule without an exception did not pass: %+v", r)
 	}
-}
-
-// TestCheckSkipsUnsupportedRules: a rule a harness declares unsupported is
-// skipped with the reason given, the others run; naming a rule the suite
-// does not have fails the suite.
-func TestCheckSkipsUnsupportedRules(t *testing.T) {
-	newSnapshots := func(t storetest.T) snapshot.Store {
-		s := memory.New()
-		t.Cleanup(func() { _ = s.Close() })
-		return s.Snapshots()
-	}
-	cases := []struct {
-		name        string
-		unsupported map[string]string
-		failed      bool
-		skipped     string // a rule reported skipped, with its reason in its messages
-	}{
-		{"a known rule", map[string]string{"LoadLatest": "one snapshot per id"}, false, "snapshots/LoadLatest"},
-		{"an unknown rule", map[string]string{"NoSuchRule": "renamed"}, true, ""},
-	}
-	for _, c := range cases {
-		t.Run(c.name, func(t *testing.T) {
-			rep, err := storetest.Check(t.Context(), storetest.Options{Short: true},
-				storetest.SnapshotSuite(storetest.SnapshotHarnessFor[storetest.T]{New: newSnapshots, Unsupported: c.unsupported}))
-			if err != nil {
-				t.Fatal(err)
-			}
-			if rep.Failed() != c.failed {
-				t.Errorf("report failed = %v, want %v: %+v", rep.Failed(), c.failed, rep.Results)
-			}
-			if c.skipped != "" {
-				r := result(rep, c.skipped)
-				if r.Outcome != storetest.Skipped || !strings.Contains(strings.Join(r.Messages, " "), "one snapshot per id") {
-					t.Errorf("%s: %v %q, want skipped with the reason", c.skipped, r.Outcome, r.Messages)
-				}
-				if result(rep, "snapshots/LargeSnapshot").Outcome != storetest.Passed {
-					t.Error("a supported rule did not run")
-				}
-			}
-		})
+	s.Exceptions = map[string]string{"snapshots/NoSuchRule": "renamed"}
+	if _, err := storetest.Check(t.Context(), s, storetest.Options{}); err == nil || !strings.Contains(err.Error(), "NoSuchRule") {
+		t.Errorf("an exception naming no rule: %v, want an error naming it", err)
 	}
 }

@@ -15,11 +15,11 @@ import (
 // membershipRule is one rule of the membership contract.
 type membershipRule struct {
 	name, rule string
-	run        func(t T, s membership.Store, cluster string)
+	run        func(t tb, s membership.Store, cluster string)
 }
 
 // membershipRules is the index of the membership suite's rules.
-func membershipRules() []membershipRule {
+func membershipCases() []membershipRule {
 	return []membershipRule{
 		{"JoinIsListed", "a joined member is listed live with its address; clusters are apart", joinIsListed},
 		{"NameTakenWhileLive", "a live member's name refuses another incarnation (ErrNameTaken) and takes its own again", nameTakenWhileLive},
@@ -36,24 +36,23 @@ func membershipRules() []membershipRule {
 	}
 }
 
-// RunMembership runs every rule of the membership.Store contract against
-// the stores newStore makes, one named, parallel subtest of t per rule.
-// The rules use cluster names of their own, so the stores may share a
-// database. Rules about expiry wait for leases of membership.MinTTL to
-// pass on the store's clock: the suite takes a few seconds.
-func RunMembership(t *testing.T, newStore func(t *testing.T) membership.Store) {
-	t.Helper()
-	runMembership(testingT{t}, forTesting(newStore))
-}
-
-func runMembership(t T, newStore func(T) membership.Store) {
-	t.Helper()
-	if newStore == nil {
-		t.Fatal("storetest: RunMembership's newStore is nil")
+// membershipRules is the membership suite: the rules of
+// membership.Store over s.Membership, and CloseEndsCalls over an
+// instance of s.Open's. Rules about expiry wait for leases of
+// membership.MinTTL to pass on the store's clock: the suite takes a few
+// seconds.
+func membershipRules(s Store) []rule {
+	var rules []rule
+	for _, r := range membershipCases() {
+		rules = append(rules, rule{r.name, r.rule, func(t tb) { r.run(t, s.Membership, uniqueID(t, "KitCluster")) }})
 	}
-	for _, r := range membershipRules() {
-		ruleTest(t, r.name, r.rule, nil, func(t T) { r.run(t, newStore(t), uniqueID(t, "KitCluster")) })
-	}
+	return append(rules, rule{"CloseEndsCalls", "every call with an ended context fails with its error; after the store is closed, with journal.ErrClosed (membership has no closed error of its own)", func(t tb) {
+		o := own(t, s)
+		if o.Membership == nil {
+			t.Fatal("storetest: the Store that Store.Open returned has no Membership")
+		}
+		membershipClosed(t, o.Membership, o.Close)
+	}})
 }
 
 // holder returns a member identity of one incarnation.
@@ -66,14 +65,14 @@ const (
 	shortTTL = membership.MinTTL
 )
 
-func mustJoin(t T, s membership.Store, cluster string, m membership.Member, ttl time.Duration) {
+func mustJoin(t tb, s membership.Store, cluster string, m membership.Member, ttl time.Duration) {
 	t.Helper()
 	if err := s.Join(testContext(t), cluster, m, ttl); err != nil {
 		t.Fatalf("Join %s/%s: %v", m.Name, m.Incarnation, err)
 	}
 }
 
-func mustAcquire(t T, s membership.Store, cluster, lease string, m membership.Holder, ttl time.Duration) membership.Lease {
+func mustAcquire(t tb, s membership.Store, cluster, lease string, m membership.Holder, ttl time.Duration) membership.Lease {
 	t.Helper()
 	l, err := s.Acquire(testContext(t), cluster, lease, m, ttl)
 	if err != nil {
@@ -82,7 +81,7 @@ func mustAcquire(t T, s membership.Store, cluster, lease string, m membership.Ho
 	return l
 }
 
-func findMember(t T, s membership.Store, cluster, name string) (membership.Member, bool) {
+func findMember(t tb, s membership.Store, cluster, name string) (membership.Member, bool) {
 	t.Helper()
 	ms, err := s.Members(testContext(t), cluster)
 	if err != nil {
@@ -96,7 +95,7 @@ func findMember(t T, s membership.Store, cluster, name string) (membership.Membe
 	return membership.Member{}, false
 }
 
-func findLease(t T, s membership.Store, cluster, name string) membership.Lease {
+func findLease(t tb, s membership.Store, cluster, name string) membership.Lease {
 	t.Helper()
 	ls, err := s.Leases(testContext(t), cluster)
 	if err != nil {
@@ -112,7 +111,7 @@ func findLease(t T, s membership.Store, cluster, name string) membership.Lease {
 
 // awaitExpiry waits until the store reports lease (or, with lease "", the
 // member name) no longer live, bounded by ten times MinTTL.
-func awaitExpiry(t T, s membership.Store, cluster, lease, member string) {
+func awaitExpiry(t tb, s membership.Store, cluster, lease, member string) {
 	t.Helper()
 	deadline := time.Now().Add(10 * membership.MinTTL)
 	for {
@@ -137,7 +136,7 @@ func awaitExpiry(t T, s membership.Store, cluster, lease, member string) {
 	}
 }
 
-func joinIsListed(t T, s membership.Store, cluster string) {
+func joinIsListed(t tb, s membership.Store, cluster string) {
 	m := membership.Member{Name: "a", Incarnation: "1", Address: "127.0.0.1:8001"}
 	mustJoin(t, s, cluster, m, longTTL)
 	got, ok := findMember(t, s, cluster, "a")
@@ -152,7 +151,7 @@ func joinIsListed(t T, s membership.Store, cluster string) {
 	}
 }
 
-func nameTakenWhileLive(t T, s membership.Store, cluster string) {
+func nameTakenWhileLive(t tb, s membership.Store, cluster string) {
 	mustJoin(t, s, cluster, membership.Member{Name: "a", Incarnation: "1", Address: "x:1"}, longTTL)
 	err := s.Join(testContext(t), cluster, membership.Member{Name: "a", Incarnation: "2", Address: "x:2"}, longTTL)
 	if !errors.Is(err, membership.ErrNameTaken) {
@@ -167,7 +166,7 @@ func nameTakenWhileLive(t T, s membership.Store, cluster string) {
 	}
 }
 
-func nameFreeAfterExpiry(t T, s membership.Store, cluster string) {
+func nameFreeAfterExpiry(t tb, s membership.Store, cluster string) {
 	mustJoin(t, s, cluster, membership.Member{Name: "a", Incarnation: "1", Address: "x:1"}, shortTTL)
 	awaitExpiry(t, s, cluster, "", "a")
 	mustJoin(t, s, cluster, membership.Member{Name: "a", Incarnation: "2", Address: "x:2"}, longTTL)
@@ -176,7 +175,7 @@ func nameFreeAfterExpiry(t T, s membership.Store, cluster string) {
 	}
 }
 
-func acquireFree(t T, s membership.Store, cluster string) {
+func acquireFree(t tb, s membership.Store, cluster string) {
 	a := holder("a", "1")
 	l := mustAcquire(t, s, cluster, "r0", a, longTTL)
 	if l.Owner != a || l.Epoch != 1 || !l.Live || l.Name != "r0" {
@@ -191,7 +190,7 @@ func acquireFree(t T, s membership.Store, cluster string) {
 	}
 }
 
-func acquireHeldRefused(t T, s membership.Store, cluster string) {
+func acquireHeldRefused(t tb, s membership.Store, cluster string) {
 	a, b := holder("a", "1"), holder("b", "1")
 	mustAcquire(t, s, cluster, "r0", a, longTTL)
 	if _, err := s.Acquire(testContext(t), cluster, "r0", b, longTTL); !errors.Is(err, membership.ErrHeld) {
@@ -206,7 +205,7 @@ func acquireHeldRefused(t T, s membership.Store, cluster string) {
 	}
 }
 
-func epochGrowsOnOwnerChange(t T, s membership.Store, cluster string) {
+func epochGrowsOnOwnerChange(t tb, s membership.Store, cluster string) {
 	ctx := testContext(t)
 	a, b := holder("a", "1"), holder("b", "1")
 	mustAcquire(t, s, cluster, "r0", a, longTTL)
@@ -229,7 +228,7 @@ func epochGrowsOnOwnerChange(t T, s membership.Store, cluster string) {
 	}
 }
 
-func heartbeatRenewsOwnLeases(t T, s membership.Store, cluster string) {
+func heartbeatRenewsOwnLeases(t tb, s membership.Store, cluster string) {
 	ctx := testContext(t)
 	a, b := holder("a", "1"), holder("b", "1")
 	mustJoin(t, s, cluster, membership.Member{Name: "a", Incarnation: "1", Address: "x"}, shortTTL)
@@ -268,7 +267,7 @@ func heartbeatRenewsOwnLeases(t T, s membership.Store, cluster string) {
 	}
 }
 
-func heartbeatOfNonMember(t T, s membership.Store, cluster string) {
+func heartbeatOfNonMember(t tb, s membership.Store, cluster string) {
 	ctx := testContext(t)
 	if _, err := s.Heartbeat(ctx, cluster, holder("ghost", "1"), longTTL); !errors.Is(err, membership.ErrNotMember) {
 		t.Errorf("Heartbeat of a member never joined: %v, want ErrNotMember", err)
@@ -287,7 +286,7 @@ func heartbeatOfNonMember(t T, s membership.Store, cluster string) {
 	}
 }
 
-func leaveReleasesAll(t T, s membership.Store, cluster string) {
+func leaveReleasesAll(t tb, s membership.Store, cluster string) {
 	ctx := testContext(t)
 	a, b := holder("a", "1"), holder("b", "1")
 	mustJoin(t, s, cluster, membership.Member{Name: "a", Incarnation: "1", Address: "x"}, longTTL)
@@ -306,7 +305,7 @@ func leaveReleasesAll(t T, s membership.Store, cluster string) {
 	}
 }
 
-func releaseOnlyOwn(t T, s membership.Store, cluster string) {
+func releaseOnlyOwn(t tb, s membership.Store, cluster string) {
 	a, b := holder("a", "1"), holder("b", "1")
 	mustAcquire(t, s, cluster, "r0", a, longTTL)
 	if err := s.Release(testContext(t), cluster, "r0", b); err != nil {
@@ -320,7 +319,7 @@ func releaseOnlyOwn(t T, s membership.Store, cluster string) {
 	}
 }
 
-func concurrentAcquireOneWins(t T, s membership.Store, cluster string) {
+func concurrentAcquireOneWins(t tb, s membership.Store, cluster string) {
 	ctx := testContext(t)
 	const n = 8
 	var wg sync.WaitGroup
@@ -350,7 +349,7 @@ func concurrentAcquireOneWins(t T, s membership.Store, cluster string) {
 	}
 }
 
-func membershipInvalidArguments(t T, s membership.Store, cluster string) {
+func membershipInvalidArguments(t tb, s membership.Store, cluster string) {
 	ctx := testContext(t)
 	a := holder("a", "1")
 	cases := []struct {
@@ -392,31 +391,29 @@ func membershipInvalidArguments(t T, s membership.Store, cluster string) {
 	}
 }
 
-// RunMembershipAcross runs the rules of membership.Store that hold between
-// two store values on one database, as two processes hold them (two
-// pools, two sessions, two opens of one file): each sees the other's
-// members and leases, refuses what the other holds, and of members racing
-// through both for one lease, free and then expired, exactly one takes it
-// at the next epoch. newPair returns two such stores; the rules use
-// cluster names of their own.
-func RunMembershipAcross(t *testing.T, newPair func(t *testing.T) [2]membership.Store) {
+// RunMembershipAcross runs the rules of membership.Store that hold
+// between two store values on one database, as two processes hold them
+// (two pools, two sessions, two opens of one file), one named, parallel
+// subtest of t per rule: each sees the other's members and leases,
+// refuses what the other holds, and of members racing through both for
+// one lease, free and then expired, exactly one takes it at the next
+// epoch. The rules use cluster names of their own.
+func RunMembershipAcross(t *testing.T, a, b membership.Store) {
 	t.Helper()
-	tt := testingT{t}
-	if newPair == nil {
-		tt.Fatal("storetest: RunMembershipAcross's newPair is nil")
+	tt, s := testingT{t}, [2]membership.Store{a, b}
+	for _, r := range []rule{
+		{"AcrossStoresSeeEachOther", "a member and a lease recorded through one store are seen and refused through the other", func(t tb) {
+			membershipAcrossSee(t, s, uniqueID(t, "KitCluster"))
+		}},
+		{"AcrossStoresOneWins", "of members racing through both stores for a lease, free and then expired, exactly one takes it, at epoch 1 and then 2", func(t tb) {
+			membershipAcrossRace(t, s, uniqueID(t, "KitCluster"))
+		}},
+	} {
+		runRule(tt, r, "")
 	}
-	pair := forTesting(newPair)
-	ruleTest(tt, "AcrossStoresSeeEachOther", "a member and a lease recorded through one store are seen and refused through the other", nil, func(t T) {
-		s := pair(t)
-		membershipAcrossSee(t, s, uniqueID(t, "KitCluster"))
-	})
-	ruleTest(tt, "AcrossStoresOneWins", "of members racing through both stores for a lease, free and then expired, exactly one takes it, at epoch 1 and then 2", nil, func(t T) {
-		s := pair(t)
-		membershipAcrossRace(t, s, uniqueID(t, "KitCluster"))
-	})
 }
 
-func membershipAcrossSee(t T, s [2]membership.Store, cluster string) {
+func membershipAcrossSee(t tb, s [2]membership.Store, cluster string) {
 	ctx := testContext(t)
 	a, b := holder("a", "1"), holder("b", "1")
 	mustJoin(t, s[0], cluster, membership.Member{Name: a.Name, Incarnation: a.Incarnation, Address: "x:1"}, longTTL)
@@ -435,7 +432,7 @@ func membershipAcrossSee(t T, s [2]membership.Store, cluster string) {
 	}
 }
 
-func membershipAcrossRace(t T, s [2]membership.Store, cluster string) {
+func membershipAcrossRace(t tb, s [2]membership.Store, cluster string) {
 	raceAcquire(t, s[:], cluster, "r0", 1, longTTL) // free
 	// The winner's short term passes on the store's clock; then they race
 	// for the expired lease.
@@ -445,14 +442,14 @@ func membershipAcrossRace(t T, s [2]membership.Store, cluster string) {
 }
 
 // raceAcquireShort has one member take lease for MinTTL.
-func raceAcquireShort(t T, s []membership.Store, cluster, lease string) {
+func raceAcquireShort(t tb, s []membership.Store, cluster, lease string) {
 	t.Helper()
 	mustAcquire(t, s[0], cluster, lease, holder("first", "1"), shortTTL)
 }
 
 // raceAcquire makes 8 members per store race for lease and checks that
 // exactly one took it, at epoch, and that the others got ErrHeld.
-func raceAcquire(t T, stores []membership.Store, cluster, lease string, epoch int64, ttl time.Duration) {
+func raceAcquire(t tb, stores []membership.Store, cluster, lease string, epoch int64, ttl time.Duration) {
 	t.Helper()
 	const per = 8
 	ctx := testContext(t)
@@ -485,13 +482,10 @@ func raceAcquire(t T, stores []membership.Store, cluster, lease string, epoch in
 	}
 }
 
-// RunMembershipErrors checks that every call of a membership store
-// answers as the store's other calls do when it cannot run: with an ended
-// context, that context's error; after the store is closed,
-// journal.ErrClosed (membership has no closed error of its own). open
-// returns a store of its own and the function that closes it.
-func RunMembershipErrors(t *testing.T, open func(t *testing.T) (membership.Store, func() error)) {
-	t.Helper()
+// membershipClosed checks that every call of m answers as the store's
+// other calls do when it cannot run: with an ended context, that
+// context's error; after closeStore closed the store, journal.ErrClosed.
+func membershipClosed(t tb, m membership.Store, closeStore func() error) {
 	a := holder("a", "1")
 	calls := func(m membership.Store, ctx context.Context) map[string]error {
 		_, hb := m.Heartbeat(ctx, "c", a, longTTL)
@@ -505,8 +499,7 @@ func RunMembershipErrors(t *testing.T, open func(t *testing.T) (membership.Store
 			"Leave":   m.Leave(ctx, "c", a),
 		}
 	}
-	m, closeStore := open(t)
-	ctx, cancel := context.WithCancel(t.Context())
+	ctx, cancel := context.WithCancel(testContext(t))
 	cancel()
 	for op, err := range calls(m, ctx) {
 		if !errors.Is(err, context.Canceled) {
@@ -516,7 +509,7 @@ func RunMembershipErrors(t *testing.T, open func(t *testing.T) (membership.Store
 	if err := closeStore(); err != nil {
 		t.Fatalf("close: %v", err)
 	}
-	for op, err := range calls(m, t.Context()) {
+	for op, err := range calls(m, testContext(t)) {
 		if !errors.Is(err, journal.ErrClosed) {
 			t.Errorf("%s after Close: %v, want journal.ErrClosed", op, err)
 		}

@@ -1,51 +1,31 @@
 package storetest
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"maps"
+	"reflect"
 	"sync"
-	"testing"
 	"time"
 
 	"github.com/annals-go/annals/offsets"
 	"github.com/annals-go/annals/query"
 )
 
-// OffsetsHarnessFor gives the offsets suite its stores. TB is *testing.T
-// under go test (OffsetsHarness, RunOffsets), T under Check
-// (OffsetsSuite).
-type OffsetsHarnessFor[TB any] struct {
-	// New returns an offset store for one rule. The rules use projection
-	// ids of their own, so the stores may share a database.
-	New func(t TB) offsets.Store
-}
-
-// OffsetsHarness gives the offsets suite its stores under go test.
-type OffsetsHarness = OffsetsHarnessFor[*testing.T]
-
-// TxOffsetsHarnessFor gives the transactional offsets suite its stores.
-// TB is *testing.T under go test (TxOffsetsHarness, RunTxOffsets), T under
-// Check (TxOffsetsSuite).
-type TxOffsetsHarnessFor[TB, Tx any] struct {
-	// New returns a transactional offset store for one rule; the rules
-	// use projection ids of their own.
-	New func(t TB) offsets.TxStore[Tx]
-}
-
-// TxOffsetsHarness gives the transactional offsets suite its stores under
-// go test.
-type TxOffsetsHarness[Tx any] = TxOffsetsHarnessFor[*testing.T, Tx]
-
 // offsetRule is one rule of the offsets contract.
 type offsetRule struct {
 	name, rule string
-	run        func(t T, s offsets.Store)
+	run        func(t tb, s offsets.Store)
 }
 
-// offsetRules is the index of the offsets suite's rules.
-func offsetRules() []offsetRule {
-	return []offsetRule{
+// offsetRules is the offsets suite: the rules of offsets.Store over
+// s.Offsets, and those of offsets.TxStore (an offset saved in a
+// transaction is stored when the transaction commits and not when it
+// rolls back), skipped when it is not one.
+func offsetRules(s Store) []rule {
+	var rules []rule
+	for _, r := range []offsetRule{
 		{"UnsavedIsZero", "Load of an instance never saved returns the zero State: no offset, not paused", unsavedIsZero},
 		{"OffsetsRoundTrip", "every kind of offset is loaded as it was saved (timestamps to the microsecond, the seen map whole)", offsetsRoundTrip},
 		{"SaveKeepsPaused", "SaveOffset keeps the paused flag", saveKeepsPaused},
@@ -53,92 +33,104 @@ func offsetRules() []offsetRule {
 		{"ResetKeepsPaused", "Reset removes the offset and keeps the paused flag", resetKeepsPaused},
 		{"InstancesAreSeparate", "instances that differ in name or key keep their own state", instancesAreSeparate},
 		{"ConcurrentSaves", "concurrent saves of different instances each keep their own offset", concurrentSaves},
+		{"TxCommitsTheOffset", "an offset saved in a transaction that commits is stored", txCommits},
+		{"TxRollbackKeepsTheOffset", "an offset saved in a transaction that rolls back is not stored: the earlier one stays", txRollsBack},
+	} {
+		rules = append(rules, rule{r.name, r.rule, func(t tb) { r.run(t, s.Offsets) }})
+	}
+	return rules
+}
+
+func txCommits(t tb, s offsets.Store) {
+	x := txStore(t, s)
+	id, ctx := offsetID(t, "k"), testContext(t)
+	o := query.SequenceOffset(7)
+	if err := x.inTx(ctx, func(save func(offsets.ID, query.Offset) error) error { return save(id, o) }); err != nil {
+		t.Fatalf("InTx: %v", err)
+	}
+	if st := loadState(t, s, id); !sameOffset(st.Offset, o) {
+		t.Errorf("after a committed transaction: %+v, want offset %v", st, o)
 	}
 }
 
-// RunOffsets runs every rule of the offsets.Store contract against
-// the stores h.New makes, one named, parallel subtest of t per rule.
-func RunOffsets(t *testing.T, h OffsetsHarness) {
-	t.Helper()
-	runOffsets(testingT{t}, OffsetsHarnessFor[T]{New: forTesting(h.New)})
-}
-
-// OffsetsSuite is the offsets suite (RunOffsets' rules) for Check, named
-// "offsets".
-func OffsetsSuite(h OffsetsHarnessFor[T]) Suite {
-	return Suite{name: "offsets", run: func(t T) { runOffsets(t, h) }}
-}
-
-func runOffsets(t T, h OffsetsHarnessFor[T]) {
-	t.Helper()
-	if h.New == nil {
-		t.Fatal("storetest: OffsetsHarness.New is nil")
+func txRollsBack(t tb, s offsets.Store) {
+	x := txStore(t, s)
+	id, ctx := offsetID(t, "k"), testContext(t)
+	before := query.SequenceOffset(3)
+	if err := s.SaveOffset(ctx, id, before); err != nil {
+		t.Fatal(err)
 	}
-	for _, r := range offsetRules() {
-		ruleTest(t, r.name, r.rule, nil, func(t T) { r.run(t, h.New(t)) })
-	}
-}
-
-// RunTxOffsets runs the offsets suite (RunOffsets) and the rules of
-// offsets.TxStore: an offset saved in a transaction is stored when
-// the transaction commits and not when it rolls back.
-func RunTxOffsets[Tx any](t *testing.T, h TxOffsetsHarness[Tx]) {
-	t.Helper()
-	runTxOffsets(testingT{t}, TxOffsetsHarnessFor[T, Tx]{New: forTesting(h.New)})
-}
-
-// TxOffsetsSuite is the transactional offsets suite (RunTxOffsets' rules)
-// for Check, named "offsets".
-func TxOffsetsSuite[Tx any](h TxOffsetsHarnessFor[T, Tx]) Suite {
-	return Suite{name: "offsets", run: func(t T) { runTxOffsets(t, h) }}
-}
-
-func runTxOffsets[Tx any](t T, h TxOffsetsHarnessFor[T, Tx]) {
-	t.Helper()
-	if h.New == nil {
-		t.Fatal("storetest: TxOffsetsHarness.New is nil")
-	}
-	runOffsets(t, OffsetsHarnessFor[T]{New: func(t T) offsets.Store { return h.New(t) }})
-	t.Run("TxCommitsTheOffset", func(t T) {
-		t.Parallel()
-		s, id, ctx := h.New(t), offsetID(t, "k"), testContext(t)
-		o := query.SequenceOffset(7)
-		if err := s.InTx(ctx, func(tx Tx) error { return s.SaveOffsetTx(ctx, tx, id, o) }); err != nil {
-			t.Fatalf("InTx: %v", err)
+	failed := errors.New("the handler failed")
+	err := x.inTx(ctx, func(save func(offsets.ID, query.Offset) error) error {
+		if err := save(id, query.SequenceOffset(9)); err != nil {
+			return err
 		}
-		if st := loadState(t, s, id); !sameOffset(st.Offset, o) {
-			t.Errorf("after a committed transaction: %+v, want offset %v", st, o)
-		}
+		return failed
 	})
-	t.Run("TxRollbackKeepsTheOffset", func(t T) {
-		t.Parallel()
-		s, id, ctx := h.New(t), offsetID(t, "k"), testContext(t)
-		before := query.SequenceOffset(3)
-		if err := s.SaveOffset(ctx, id, before); err != nil {
-			t.Fatal(err)
-		}
-		failed := errors.New("the handler failed")
-		err := s.InTx(ctx, func(tx Tx) error {
-			if err := s.SaveOffsetTx(ctx, tx, id, query.SequenceOffset(9)); err != nil {
-				return err
+	if !errors.Is(err, failed) {
+		t.Errorf("InTx returned %v, want the function's error", err)
+	}
+	if st := loadState(t, s, id); !sameOffset(st.Offset, before) {
+		t.Errorf("after a rolled-back transaction: %+v, want the earlier offset %v", st, before)
+	}
+}
+
+// txOffsets is an offsets.TxStore of a Tx type the kit does not know,
+// called through reflection.
+type txOffsets struct {
+	inTxFn, saveTxFn reflect.Value
+	fnType           reflect.Type // func(Tx) error
+}
+
+// txStore returns s as an offsets.TxStore of its own Tx type, and skips t
+// when it is not one: it has InTx(context.Context, func(Tx) error) error
+// and SaveOffsetTx(context.Context, Tx, offsets.ID, query.Offset) error
+// of one Tx type.
+func txStore(t tb, s offsets.Store) txOffsets {
+	t.Helper()
+	v := reflect.ValueOf(s)
+	in, save := v.MethodByName("InTx"), v.MethodByName("SaveOffsetTx")
+	ctxT, errT := reflect.TypeFor[context.Context](), reflect.TypeFor[error]()
+	if in.IsValid() && save.IsValid() {
+		it := in.Type()
+		if it.NumIn() == 2 && it.In(0) == ctxT && it.NumOut() == 1 && it.Out(0) == errT && !it.IsVariadic() {
+			fn := it.In(1)
+			if fn.Kind() == reflect.Func && fn.NumIn() == 1 && fn.NumOut() == 1 && fn.Out(0) == errT && !fn.IsVariadic() {
+				want := reflect.FuncOf([]reflect.Type{ctxT, fn.In(0), reflect.TypeFor[offsets.ID](), reflect.TypeFor[query.Offset]()}, []reflect.Type{errT}, false)
+				if save.Type() == want {
+					return txOffsets{in, save, fn}
+				}
 			}
-			return failed
+		}
+	}
+	t.Skip("Store.Offsets is not an offsets.TxStore")
+	return txOffsets{}
+}
+
+// inTx runs f in a transaction of the store (InTx), with the function
+// that saves an offset in that transaction (SaveOffsetTx).
+func (x txOffsets) inTx(ctx context.Context, f func(save func(offsets.ID, query.Offset) error) error) error {
+	fn := reflect.MakeFunc(x.fnType, func(args []reflect.Value) []reflect.Value {
+		err := f(func(id offsets.ID, o query.Offset) error {
+			return errorOf(x.saveTxFn.Call([]reflect.Value{reflect.ValueOf(&ctx).Elem(), args[0], reflect.ValueOf(id), reflect.ValueOf(o)})[0])
 		})
-		if !errors.Is(err, failed) {
-			t.Errorf("InTx returned %v, want the function's error", err)
-		}
-		if st := loadState(t, s, id); !sameOffset(st.Offset, before) {
-			t.Errorf("after a rolled-back transaction: %+v, want the earlier offset %v", st, before)
-		}
+		return []reflect.Value{reflect.ValueOf(&err).Elem()}
 	})
+	return errorOf(x.inTxFn.Call([]reflect.Value{reflect.ValueOf(&ctx).Elem(), fn})[0])
+}
+
+// errorOf returns the error v holds (nil for a nil error).
+func errorOf(v reflect.Value) error {
+	err, _ := v.Interface().(error)
+	return err
 }
 
 // offsetID returns a projection id no other test uses.
-func offsetID(t T, key string) offsets.ID {
+func offsetID(t tb, key string) offsets.ID {
 	return offsets.ID{Name: uniqueID(t, "KitOffsets"), Key: key}
 }
 
-func loadState(t T, s offsets.Store, id offsets.ID) offsets.State {
+func loadState(t tb, s offsets.Store, id offsets.ID) offsets.State {
 	t.Helper()
 	st, err := s.Load(testContext(t), id)
 	if err != nil {
@@ -153,13 +145,13 @@ func sameOffset(a, b query.Offset) bool {
 		a.TimeUUID == b.TimeUUID && maps.Equal(a.Seen, b.Seen)
 }
 
-func unsavedIsZero(t T, s offsets.Store) {
+func unsavedIsZero(t tb, s offsets.Store) {
 	if st := loadState(t, s, offsetID(t, "never")); st.Paused || st.Offset.Kind != query.KindNone {
 		t.Errorf("an instance never saved: %+v, want the zero State", st)
 	}
 }
 
-func offsetsRoundTrip(t T, s offsets.Store) {
+func offsetsRoundTrip(t tb, s offsets.Store) {
 	ctx := testContext(t)
 	ts := time.Date(2026, 11, 23, 17, 4, 5, 123456000, time.UTC)
 	for _, o := range []query.Offset{
@@ -180,7 +172,7 @@ func offsetsRoundTrip(t T, s offsets.Store) {
 	}
 }
 
-func saveKeepsPaused(t T, s offsets.Store) {
+func saveKeepsPaused(t tb, s offsets.Store) {
 	ctx, id := testContext(t), offsetID(t, "k")
 	if err := s.SetPaused(ctx, id, true); err != nil {
 		t.Fatal(err)
@@ -193,7 +185,7 @@ func saveKeepsPaused(t T, s offsets.Store) {
 	}
 }
 
-func setPausedKeepsOffset(t T, s offsets.Store) {
+func setPausedKeepsOffset(t tb, s offsets.Store) {
 	ctx, id := testContext(t), offsetID(t, "k")
 	if err := s.SaveOffset(ctx, id, query.SequenceOffset(5)); err != nil {
 		t.Fatal(err)
@@ -208,7 +200,7 @@ func setPausedKeepsOffset(t T, s offsets.Store) {
 	}
 }
 
-func resetKeepsPaused(t T, s offsets.Store) {
+func resetKeepsPaused(t tb, s offsets.Store) {
 	ctx, id := testContext(t), offsetID(t, "k")
 	if err := s.SaveOffset(ctx, id, query.SequenceOffset(5)); err != nil {
 		t.Fatal(err)
@@ -227,7 +219,7 @@ func resetKeepsPaused(t T, s offsets.Store) {
 	}
 }
 
-func instancesAreSeparate(t T, s offsets.Store) {
+func instancesAreSeparate(t tb, s offsets.Store) {
 	ctx := testContext(t)
 	a := offsetID(t, "0-511")
 	b := offsets.ID{Name: a.Name, Key: "512-1023"}
@@ -247,7 +239,7 @@ func instancesAreSeparate(t T, s offsets.Store) {
 	}
 }
 
-func concurrentSaves(t T, s offsets.Store) {
+func concurrentSaves(t tb, s offsets.Store) {
 	ctx := testContext(t)
 	const n, saves = 8, 20
 	ids := make([]offsets.ID, n)

@@ -7,69 +7,34 @@ import (
 	"slices"
 	"sync"
 	"sync/atomic"
-	"testing"
 
 	"github.com/annals-go/annals"
 	"github.com/annals-go/annals/journal"
 	"github.com/annals-go/annals/query"
 )
 
-// QueryHarnessFor gives the query suite its store. TB is *testing.T
-// under go test (QueryHarness, RunQueries), T under Check (QuerySuite).
-type QueryHarnessFor[TB any] struct {
-	// New returns a journal and the read journal over the same store. The
-	// read journal implements any of the query capabilities
-	// (query.EventsByTagQuery, ...); rules for the others are skipped. New
-	// registers any cleanup with t.Cleanup; it may be called from parallel
-	// subtests and may return a shared store.
-	New func(t TB) (journal.Journal, any)
-	// IDsInStoreOrder declares that CurrentPersistenceIDs lists ids in an
-	// order of the store's own (Cassandra's token order) rather than
-	// ascending; paging by the last id returned must still list each id
-	// once.
-	IDsInStoreOrder bool
-}
-
-// QueryHarness gives the query suite its store under go test.
-type QueryHarness = QueryHarnessFor[*testing.T]
-
 type queryRule struct {
 	name, rule string
-	run        func(t T, j journal.Journal, rj any, h QueryHarnessFor[T])
+	run        func(t tb, j journal.Journal, rj any, s Store)
 }
 
-// RunQueries runs every query rule against the stores h.New makes, one
-// named, parallel subtest of t per rule.
-func RunQueries(t *testing.T, h QueryHarness) {
-	t.Helper()
-	var hh QueryHarnessFor[T]
-	if h.New != nil {
-		hh.New = func(t T) (journal.Journal, any) { return h.New(t.(testingT).T) }
+// queryRules is the queries suite: the rules of the query capabilities
+// s.Queries offers, over the events written through s.Journal; the rules
+// of the others are skipped.
+func queryRules(s Store) []rule {
+	return bind(queryCases(), s)
+}
+
+// bind binds the query rules qs to s.
+func bind(qs []queryRule, s Store) []rule {
+	var rules []rule
+	for _, r := range qs {
+		rules = append(rules, rule{r.name, r.rule, func(t tb) { r.run(t, s.Journal, s.Queries, s) }})
 	}
-	hh.IDsInStoreOrder = h.IDsInStoreOrder
-	runQueries(testingT{t}, hh)
+	return rules
 }
 
-// QuerySuite is the query suite (RunQueries' rules) for Check, named
-// "queries".
-func QuerySuite(h QueryHarnessFor[T]) Suite {
-	return Suite{name: "queries", run: func(t T) { runQueries(t, h) }}
-}
-
-func runQueries(t T, h QueryHarnessFor[T]) {
-	t.Helper()
-	if h.New == nil {
-		t.Fatal("storetest: QueryHarness.New is nil")
-	}
-	for _, r := range queryRules() {
-		ruleTest(t, r.name, r.rule, nil, func(t T) {
-			j, rj := h.New(t)
-			r.run(t, j, rj, h)
-		})
-	}
-}
-
-func capability[Q any](t T, rj any) Q {
+func capability[Q any](t tb, rj any) Q {
 	t.Helper()
 	q, ok := rj.(Q)
 	if !ok {
@@ -80,7 +45,7 @@ func capability[Q any](t T, rj any) Q {
 }
 
 // taggedEvents writes n events of pid (from seq 1), each tagged with tags.
-func taggedEvents(t T, j journal.Journal, pid string, from, to int64, tags ...string) {
+func taggedEvents(t tb, j journal.Journal, pid string, from, to int64, tags ...string) {
 	t.Helper()
 	w := journal.AtomicWrite{PersistenceID: pid}
 	for s := from; s <= to; s++ {
@@ -91,7 +56,7 @@ func taggedEvents(t T, j journal.Journal, pid string, from, to int64, tags ...st
 	mustWrite(t, j, w)
 }
 
-func collect(t T, seq func(func(query.Envelope, error) bool)) []query.Envelope {
+func collect(t tb, seq func(func(query.Envelope, error) bool)) []query.Envelope {
 	t.Helper()
 	var out []query.Envelope
 	for env, err := range seq {
@@ -145,14 +110,14 @@ func offsetQueries(rj any, et, tag string) []offsetQuery {
 
 // eachOffsetQuery runs f as a subtest for each offset-ordered query rj
 // offers, each over an entity type and tag of its own.
-func eachOffsetQuery(t T, rj any, f func(t T, q offsetQuery, et, tag string)) {
+func eachOffsetQuery(t tb, rj any, f func(t tb, q offsetQuery, et, tag string)) {
 	_, probe := rj.(query.EventsByTagQuery)
 	_, probe2 := rj.(query.EventsBySlicesQuery)
 	if !probe && !probe2 {
 		t.Skip("store offers neither events by tag nor by slices")
 	}
 	for _, name := range []string{"by tag", "by slices"} {
-		t.Run(name, func(t T) {
+		t.Run(name, func(t tb) {
 			et, tag := uniqueType(t)
 			qs := offsetQueries(rj, et, tag)
 			for _, q := range qs {
@@ -167,14 +132,14 @@ func eachOffsetQuery(t T, rj any, f func(t T, q offsetQuery, et, tag string)) {
 }
 
 // uniqueType returns an entity type and a tag no other test uses.
-func uniqueType(t T) (string, string) {
+func uniqueType(t tb) (string, string) {
 	id := uniqueID(t, "KitQ")
 	typ := "KitQ" + id[len("KitQ|"):]
 	typ = fmt.Sprintf("T%x", annals.Slice(typ)) + typ[len(typ)-12:]
 	return typ, "tag-" + typ
 }
 
-func queryRules() []queryRule {
+func queryCases() []queryRule {
 	return []queryRule{
 		{"OffsetsAreExclusive", "a query from the offset of an envelope returns the events after it, not it", offsetsAreExclusive},
 		{"CurrentQueriesEnd", "a current query ends, and does not return events stored after it started", currentQueriesEnd},
@@ -190,7 +155,7 @@ func queryRules() []queryRule {
 }
 
 // offsetsAreExclusive: a query from the offset of an envelope returns the events after it, not it.
-func offsetsAreExclusive(t T, j journal.Journal, rj any, h QueryHarnessFor[T]) {
+func offsetsAreExclusive(t tb, j journal.Journal, rj any, _ Store) {
 	et, tag := uniqueType(t)
 	qs := offsetQueries(rj, et, tag)
 	if len(qs) == 0 {
@@ -214,8 +179,8 @@ func offsetsAreExclusive(t T, j journal.Journal, rj any, h QueryHarnessFor[T]) {
 }
 
 // currentQueriesEnd: a current query ends, and does not return events stored after it started.
-func currentQueriesEnd(t T, j journal.Journal, rj any, h QueryHarnessFor[T]) {
-	eachOffsetQuery(t, rj, func(t T, q offsetQuery, et, tag string) {
+func currentQueriesEnd(t tb, j journal.Journal, rj any, _ Store) {
+	eachOffsetQuery(t, rj, func(t tb, q offsetQuery, et, tag string) {
 		pid := et + "|c"
 		taggedEvents(t, j, pid, 1, 3, tag)
 		n := 0
@@ -235,7 +200,7 @@ func currentQueriesEnd(t T, j journal.Journal, rj any, h QueryHarnessFor[T]) {
 }
 
 // liveQueriesFollow: a live query returns events stored after it started, and ends with its context's error.
-func liveQueriesFollow(t T, j journal.Journal, rj any, h QueryHarnessFor[T]) {
+func liveQueriesFollow(t tb, j journal.Journal, rj any, _ Store) {
 	et, tag := uniqueType(t)
 	qs := offsetQueries(rj, et, tag)
 	if len(qs) == 0 {
@@ -274,7 +239,7 @@ func liveQueriesFollow(t T, j journal.Journal, rj any, h QueryHarnessFor[T]) {
 }
 
 // envelopesCarryMetadata: envelopes carry the persistence id, sequence number, tags, timestamp, entity type and slice.
-func envelopesCarryMetadata(t T, j journal.Journal, rj any, h QueryHarnessFor[T]) {
+func envelopesCarryMetadata(t tb, j journal.Journal, rj any, _ Store) {
 	et, tag := uniqueType(t)
 	qs := offsetQueries(rj, et, tag)
 	if len(qs) == 0 {
@@ -295,7 +260,7 @@ func envelopesCarryMetadata(t T, j journal.Journal, rj any, h QueryHarnessFor[T]
 }
 
 // byIDSkipsDeletedEvents: events by persistence id does not return deleted events.
-func byIDSkipsDeletedEvents(t T, j journal.Journal, rj any, h QueryHarnessFor[T]) {
+func byIDSkipsDeletedEvents(t tb, j journal.Journal, rj any, _ Store) {
 	q := capability[query.EventsByPersistenceIDQuery](t, rj)
 	pid := writeFive(t, j)
 	deleteTo(t, j, pid, 3)
@@ -306,7 +271,7 @@ func byIDSkipsDeletedEvents(t T, j journal.Journal, rj any, h QueryHarnessFor[T]
 }
 
 // byIDLiveEndsAtUpperBound: live events by persistence id follows new events and ends after the one at its upper bound.
-func byIDLiveEndsAtUpperBound(t T, j journal.Journal, rj any, h QueryHarnessFor[T]) {
+func byIDLiveEndsAtUpperBound(t tb, j journal.Journal, rj any, _ Store) {
 	q := capability[query.EventsByPersistenceIDQuery](t, rj)
 	pid := uniqueID(t, "KitQ")
 	mustWrite(t, j, single(pid, 1))
@@ -330,7 +295,7 @@ func byIDLiveEndsAtUpperBound(t T, j journal.Journal, rj any, h QueryHarnessFor[
 }
 
 // persistenceIDsListedOnce: persistence ids are listed once each, ascending (or in the store's declared order), paged by after-id and limit, filtered by entity type.
-func persistenceIDsListedOnce(t T, j journal.Journal, rj any, h QueryHarnessFor[T]) {
+func persistenceIDsListedOnce(t tb, j journal.Journal, rj any, s Store) {
 	q := capability[query.PersistenceIDsQuery](t, rj)
 	et, _ := uniqueType(t)
 	var want []string
@@ -356,7 +321,7 @@ func persistenceIDsListedOnce(t T, j journal.Journal, rj any, h QueryHarnessFor[
 		got = append(got, ids...)
 		after = ids[len(ids)-1]
 	}
-	if h.IDsInStoreOrder {
+	if s.IDsInStoreOrder {
 		slices.Sort(got)
 	}
 	if !slices.Equal(got, want) {
@@ -375,7 +340,7 @@ func persistenceIDsListedOnce(t T, j journal.Journal, rj any, h QueryHarnessFor[
 			cancel()
 		}
 	}
-	if h.IDsInStoreOrder && len(live) == len(want)+1 {
+	if s.IDsInStoreOrder && len(live) == len(want)+1 {
 		slices.Sort(live[:len(want)])
 	}
 	if !slices.Equal(live, append(slices.Clone(want), et+"|f")) {
@@ -384,7 +349,7 @@ func persistenceIDsListedOnce(t T, j journal.Journal, rj any, h QueryHarnessFor[
 }
 
 // queriesFilter: by slices returns only the entity type and slice range asked, by tag only events with that tag, persistence ids only the type asked (including an id without a separator).
-func queriesFilter(t T, j journal.Journal, rj any, h QueryHarnessFor[T]) {
+func queriesFilter(t tb, j journal.Journal, rj any, _ Store) {
 	et, tag := uniqueType(t)
 	other, _ := uniqueType(t)
 	var inLow int
@@ -436,8 +401,8 @@ func queriesFilter(t T, j journal.Journal, rj any, h QueryHarnessFor[T]) {
 }
 
 // pagesAreCrossed: a query over more events than a store reads at once returns every event once, in order, and ends.
-func pagesAreCrossed(t T, j journal.Journal, rj any, h QueryHarnessFor[T]) {
-	eachOffsetQuery(t, rj, func(t T, q offsetQuery, et, tag string) {
+func pagesAreCrossed(t tb, j journal.Journal, rj any, _ Store) {
+	eachOffsetQuery(t, rj, func(t tb, q offsetQuery, et, tag string) {
 		pid := et + "|big"
 		taggedEvents(t, j, pid, 1, 2500, tag)
 		n := 0
@@ -466,10 +431,10 @@ func pagesAreCrossed(t T, j journal.Journal, rj any, h QueryHarnessFor[T]) {
 	})
 }
 
-func concurrentLive(t T, j journal.Journal, rj any, _ QueryHarnessFor[T]) {
+func concurrentLive(t tb, j journal.Journal, rj any, _ Store) {
 	const writers, ids, perID = 16, 200, 5
 	const total = ids * perID
-	eachOffsetQuery(t, rj, func(t T, q offsetQuery, et, tag string) {
+	eachOffsetQuery(t, rj, func(t tb, q offsetQuery, et, tag string) {
 		ctx := testContext(t)
 		// The first query stops after a third of the events; the second
 		// resumes from its last offset.

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"testing"
 	"time"
 
 	"github.com/annals-go/annals/journal"
@@ -13,35 +12,12 @@ import (
 	"github.com/annals-go/annals/snapshot"
 )
 
-// RecoveryHarnessFor gives the recovery suite its store, for stores whose
-// journal implements recovery.Reader. TB is *testing.T under go test
-// (RecoveryHarness, RunRecovery), T under Check (RecoverySuite).
-type RecoveryHarnessFor[TB any] struct {
-	// New returns the reader a subtest reads with, the journal it writes
-	// events through and the snapshot store it saves snapshots to (the one
-	// the reader reads its snapshots from). The reader may be the journal
-	// itself or stand before it (an engine.Front). New registers any
-	// cleanup with t.Cleanup; it may be called from parallel subtests.
-	New func(t TB) (recovery.Reader, journal.Journal, snapshot.Store)
-	// Foreign, when set, returns a snapshot store of another database,
-	// which the reader must not claim to read (ReadsSnapshotsOf false).
-	Foreign func(t TB) snapshot.Store
-	// Unsupported names rules (by their subtest names) that the store
-	// cannot keep by design, each with the reason; those rules are skipped
-	// with the reason. A rule name that is not in the suite fails the suite,
-	// so a renamed rule is not skipped silently.
-	Unsupported map[string]string
-}
-
-// RecoveryHarness gives the recovery suite its store under go test.
-type RecoveryHarness = RecoveryHarnessFor[*testing.T]
-
 // recoveryCase is one recovery read and its expected result.
 type recoveryCase struct {
 	name string
 	rule string
 	// setup writes the id's history: events, snapshots, deletions.
-	setup func(t T, j journal.Journal, s snapshot.Store, pid string)
+	setup func(t tb, j journal.Journal, s snapshot.Store, pid string)
 	req   recovery.Request // PersistenceID is filled in
 	// want: the highest number, the snapshot's number (0: none), the
 	// events' numbers and More.
@@ -50,43 +26,74 @@ type recoveryCase struct {
 	more              bool
 }
 
-// RunRecovery runs every rule of the recovery.Reader contract, one named,
-// parallel subtest of t per rule. Each case also checks that the reader's
-// answer equals the three-call read (recovery.Read) of the same history.
-func RunRecovery(t *testing.T, h RecoveryHarness) {
-	t.Helper()
-	var hh RecoveryHarnessFor[T]
-	if h.New != nil {
-		hh.New = func(t T) (recovery.Reader, journal.Journal, snapshot.Store) { return h.New(t.(testingT).T) }
+// recoveryRules is the recovery suite: the rules of recovery.Reader over
+// s.Recovery, each read of a history written through s.Journal and
+// s.Snapshots also checked against the three-call read (recovery.Read) of
+// the same history.
+func recoveryRules(s Store) []rule {
+	var rules []rule
+	for _, c := range recoveryCases() {
+		rules = append(rules, rule{c.name, c.rule, func(t tb) { readRecovery(t, s, c) }})
 	}
-	hh.Foreign = forTesting(h.Foreign)
-	hh.Unsupported = h.Unsupported
-	runRecovery(testingT{t}, hh)
+	return append(rules,
+		rule{"InvalidArguments", "a bad request is refused with journal.ErrInvalidArgument", func(t tb) {
+			for _, req := range []recovery.Request{{}, {PersistenceID: "Kit|x", ToSequenceNr: -1}, {PersistenceID: "Kit|x", MaxEvents: -1}} {
+				if _, err := s.Recovery.ReadRecovery(testContext(t), req); !errors.Is(err, journal.ErrInvalidArgument) {
+					t.Errorf("ReadRecovery(%+v) = %v, want journal.ErrInvalidArgument", req, err)
+				}
+			}
+		}},
+		rule{"ReadsOwnSnapshots", "a reader reads its own snapshots, or none, and claims no other store's", func(t tb) {
+			r := s.Recovery
+			if !r.ReadsSnapshotsOf(s.Snapshots) || !r.ReadsSnapshotsOf(nil) {
+				t.Errorf("ReadsSnapshotsOf(own) = %v, ReadsSnapshotsOf(nil) = %v, want true and true", r.ReadsSnapshotsOf(s.Snapshots), r.ReadsSnapshotsOf(nil))
+			}
+			if r.ReadsSnapshotsOf(foreignSnapshots{}) {
+				t.Error("ReadsSnapshotsOf(a store of no database of the reader's) = true, want false")
+			}
+		}})
 }
 
-// RecoverySuite is the recovery suite (RunRecovery's rules) for Check,
-// named "recovery".
-func RecoverySuite(h RecoveryHarnessFor[T]) Suite {
-	return Suite{name: "recovery", run: func(t T) { runRecovery(t, h) }}
+// foreignSnapshots is a snapshot store of no database: no reader reads
+// its snapshots. Its methods are not called.
+type foreignSnapshots struct{ snapshot.Store }
+
+// readRecovery writes c's history of a new id and checks the reader's
+// recovery of it, and that it equals the three-call read's.
+func readRecovery(t tb, s Store, c recoveryCase) {
+	j, snaps := s.Journal, s.Snapshots
+	pid := uniqueID(t, "KitRecovery")
+	c.setup(t, j, snaps, pid)
+	req := c.req
+	req.PersistenceID = pid
+	got, err := s.Recovery.ReadRecovery(testContext(t), req)
+	if err != nil {
+		t.Fatalf("ReadRecovery: %v", err)
+	}
+	checkRecovery(t, got, c, pid)
+	ref, err := recovery.Read(testContext(t), j, snaps, req)
+	if err != nil {
+		t.Fatalf("recovery.Read: %v", err)
+	}
+	if !sameRecovery(got, ref) {
+		t.Errorf("ReadRecovery differs from the three-call read:\n got %s\nwant %s", describeRecovery(got), describeRecovery(ref))
+	}
 }
 
-func runRecovery(t T, h RecoveryHarnessFor[T]) {
-	t.Helper()
-	if h.New == nil {
-		t.Fatal("storetest: RecoveryHarness.New is nil")
-	}
+// recoveryCases are the recovery reads the suite checks.
+func recoveryCases() []recoveryCase {
 	latest, upTo := snapshot.Latest(), func(n int64) *snapshot.Criteria { return &snapshot.Criteria{MaxSequenceNr: n} }
-	tenWithSnapshots := func(t T, j journal.Journal, s snapshot.Store, pid string) {
+	tenWithSnapshots := func(t tb, j journal.Journal, s snapshot.Store, pid string) {
 		mustWrite(t, j, atomicRange(pid, 1, 4), atomicRange(pid, 5, 10))
 		saveSnapshot(t, s, pid, 3)
 		saveSnapshot(t, s, pid, 6)
 	}
-	ten := func(t T, j journal.Journal, _ snapshot.Store, pid string) {
+	ten := func(t tb, j journal.Journal, _ snapshot.Store, pid string) {
 		mustWrite(t, j, atomicRange(pid, 1, 10))
 	}
-	cases := []recoveryCase{
+	return []recoveryCase{
 		{name: "UnknownID", rule: "an unknown id reads highest 0, no snapshot, no events",
-			setup: func(T, journal.Journal, snapshot.Store, string) {}, req: recovery.Request{Snapshot: &latest}},
+			setup: func(tb, journal.Journal, snapshot.Store, string) {}, req: recovery.Request{Snapshot: &latest}},
 		{name: "EventsOnly", rule: "without snapshot criteria no snapshot is read and the events start at 1",
 			setup: tenWithSnapshots, req: recovery.Request{}, highest: 10, events: seqs(1, 10)},
 		{name: "LatestSnapshot", rule: "the youngest matching snapshot, then the events after it",
@@ -98,7 +105,7 @@ func runRecovery(t T, h RecoveryHarnessFor[T]) {
 		{name: "ToSequenceNr", rule: "events stop at ToSequenceNr; the highest number does not",
 			setup: tenWithSnapshots, req: recovery.Request{Snapshot: &latest, ToSequenceNr: 8}, highest: 10, snapshot: 6, events: seqs(7, 8)},
 		{name: "SnapshotAtTheEnd", rule: "a snapshot of the last event leaves no events to read",
-			setup: func(t T, j journal.Journal, s snapshot.Store, pid string) {
+			setup: func(t tb, j journal.Journal, s snapshot.Store, pid string) {
 				ten(t, j, s, pid)
 				saveSnapshot(t, s, pid, 10)
 			}, req: recovery.Request{Snapshot: &latest}, highest: 10, snapshot: 10},
@@ -109,87 +116,38 @@ func runRecovery(t T, h RecoveryHarnessFor[T]) {
 		{name: "MaxEventsReachingTheBound", rule: "no More when the last event read is ToSequenceNr",
 			setup: ten, req: recovery.Request{MaxEvents: 3, ToSequenceNr: 3}, highest: 10, events: seqs(1, 3)},
 		{name: "DeletedPrefix", rule: "deleted events are not read; the highest number counts them",
-			setup: func(t T, j journal.Journal, s snapshot.Store, pid string) {
+			setup: func(t tb, j journal.Journal, s snapshot.Store, pid string) {
 				ten(t, j, s, pid)
 				saveSnapshot(t, s, pid, 4)
 				deleteTo(t, j, pid, 4)
 			}, req: recovery.Request{Snapshot: &latest}, highest: 10, snapshot: 4, events: seqs(5, 10)},
 		{name: "AllDeleted", rule: "an id whose events were all deleted keeps its highest number",
-			setup: func(t T, j journal.Journal, s snapshot.Store, pid string) {
+			setup: func(t tb, j journal.Journal, s snapshot.Store, pid string) {
 				ten(t, j, s, pid)
 				deleteTo(t, j, pid, 10)
 			}, req: recovery.Request{Snapshot: &latest}, highest: 10},
 		{name: "DeletedPastTheSnapshot", rule: "events deleted beyond the snapshot are skipped: the events read are those kept after it",
-			setup: func(t T, j journal.Journal, s snapshot.Store, pid string) {
+			setup: func(t tb, j journal.Journal, s snapshot.Store, pid string) {
 				tenWithSnapshots(t, j, s, pid)
 				deleteTo(t, j, pid, 8)
 			}, req: recovery.Request{Snapshot: &latest}, highest: 10, snapshot: 6, events: seqs(9, 10)},
 		{name: "DeletedWithoutSnapshotThenWritten", rule: "an id whose events were all deleted, with no snapshot, takes its next event at the highest number + 1, and a recovery reads it alone",
-			setup: func(t T, j journal.Journal, s snapshot.Store, pid string) {
+			setup: func(t tb, j journal.Journal, s snapshot.Store, pid string) {
 				mustWrite(t, j, atomicRange(pid, 1, 3))
 				deleteTo(t, j, pid, 3)
 				mustWrite(t, j, atomicRange(pid, 4, 4))
 			}, req: recovery.Request{Snapshot: &latest}, highest: 4, events: seqs(4, 4)},
 		{name: "DeletedPrefixWithoutSnapshotThenWritten", rule: "after a deletion of a prefix with no snapshot, a recovery reads the events kept and the ones written since, ascending",
-			setup: func(t T, j journal.Journal, s snapshot.Store, pid string) {
+			setup: func(t tb, j journal.Journal, s snapshot.Store, pid string) {
 				mustWrite(t, j, atomicRange(pid, 1, 3))
 				deleteTo(t, j, pid, 2)
 				mustWrite(t, j, atomicRange(pid, 4, 5))
 			}, req: recovery.Request{Snapshot: &latest, MaxEvents: 2}, highest: 5, events: seqs(3, 4), more: true},
 	}
-	names := []string{"InvalidArguments", "ReadsOwnSnapshots"}
-	for _, c := range cases {
-		names = append(names, c.name)
-	}
-	checkUnsupported(t, h.Unsupported, names)
-	for _, c := range cases {
-		ruleTest(t, c.name, c.rule, h.Unsupported, func(t T) {
-			r, j, s := h.New(t)
-			pid := uniqueID(t, "KitRecovery")
-			c.setup(t, j, s, pid)
-			req := c.req
-			req.PersistenceID = pid
-			got, err := r.ReadRecovery(testContext(t), req)
-			if err != nil {
-				t.Fatalf("ReadRecovery: %v", err)
-			}
-			checkRecovery(t, got, c, pid)
-			ref, err := recovery.Read(testContext(t), j, s, req)
-			if err != nil {
-				t.Fatalf("recovery.Read: %v", err)
-			}
-			if !sameRecovery(got, ref) {
-				t.Errorf("ReadRecovery differs from the three-call read:\n got %s\nwant %s", describeRecovery(got), describeRecovery(ref))
-			}
-		})
-	}
-	t.Run("InvalidArguments", func(t T) {
-		t.Parallel()
-		skipUnsupported(t, h.Unsupported, "InvalidArguments")
-		r, _, _ := h.New(t)
-		for _, req := range []recovery.Request{{}, {PersistenceID: "Kit|x", ToSequenceNr: -1}, {PersistenceID: "Kit|x", MaxEvents: -1}} {
-			if _, err := r.ReadRecovery(testContext(t), req); !errors.Is(err, journal.ErrInvalidArgument) {
-				t.Errorf("ReadRecovery(%+v) = %v, want journal.ErrInvalidArgument; rule: a bad request is refused", req, err)
-			}
-		}
-	})
-	t.Run("ReadsOwnSnapshots", func(t T) {
-		t.Parallel()
-		skipUnsupported(t, h.Unsupported, "ReadsOwnSnapshots")
-		r, _, s := h.New(t)
-		if !r.ReadsSnapshotsOf(s) || !r.ReadsSnapshotsOf(nil) {
-			t.Errorf("ReadsSnapshotsOf(own) = %v, ReadsSnapshotsOf(nil) = %v; rule: a reader reads its own snapshots, or none", r.ReadsSnapshotsOf(s), r.ReadsSnapshotsOf(nil))
-		}
-		if h.Foreign != nil {
-			if r.ReadsSnapshotsOf(h.Foreign(t)) {
-				t.Error("ReadsSnapshotsOf(another database's store) = true; rule: a reader claims only its own snapshots")
-			}
-		}
-	})
 }
 
 // saveSnapshot saves a snapshot of pid at seq whose payload names both.
-func saveSnapshot(t T, s snapshot.Store, pid string, seq int64) {
+func saveSnapshot(t tb, s snapshot.Store, pid string, seq int64) {
 	t.Helper()
 	snap := snapshot.Snapshot{
 		Metadata:     snapshot.Metadata{PersistenceID: pid, SequenceNr: seq, Timestamp: time.Now()},
@@ -206,7 +164,7 @@ func snapshotPayload(pid string, seq int64) []byte { return fmt.Appendf(nil, "%s
 
 // checkRecovery compares a reader's answer with the case's expectation,
 // field by field for the snapshot and the events.
-func checkRecovery(t T, got recovery.Result, c recoveryCase, pid string) {
+func checkRecovery(t tb, got recovery.Result, c recoveryCase, pid string) {
 	t.Helper()
 	if got.Highest != c.highest {
 		t.Errorf("Highest = %d, want %d", got.Highest, c.highest)

@@ -36,7 +36,7 @@ type runner struct {
 	closed     bool
 }
 
-// runT is a T of Check: one suite, rule or subtest.
+// runT is a tb of Check: one suite, rule or subtest.
 type runT struct {
 	r      *runner
 	parent *runT
@@ -77,7 +77,7 @@ func (r *runner) root(ctx context.Context) *runT {
 // FailNow and SkipNow (runtime.Goexit) and panics end only it; then waits
 // for t's subtests, cancels its context, runs its cleanups and reports
 // it.
-func (t *runT) execute(f func(T)) {
+func (t *runT) execute(f func(tb)) {
 	body := make(chan struct{})
 	go func() {
 		defer close(body)
@@ -174,14 +174,7 @@ func (t *runT) runCleanups() {
 
 // result is t's Result; r.mu is held.
 func (t *runT) result() Result {
-	res := Result{Name: t.name, Messages: slices.Clone(t.msgs), Duration: t.duration}
-	switch {
-	case t.failed:
-		res.Outcome = Failed
-	case t.skipped:
-		res.Outcome = Skipped
-	}
-	return res
+	return Result{Name: t.name, Failed: t.failed, Skipped: t.skipped && !t.failed, Messages: slices.Clone(t.msgs), Duration: t.duration}
 }
 
 func (r *runner) reportProgress(res Result) {
@@ -382,7 +375,7 @@ func (t *runT) Parallel() {
 	t.r.mu.Unlock()
 }
 
-func (t *runT) Run(name string, f func(t T)) bool {
+func (t *runT) Run(name string, f func(t tb)) bool {
 	t.r.mu.Lock()
 	if t.returned {
 		t.r.mu.Unlock()

@@ -13,24 +13,43 @@ import (
 	"time"
 )
 
-// suite makes a suite of the rules given, each a subtest of the suite
-// named by its key, run in the order of names.
-func suite(name string, names []string, rules map[string]func(T)) Suite {
-	return Suite{name: name, run: func(t T) {
-		for _, n := range names {
-			t.Run(n, rules[n])
-		}
-	}}
+// testSuite returns a function that runs a suite of the rules given,
+// each a subtest of the suite named by its key, run in the order of
+// names.
+func testSuite(name string, names []string, rules map[string]func(tb)) func(tb) {
+	return func(t tb) {
+		t.Run(name, func(t tb) {
+			for _, n := range names {
+				t.Run(n, rules[n])
+			}
+		})
+	}
 }
 
-// check runs Check and fails the test on its error.
-func check(t *testing.T, ctx context.Context, opts Options, suites ...Suite) Report {
+// runCheck runs the suites given with Check's runner and fails the test
+// on its error.
+func runCheck(t *testing.T, ctx context.Context, opts Options, suites ...func(tb)) Report {
 	t.Helper()
-	rep, err := Check(ctx, opts, suites...)
+	rep, err := check(ctx, opts, func(t tb) {
+		for _, s := range suites {
+			s(t)
+		}
+	})
 	if err != nil {
-		t.Fatalf("Check: %v", err)
+		t.Fatalf("check: %v", err)
 	}
 	return rep
+}
+
+// outcome is how r ended: "passed", "failed" or "skipped".
+func outcome(r Result) string {
+	switch {
+	case r.Failed:
+		return "failed"
+	case r.Skipped:
+		return "skipped"
+	}
+	return "passed"
 }
 
 // byName indexes a report's results by name.
@@ -61,41 +80,41 @@ func TestCheckOutcomes(t *testing.T) {
 		defer mu.Unlock()
 		after = append(after, what)
 	}
-	rules := map[string]func(T){
-		"Passes": func(t T) { t.Log("a log") },
-		"Errors": func(t T) {
+	rules := map[string]func(tb){
+		"Passes": func(t tb) { t.Log("a log") },
+		"Errors": func(t tb) {
 			t.Errorf("first %d", 1)
 			t.Error("second")
 			ran("Errors")
 		},
-		"Fatal": func(t T) {
+		"Fatal": func(t tb) {
 			t.Fatalf("stop %s", "here")
 			ran("Fatal")
 		},
-		"FailNow": func(t T) {
+		"FailNow": func(t tb) {
 			t.FailNow()
 			ran("FailNow")
 		},
-		"Panics": func(t T) {
+		"Panics": func(t tb) {
 			var m map[string]int
 			m["x"] = 1 // a nil map: panics
 			ran("Panics")
 		},
-		"Skips": func(t T) {
+		"Skips": func(t tb) {
 			t.Skip("not offered")
 			ran("Skips")
 		},
-		"Skipf": func(t T) {
+		"Skipf": func(t tb) {
 			t.Skipf("not %s", "offered")
 		},
-		"ErrorsThenSkips": func(t T) {
+		"ErrorsThenSkips": func(t tb) {
 			t.Error("broken")
 			t.SkipNow()
 		},
-		"Goexit": func(t T) { runtime.Goexit() },
+		"Goexit": func(t tb) { runtime.Goexit() },
 	}
 	order := []string{"Passes", "Errors", "Fatal", "FailNow", "Panics", "Skips", "Skipf", "ErrorsThenSkips", "Goexit"}
-	rep := check(t, t.Context(), Options{}, suite("s", order, rules))
+	rep := runCheck(t, t.Context(), Options{}, testSuite("s", order, rules))
 	if want := append([]string{"s"}, prefixed("s/", order)...); !slices.Equal(names(rep), want) {
 		t.Fatalf("results %v, want %v", names(rep), want)
 	}
@@ -105,24 +124,24 @@ func TestCheckOutcomes(t *testing.T) {
 	got := byName(rep)
 	tests := []struct {
 		name    string
-		outcome Outcome
+		outcome string
 		msgs    []string // substrings, one per message, in order; "runner_test.go:" asks for the file and line first
 	}{
-		{"s", Failed, nil},
-		{"s/Passes", Passed, []string{"runner_test.go:a log"}},
-		{"s/Errors", Failed, []string{"runner_test.go:first 1", "runner_test.go:second"}},
-		{"s/Fatal", Failed, []string{"runner_test.go:stop here"}},
-		{"s/FailNow", Failed, nil},
-		{"s/Panics", Failed, []string{"panic: assignment to entry in nil map"}},
-		{"s/Skips", Skipped, []string{"runner_test.go:not offered"}},
-		{"s/Skipf", Skipped, []string{"not offered"}},
-		{"s/ErrorsThenSkips", Failed, []string{"broken"}},
-		{"s/Goexit", Failed, []string{"runtime.Goexit"}},
+		{"s", "failed", nil},
+		{"s/Passes", "passed", []string{"runner_test.go:a log"}},
+		{"s/Errors", "failed", []string{"runner_test.go:first 1", "runner_test.go:second"}},
+		{"s/Fatal", "failed", []string{"runner_test.go:stop here"}},
+		{"s/FailNow", "failed", nil},
+		{"s/Panics", "failed", []string{"panic: assignment to entry in nil map"}},
+		{"s/Skips", "skipped", []string{"runner_test.go:not offered"}},
+		{"s/Skipf", "skipped", []string{"not offered"}},
+		{"s/ErrorsThenSkips", "failed", []string{"broken"}},
+		{"s/Goexit", "failed", []string{"runtime.Goexit"}},
 	}
 	for _, tt := range tests {
 		r := got[tt.name]
-		if r.Outcome != tt.outcome || len(r.Messages) != len(tt.msgs) {
-			t.Errorf("%s: %v %q, want %v with %d messages", tt.name, r.Outcome, r.Messages, tt.outcome, len(tt.msgs))
+		if outcome(r) != tt.outcome || len(r.Messages) != len(tt.msgs) {
+			t.Errorf("%s: %v %q, want %v with %d messages", tt.name, outcome(r), r.Messages, tt.outcome, len(tt.msgs))
 			continue
 		}
 		for i, m := range tt.msgs {
@@ -162,7 +181,7 @@ func TestCheckCleanups(t *testing.T) {
 				defer mu.Unlock()
 				events = append(events, e)
 			}
-			rule := func(t T) {
+			rule := func(t tb) {
 				t.Cleanup(func() { note("cleanup 1") })
 				t.Cleanup(func() {
 					if t.Context().Err() == nil {
@@ -173,7 +192,7 @@ func TestCheckCleanups(t *testing.T) {
 				})
 				t.Cleanup(func() { note("cleanup 3") })
 				for _, sub := range []string{"a", "b"} {
-					t.Run(sub, func(t T) {
+					t.Run(sub, func(t tb) {
 						t.Parallel()
 						t.Cleanup(func() { note("cleanup of " + sub) })
 						note("ran " + sub)
@@ -187,7 +206,7 @@ func TestCheckCleanups(t *testing.T) {
 					panic("end")
 				}
 			}
-			rep := check(t, t.Context(), Options{Parallel: 1}, suite("s", []string{"r"}, map[string]func(T){"r": rule}))
+			rep := runCheck(t, t.Context(), Options{Parallel: 1}, testSuite("s", []string{"r"}, map[string]func(tb){"r": rule}))
 			// The parallel subtests start once the rule returned; with one
 			// slot, a then b.
 			want := []string{"returned", "ran a", "cleanup of a", "ran b", "cleanup of b", "cleanup 3", "cleanup 2", "cleanup 1"}
@@ -195,8 +214,8 @@ func TestCheckCleanups(t *testing.T) {
 				t.Errorf("events %q, want %q", events, want)
 			}
 			r := byName(rep)["s/r"]
-			if r.Outcome != Failed || !strings.Contains(strings.Join(r.Messages, "\n"), "panic in a cleanup: in cleanup 2") {
-				t.Errorf("s/r: %v %q, want failed by the cleanup's panic", r.Outcome, r.Messages)
+			if outcome(r) != "failed" || !strings.Contains(strings.Join(r.Messages, "\n"), "panic in a cleanup: in cleanup 2") {
+				t.Errorf("s/r: %v %q, want failed by the cleanup's panic", outcome(r), r.Messages)
 			}
 		})
 	}
@@ -209,20 +228,20 @@ func TestCheckSubtests(t *testing.T) {
 	t.Run("sequential", func(t *testing.T) {
 		var order []string
 		var results []bool
-		rule := func(t T) {
+		rule := func(t tb) {
 			for _, name := range []string{"first one", "second", "second"} {
-				results = append(results, t.Run(name, func(t T) {
+				results = append(results, t.Run(name, func(t tb) {
 					order = append(order, t.Name())
 					if strings.HasPrefix(name, "second") {
 						t.Error("fails")
 					}
 				}))
 			}
-			t.Run("nested", func(t T) {
-				t.Run("deeper", func(t T) { order = append(order, t.Name()) })
+			t.Run("nested", func(t tb) {
+				t.Run("deeper", func(t tb) { order = append(order, t.Name()) })
 			})
 		}
-		rep := check(t, t.Context(), Options{}, suite("s", []string{"r"}, map[string]func(T){"r": rule}))
+		rep := runCheck(t, t.Context(), Options{}, testSuite("s", []string{"r"}, map[string]func(tb){"r": rule}))
 		wantOrder := []string{"s/r/first_one", "s/r/second", "s/r/second#01", "s/r/nested/deeper"}
 		if !slices.Equal(order, wantOrder) || !slices.Equal(results, []bool{true, false, false}) {
 			t.Errorf("ran %v returning %v, want %v returning [true false false]", order, results, wantOrder)
@@ -231,8 +250,8 @@ func TestCheckSubtests(t *testing.T) {
 		if !slices.Equal(names(rep), want) {
 			t.Errorf("results %v, want %v", names(rep), want)
 		}
-		if got := byName(rep); got["s/r"].Outcome != Failed || got["s/r/nested"].Outcome != Passed {
-			t.Errorf("a parent with a failed subtest: %v; another: %v", got["s/r"].Outcome, got["s/r/nested"].Outcome)
+		if got := byName(rep); outcome(got["s/r"]) != "failed" || outcome(got["s/r/nested"]) != "passed" {
+			t.Errorf("a parent with a failed subtest: %v; another: %v", outcome(got["s/r"]), outcome(got["s/r/nested"]))
 		}
 	})
 	t.Run("parallel", func(t *testing.T) {
@@ -243,9 +262,9 @@ func TestCheckSubtests(t *testing.T) {
 				// they must run together.
 				var arrived sync.WaitGroup
 				arrived.Add(3)
-				rule := func(t T) {
+				rule := func(t tb) {
 					for i := range 3 {
-						t.Run(fmt.Sprint(i), func(t T) {
+						t.Run(fmt.Sprint(i), func(t tb) {
 							t.Parallel()
 							n := running.Add(1)
 							defer running.Add(-1)
@@ -258,7 +277,7 @@ func TestCheckSubtests(t *testing.T) {
 						})
 					}
 				}
-				rep := check(t, t.Context(), Options{Parallel: slots}, suite("s", []string{"r"}, map[string]func(T){"r": rule}))
+				rep := runCheck(t, t.Context(), Options{Parallel: slots}, testSuite("s", []string{"r"}, map[string]func(tb){"r": rule}))
 				if rep.Failed() || most.Load() != int32(slots) {
 					t.Errorf("at most %d subtests ran at once with %d slots; failed: %v", most.Load(), slots, rep.Failed())
 				}
@@ -269,8 +288,8 @@ func TestCheckSubtests(t *testing.T) {
 
 // TestCheckRun: Options.Run selects rules as go test -run does.
 func TestCheckRun(t *testing.T) {
-	noop := func(T) {}
-	rules := map[string]func(T){"Alpha": noop, "Beta": noop, "AlphaBeta": noop}
+	noop := func(tb) {}
+	rules := map[string]func(tb){"Alpha": noop, "Beta": noop, "AlphaBeta": noop}
 	order := []string{"Alpha", "Beta", "AlphaBeta"}
 	for _, tt := range []struct {
 		run  string
@@ -284,41 +303,47 @@ func TestCheckRun(t *testing.T) {
 		{"one/^Alpha$|two/^Beta", []string{"one", "one/Alpha", "two", "two/Beta"}},
 		{"three", nil},
 	} {
-		rep := check(t, t.Context(), Options{Run: tt.run}, suite("one", order, rules), suite("two", order, rules))
+		rep := runCheck(t, t.Context(), Options{Run: tt.run}, testSuite("one", order, rules), testSuite("two", order, rules))
 		if !slices.Equal(names(rep), tt.want) {
 			t.Errorf("Run %q ran %v, want %v", tt.run, names(rep), tt.want)
 		}
 	}
 }
 
+// TestCheckRefusesInvalidOptions: Check runs nothing, and returns an
+// error, for invalid options or an invalid Store.
 func TestCheckRefusesInvalidOptions(t *testing.T) {
-	s := suite("s", nil, nil)
 	for _, tt := range []struct {
-		name   string
-		opts   Options
-		suites []Suite
+		name  string
+		store Store
+		opts  Options
 	}{
-		{"a pattern that does not compile", Options{Run: "s/("}, []Suite{s}},
-		{"negative Parallel", Options{Parallel: -1}, []Suite{s}},
-		{"negative StopWait", Options{StopWait: -time.Second}, []Suite{s}},
-		{"the zero Suite", Options{}, []Suite{s, {}}},
+		{"a pattern that does not compile", Store{}, Options{Run: "s/("}},
+		{"negative Parallel", Store{}, Options{Parallel: -1}},
+		{"negative StopWait", Store{}, Options{StopWait: -time.Second}},
+		{"an exception naming no rule", Store{Exceptions: map[string]string{"snapshots/NoSuchRule": "renamed"}}, Options{}},
+		{"an exception without its suite", Store{Exceptions: map[string]string{"LoadLatest": "one snapshot per id"}}, Options{}},
+		{"queries without a journal", Store{Queries: struct{}{}}, Options{}},
 	} {
-		if _, err := Check(t.Context(), tt.opts, tt.suites...); err == nil {
-			t.Errorf("%s: no error", tt.name)
+		if rep, err := Check(t.Context(), tt.store, tt.opts); err == nil {
+			t.Errorf("%s: no error, report %+v", tt.name, rep)
 		}
+	}
+	if rep, err := Check(t.Context(), Store{Exceptions: map[string]string{"snapshots/LoadLatest": "one snapshot per id"}}, Options{}); err != nil || len(rep.Results) != 0 {
+		t.Errorf("a Store with no value and a known exception: %+v, %v; want no results and no error", rep, err)
 	}
 }
 
 // helperFails is a helper: the message names its caller's line.
-func helperFails(t T) {
+func helperFails(t tb) {
 	t.Helper()
 	t.Errorf("from the helper")
 }
 
 func TestCheckHelper(t *testing.T) {
 	var line int
-	rep := check(t, t.Context(), Options{}, suite("s", []string{"r"}, map[string]func(T){
-		"r": func(t T) {
+	rep := runCheck(t, t.Context(), Options{}, testSuite("s", []string{"r"}, map[string]func(tb){
+		"r": func(t tb) {
 			_, _, line, _ = runtime.Caller(0)
 			helperFails(t)
 		},
@@ -335,25 +360,25 @@ func TestCheckContext(t *testing.T) {
 	release := make(chan struct{})
 	defer close(release)
 	ended := make(chan struct{})
-	rules := map[string]func(T){
-		"EndsWithTheContext": func(t T) {
+	rules := map[string]func(tb){
+		"EndsWithTheContext": func(t tb) {
 			cancel()
 			<-t.Context().Done()
 			if !errors.Is(t.Context().Err(), context.Canceled) {
 				t.Errorf("context ended with %v", t.Context().Err())
 			}
 		},
-		"Blocks": func(t T) {
+		"Blocks": func(t tb) {
 			defer close(ended)
 			<-release // ignores its context
 			t.Error("released")
 		},
 	}
 	var progress []string
-	rep := check(t, ctx, Options{StopWait: time.Millisecond, Progress: func(r Result) { progress = append(progress, r.Name+" "+r.Outcome.String()) }},
-		suite("s", []string{"EndsWithTheContext", "Blocks"}, rules))
+	rep := runCheck(t, ctx, Options{StopWait: time.Millisecond, Progress: func(r Result) { progress = append(progress, r.Name+" "+outcome(r)) }},
+		testSuite("s", []string{"EndsWithTheContext", "Blocks"}, rules))
 	got := byName(rep)
-	if got["s/EndsWithTheContext"].Outcome != Passed || got["s/Blocks"].Outcome != Failed || got["s"].Outcome != Failed ||
+	if outcome(got["s/EndsWithTheContext"]) != "passed" || outcome(got["s/Blocks"]) != "failed" || outcome(got["s"]) != "failed" ||
 		!strings.Contains(strings.Join(got["s/Blocks"].Messages, ""), "left running") {
 		t.Errorf("results %+v", rep.Results)
 	}
@@ -368,11 +393,11 @@ func TestCheckContext(t *testing.T) {
 // its subtests, and the report lists parents first.
 func TestCheckProgress(t *testing.T) {
 	var progress []string
-	rule := func(t T) {
-		t.Run("sub", func(t T) { t.Skip("no") })
+	rule := func(t tb) {
+		t.Run("sub", func(t tb) { t.Skip("no") })
 	}
-	rep := check(t, t.Context(), Options{Progress: func(r Result) { progress = append(progress, r.Name+" "+r.Outcome.String()) }},
-		suite("s", []string{"r"}, map[string]func(T){"r": rule}))
+	rep := runCheck(t, t.Context(), Options{Progress: func(r Result) { progress = append(progress, r.Name+" "+outcome(r)) }},
+		testSuite("s", []string{"r"}, map[string]func(tb){"r": rule}))
 	if want := []string{"s/r/sub skipped", "s/r passed", "s passed"}; !slices.Equal(progress, want) {
 		t.Errorf("progress %q, want %q", progress, want)
 	}
@@ -384,20 +409,9 @@ func TestCheckProgress(t *testing.T) {
 func TestCheckShort(t *testing.T) {
 	for _, short := range []bool{false, true} {
 		var got bool
-		check(t, t.Context(), Options{Short: short}, suite("s", []string{"r"}, map[string]func(T){"r": func(t T) { got = t.short() }}))
+		runCheck(t, t.Context(), Options{Short: short}, testSuite("s", []string{"r"}, map[string]func(tb){"r": func(t tb) { got = t.short() }}))
 		if got != short {
 			t.Errorf("Options.Short %v: the rule saw %v", short, got)
 		}
-	}
-}
-
-func TestOutcomeText(t *testing.T) {
-	for o, want := range map[Outcome]string{Passed: "passed", Failed: "failed", Skipped: "skipped"} {
-		if b, err := o.MarshalText(); err != nil || string(b) != want || o.String() != want {
-			t.Errorf("%d: %q %v %q, want %q", int(o), b, err, o.String(), want)
-		}
-	}
-	if _, err := Outcome(7).MarshalText(); err == nil {
-		t.Error("Outcome(7).MarshalText: no error")
 	}
 }

@@ -5,96 +5,56 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"testing"
 	"time"
 
 	"github.com/annals-go/annals/snapshot"
 )
 
-// SnapshotHarnessFor gives the snapshot suite its store. TB is
-// *testing.T under go test (SnapshotHarness, RunSnapshots), T under Check
-// (SnapshotSuite).
-type SnapshotHarnessFor[TB any] struct {
-	// New returns the snapshot store a subtest runs against: a fresh store,
-	// or a shared one (every subtest uses ids of its own). New registers any
-	// cleanup with t.Cleanup. It may be called from parallel subtests.
-	New func(t TB) snapshot.Store
-	// Own returns a store no other subtest uses, which the CloseEndsCalls
-	// rule closes; nil skips that rule.
-	Own func(t TB) snapshot.Store
-	// Unsupported names rules (by their subtest names) that the store
-	// cannot keep by design, each with the reason; those rules are skipped
-	// with the reason. A rule name that is not in the suite fails the suite,
-	// so a renamed rule is not skipped silently.
-	Unsupported map[string]string
-}
-
-// SnapshotHarness gives the snapshot suite its store under go test.
-type SnapshotHarness = SnapshotHarnessFor[*testing.T]
-
 type snapshotRule struct {
 	name string
 	rule string
-	run  func(t T, s snapshot.Store)
+	run  func(t tb, s snapshot.Store)
 }
 
-// RunSnapshots runs every rule of the snapshot store contract against the
-// stores h.New makes, one named, parallel subtest of t per rule.
-func RunSnapshots(t *testing.T, h SnapshotHarness) {
-	t.Helper()
-	runSnapshots(testingT{t}, SnapshotHarnessFor[T]{New: forTesting(h.New), Own: forTesting(h.Own), Unsupported: h.Unsupported})
-}
-
-// SnapshotSuite is the snapshot suite (RunSnapshots' rules) for Check,
-// named "snapshots".
-func SnapshotSuite(h SnapshotHarnessFor[T]) Suite {
-	return Suite{name: "snapshots", run: func(t T) { runSnapshots(t, h) }}
-}
-
-func runSnapshots(t T, h SnapshotHarnessFor[T]) {
-	t.Helper()
-	if h.New == nil {
-		t.Fatal("storetest: SnapshotHarness.New is nil")
+// snapshotRules is the snapshots suite: the rules of snapshot.Store over
+// s.Snapshots (those of Akka's SnapshotStoreSpec, and more), and
+// CloseEndsCalls over an instance of s.Open's.
+func snapshotRules(s Store) []rule {
+	var rules []rule
+	for _, r := range snapshotCases() {
+		rules = append(rules, rule{r.name, r.rule, func(t tb) { r.run(t, s.Snapshots) }})
 	}
-	names := []string{"CloseEndsCalls"}
-	for _, r := range snapshotRules() {
-		names = append(names, r.name)
-	}
-	checkUnsupported(t, h.Unsupported, names)
-	for _, r := range snapshotRules() {
-		ruleTest(t, r.name, r.rule, h.Unsupported, func(t T) { r.run(t, h.New(t)) })
-	}
-	ruleTest(t, "CloseEndsCalls", "calls after Close fail with an error wrapping snapshot.ErrClosed, and a second Close is harmless", h.Unsupported, func(t T) {
-		if h.Own == nil {
-			t.Skip("SnapshotHarness.Own is nil")
+	return append(rules, rule{"CloseEndsCalls", "calls after Close fail with an error wrapping snapshot.ErrClosed, and a second Close is harmless", func(t tb) {
+		ss := own(t, s).Snapshots
+		if ss == nil {
+			t.Fatal("storetest: the Store that Store.Open returned has no Snapshots")
 		}
-		s := h.Own(t)
-		pid, metas := saveFive(t, s)
-		if err := s.Close(); err != nil {
+		pid, metas := saveFive(t, ss)
+		if err := ss.Close(); err != nil {
 			t.Fatalf("Close: %v", err)
 		}
-		if err := s.Close(); err != nil {
+		if err := ss.Close(); err != nil {
 			t.Errorf("a second Close: %v, want nil", err)
 		}
 		ctx := testContext(t)
-		_, _, loadErr := s.Load(ctx, pid, snapshot.Latest())
+		_, _, loadErr := ss.Load(ctx, pid, snapshot.Latest())
 		for call, err := range map[string]error{
 			"Load":           loadErr,
-			"Save":           s.Save(ctx, snapshot.Snapshot{Metadata: snapshot.Metadata{PersistenceID: pid, SequenceNr: 9}, Payload: []byte("x")}),
-			"Delete":         s.Delete(ctx, metas[0]),
-			"DeleteMatching": s.DeleteMatching(ctx, pid, snapshot.Latest()),
+			"Save":           ss.Save(ctx, snapshot.Snapshot{Metadata: snapshot.Metadata{PersistenceID: pid, SequenceNr: 9}, Payload: []byte("x")}),
+			"Delete":         ss.Delete(ctx, metas[0]),
+			"DeleteMatching": ss.DeleteMatching(ctx, pid, snapshot.Latest()),
 		} {
 			if !errors.Is(err, snapshot.ErrClosed) {
 				t.Errorf("%s after Close: %v, want an error wrapping snapshot.ErrClosed", call, err)
 			}
 		}
-	})
+	}})
 }
 
 // saveFive saves snapshots at sequence numbers 1..5 of a new id, one second
 // apart, as Akka's SnapshotStoreSpec does before each case, and returns their
 // metadata (index i holds sequence number i+1).
-func saveFive(t T, s snapshot.Store) (string, []snapshot.Metadata) {
+func saveFive(t tb, s snapshot.Store) (string, []snapshot.Metadata) {
 	t.Helper()
 	pid := uniqueID(t, "KitSnapshot")
 	base := time.Now().Add(-time.Hour).Truncate(time.Microsecond).UTC()
@@ -110,7 +70,7 @@ func payloadFor(m snapshot.Metadata) []byte {
 	return fmt.Appendf(nil, "state-%s-%d", m.PersistenceID, m.SequenceNr)
 }
 
-func save(t T, s snapshot.Store, snap snapshot.Snapshot) {
+func save(t tb, s snapshot.Store, snap snapshot.Snapshot) {
 	t.Helper()
 	if err := s.Save(testContext(t), snap); err != nil {
 		t.Fatalf("Save(%s, %d): %v", snap.Metadata.PersistenceID, snap.Metadata.SequenceNr, err)
@@ -118,7 +78,7 @@ func save(t T, s snapshot.Store, snap snapshot.Snapshot) {
 }
 
 // load returns the sequence number of the snapshot c selects, 0 for none.
-func load(t T, s snapshot.Store, pid string, c snapshot.Criteria) (snapshot.Snapshot, int64) {
+func load(t tb, s snapshot.Store, pid string, c snapshot.Criteria) (snapshot.Snapshot, int64) {
 	t.Helper()
 	got, ok, err := s.Load(testContext(t), pid, c)
 	if err != nil {
@@ -130,7 +90,7 @@ func load(t T, s snapshot.Store, pid string, c snapshot.Criteria) (snapshot.Snap
 	return got, got.Metadata.SequenceNr
 }
 
-func snapshotRules() []snapshotRule {
+func snapshotCases() []snapshotRule {
 	type loadCase struct {
 		name, rule string
 		criteria   func(md []snapshot.Metadata) snapshot.Criteria
@@ -161,7 +121,7 @@ func snapshotRules() []snapshotRule {
 	}
 	var rules []snapshotRule
 	for _, c := range loads {
-		rules = append(rules, snapshotRule{c.name, c.rule, func(t T, s snapshot.Store) {
+		rules = append(rules, snapshotRule{c.name, c.rule, func(t tb, s snapshot.Store) {
 			pid, md := saveFive(t, s)
 			crit := c.criteria(md)
 			got, seq := load(t, s, pid, crit)
@@ -192,7 +152,7 @@ func snapshotRules() []snapshotRule {
 }
 
 // invalidID: no snapshot is loaded for an id that has none.
-func invalidID(t T, s snapshot.Store) {
+func invalidID(t tb, s snapshot.Store) {
 	saveFive(t, s)
 	if _, seq := load(t, s, uniqueID(t, "KitSnapshot"), snapshot.Latest()); seq != 0 {
 		t.Errorf("loaded sequence number %d for an unknown id, want none", seq)
@@ -200,7 +160,7 @@ func invalidID(t T, s snapshot.Store) {
 }
 
 // deleteOneByMetadata: Delete removes the one snapshot its metadata names.
-func deleteOneByMetadata(t T, s snapshot.Store) {
+func deleteOneByMetadata(t tb, s snapshot.Store) {
 	pid, md := saveFive(t, s)
 	if err := s.Delete(testContext(t), md[1]); err != nil {
 		t.Fatal(err)
@@ -214,7 +174,7 @@ func deleteOneByMetadata(t T, s snapshot.Store) {
 }
 
 // deleteBySequenceWithZeroTimestamp: Delete with a zero timestamp removes the snapshot at that sequence number whatever its timestamp.
-func deleteBySequenceWithZeroTimestamp(t T, s snapshot.Store) {
+func deleteBySequenceWithZeroTimestamp(t tb, s snapshot.Store) {
 	pid, _ := saveFive(t, s)
 	if err := s.Delete(testContext(t), snapshot.Metadata{PersistenceID: pid, SequenceNr: 5}); err != nil {
 		t.Fatal(err)
@@ -225,7 +185,7 @@ func deleteBySequenceWithZeroTimestamp(t T, s snapshot.Store) {
 }
 
 // deleteWithOtherTimestampKeeps: Delete with a timestamp that differs from the stored one removes nothing.
-func deleteWithOtherTimestampKeeps(t T, s snapshot.Store) {
+func deleteWithOtherTimestampKeeps(t tb, s snapshot.Store) {
 	pid, md := saveFive(t, s)
 	m := md[4]
 	m.Timestamp = m.Timestamp.Add(time.Millisecond)
@@ -238,7 +198,7 @@ func deleteWithOtherTimestampKeeps(t T, s snapshot.Store) {
 }
 
 // deleteMatching: DeleteMatching removes every snapshot within the criteria's upper sequence and timestamp bounds.
-func deleteMatching(t T, s snapshot.Store) {
+func deleteMatching(t tb, s snapshot.Store) {
 	pid, md := saveFive(t, s)
 	c := snapshot.Criteria{MaxSequenceNr: md[2].SequenceNr, MaxTimestamp: md[2].Timestamp}
 	if err := s.DeleteMatching(testContext(t), pid, c); err != nil {
@@ -256,7 +216,7 @@ func deleteMatching(t T, s snapshot.Store) {
 }
 
 // deleteMatchingKeepsNonMatchingTimestamps: DeleteMatching keeps snapshots outside its upper timestamp bound.
-func deleteMatchingKeepsNonMatchingTimestamps(t T, s snapshot.Store) {
+func deleteMatchingKeepsNonMatchingTimestamps(t tb, s snapshot.Store) {
 	pid, md := saveFive(t, s)
 	c := snapshot.Criteria{MaxSequenceNr: md[2].SequenceNr, MaxTimestamp: md[1].Timestamp.Add(-time.Millisecond)}
 	if err := s.DeleteMatching(testContext(t), pid, c); err != nil {
@@ -271,7 +231,7 @@ func deleteMatchingKeepsNonMatchingTimestamps(t T, s snapshot.Store) {
 }
 
 // overwriteSameSequenceNr: saving a snapshot with a stored id and sequence number overwrites it.
-func overwriteSameSequenceNr(t T, s snapshot.Store) {
+func overwriteSameSequenceNr(t tb, s snapshot.Store) {
 	pid, md := saveFive(t, s)
 	m := md[3]
 	m.Timestamp = m.Timestamp.Add(time.Minute)
@@ -283,7 +243,7 @@ func overwriteSameSequenceNr(t T, s snapshot.Store) {
 }
 
 // largeSnapshot: a 10,000-byte snapshot is stored and loaded byte for byte.
-func largeSnapshot(t T, s snapshot.Store) {
+func largeSnapshot(t tb, s snapshot.Store) {
 	pid := uniqueID(t, "KitSnapshot")
 	payload := make([]byte, 10_000)
 	for i := range payload {
@@ -300,7 +260,7 @@ func largeSnapshot(t T, s snapshot.Store) {
 }
 
 // extremeTimestampBounds: criteria with timestamps far in the past or future select as their meaning says.
-func extremeTimestampBounds(t T, s snapshot.Store) {
+func extremeTimestampBounds(t tb, s snapshot.Store) {
 	pid, _ := saveFive(t, s)
 	future, past := time.Date(3000, 1, 1, 0, 0, 0, 0, time.UTC), time.Date(1000, 1, 1, 0, 0, 0, 0, time.UTC)
 	if _, seq := load(t, s, pid, snapshot.Criteria{MaxSequenceNr: 10, MaxTimestamp: future}); seq != 5 {
@@ -321,7 +281,7 @@ func extremeTimestampBounds(t T, s snapshot.Store) {
 }
 
 // snapshotInvalidArguments: invalid arguments fail with ErrInvalidArgument and change nothing.
-func snapshotInvalidArguments(t T, s snapshot.Store) {
+func snapshotInvalidArguments(t tb, s snapshot.Store) {
 	ctx := testContext(t)
 	pid := uniqueID(t, "KitSnapshot")
 	calls := []struct {

@@ -6,17 +6,16 @@ import (
 	"time"
 )
 
-// T is what a rule of the kit, and a harness's functions, get for the
-// rule they serve: the subset of *testing.T the kit uses. Under go test
-// (RunJournal and the other Run functions) it wraps the test's
-// *testing.T (and a harness's functions get that *testing.T); under Check
-// it is Check's own runner. The methods behave as *testing.T's do:
+// tb is what a rule of the kit gets: the part of *testing.T the kit
+// uses. Under go test (Run, RunMembershipAcross) it wraps the test's
+// *testing.T; under Check it is Check's own runner. The methods behave
+// as *testing.T's do:
 //
 //   - Fail, Error and Errorf mark the rule failed and let it go on; the
 //     failure of a subtest fails its parents too.
 //   - FailNow, Fatal, Fatalf, SkipNow, Skip and Skipf end the rule: they
-//     must be called from the goroutine that runs it (the one that called
-//     the harness's function or the rule), not from one it started.
+//     must be called from the goroutine that runs it, not from one it
+//     started.
 //   - Cleanup registers a function to run when the rule and its subtests
 //     have ended, after its Context is cancelled; cleanups run last
 //     registered first.
@@ -29,9 +28,7 @@ import (
 //     the parent's cleanups run after all of them.
 //   - Helper marks the calling function as a helper: the messages name
 //     the line of its caller.
-//
-// T is implemented by this package only.
-type T interface {
+type tb interface {
 	Cleanup(f func())
 	Context() context.Context
 	Error(args ...any)
@@ -46,7 +43,7 @@ type T interface {
 	Logf(format string, args ...any)
 	Name() string
 	Parallel()
-	Run(name string, f func(t T)) bool
+	Run(name string, f func(t tb)) bool
 	Skip(args ...any)
 	SkipNow()
 	Skipf(format string, args ...any)
@@ -60,13 +57,13 @@ type T interface {
 	deadline() (time.Time, bool)
 }
 
-// testingT is a T under go test. The methods of *testing.T are promoted
+// testingT is a tb under go test. The methods of *testing.T are promoted
 // (the compiler's wrappers are left out of the call stacks testing
 // reads, so Helper marks the kit's helpers, and messages name the kit's
 // lines); Run is the one it changes.
 type testingT struct{ *testing.T }
 
-func (t testingT) Run(name string, f func(t T)) bool {
+func (t testingT) Run(name string, f func(t tb)) bool {
 	t.T.Helper()
 	return t.T.Run(name, func(tt *testing.T) { f(testingT{tt}) })
 }
@@ -74,12 +71,3 @@ func (t testingT) Run(name string, f func(t T)) bool {
 func (testingT) short() bool { return testing.Short() }
 
 func (t testingT) deadline() (time.Time, bool) { return t.T.Deadline() }
-
-// forTesting turns a harness function written for go test into one for
-// the kit's rules, which under go test get a testingT; nil stays nil.
-func forTesting[R any](f func(*testing.T) R) func(T) R {
-	if f == nil {
-		return nil
-	}
-	return func(t T) R { return f(t.(testingT).T) }
-}

@@ -80,7 +80,7 @@ names]}], "removed_ids"}.`,
 			timeout := fs.Duration("timeout", 10*time.Minute, "fail if the kit takes longer than `DURATION`")
 			return func(e *env, _ []string) error {
 				// Check refuses a --run it cannot compile, before any rule.
-				if _, err := storetest.Check(e.ctx, storetest.Options{Run: *run}); err != nil {
+				if _, err := storetest.Check(e.ctx, storetest.Store{}, storetest.Options{Run: *run}); err != nil {
 					return usagef("--run: %v", err)
 				}
 				url, err := e.storeURL(*store)
@@ -235,46 +235,25 @@ func (k *kit) run(o checkOptions) (err error) {
 	defer func() { err = errors.Join(err, closeStore()) }()
 	ctx, cancel := context.WithTimeout(k.e.ctx, o.timeout)
 	defer cancel()
-	j := &recordingJournal{Journal: k.s.Journal, k: k}
-	ss := &recordingSnapshots{Store: k.s.Snapshots, k: k}
-	suites := []storetest.Suite{
-		storetest.JournalSuite(storetest.JournalHarnessFor[storetest.T]{
-			New: func(storetest.T) journal.Journal { return j },
-			Own: func(t storetest.T) journal.Journal {
-				return &recordingJournal{Journal: k.another(t).Journal, k: k, closes: true}
-			},
-			Capabilities:   storetest.Capabilities{GlobalOrdering: k.s.GlobalOrdering, StoreTimestamps: k.s.KitStoreTimestamps},
-			MaxPayloadSize: k.s.MaxPayloadSize,
-		}),
-		storetest.SnapshotSuite(storetest.SnapshotHarnessFor[storetest.T]{
-			New: func(storetest.T) snapshot.Store { return ss },
-			Own: func(t storetest.T) snapshot.Store {
-				return &recordingSnapshots{Store: k.another(t).Snapshots, k: k, closes: true}
-			},
-			Unsupported: k.s.KitSnapshotExceptions,
-		}),
-	}
-	if k.s.Queries != nil {
-		suites = append(suites, storetest.QuerySuite(storetest.QueryHarnessFor[storetest.T]{
-			New:             func(storetest.T) (journal.Journal, any) { return j, k.s.Queries },
-			IDsInStoreOrder: k.s.IDsInStoreOrder,
-		}))
-	}
-	if offsetQueries(k.s.Queries) {
-		suites = append(suites, storetest.BatchQuerySuite(storetest.QueryHarnessFor[storetest.T]{
-			New: func(storetest.T) (journal.Journal, any) { return j, k.s.Queries },
-		}))
+	ks := storetest.Store{
+		Journal:   &recordingJournal{Journal: k.s.Journal, k: k},
+		Snapshots: &recordingSnapshots{Store: k.s.Snapshots, k: k},
+		Queries:   k.s.Queries,
+		Open:      k.another,
+		// The facts of the store's kind.
+		GlobalOrdering:  k.s.GlobalOrdering,
+		StoreTimestamps: k.s.KitStoreTimestamps,
+		IDsInStoreOrder: k.s.IDsInStoreOrder,
+		MaxPayloadSize:  k.s.MaxPayloadSize,
+		Exceptions:      k.s.KitExceptions,
 	}
 	if k.s.Durable != nil {
-		suites = append(suites, storetest.DurableSuite(storetest.DurableHarnessFor[storetest.T]{
-			New: func(storetest.T) durable.Store { return k.recordingDurable(k.s.Durable, false) },
-			Own: func(t storetest.T) durable.Store { return k.recordingDurable(k.another(t).Durable, true) },
-		}))
+		ks.Durable = k.recordingDurable(k.s.Durable, false)
 	}
-	rep, err := storetest.Check(ctx, storetest.Options{
+	rep, err := storetest.Check(ctx, ks, storetest.Options{
 		Run: o.run, Short: o.short, StopWait: checkStopWait,
 		Progress: func(r storetest.Result) { k.progress(r, o.verbose) },
-	}, suites...)
+	})
 	if err != nil {
 		return usagef("--run: %v", err)
 	}
@@ -306,23 +285,21 @@ func (k *kit) run(o checkOptions) (err error) {
 	return nil
 }
 
-// offsetQueries reports whether the read journal rj offers events by tag
-// or by slices, the queries the batch suite reads with (the Kafka
-// journal's offers neither).
-func offsetQueries(rj any) bool {
-	_, byTag := rj.(query.EventsByTagQuery)
-	_, bySlices := rj.(query.EventsBySlicesQuery)
-	return byTag || bySlices
-}
-
 // progress prints a rule's result as go test does: a failure with its
 // messages; with verbose, every result.
 func (k *kit) progress(r storetest.Result, verbose bool) {
-	if r.Outcome != storetest.Failed && !verbose {
+	if !r.Failed && !verbose {
 		return
 	}
+	outcome := "PASS"
+	switch {
+	case r.Failed:
+		outcome = "FAIL"
+	case r.Skipped:
+		outcome = "SKIP"
+	}
 	var b strings.Builder
-	fmt.Fprintf(&b, "--- %s: Check/%s (%.2fs)\n", map[storetest.Outcome]string{storetest.Passed: "PASS", storetest.Failed: "FAIL", storetest.Skipped: "SKIP"}[r.Outcome], r.Name, r.Duration.Seconds())
+	fmt.Fprintf(&b, "--- %s: Check/%s (%.2fs)\n", outcome, r.Name, r.Duration.Seconds())
 	for _, m := range r.Messages {
 		fmt.Fprintf(&b, "    %s\n", strings.ReplaceAll(m, "\n", "\n        "))
 	}
@@ -349,16 +326,16 @@ func (k *kit) summary(rep storetest.Report) checkResult {
 			suites[suite] = sj
 		}
 		sj.Rules++
-		switch r.Outcome {
-		case storetest.Passed:
-			sj.Passed++
-		case storetest.Failed:
+		switch {
+		case r.Failed:
 			sj.Failed = append(sj.Failed, rule)
-		default:
+		case r.Skipped:
 			sj.Skipped = append(sj.Skipped, rule)
+		default:
+			sj.Passed++
 		}
 	}
-	for _, name := range []string{"journal", "snapshots", "queries", "batch-queries", "durable"} {
+	for _, name := range []string{"journal", "snapshots", "recovery", "queries", "batch-queries", "offsets", "durable", "membership", "fenced-writes"} {
 		if sj := suites[name]; sj != nil {
 			slices.Sort(sj.Failed)
 			slices.Sort(sj.Skipped)
@@ -426,15 +403,22 @@ func (k *kit) useScratch() error {
 	return nil
 }
 
-// another opens the store again, for a rule that closes what it is given;
-// it is closed when the rule ends.
-func (k *kit) another(t storetest.T) *stores.Store {
-	s, err := k.e.mux.Open(context.WithoutCancel(k.e.ctx), k.runURL, stores.Existing)
+// another opens the store again (Store.Open), for a rule that closes
+// what it is given; the kit closes it when the rule ends.
+func (k *kit) another(ctx context.Context) (storetest.Store, error) {
+	s, err := k.e.mux.Open(context.WithoutCancel(ctx), k.runURL, stores.Existing)
 	if err != nil {
-		t.Fatalf("opening the store again: %v", err)
+		return storetest.Store{}, fmt.Errorf("opening the store again: %w", err)
 	}
-	t.Cleanup(func() { _ = s.Close() })
-	return s
+	o := storetest.Store{
+		Journal:   &recordingJournal{Journal: s.Journal, k: k, closes: true},
+		Snapshots: &recordingSnapshots{Store: s.Snapshots, k: k, closes: true},
+		Close:     s.Close,
+	}
+	if s.Durable != nil {
+		o.Durable = k.recordingDurable(s.Durable, true)
+	}
+	return o, nil
 }
 
 // recordingJournal notes every id the kit writes or deletes. The kit's

@@ -1,58 +1,44 @@
 package cassandra_test
 
 import (
+	"context"
 	"testing"
 	"time"
 
-	"github.com/annals-go/annals/journal"
 	"github.com/annals-go/annals/recovery"
-	"github.com/annals-go/annals/snapshot"
 	"github.com/annals-go/annals/store/cassandra"
 	"github.com/annals-go/annals/store/cassandra/cassandratest"
-	"github.com/annals-go/annals/store/memory"
 	"github.com/annals-go/annals/storetest"
 )
 
-// TestKits runs the journal, query, batch query, snapshot and recovery
-// compliance kits on one keyspace (partitions of 2,500 numbers, so that
-// the kit's writes of 1,000 events cross partition boundaries).
+// TestKits runs every suite of the compliance kit the store offers on one
+// keyspace (partitions of 2,500 numbers, so that the kit's writes of
+// 1,000 events cross partition boundaries), its recoveries read with
+// three calls (recovery.ThreeCalls: the journal has no one-call read).
 func TestKits(t *testing.T) {
-	s := cassandratest.Open(t, cassandra.WithPartitionSize(2500), cassandra.WithMaxPayloadSize(storetest.KitMaxPayloadSize),
-		cassandra.WithEventualConsistencyDelay(0), cassandra.WithFirstTimeBucket(time.Now().Add(-time.Hour)))
-	t.Run("journal", func(t *testing.T) {
-		storetest.RunJournal(t, storetest.JournalHarness{
-			New:            func(t *testing.T) journal.Journal { return s.Journal() },
-			MaxPayloadSize: storetest.KitMaxPayloadSize,
-		})
-	})
-	t.Run("queries", func(t *testing.T) {
-		storetest.RunQueries(t, storetest.QueryHarness{
-			New:             func(t *testing.T) (journal.Journal, any) { return s.Journal(), s.ReadJournal() },
-			IDsInStoreOrder: true,
-		})
-	})
-	t.Run("batch-queries", func(t *testing.T) {
-		// Events by tag only: the read journal offers no events by slices.
-		storetest.RunBatchQueries(t, storetest.QueryHarness{
-			New: func(t *testing.T) (journal.Journal, any) { return s.Journal(), s.ReadJournal() },
-		})
-	})
-	t.Run("snapshots", func(t *testing.T) {
-		storetest.RunSnapshots(t, storetest.SnapshotHarness{
-			New: func(t *testing.T) snapshot.Store { return s.Snapshots() },
-		})
-	})
-	t.Run("recovery", func(t *testing.T) {
-		storetest.RunRecovery(t, storetest.RecoveryHarness{
-			New: func(t *testing.T) (recovery.Reader, journal.Journal, snapshot.Store) {
-				j, snaps := s.Journal(), s.Snapshots()
-				return recovery.ThreeCalls(j, snaps), j, snaps
-			},
-			Foreign: func(t *testing.T) snapshot.Store {
-				m := memory.New()
-				t.Cleanup(func() { _ = m.Close() })
-				return m.Snapshots()
-			},
-		})
+	u, _ := cassandratest.URL(t)
+	opts := []cassandra.Option{cassandra.WithPartitionSize(2500), cassandra.WithMaxPayloadSize(storetest.KitMaxPayloadSize),
+		cassandra.WithEventualConsistencyDelay(0), cassandra.WithFirstTimeBucket(time.Now().Add(-time.Hour))}
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+	defer cancel()
+	s, err := cassandra.Open(ctx, u, append(opts, cassandra.WithMigrate(true))...)
+	if err != nil {
+		t.Fatalf("open %s: %v", u, err)
+	}
+	t.Cleanup(func() { s.Close() })
+	j, snaps := s.Journal(), s.Snapshots()
+	storetest.Run(t, storetest.Store{
+		Journal: j, Snapshots: snaps, Queries: s.ReadJournal(), Recovery: recovery.ThreeCalls(j, snaps),
+		Durable: s.DurableState(), Membership: s.Membership(),
+		// Another session on the keyspace, as another process's.
+		Open: func(ctx context.Context) (storetest.Store, error) {
+			o, err := cassandra.Open(ctx, u, opts...)
+			if err != nil {
+				return storetest.Store{}, err
+			}
+			return storetest.Store{Journal: o.Journal(), Snapshots: o.Snapshots(), Durable: o.DurableState(), Membership: o.Membership(), Close: o.Close}, nil
+		},
+		IDsInStoreOrder: true,
+		MaxPayloadSize:  storetest.KitMaxPayloadSize,
 	})
 }

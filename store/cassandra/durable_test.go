@@ -15,7 +15,6 @@ import (
 	"github.com/annals-go/annals/durable"
 	"github.com/annals-go/annals/store/cassandra"
 	"github.com/annals-go/annals/store/cassandra/cassandratest"
-	"github.com/annals-go/annals/storetest"
 )
 
 // durableObj is revision rev of pid's object, its payload value.
@@ -23,12 +22,11 @@ func durableObj(pid string, rev int64, value string) durable.Object {
 	return durable.Object{PersistenceID: pid, Revision: rev, Payload: []byte(value), SerializerID: 31, Manifest: "test.State", Tag: "test"}
 }
 
-// TestDurableState runs the durable-state kit on one keyspace (each rule
-// uses ids of its own; CloseEndsCalls closes a second store on the same
-// keyspace), then the rules of the Cassandra store's own: conflicts name
-// the revision the lightweight transaction read, racing inserts and a
-// delete racing an update have one winner, and the row holds what the
-// type's documentation says.
+// TestDurableState checks the rules of the Cassandra store's own (TestKits
+// runs the kit's durable suite): conflicts name the revision the
+// lightweight transaction read, racing inserts and a delete racing an
+// update have one winner, and the row holds what the type's documentation
+// says.
 func TestDurableState(t *testing.T) {
 	u, ks := cassandratest.URL(t)
 	open := func(t *testing.T, opts ...cassandra.Option) *cassandra.Store {
@@ -49,13 +47,6 @@ func TestDurableState(t *testing.T) {
 			t.Fatalf("Upsert(%s, revision %d): %v", o.PersistenceID, o.Revision, err)
 		}
 	}
-
-	t.Run("kit", func(t *testing.T) {
-		storetest.RunDurableState(t, storetest.DurableHarness{
-			New: func(*testing.T) durable.Store { return ds },
-			Own: func(t *testing.T) durable.Store { return open(t).DurableState() },
-		})
-	})
 
 	t.Run("conflicts name the stored revision", func(t *testing.T) {
 		pid, empty := "DurableConflict|a", "DurableConflict|empty"

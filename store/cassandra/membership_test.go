@@ -15,12 +15,11 @@ import (
 	"github.com/annals-go/annals/storetest"
 )
 
-// TestMembership runs the membership kit on one keyspace (its rules use
-// clusters of their own), then the Cassandra store's own rules: the rows
-// hold what the type's documentation says (TTLs of whole seconds plus
-// one, an expired lease's epoch and owner kept, an expired member's row
-// gone), calls with an ended context or after Close fail as the store's
-// others do, and a keyspace without the table fails with
+// TestMembership runs the kit's rules across two sessions on one keyspace
+// (TestKits runs the membership suite), then the Cassandra store's own
+// rules: the rows hold what the type's documentation says (TTLs of whole
+// seconds plus one, an expired lease's epoch and owner kept, an expired
+// member's row gone), and a keyspace without the table fails with
 // ErrSchemaMissing until Migrate creates it.
 func TestMembership(t *testing.T) {
 	u, ks := cassandratest.URL(t)
@@ -36,13 +35,9 @@ func TestMembership(t *testing.T) {
 	s := open(t, cassandra.WithMigrate(true))
 	m := s.Membership()
 
-	t.Run("kit", func(t *testing.T) {
-		storetest.RunMembership(t, func(*testing.T) membership.Store { return m })
-	})
-
 	t.Run("kit across sessions", func(t *testing.T) {
 		other := open(t).Membership() // a second session, as another process's
-		storetest.RunMembershipAcross(t, func(*testing.T) [2]membership.Store { return [2]membership.Store{m, other} })
+		storetest.RunMembershipAcross(t, m, other)
 	})
 
 	t.Run("rows", func(t *testing.T) {
@@ -188,14 +183,6 @@ func TestMembership(t *testing.T) {
 			}
 		}
 	})
-
-	t.Run("errors", func(t *testing.T) {
-		storetest.RunMembershipErrors(t, func(t *testing.T) (membership.Store, func() error) {
-			s := open(t)
-			return s.Membership(), s.Close
-		})
-	})
-
 }
 
 // TestMembershipSchema: Migrate creates cluster_membership with the other

@@ -17,7 +17,6 @@ import (
 	gocql "github.com/apache/cassandra-gocql-driver/v2"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/annals-go/annals/journal"
 	"github.com/annals-go/annals/store/cassandra/cassandratest"
 	"github.com/annals-go/annals/store/kafka"
 	"github.com/annals-go/annals/store/kafka/eventual"
@@ -258,11 +257,12 @@ func TestReplicatorChildProcess(t *testing.T) {
 	}
 }
 
-// TestJournalKit runs the journal, query and batch query compliance kits
-// with the replicator running, lagging (its pointer moved only every third
-// poll, so reads find events in both the store and the topic) and with
-// none (every read from the topic), on the fake broker and on the real one
-// (topics and group of this run's own), with each eventual store.
+// TestJournalKit runs the journal, query and batch query suites of the
+// compliance kit with the replicator running, lagging (its pointer moved
+// only every third poll, so reads find events in both the store and the
+// topic) and with none (every read from the topic), on the fake broker
+// and on the real one (topics and group of this run's own), with each
+// eventual store.
 func TestJournalKit(t *testing.T) {
 	for _, store := range []string{"cassandra", "postgres"} {
 		t.Run(store, func(t *testing.T) {
@@ -294,15 +294,10 @@ func TestJournalKit(t *testing.T) {
 							// has copied some of what they wrote.
 							t.Cleanup(func() { awaitReplicated(t, tables, run+"KitJournal") })
 						}
-						storetest.RunJournal(t, storetest.JournalHarness{
-							New:            func(t *testing.T) journal.Journal { return j },
-							MaxPayloadSize: kafka.DefaultMaxPayloadSize,
-						})
-						rj := j.ReadJournal(50 * time.Millisecond)
-						storetest.RunQueries(t, storetest.QueryHarness{New: func(t *testing.T) (journal.Journal, any) { return j, rj }})
-						// By slices only: the read journal offers no events
-						// by tag (the topic keeps no order across ids).
-						storetest.RunBatchQueries(t, storetest.QueryHarness{New: func(t *testing.T) (journal.Journal, any) { return j, rj }})
+						// The batch queries by slices only: the read journal
+						// offers no events by tag (the topic keeps no order
+						// across ids).
+						storetest.Run(t, storetest.Store{Journal: j, Queries: j.ReadJournal(50 * time.Millisecond), MaxPayloadSize: kafka.DefaultMaxPayloadSize})
 					})
 				}
 			}

@@ -1,50 +1,75 @@
 package memory_test
 
 import (
+	"context"
 	"errors"
-	"github.com/annals-go/annals/membership"
+	"strings"
 	"testing"
 	"time"
 
-	"github.com/annals-go/annals/durable"
 	"github.com/annals-go/annals/journal"
-	"github.com/annals-go/annals/offsets"
-	"github.com/annals-go/annals/snapshot"
+	"github.com/annals-go/annals/recovery"
 	"github.com/annals-go/annals/store/memory"
 	"github.com/annals-go/annals/storetest"
 )
 
-func TestJournalCompliance(t *testing.T) {
-	newJournal := func(t *testing.T) journal.Journal {
-		s := memory.New(memory.WithMaxPayloadSize(storetest.KitMaxPayloadSize))
-		t.Cleanup(func() { _ = s.Close() })
-		return s.Journal()
-	}
-	storetest.RunJournal(t, storetest.JournalHarness{
-		New:            newJournal,
-		Own:            newJournal,
-		Capabilities:   storetest.Capabilities{GlobalOrdering: true},
-		MaxPayloadSize: storetest.KitMaxPayloadSize,
-	})
-}
-
-func TestSnapshotCompliance(t *testing.T) {
-	newStore := func(t *testing.T) snapshot.Store {
-		s := memory.New()
-		t.Cleanup(func() { _ = s.Close() })
-		return s.Snapshots()
-	}
-	storetest.RunSnapshots(t, storetest.SnapshotHarness{New: newStore, Own: newStore})
-}
-
-func TestQueryCompliance(t *testing.T) {
-	storetest.RunQueries(t, storetest.QueryHarness{
-		New: func(t *testing.T) (journal.Journal, any) {
-			s := memory.New()
-			t.Cleanup(func() { _ = s.Close() })
-			return s.Journal(), s.Queries()
+// kitStore is s as the compliance kit checks it: every value it offers,
+// and Open making another store (its data is its own).
+func kitStore(s *memory.Store) storetest.Store {
+	j, snaps := s.Journal(), s.Snapshots()
+	return storetest.Store{
+		Journal: j, Snapshots: snaps, Queries: s.Queries(), Recovery: recovery.ThreeCalls(j, snaps),
+		Offsets: s.Projections(), Durable: s.DurableState(), Membership: s.Membership(),
+		Open: func(context.Context) (storetest.Store, error) {
+			o := memory.New()
+			return storetest.Store{Journal: o.Journal(), Snapshots: o.Snapshots(), Durable: o.DurableState(), Close: o.Close}, nil
 		},
-	})
+		GlobalOrdering: true,
+		Exceptions:     map[string]string{"membership/CloseEndsCalls": "the store's membership is the process's own: its calls do not end with the store's Close"},
+	}
+}
+
+// TestKit runs every suite of the compliance kit on one store, the
+// journal's recoveries read with three calls (recovery.ThreeCalls: the
+// journal has no one-call read).
+func TestKit(t *testing.T) {
+	s := memory.New(memory.WithMaxPayloadSize(storetest.KitMaxPayloadSize))
+	t.Cleanup(func() { _ = s.Close() })
+	k := kitStore(s)
+	k.MaxPayloadSize = storetest.KitMaxPayloadSize
+	storetest.Run(t, k)
+}
+
+// TestCheck: every suite passes through storetest.Check, the kit's runner
+// outside go test, as it does under go test, every suite reported.
+func TestCheck(t *testing.T) {
+	s := memory.New()
+	t.Cleanup(func() { _ = s.Close() })
+	k := kitStore(s)
+	k.MaxPayloadSize = memory.DefaultMaxPayloadSize
+	rep, err := storetest.Check(t.Context(), k, storetest.Options{Short: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rules := map[string]int{}
+	skipped := map[string]bool{}
+	for _, r := range rep.Results {
+		if r.Failed {
+			t.Errorf("%s failed: %q", r.Name, r.Messages)
+		}
+		if suite, _, ok := strings.Cut(r.Name, "/"); ok && strings.Count(r.Name, "/") == 1 {
+			rules[suite]++
+		}
+		skipped[r.Name] = r.Skipped
+	}
+	if !skipped["journal/LargeReplayStreams"] || !skipped["membership/CloseEndsCalls"] {
+		t.Error("Options.Short did not skip LargeReplayStreams, or the exception membership/CloseEndsCalls did not skip it")
+	}
+	for _, suite := range []string{"journal", "snapshots", "recovery", "queries", "batch-queries", "offsets", "durable", "membership", "fenced-writes"} {
+		if rules[suite] < 2 {
+			t.Errorf("suite %s reported %d rules", suite, rules[suite])
+		}
+	}
 }
 
 func TestOptions(t *testing.T) {
@@ -62,32 +87,4 @@ func TestOptions(t *testing.T) {
 			t.Errorf("timestamp %v (%v), want the clock's %v", r.Timestamp, err, at)
 		}
 	}
-}
-
-func TestOffsetsCompliance(t *testing.T) {
-	storetest.RunTxOffsets(t, storetest.TxOffsetsHarness[*memory.Tx]{
-		New: func(t *testing.T) offsets.TxStore[*memory.Tx] {
-			s := memory.New()
-			t.Cleanup(func() { _ = s.Close() })
-			return s.Projections()
-		},
-	})
-}
-
-func TestDurableStateCompliance(t *testing.T) {
-	newStore := func(t *testing.T) durable.Store {
-		s := memory.New()
-		t.Cleanup(func() { _ = s.Close() })
-		return s.DurableState()
-	}
-	storetest.RunDurableState(t, storetest.DurableHarness{New: newStore, Own: newStore})
-}
-
-func TestFencedWritesKit(t *testing.T) {
-	s := memory.New()
-	storetest.RunFencedWrites(t, s.Journal(), s.Membership())
-}
-
-func TestMembershipKit(t *testing.T) {
-	storetest.RunMembership(t, func(t *testing.T) membership.Store { return memory.New().Membership() })
 }

@@ -18,30 +18,15 @@ import (
 	"github.com/annals-go/annals/query"
 	"github.com/annals-go/annals/store/postgres"
 	"github.com/annals-go/annals/store/postgres/pgtest"
-	"github.com/annals-go/annals/storetest"
 )
 
-// layouts are the two layouts every durable-state rule runs on.
+// layouts are the two layouts.
 var layouts = []struct {
 	name string
 	opts []postgres.Option
 }{
 	{"annals", nil},
 	{"r2dbc", r2dbcOpts},
-}
-
-func TestDurableStateKit(t *testing.T) {
-	t.Parallel()
-	for _, l := range layouts {
-		t.Run(l.name, func(t *testing.T) {
-			t.Parallel()
-			s := open(t, l.opts...)
-			storetest.RunDurableState(t, storetest.DurableHarness{
-				New: func(t *testing.T) durable.Store { return s.DurableState() },
-				Own: func(t *testing.T) durable.Store { return open(t, l.opts...).DurableState() },
-			})
-		})
-	}
 }
 
 // TestDurableStateTableIsPekkos: on both layouts the durable_state table

@@ -13,40 +13,6 @@ import (
 	"github.com/annals-go/annals/storetest"
 )
 
-func TestMembershipKit(t *testing.T) {
-	t.Parallel()
-	for _, l := range layouts {
-		t.Run(l.name, func(t *testing.T) {
-			t.Parallel()
-			s := open(t, l.opts...)
-			storetest.RunMembership(t, func(t *testing.T) membership.Store { return s.Membership() })
-		})
-	}
-}
-
-// TestFencedWritesKit: the journal checks the leases of the store's own
-// membership where writes commit, on both layouts.
-func TestFencedWritesKit(t *testing.T) {
-	t.Parallel()
-	for _, l := range layouts {
-		t.Run(l.name, func(t *testing.T) {
-			t.Parallel()
-			s := open(t, l.opts...)
-			storetest.RunFencedWrites(t, s.Journal(), s.Membership())
-		})
-	}
-}
-
-// TestMembershipErrors: the kit's rule for calls with an ended context and
-// after Close.
-func TestMembershipErrors(t *testing.T) {
-	t.Parallel()
-	storetest.RunMembershipErrors(t, func(t *testing.T) (membership.Store, func() error) {
-		s := open(t)
-		return s.Membership(), s.Close
-	})
-}
-
 // TestMembershipWithoutTables: an r2dbc-layout schema whose tables were
 // made by a JVM service's DDL (no membership tables) opens, and
 // membership calls fail with ErrSchemaMissing until Migrate adds them.
@@ -81,18 +47,16 @@ func TestMembershipWithoutTables(t *testing.T) {
 func TestMembershipAcrossPools(t *testing.T) {
 	t.Parallel()
 	dsn, _ := pgtest.Schema(t)
-	storetest.RunMembershipAcross(t, func(t *testing.T) [2]membership.Store {
-		var stores [2]membership.Store
-		for i := range stores {
-			s, err := postgres.Open(t.Context(), dsn, postgres.WithMigrate(true))
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { s.Close() })
-			stores[i] = s.Membership()
+	var stores [2]membership.Store
+	for i := range stores {
+		s, err := postgres.Open(t.Context(), dsn, postgres.WithMigrate(true))
+		if err != nil {
+			t.Fatal(err)
 		}
-		return stores
-	})
+		t.Cleanup(func() { s.Close() })
+		stores[i] = s.Membership()
+	}
+	storetest.RunMembershipAcross(t, stores[0], stores[1])
 }
 
 // TestMembershipCheckHeldTx: inside a projection transaction the check

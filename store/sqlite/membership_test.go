@@ -12,43 +12,20 @@ import (
 	"github.com/annals-go/annals/storetest"
 )
 
-func TestMembershipKit(t *testing.T) {
-	s := openTemp(t)
-	storetest.RunMembership(t, func(t *testing.T) membership.Store { return s.Membership() })
-}
-
-// TestFencedWritesKit: the journal checks the leases of the store's own
-// membership in its write transaction.
-func TestFencedWritesKit(t *testing.T) {
-	s := openTemp(t)
-	storetest.RunFencedWrites(t, s.Journal(), s.Membership())
-}
-
-// TestMembershipErrors: the kit's rule for calls with an ended context and
-// after Close.
-func TestMembershipErrors(t *testing.T) {
-	storetest.RunMembershipErrors(t, func(t *testing.T) (membership.Store, func() error) {
-		s := openTemp(t)
-		return s.Membership(), s.Close
-	})
-}
-
 // TestMembershipAcrossProcesses: the kit's rules between two stores on
 // one file, as two processes on one machine would hold them.
 func TestMembershipAcrossProcesses(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "annals.db")
-	storetest.RunMembershipAcross(t, func(t *testing.T) [2]membership.Store {
-		var stores [2]membership.Store
-		for i := range stores {
-			s, err := sqlite.Open(t.Context(), path)
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { _ = s.Close() })
-			stores[i] = s.Membership()
+	var stores [2]membership.Store
+	for i := range stores {
+		s, err := sqlite.Open(t.Context(), path)
+		if err != nil {
+			t.Fatal(err)
 		}
-		return stores
-	})
+		t.Cleanup(func() { _ = s.Close() })
+		stores[i] = s.Membership()
+	}
+	storetest.RunMembershipAcross(t, stores[0], stores[1])
 }
 
 // TestMembershipCheckHeldTx: inside a projection transaction the check

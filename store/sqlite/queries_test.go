@@ -11,17 +11,7 @@ import (
 	"github.com/annals-go/annals/journal"
 	"github.com/annals-go/annals/query"
 	"github.com/annals-go/annals/store/sqlite"
-	"github.com/annals-go/annals/storetest"
 )
-
-// TestQueryComplianceSharedFile runs the query suite with every subtest on
-// one database file, in parallel.
-func TestQueryComplianceSharedFile(t *testing.T) {
-	shared := openTemp(t)
-	storetest.RunQueries(t, storetest.QueryHarness{
-		New: func(*testing.T) (journal.Journal, any) { return shared.Journal(), shared.Queries() },
-	})
-}
 
 // TestOrderingIsCommitOrderAcrossProcesses writes from two Stores on one
 // file (as two processes would), and follows the events live from one of

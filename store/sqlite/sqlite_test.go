@@ -1,15 +1,11 @@
 package sqlite_test
 
 import (
-	"database/sql"
+	"context"
 	"path/filepath"
 	"testing"
 
 	"github.com/annals-go/annals/engine"
-	"github.com/annals-go/annals/journal"
-	"github.com/annals-go/annals/offsets"
-	"github.com/annals-go/annals/recovery"
-	"github.com/annals-go/annals/snapshot"
 	"github.com/annals-go/annals/store/sqlite"
 	"github.com/annals-go/annals/storetest"
 )
@@ -25,71 +21,61 @@ func openTemp(t testing.TB, opts ...sqlite.Option) *sqlite.Store {
 	return s
 }
 
-// openKit opens a store for the journal suite: a new file, with the
-// kit's payload limit.
-func openKit(t testing.TB) *sqlite.Store {
-	return openTemp(t, sqlite.WithMaxPayloadSize(storetest.KitMaxPayloadSize))
-}
-
-func TestJournalCompliance(t *testing.T) {
-	storetest.RunJournal(t, storetest.JournalHarness{
-		New:            func(t *testing.T) journal.Journal { return openKit(t).Journal() },
-		Own:            func(t *testing.T) journal.Journal { return openKit(t).Journal() },
-		Capabilities:   storetest.Capabilities{GlobalOrdering: true},
-		MaxPayloadSize: storetest.KitMaxPayloadSize,
-	})
-}
-
-func TestSnapshotCompliance(t *testing.T) {
-	storetest.RunSnapshots(t, storetest.SnapshotHarness{
-		New: func(t *testing.T) snapshot.Store { return openTemp(t).Snapshots() },
-		Own: func(t *testing.T) snapshot.Store { return openTemp(t).Snapshots() },
-	})
-}
-
-// TestJournalComplianceSharedFile runs the kit with every subtest on one
-// database file, in parallel: the single writer and the reader pool under
-// concurrent load.
-func TestJournalComplianceSharedFile(t *testing.T) {
-	shared := openKit(t)
-	storetest.RunJournal(t, storetest.JournalHarness{
-		New:            func(*testing.T) journal.Journal { return shared.Journal() },
-		Capabilities:   storetest.Capabilities{GlobalOrdering: true},
-		MaxPayloadSize: storetest.KitMaxPayloadSize,
-	})
-}
-
-func TestQueryCompliance(t *testing.T) {
-	storetest.RunQueries(t, storetest.QueryHarness{
-		New: func(t *testing.T) (journal.Journal, any) {
-			s := openTemp(t)
-			return s.Journal(), s.Queries()
+// kitStore opens a store on a new file with the kit's payload limit, and
+// returns it as the compliance kit checks it: every value it offers, and
+// Open opening the file again.
+func kitStore(t testing.TB) (*sqlite.Store, storetest.Store) {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "annals.db")
+	open := func(ctx context.Context) (*sqlite.Store, error) {
+		return sqlite.Open(ctx, path, sqlite.WithMaxPayloadSize(storetest.KitMaxPayloadSize))
+	}
+	s, err := open(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.Close() })
+	return s, storetest.Store{
+		Journal: s.Journal(), Snapshots: s.Snapshots(), Queries: s.Queries(), Recovery: s.Journal(),
+		Offsets: s.Projections(), Durable: s.DurableState(), Membership: s.Membership(),
+		Open: func(ctx context.Context) (storetest.Store, error) {
+			o, err := open(ctx)
+			if err != nil {
+				return storetest.Store{}, err
+			}
+			return storetest.Store{Journal: o.Journal(), Snapshots: o.Snapshots(), Durable: o.DurableState(), Membership: o.Membership(), Close: o.Close}, nil
 		},
-	})
+		GlobalOrdering: true,
+		MaxPayloadSize: storetest.KitMaxPayloadSize,
+	}
 }
 
-// TestRecoveryCompliance runs the recovery kit on the journal and on a
-// journal front before it (which waits for the id's writes, then reads
-// through the store's reader).
-func TestRecoveryCompliance(t *testing.T) {
-	for _, front := range []bool{false, true} {
-		t.Run(map[bool]string{false: "store", true: "front"}[front], func(t *testing.T) {
-			storetest.RunRecovery(t, storetest.RecoveryHarness{
-				New: func(t *testing.T) (recovery.Reader, journal.Journal, snapshot.Store) {
-					s := openTemp(t)
-					if !front {
-						return s.Journal(), s.Journal(), s.Snapshots()
-					}
-					f, err := engine.NewFront(s.Journal(), engine.Config{})
-					if err != nil {
-						t.Fatal(err)
-					}
-					t.Cleanup(func() { _ = f.Close() })
-					return f, f, s.Snapshots()
-				},
-				Foreign: func(t *testing.T) snapshot.Store { return openTemp(t).Snapshots() },
-			})
-		})
+// TestKit runs every suite of the compliance kit with every rule on one
+// database file, in parallel: the single writer and the reader pool
+// under concurrent load.
+func TestKit(t *testing.T) {
+	_, k := kitStore(t)
+	storetest.Run(t, k)
+}
+
+// TestKitThroughFront runs the journal, snapshot and recovery suites
+// through a journal front before the store (which waits for an id's
+// writes, then reads its recoveries through the store's reader).
+func TestKitThroughFront(t *testing.T) {
+	s, _ := kitStore(t)
+	f, err := engine.NewFront(s.Journal(), engine.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = f.Close() })
+	storetest.Run(t, storetest.Store{Journal: f, Snapshots: s.Snapshots(), Recovery: f, GlobalOrdering: true, MaxPayloadSize: storetest.KitMaxPayloadSize})
+}
+
+// TestReadsOnlyItsOwnSnapshots: the journal does not claim the snapshot
+// store of another file's store.
+func TestReadsOnlyItsOwnSnapshots(t *testing.T) {
+	if openTemp(t).Journal().ReadsSnapshotsOf(openTemp(t).Snapshots()) {
+		t.Error("ReadsSnapshotsOf(another file's snapshot store) = true, want false")
 	}
 }
 
@@ -108,11 +94,4 @@ func TestFrontReadsFitThePool(t *testing.T) {
 			t.Errorf("%d readers: the front's MaxReads = %d, want %d", readers, got, readers)
 		}
 	}
-}
-
-func TestOffsetsCompliance(t *testing.T) {
-	s := openTemp(t)
-	storetest.RunTxOffsets(t, storetest.TxOffsetsHarness[*sql.Tx]{
-		New: func(t *testing.T) offsets.TxStore[*sql.Tx] { return s.Projections() },
-	})
 }

@@ -30,6 +30,7 @@ import (
 	"github.com/annals-go/annals/store/kafka"
 	"github.com/annals-go/annals/store/memory"
 	"github.com/annals-go/annals/store/postgres"
+	"github.com/annals-go/annals/store/postgres/pgtest"
 	"github.com/annals-go/annals/store/sqlite"
 	stacks "github.com/annals-go/annals/stores"
 )
@@ -67,12 +68,12 @@ type Store struct {
 	// Membership keeps cluster members and leases; nil when the store has
 	// none.
 	Membership membership.Store
-	// KitSnapshotExceptions names the snapshot rules of the compliance
-	// kit the store cannot keep by design, with the reasons (annals check
-	// skips them); KitStoreTimestamps: an event's timestamp is the time
-	// the store wrote it.
-	KitSnapshotExceptions map[string]string
-	KitStoreTimestamps    bool
+	// KitExceptions names the rules of the compliance kit the store
+	// cannot keep by design, with the reasons (storetest.Store's
+	// Exceptions: annals check skips them); KitStoreTimestamps: an
+	// event's timestamp is the time the store wrote it.
+	KitExceptions      map[string]string
+	KitStoreTimestamps bool
 	// GlobalOrdering: the journal assigns journal.Repr.Ordering, growing in
 	// commit order across all ids (annals check then has the compliance
 	// kit check it).
@@ -319,7 +320,8 @@ func openStack(ctx context.Context, url string, mode Mode) (*Store, error) {
 	case "postgres":
 		s.MaxPayloadSize = postgres.DefaultMaxPayloadSize
 		if p, ok := st.Store.(*postgres.Store); ok {
-			s.KitSnapshotExceptions, _, s.KitStoreTimestamps = postgres.KitExceptions(p.Layout())
+			k := pgtest.Kit(p)
+			s.KitExceptions, s.KitStoreTimestamps = k.Exceptions, k.StoreTimestamps
 		}
 	case "cassandra":
 		s.MaxPayloadSize, s.IDsInStoreOrder = cassandra.DefaultMaxPayloadSize, true

@@ -56,7 +56,7 @@ var layers = map[string][]string{
 	"store/postgres/pgtest":         {"store/postgres", "storetest"},
 	"store/cassandra/cassandratest": {"store/cassandra"},
 	// Above every store: one URL opens a whole stack.
-	"stores": {"admin", "durable", "journal", "membership", "offsets", "query", "snapshot", "store/cassandra", "store/kafka", "store/kafka/eventual", "store/kafka/eventual/cql", "store/kafka/eventual/pg", "store/memory", "store/postgres", "store/sqlite"},
+	"stores": {"admin", "durable", "internal/clientauth", "journal", "membership", "offsets", "query", "snapshot", "store/cassandra", "store/kafka", "store/kafka/eventual", "store/kafka/eventual/cql", "store/kafka/eventual/pg", "store/memory", "store/postgres", "store/sqlite"},
 
 	"store/kafka/eventual/eventualtest":      {"store/kafka/eventual", "store/kafka/wire", "store/kafka/wire/wiretest"},
 	"store/kafka/eventual/cql/cqltest":       {"store/cassandra/cassandratest", "store/kafka/eventual/cql"},

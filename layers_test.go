@@ -29,6 +29,8 @@ var layers = map[string][]string{
 	// Finds the interoperability fixtures beside the checkout (a test helper).
 	"internal/fixtures":   {},
 	"internal/clientauth": {},
+	// Certificates for the tests of TLS connections (a test helper).
+	"internal/testcerts": {},
 	// The outage drill the stores' tests run (a test helper).
 	"internal/outagetest": {"engine", "entity", "examples/bank", "journal", "serialization", "snapshot"},
 	"restart":             {},
@@ -54,7 +56,7 @@ var layers = map[string][]string{
 	"store/kafka/kafkacluster":      {".", "cluster", "journal", "membership", "store/kafka"},
 	"store/kafka/wire/wiretest":     {"internal/fixtures", "store/kafka/wire"},
 	"store/postgres/pgtest":         {"store/postgres", "storetest"},
-	"store/cassandra/cassandratest": {"store/cassandra"},
+	"store/cassandra/cassandratest": {"internal/testcerts", "store/cassandra"},
 	// Above every store: one URL opens a whole stack.
 	"stores": {"admin", "durable", "internal/clientauth", "journal", "membership", "offsets", "query", "snapshot", "store/cassandra", "store/kafka", "store/kafka/eventual", "store/kafka/eventual/cql", "store/kafka/eventual/pg", "store/memory", "store/postgres", "store/sqlite"},
 
@@ -118,7 +120,7 @@ var levels = [][]string{
 	{"offsets"},
 	{"query", "recovery", "serialization"},
 	{"journal", "snapshot", "durable", "membership"},
-	{".", "restart", "internal/hooks", "internal/fixtures", "internal/clientauth"},
+	{".", "restart", "internal/hooks", "internal/fixtures", "internal/clientauth", "internal/testcerts"},
 }
 
 // sameLevel lists the imports allowed within a level (test helpers may

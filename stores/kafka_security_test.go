@@ -2,16 +2,7 @@ package stores_test
 
 import (
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
-	"crypto/tls"
-	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
 	"errors"
-	"math/big"
-	"net"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -21,42 +12,10 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kfake"
 
+	"github.com/annals-go/annals/internal/testcerts"
 	"github.com/annals-go/annals/journal"
 	"github.com/annals-go/annals/stores"
 )
-
-// tlsServer returns a TLS server configuration for 127.0.0.1, signed by
-// a CA whose certificate it writes to dir; it returns that file too.
-func tlsServer(t *testing.T, dir string) (*tls.Config, string) {
-	t.Helper()
-	now := time.Now()
-	caKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	caTmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "test CA"}, NotBefore: now.Add(-time.Hour),
-		NotAfter: now.Add(time.Hour), IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign}
-	caDER, err := x509.CreateCertificate(rand.Reader, caTmpl, caTmpl, &caKey.PublicKey, caKey)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ca, _ := x509.ParseCertificate(caDER)
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{SerialNumber: big.NewInt(2), Subject: pkix.Name{CommonName: "broker"}, NotBefore: now.Add(-time.Hour),
-		NotAfter: now.Add(time.Hour), IPAddresses: []net.IP{net.ParseIP("127.0.0.1")}, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca, &key.PublicKey, caKey)
-	if err != nil {
-		t.Fatal(err)
-	}
-	file := filepath.Join(dir, "ca.pem")
-	if err := os.WriteFile(file, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: caDER}), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	return &tls.Config{Certificates: []tls.Certificate{{Certificate: [][]byte{der}, PrivateKey: key}}}, file
-}
 
 // TestKafkaURLSecured: a kafka:// URL reaches brokers that demand SASL
 // (SCRAM-SHA-512) over TLS, the password from the URL, a file or the
@@ -68,7 +27,8 @@ func tlsServer(t *testing.T, dir string) (*tls.Config, string) {
 // franz-go's in-process Kafka (kfake), with SASL and TLS on.
 func TestKafkaURLSecured(t *testing.T) {
 	dir := t.TempDir()
-	serverTLS, caFile := tlsServer(t, dir)
+	ca := testcerts.New(t, dir, "ca")
+	serverTLS, caFile := ca.Server(t), ca.File
 	const user, password = "annals", "pw-Zq7s"
 	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.AllowAutoTopicCreation(), kfake.EnableSASL(),
 		kfake.Superuser("SCRAM-SHA-512", user, password), kfake.TLS(serverTLS))

@@ -29,7 +29,7 @@ func TestSecuredCassandraThroughTheCLI(t *testing.T) {
 	params := url.Values{"tls": {"true"}, "tls_ca": {ca}, "tls_verify_host": {"true"}}
 	// The node requires client certificates: the CLI test signs one with
 	// the node's CA, as the store's own test does.
-	certFile, keyFile := cassandratest.LoadCA(t, certs).ClientCert(t, t.TempDir(), "cli", time.Now().Add(-time.Hour), time.Now().Add(time.Hour))
+	certFile, keyFile := cassandratest.LoadCA(t, certs).Client(t, t.TempDir(), "cli", time.Now().Add(-time.Hour), time.Now().Add(time.Hour))
 	params.Set("tls_cert", certFile)
 	params.Set("tls_key", keyFile)
 	admin := "cassandra://" + cassandratest.SecureUser + ":" + cassandratest.SecurePassword + "@" + addr + "/" + keyspace + "?" + params.Encode()

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/annals-go/annals/internal/testcerts"
 	"github.com/annals-go/annals/journal"
 	"github.com/annals-go/annals/store/cassandra"
 	"github.com/annals-go/annals/store/cassandra/cassandratest"
@@ -27,10 +28,10 @@ func TestSecuredCluster(t *testing.T) {
 	ca := cassandratest.LoadCA(t, certs)
 	dir := t.TempDir()
 	now := time.Now()
-	cert, key := ca.ClientCert(t, dir, "client", now.Add(-time.Hour), now.Add(24*time.Hour))
-	expiredCert, expiredKey := ca.ClientCert(t, dir, "expired", now.Add(-48*time.Hour), now.Add(-24*time.Hour))
-	stranger := cassandratest.NewCA(t, dir)
-	strangerCert, strangerKey := stranger.ClientCert(t, dir, "stranger", now.Add(-time.Hour), now.Add(24*time.Hour))
+	cert, key := ca.Client(t, dir, "client", now.Add(-time.Hour), now.Add(24*time.Hour))
+	expiredCert, expiredKey := ca.Client(t, dir, "expired", now.Add(-48*time.Hour), now.Add(-24*time.Hour))
+	stranger := testcerts.New(t, dir, "stranger")
+	strangerCert, strangerKey := stranger.Client(t, dir, "stranger", now.Add(-time.Hour), now.Add(24*time.Hour))
 	passwordFile := filepath.Join(dir, "password")
 	if err := os.WriteFile(passwordFile, []byte(cassandratest.SecurePassword+"\n"), 0o600); err != nil {
 		t.Fatal(err)

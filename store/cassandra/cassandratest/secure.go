@@ -1,14 +1,6 @@
 package cassandratest
 
 import (
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
-	"crypto/tls"
-	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
-	"math/big"
 	"net"
 	"os"
 	"path/filepath"
@@ -16,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/annals-go/annals/internal/testcerts"
 )
 
 // DefaultSecureAddress is the secured node `scripts/services up
@@ -57,80 +51,9 @@ func SecureServer(t testing.TB) (addr, certs string) {
 	return addr, certs
 }
 
-// CA is a certificate authority that signs test client certificates.
-type CA struct {
-	cert *x509.Certificate
-	key  any
-	// File is its certificate, PEM.
-	File string
-}
-
 // LoadCA returns the secured node's CA (ca.pem and ca.key in certs, as
-// SecureServer returns it).
-func LoadCA(t testing.TB, certs string) CA {
+// SecureServer returns it), which signs the client certificates it takes.
+func LoadCA(t testing.TB, certs string) testcerts.CA {
 	t.Helper()
-	pair, err := tls.LoadX509KeyPair(filepath.Join(certs, "ca.pem"), filepath.Join(certs, "ca.key"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	cert, err := x509.ParseCertificate(pair.Certificate[0])
-	if err != nil {
-		t.Fatal(err)
-	}
-	return CA{cert: cert, key: pair.PrivateKey, File: filepath.Join(certs, "ca.pem")}
-}
-
-// NewCA makes a CA no node trusts, its certificate in dir.
-func NewCA(t testing.TB, dir string) CA {
-	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "stranger CA"},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour), IsCA: true, BasicConstraintsValid: true,
-		KeyUsage: x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cert, err := x509.ParseCertificate(der)
-	if err != nil {
-		t.Fatal(err)
-	}
-	file := filepath.Join(dir, "stranger-ca.pem")
-	writePEM(t, file, "CERTIFICATE", der)
-	return CA{cert: cert, key: key, File: file}
-}
-
-// ClientCert writes a client certificate signed by ca, valid from
-// notBefore to notAfter, and its key into dir, and returns their files.
-func (ca CA) ClientCert(t testing.TB, dir, name string, notBefore, notAfter time.Time) (certFile, keyFile string) {
-	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{SerialNumber: big.NewInt(time.Now().UnixNano()), Subject: pkix.Name{CommonName: name},
-		NotBefore: notBefore, NotAfter: notAfter, KeyUsage: x509.KeyUsageDigitalSignature,
-		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.cert, &key.PublicKey, ca.key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	keyDER, err := x509.MarshalPKCS8PrivateKey(key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	certFile, keyFile = filepath.Join(dir, name+".pem"), filepath.Join(dir, name+".key")
-	writePEM(t, certFile, "CERTIFICATE", der)
-	writePEM(t, keyFile, "PRIVATE KEY", keyDER)
-	return certFile, keyFile
-}
-
-func writePEM(t testing.TB, file, kind string, der []byte) {
-	t.Helper()
-	if err := os.WriteFile(file, pem.EncodeToMemory(&pem.Block{Type: kind, Bytes: der}), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	return testcerts.Load(t, filepath.Join(certs, "ca.pem"), filepath.Join(certs, "ca.key"))
 }

@@ -100,6 +100,7 @@ type config struct {
 	origin      string
 	clientOpts  []kgo.Opt
 	cacheSize   int
+	cacheBytes  int
 	snapshots   snapshot.Store
 	expireAfter time.Duration
 	maxPayload  int
@@ -128,6 +129,13 @@ func WithClientOptions(opts ...kgo.Opt) Option {
 // end. 0 turns the cache off, and every read whose head the eventual
 // store has not applied reads the partition.
 func WithHeadCache(entries int) Option { return func(c *config) { c.cacheSize = entries } }
+
+// WithHeadCacheBytes bounds the bytes of Append values the head cache holds
+// per topic (default DefaultHeadCacheBytes); past it, appends are held
+// without their values, and a replay of their events reads the partition.
+// The cache is the journal's one bounded buffer of unreplicated events: a
+// replicator that lags fills it up to this bound.
+func WithHeadCacheBytes(n int) Option { return func(c *config) { c.cacheBytes = n } }
 
 // WithExpireAfter makes every append carry an expire-after of d (the
 // Scala library's ExpireAfter): a journal with no append for d may be
@@ -186,7 +194,7 @@ type Journal struct {
 // Open returns a journal on the Kafka cluster at brokers (host:port), with
 // tables as its eventual store. It does not own tables.
 func Open(ctx context.Context, brokers []string, tables eventual.Tables, opts ...Option) (*Journal, error) {
-	cfg := config{topic: DefaultTopic, cacheSize: DefaultHeadCacheEntries, maxPayload: DefaultMaxPayloadSize, readTimeout: DefaultReadTimeout}
+	cfg := config{topic: DefaultTopic, cacheSize: DefaultHeadCacheEntries, cacheBytes: DefaultHeadCacheBytes, maxPayload: DefaultMaxPayloadSize, readTimeout: DefaultReadTimeout}
 	if h, err := os.Hostname(); err == nil {
 		cfg.origin = h
 	}
@@ -204,6 +212,8 @@ func Open(ctx context.Context, brokers []string, tables eventual.Tables, opts ..
 		return nil, fmt.Errorf("%w: a payload limit of %d bytes", ErrInvalidConfig, cfg.maxPayload)
 	case cfg.cacheSize < 0:
 		return nil, fmt.Errorf("%w: a head cache of %d entries", ErrInvalidConfig, cfg.cacheSize)
+	case cfg.cacheBytes < 0:
+		return nil, fmt.Errorf("%w: a head cache of %d bytes", ErrInvalidConfig, cfg.cacheBytes)
 	}
 	cl, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(brokers...), kgo.RequiredAcks(kgo.AllISRAcks()),
 		kgo.AllowAutoTopicCreation(), kgo.ProducerLinger(0), kgo.RecordDeliveryTimeout(cfg.readTimeout)}, cfg.clientOpts...)...)
@@ -217,7 +227,7 @@ func Open(ctx context.Context, brokers []string, tables eventual.Tables, opts ..
 	j := &Journal{cfg: cfg, brokers: brokers, tables: tables, cl: cl, known: map[string]int64{}, readers: make(chan struct{}, headReaders)}
 	j.errs = journal.StoreErrors{Store: "kafka journal", Closed: j.closed.Load}
 	if cfg.cacheSize > 0 {
-		j.cache = newHeadCache(j, cfg.cacheSize, DefaultHeadCacheBytes)
+		j.cache = newHeadCache(j, cfg.cacheSize, cfg.cacheBytes)
 	}
 	return j, nil
 }

@@ -285,6 +285,13 @@ func TestJournalKit(t *testing.T) {
 						// Topics of the run's own: the eventual store is
 						// shared, and its pointers are per topic name.
 						jopts = append(jopts, kafka.WithTopic(func(et string) string { return run + et }))
+						// LargeReplayStreams lets the heap grow by half its
+						// 51 MB journal while it replays; a lagging replicator
+						// leaves the head cache, the journal's one bounded
+						// buffer of unreplicated events, filling up to its
+						// byte bound (64 MiB by default) meanwhile. A bound
+						// under the rule's keeps the rule about the replay.
+						jopts = append(jopts, kafka.WithHeadCacheBytes(8<<20))
 						j := open(t, brokers, tables, jopts...)
 						if mode != "unreplicated" {
 							// In a process of its own: the kit measures this

@@ -51,6 +51,10 @@ type KafkaURL struct {
 	security url.Values // its sasl, password_file and tls parameters
 }
 
+// String returns the URL with its passwords hidden (Redact), so that
+// printing a KafkaURL never shows them.
+func (k KafkaURL) String() string { return Redact(k.With(k.TopicPrefix, k.Eventual)) }
+
 // With returns the URL of the same brokers and credentials (user, SASL,
 // TLS) with topics prefixed by prefix and the eventual store eventual.
 func (k KafkaURL) With(prefix, eventual string) string {

@@ -3,6 +3,7 @@ package stores_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -127,5 +128,19 @@ func TestKafkaURLSecured(t *testing.T) {
 				t.Errorf("ParseKafkaURL: %v; want a bad URL naming %q, without the password", err, b.says)
 			}
 		})
+	}
+}
+
+// TestKafkaURLPrintsNoPassword: a parsed kafka:// URL printed with %v or
+// %+v hides its password.
+func TestKafkaURLPrintsNoPassword(t *testing.T) {
+	k, err := stores.ParseKafkaURL("kafka://svc:pw-Zq7s@k:9092/?sasl=plain&eventual=postgres://u:pw-Zq7s@db/app")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range []string{"%v", "%+v", "%s"} {
+		if out := fmt.Sprintf(f, k); strings.Contains(out, "pw-Zq7s") || !strings.Contains(out, "xxxxx") {
+			t.Errorf("Sprintf(%q) = %q: the password shows", f, out)
+		}
 	}
 }

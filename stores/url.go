@@ -121,7 +121,10 @@ func redact(raw string) (string, []string) {
 func redactOne(s string) (string, []string) {
 	var secrets []string
 	if scheme, rest, ok := strings.Cut(s, "://"); ok {
-		end := strings.IndexAny(rest, "/?#")
+		// The user info ends at the last @ before the query: a password
+		// with an unescaped / or # is still a password (the parsers find
+		// the @ the same way, and then fail, quoting the URL).
+		end := strings.IndexAny(rest, "?")
 		if end < 0 {
 			end = len(rest)
 		}

@@ -495,7 +495,15 @@ func (c *config) validate() error {
 func parseURL(raw string, cfg *config) error {
 	u, err := url.Parse(raw)
 	if err != nil {
-		return fmt.Errorf("%w: %w", ErrInvalidConfig, err)
+		// url.Error quotes the whole URL, and its cause may quote a part
+		// of the password ("invalid port" of a password with a /): with
+		// user info, neither is shown.
+		const want = "want cassandra://[user[:password]@]host:port/keyspace, with a password's reserved characters percent-encoded"
+		var ue *url.Error
+		if !strings.Contains(raw, "@") && errors.As(err, &ue) {
+			return fmt.Errorf("%w: the URL does not parse (%w): %s", ErrInvalidConfig, ue.Err, want)
+		}
+		return fmt.Errorf("%w: the URL does not parse: %s", ErrInvalidConfig, want)
 	}
 	if u.Scheme != "cassandra" {
 		return fmt.Errorf("%w: scheme %q (want cassandra://host:port/keyspace)", ErrInvalidConfig, u.Scheme)

@@ -66,3 +66,19 @@ func TestSecurityParameters(t *testing.T) {
 		})
 	}
 }
+
+// TestURLErrorsHideThePassword: a URL that does not parse (a password
+// with an unescaped % or /) fails naming the problem, without the URL's
+// text, which holds the password.
+func TestURLErrorsHideThePassword(t *testing.T) {
+	for _, raw := range []string{"cassandra://admin:s3cr%t@h/ks", "cassandra://admin:s3c/ret@h/ks"} {
+		cfg := defaultConfig()
+		err := parseURL(raw, &cfg)
+		if err == nil {
+			err = cfg.validate()
+		}
+		if !errors.Is(err, ErrInvalidConfig) || strings.Contains(err.Error(), "s3c") {
+			t.Errorf("parseURL(%q): %v; want ErrInvalidConfig without the password", raw, err)
+		}
+	}
+}

@@ -17,7 +17,9 @@ import (
 
 // TestTakeOverWaitsForFencedWrite: a write whose lease check passed holds
 // the lease against a take-over until it commits, so the new owner's
-// epoch starts after it; the holder's heartbeat meanwhile does not wait.
+// epoch starts after it; the holder's heartbeat and own acquire, and
+// another member's refused acquire, meanwhile do not wait (each bounded
+// by a 30 s context, which a wait for the held write would outlast).
 // The write is held before its commit by an advisory lock the test holds.
 func TestTakeOverWaitsForFencedWrite(t *testing.T) {
 	t.Parallel()
@@ -54,6 +56,14 @@ func TestTakeOverWaitsForFencedWrite(t *testing.T) {
 	defer cancel()
 	if _, err := m.Heartbeat(hb, cluster, a, membership.MinTTL); err != nil {
 		t.Fatalf("the holder's heartbeat while its write is in flight: %v, want renewed without waiting", err)
+	}
+	// Neither a refused acquire nor the holder's own waits for the write:
+	// only a change of owner does.
+	if _, err := m.Acquire(hb, cluster, "r0", b, time.Minute); !errors.Is(err, membership.ErrHeld) {
+		t.Fatalf("another member's acquire of the live lease while the write is in flight: %v, want ErrHeld without waiting", err)
+	}
+	if again, err := m.Acquire(hb, cluster, "r0", a, membership.MinTTL); err != nil || again.Epoch != l.Epoch {
+		t.Fatalf("the holder's own acquire while its write is in flight: %+v, %v; want its lease at epoch %d without waiting", again, err, l.Epoch)
 	}
 	for { // the lease's term passes on the server's clock
 		var live bool

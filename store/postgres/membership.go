@@ -73,10 +73,11 @@ const (
 //     (journal.StoreErrors): a cancelled ctx gives its error, a closed
 //     store journal.ErrClosed. Arguments are checked first (ErrInvalid).
 type Membership struct {
-	s                                                      *Store
-	join, joinHolder, heartbeat, leave                     string
-	acquire, leaseHolder, release, readMembers, readLeases string
-	checkHeld                                              string
+	s                                         *Store
+	join, joinHolder, heartbeat, leave        string
+	acquire, acquireNew, leaseHolder, release string
+	readMembers, readLeases                   string
+	checkHeld                                 string
 }
 
 var _ membership.TxChecker[pgx.Tx] = (*Membership)(nil)
@@ -131,13 +132,23 @@ func (s *Store) Membership() *Membership {
 				WHERE cluster = $1 AND owner_name = $2 AND owner_incarnation = $3
 			)
 			DELETE FROM ` + members + ` WHERE cluster = $1 AND name = $2 AND incarnation = $3`,
-		acquire: `INSERT INTO ` + leases + ` AS l (cluster, name, owner_name, owner_incarnation, epoch, expires)
+		// An UPDATE, not an upsert: an upsert locks the row it meets before
+		// it reads its WHERE, and with the epoch a key column (the
+		// fencing index) that lock waits for every write of the holder in
+		// flight, also when the lease is not free. The UPDATE locks only a
+		// row it takes: a take-over (a new epoch) waits for the writes
+		// committing under the old one, the holder's own acquire (the same
+		// epoch) and a refused one never wait. The INSERT makes the first
+		// row, and does nothing when another made it first.
+		acquire: `UPDATE ` + leases + ` AS l SET owner_name = $3, owner_incarnation = $4,
+				epoch = l.epoch + CASE WHEN l.owner_name = $3 AND l.owner_incarnation = $4 THEN 0 ELSE 1 END,
+				expires = now() + $5::bigint * interval '1 millisecond'
+			WHERE l.cluster = $1 AND l.name = $2
+				AND (l.owner_name = '' OR l.expires <= now() OR (l.owner_name = $3 AND l.owner_incarnation = $4))
+			RETURNING epoch, expires`,
+		acquireNew: `INSERT INTO ` + leases + ` (cluster, name, owner_name, owner_incarnation, epoch, expires)
 			VALUES ($1, $2, $3, $4, 1, now() + $5::bigint * interval '1 millisecond')
-			ON CONFLICT (cluster, name) DO UPDATE SET owner_name = excluded.owner_name, owner_incarnation = excluded.owner_incarnation,
-				epoch = l.epoch + CASE WHEN l.owner_name = excluded.owner_name AND l.owner_incarnation = excluded.owner_incarnation THEN 0 ELSE 1 END,
-				expires = excluded.expires
-			WHERE l.owner_name = '' OR l.expires <= now()
-				OR (l.owner_name = excluded.owner_name AND l.owner_incarnation = excluded.owner_incarnation)
+			ON CONFLICT DO NOTHING
 			RETURNING epoch, expires`,
 		leaseHolder: `SELECT owner_name, owner_incarnation, expires FROM ` + leases + ` WHERE cluster = $1 AND name = $2`,
 		release: `UPDATE ` + leases + ` SET owner_name = '', owner_incarnation = '', expires = now()
@@ -275,14 +286,7 @@ func (m *Membership) Acquire(ctx context.Context, cluster, lease string, h membe
 	var owner membership.Holder
 	var until time.Time
 	args := []any{cluster, lease, h.Name, h.Incarnation, ttl.Milliseconds()}
-	took, found, err := m.upsertOrHolder(ctx, m.acquire, args, []any{&l.Epoch, &l.Expires}, m.leaseHolder, []any{&owner.Name, &owner.Incarnation, &until})
-	if isEpochIndexConflict(err) {
-		// Two members inserted the lease's first row at once: the upsert
-		// arbitrates on the primary key, and the loser met the epoch's
-		// unique index instead. The row is there now; the upsert, sent
-		// again, finds it and answers as for any held lease.
-		took, found, err = m.upsertOrHolder(ctx, m.acquire, args, []any{&l.Epoch, &l.Expires}, m.leaseHolder, []any{&owner.Name, &owner.Incarnation, &until})
-	}
+	took, found, err := m.acquireOrHolder(ctx, args, []any{&l.Epoch, &l.Expires}, []any{&owner.Name, &owner.Incarnation, &until})
 	switch {
 	case err != nil:
 		return membership.Lease{}, m.fail(ctx, "acquire", err)
@@ -294,11 +298,33 @@ func (m *Membership) Acquire(ctx context.Context, cluster, lease string, h membe
 	return membership.Lease{}, fmt.Errorf("%w: %s", membership.ErrHeld, lease)
 }
 
-// isEpochIndexConflict reports whether err is a unique violation of the
-// leases' epoch index (leasesEpochDDL).
-func isEpochIndexConflict(err error) bool {
-	var pgErr *pgconn.PgError
-	return errors.As(err, &pgErr) && pgErr.Code == "23505" && pgErr.ConstraintName == "cluster_leases_epoch_idx"
+// acquireOrHolder sends, in one implicit transaction (one round trip),
+// the acquire's UPDATE, its INSERT of a first row, and the holder's read.
+// took reports that the UPDATE or the INSERT returned the lease (read into
+// taken); otherwise the holder's row was read into refused (found false
+// when there is none).
+func (m *Membership) acquireOrHolder(ctx context.Context, args, taken, refused []any) (took, found bool, err error) {
+	b := &pgx.Batch{}
+	b.Queue(m.acquire, args...)
+	b.Queue(m.acquireNew, args...)
+	b.Queue(m.leaseHolder, args[0], args[1])
+	br := m.s.pool.SendBatch(ctx, b)
+	defer br.Close()
+	for range 2 {
+		switch err := br.QueryRow().Scan(taken...); {
+		case err == nil:
+			return true, false, br.Close()
+		case !errors.Is(err, pgx.ErrNoRows):
+			return false, false, err
+		}
+	}
+	switch err := br.QueryRow().Scan(refused...); {
+	case errors.Is(err, pgx.ErrNoRows):
+		return false, false, br.Close()
+	case err != nil:
+		return false, false, err
+	}
+	return false, true, br.Close()
 }
 
 // Release implements membership.Store.

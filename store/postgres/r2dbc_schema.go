@@ -124,6 +124,12 @@ func (l r2dbcLayout) check(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	if slices.Contains(missing, "cluster_leases_epoch_idx") && !slices.Contains(missing, "cluster_leases") {
+		// Without it a take-over does not wait for the writes committing
+		// under the old owner (see WriteFenced): refuse, as Annals' own
+		// layout refuses a schema at an older version.
+		return fmt.Errorf("%w: schema %q holds the lease table cluster_leases without its index cluster_leases_epoch_idx (an older Annals made it); add it with `annals migrate --store URL`, Store.Migrate or the URL parameter migrate=true", ErrSchemaMissing, s.cfg.schema)
+	}
 	missing = slices.DeleteFunc(missing, func(name string) bool { return name != "event_journal" && name != "snapshot" })
 	if len(missing) > 0 {
 		return fmt.Errorf("%w: schema %q holds the r2dbc layout without the tables %v; create them with Store.Migrate, the URL parameter migrate=true, or the plugin's ddl-scripts/create_tables_postgres.sql", ErrSchemaMissing, s.cfg.schema, missing)

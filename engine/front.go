@@ -14,6 +14,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/annals-go/annals/durable"
 	hookset "github.com/annals-go/annals/internal/hooks"
 	"github.com/annals-go/annals/journal"
 	"github.com/annals-go/annals/recovery"
@@ -274,7 +275,8 @@ func (c *core[W]) init(name string, cfg Config, store func(context.Context, []W,
 		},
 		IsExcluded: func(err error) bool {
 			var gone *callerGone
-			return errors.As(err, &gone) || errors.Is(err, context.Canceled) || errors.Is(err, journal.ErrInvalidArgument)
+			return errors.As(err, &gone) || errors.Is(err, context.Canceled) ||
+				errors.Is(err, journal.ErrInvalidArgument) || errors.Is(err, durable.ErrInvalidArgument)
 		},
 	})
 }

@@ -3,6 +3,7 @@ package engine_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"path/filepath"
 	"sync"
 	"testing"
@@ -160,4 +161,28 @@ func TestStateFrontGroupsChanges(t *testing.T) {
 			t.Errorf("Apply calls of sizes %v, want [1 3]: the three queued behind the first go together", sizes)
 		}
 	})
+}
+
+// invalidBatcher refuses every Apply as a whole with an invalid argument.
+type invalidBatcher struct{ durable.Store }
+
+func (invalidBatcher) Apply(context.Context, []durable.Change) ([]error, error) {
+	return nil, fmt.Errorf("%w: refused whole", durable.ErrInvalidArgument)
+}
+
+// TestStateFrontBreakerIgnoresInvalidArguments: calls the store refuses as
+// invalid are the callers' mistakes, not the store's failures: however
+// many, the breaker stays closed.
+func TestStateFrontBreakerIgnoresInvalidArguments(t *testing.T) {
+	f, err := engine.NewStateFront(invalidBatcher{memory.New().DurableState()}, engine.Config{MaxFailures: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	c := durable.Change{Object: durable.Object{PersistenceID: "P|a", Revision: 1, Payload: []byte("a"), SerializerID: 1}}
+	for i := range 5 {
+		if err := f.Apply(t.Context(), c, journal.Fence{}); !errors.Is(err, durable.ErrInvalidArgument) {
+			t.Fatalf("call %d: %v, want the store's invalid argument, not an open breaker", i, err)
+		}
+	}
 }

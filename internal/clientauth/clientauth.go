@@ -25,7 +25,8 @@ func Password(user, given, file, env string) (string, error) {
 		if err != nil {
 			return "", fmt.Errorf("password_file: %w", err)
 		}
-		pw, _, _ = strings.Cut(strings.TrimRight(string(b), "\r\n"), "\n")
+		pw, _, _ = strings.Cut(string(b), "\n")
+		pw = strings.TrimSuffix(pw, "\r")
 		if pw == "" {
 			return "", fmt.Errorf("password_file %s is empty", file)
 		}

@@ -173,23 +173,27 @@ func (m *Membership) fail(ctx context.Context, op string, err error) error {
 	return m.s.errs.Map(ctx, "membership "+op, err, journal.ErrClosed)
 }
 
-// upsertOrHolder sends an upsert whose RETURNING row means success and,
-// in the same implicit transaction (one round trip), holder: it runs after
-// the upsert, which locked a row it did not take, so it reads the row that
-// refused the call. took reports the upsert's row (read into taken);
+// takeOrHolder sends, in one implicit transaction (one round trip), the
+// statements takes, each of whose RETURNING row means success, and then
+// holder: it runs after them, so it reads the row that refused the call.
+// took reports that one of takes returned its row (read into taken);
 // otherwise the holder's row was read into refused (found false when it
-// is gone).
-func (m *Membership) upsertOrHolder(ctx context.Context, upsert string, args []any, taken []any, holder string, refused []any) (took, found bool, err error) {
+// is gone). Every statement gets args; holder its first two.
+func (m *Membership) takeOrHolder(ctx context.Context, takes []string, args []any, taken []any, holder string, refused []any) (took, found bool, err error) {
 	b := &pgx.Batch{}
-	b.Queue(upsert, args...)
+	for _, q := range takes {
+		b.Queue(q, args...)
+	}
 	b.Queue(holder, args[0], args[1])
 	br := m.s.pool.SendBatch(ctx, b)
 	defer br.Close()
-	switch err := br.QueryRow().Scan(taken...); {
-	case err == nil:
-		return true, false, br.Close()
-	case !errors.Is(err, pgx.ErrNoRows):
-		return false, false, err
+	for range takes {
+		switch err := br.QueryRow().Scan(taken...); {
+		case err == nil:
+			return true, false, br.Close()
+		case !errors.Is(err, pgx.ErrNoRows):
+			return false, false, err
+		}
 	}
 	switch err := br.QueryRow().Scan(refused...); {
 	case errors.Is(err, pgx.ErrNoRows):
@@ -211,7 +215,7 @@ func (m *Membership) Join(ctx context.Context, cluster string, mem membership.Me
 	var ok bool
 	var inc, addr string
 	var expires time.Time
-	took, found, err := m.upsertOrHolder(ctx, m.join, []any{cluster, mem.Name, mem.Incarnation, mem.Address, ttl.Milliseconds()},
+	took, found, err := m.takeOrHolder(ctx, []string{m.join}, []any{cluster, mem.Name, mem.Incarnation, mem.Address, ttl.Milliseconds()},
 		[]any{&ok}, m.joinHolder, []any{&inc, &addr, &expires})
 	switch {
 	case err != nil:
@@ -286,7 +290,8 @@ func (m *Membership) Acquire(ctx context.Context, cluster, lease string, h membe
 	var owner membership.Holder
 	var until time.Time
 	args := []any{cluster, lease, h.Name, h.Incarnation, ttl.Milliseconds()}
-	took, found, err := m.acquireOrHolder(ctx, args, []any{&l.Epoch, &l.Expires}, []any{&owner.Name, &owner.Incarnation, &until})
+	// The UPDATE takes an existing row, the INSERT a first one.
+	took, found, err := m.takeOrHolder(ctx, []string{m.acquire, m.acquireNew}, args, []any{&l.Epoch, &l.Expires}, m.leaseHolder, []any{&owner.Name, &owner.Incarnation, &until})
 	switch {
 	case err != nil:
 		return membership.Lease{}, m.fail(ctx, "acquire", err)
@@ -296,35 +301,6 @@ func (m *Membership) Acquire(ctx context.Context, cluster, lease string, h membe
 		return membership.Lease{}, fmt.Errorf("%w: %s by %s (incarnation %s) until %s", membership.ErrHeld, lease, owner.Name, owner.Incarnation, until.UTC().Format(time.RFC3339Nano))
 	}
 	return membership.Lease{}, fmt.Errorf("%w: %s", membership.ErrHeld, lease)
-}
-
-// acquireOrHolder sends, in one implicit transaction (one round trip),
-// the acquire's UPDATE, its INSERT of a first row, and the holder's read.
-// took reports that the UPDATE or the INSERT returned the lease (read into
-// taken); otherwise the holder's row was read into refused (found false
-// when there is none).
-func (m *Membership) acquireOrHolder(ctx context.Context, args, taken, refused []any) (took, found bool, err error) {
-	b := &pgx.Batch{}
-	b.Queue(m.acquire, args...)
-	b.Queue(m.acquireNew, args...)
-	b.Queue(m.leaseHolder, args[0], args[1])
-	br := m.s.pool.SendBatch(ctx, b)
-	defer br.Close()
-	for range 2 {
-		switch err := br.QueryRow().Scan(taken...); {
-		case err == nil:
-			return true, false, br.Close()
-		case !errors.Is(err, pgx.ErrNoRows):
-			return false, false, err
-		}
-	}
-	switch err := br.QueryRow().Scan(refused...); {
-	case errors.Is(err, pgx.ErrNoRows):
-		return false, false, br.Close()
-	case err != nil:
-		return false, false, err
-	}
-	return false, true, br.Close()
 }
 
 // Release implements membership.Store.

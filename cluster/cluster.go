@@ -110,7 +110,14 @@ type Config struct {
 	// Shards serve the ranges the member holds: each is given every range
 	// the member gains (ServeRange) and asked to hand off every range it
 	// gives up (HandOffRange). An entity.Host made with
-	// HostConfig.Assigned is a Shard.
+	// HostConfig.Assigned is a Shard. A member without shards takes no
+	// range and shares its daemons only; the members of one cluster must
+	// all have shards or all have none, since each shares the ranges
+	// among every live member. A daemons-only cluster is how projections
+	// spread over processes whose entities are shared another way (the
+	// Kafka journal's consumer group, or leases in another database):
+	// its leases belong in the read model's database, where an
+	// exactly-once handler checks them (membership.TxChecker).
 	Shards []Shard
 	// Daemons run their instances spread over the members.
 	Daemons []Daemon

@@ -345,6 +345,23 @@ func TestStoreRefusesWriteUnderTakenLease(t *testing.T) {
 // TestDaemonInstancesRunOnceEach: a daemon's instances run spread over the
 // members, each on one member at a time, and move when a member leaves.
 func TestDaemonInstancesRunOnceEach(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		shards bool // members serve entities too, or daemons only
+	}{
+		{"with shards", true},
+		{"daemons only", false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			testDaemonInstancesRunOnceEach(t, tc.shards)
+		})
+	}
+}
+
+// testDaemonInstancesRunOnceEach: a daemon's instances run once each,
+// spread over the members, and move when one leaves; members without
+// shards take no slice range.
+func testDaemonInstancesRunOnceEach(t *testing.T, shards bool) {
 	st := memory.New()
 	s := st.Membership()
 	const instances = 4
@@ -369,11 +386,18 @@ func TestDaemonInstancesRunOnceEach(t *testing.T) {
 		}}
 	}
 	withDaemon := func(name string) func(*cluster.Config) {
-		return func(c *cluster.Config) { c.Daemons = []cluster.Daemon{daemon(name)} }
+		return func(c *cluster.Config) {
+			c.Daemons = []cluster.Daemon{daemon(name)}
+			if !shards {
+				c.Shards = nil
+			}
+		}
 	}
 	a := join(t, st, s, "a", withDaemon("a"))
 	b := join(t, st, s, "b", withDaemon("b"))
-	awaitBalanced(t, a, b)
+	if shards {
+		awaitBalanced(t, a, b)
+	}
 	awaitDaemons := func(want map[string]int) {
 		t.Helper()
 		ctx, cancel := context.WithTimeout(t.Context(), 10*leaseTime)
@@ -401,6 +425,20 @@ func TestDaemonInstancesRunOnceEach(t *testing.T) {
 		}
 	}
 	awaitDaemons(map[string]int{"a": 2, "b": 2})
+	if !shards {
+		leases, err := s.Leases(t.Context(), t.Name())
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, l := range leases {
+			if !strings.HasPrefix(l.Name, "daemon/") {
+				t.Errorf("a member without shards took lease %s; want daemon instances only", l.Name)
+			}
+		}
+		if len(leases) != instances {
+			t.Errorf("%d leases in the store, want the %d daemon instances'", len(leases), instances)
+		}
+	}
 	if err := b.member.Leave(t.Context()); err != nil {
 		t.Fatal(err)
 	}

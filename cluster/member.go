@@ -112,12 +112,16 @@ func Join(ctx context.Context, cfg Config) (*Member, error) {
 		heldChanged: make(chan struct{}),
 		changed:     make(chan struct{}),
 	}
-	names := make([]string, len(ranges))
-	for i, r := range ranges {
-		names[i] = RangeLease(r)
-		m.units[names[i]] = unit{isRange: true, r: r}
+	// A member without shards serves no entities, so it takes no range:
+	// its cluster shares daemons only (every member of it has no shards).
+	if len(cfg.Shards) > 0 {
+		names := make([]string, len(ranges))
+		for i, r := range ranges {
+			names[i] = RangeLease(r)
+			m.units[names[i]] = unit{isRange: true, r: r}
+		}
+		m.sets = append(m.sets, names)
 	}
-	m.sets = append(m.sets, names)
 	for i := range m.cfg.Daemons {
 		d := &m.cfg.Daemons[i]
 		names := make([]string, d.Instances)

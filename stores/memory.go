@@ -17,7 +17,7 @@ func openMemory(url string) (*Stack, error) {
 	return &Stack{
 		Kind: "memory", Where: "memory (nothing survives the process)",
 		Journal: s.Journal(), Snapshots: s.Snapshots(), Queries: s.Queries(), Offsets: s.Projections(), ReadModelKind: "memory",
-		Durable: s.DurableState(), Membership: s.Membership(),
+		Durable: s.DurableState(), Membership: s.Membership(), ReadModelMembership: s.Membership(),
 		closers: []func() error{s.Close},
 	}, nil
 }

@@ -21,7 +21,7 @@ func openPostgres(ctx context.Context, u string, cfg config) (*Stack, error) {
 	return &Stack{
 		Kind: "postgres", Where: s.Where(),
 		Journal: s.Journal(), Snapshots: s.Snapshots(), Queries: s.Queries(), Offsets: s.Projections(), ReadModelKind: "postgres",
-		Durable: s.DurableState(), Membership: s.Membership(), Store: s,
+		Durable: s.DurableState(), Membership: s.Membership(), ReadModelMembership: s.Membership(), Store: s,
 		closers: []func() error{s.Close},
 	}, nil
 }

@@ -37,7 +37,7 @@ func openSQLite(ctx context.Context, url string, cfg config) (*Stack, error) {
 	return &Stack{
 		Kind: "sqlite", Where: s.Path(),
 		Journal: s.Journal(), Snapshots: s.Snapshots(), Queries: s.Queries(), Offsets: s.Projections(), ReadModelKind: "sqlite",
-		Durable: s.DurableState(), Membership: s.Membership(), Store: s,
+		Durable: s.DurableState(), Membership: s.Membership(), ReadModelMembership: s.Membership(), Store: s,
 		closers: []func() error{s.Close},
 	}, nil
 }

@@ -76,6 +76,16 @@ type Stack struct {
 	// Membership keeps cluster members and leases; nil when the store has
 	// none (kafka).
 	Membership membership.Store
+	// ReadModelMembership keeps cluster members and leases in the read
+	// model's database: Membership itself on sqlite:, postgres:// and
+	// memory:, the readmodel= database's on cassandra:// and kafka://, nil
+	// when the stack has no read model. A cluster of projection instances
+	// (cluster.Daemon) keeps its leases here, so that an exactly-once
+	// handler checks its lease in the read model's transaction
+	// (membership.TxChecker of the same Tx as ReadModelOf) while the
+	// entities are shared through Membership or the Kafka journal's
+	// consumer group.
+	ReadModelMembership membership.Store
 	// Store is the store value, which offers the operator capabilities of
 	// package admin (admin.StatsReader, admin.Purger, ...) by type
 	// assertion: *sqlite.Store, *postgres.Store, *cassandra.Store, or for
@@ -257,7 +267,7 @@ func open(ctx context.Context, raw string, cfg config) (*Stack, error) {
 	if err != nil {
 		return nil, errors.Join(fmt.Errorf("read model %s: %w", Redact(p.readModel), err), s.Close())
 	}
-	s.Offsets, s.ReadModelKind = rm.Offsets, rm.Kind
+	s.Offsets, s.ReadModelKind, s.ReadModelMembership = rm.Offsets, rm.Kind, rm.Membership
 	s.Where += ", read model " + rm.Where
 	s.closers = append(s.closers, rm.Close)
 	return s, nil

@@ -17,6 +17,7 @@ import (
 
 	"github.com/annals-go/annals"
 	"github.com/annals-go/annals/journal"
+	"github.com/annals-go/annals/membership"
 	"github.com/annals-go/annals/projection"
 	"github.com/annals-go/annals/query"
 	"github.com/annals-go/annals/store/cassandra/cassandratest"
@@ -96,6 +97,19 @@ func TestOpen(t *testing.T) {
 			if st.Kind != c.kind || st.ReadModelKind != c.rmKind || (st.Durable != nil) != c.hasDur || (st.Membership != nil) != c.hasDur {
 				t.Errorf("stack %s (read model %q, durable %v, membership %v), want %s (read model %q, both %v)",
 					st.Kind, st.ReadModelKind, st.Durable != nil, st.Membership != nil, c.kind, c.rmKind, c.hasDur)
+			}
+			if (st.ReadModelMembership != nil) != (c.rmKind != "") {
+				t.Errorf("read model's membership %v, want one exactly when the stack has a read model (%q)", st.ReadModelMembership, c.rmKind)
+			}
+			switch c.rmKind {
+			case "sqlite":
+				if _, ok := st.ReadModelMembership.(membership.TxChecker[*sql.Tx]); !ok {
+					t.Errorf("read model's membership %T checks no lease in a *sql.Tx", st.ReadModelMembership)
+				}
+			case "postgres":
+				if _, ok := st.ReadModelMembership.(membership.TxChecker[pgx.Tx]); !ok {
+					t.Errorf("read model's membership %T checks no lease in a pgx.Tx", st.ReadModelMembership)
+				}
 			}
 			pid := "Thing|" + unique()
 			writeAndRead(ctx, t, st, pid)

@@ -110,15 +110,17 @@ type Config struct {
 	// Shards serve the ranges the member holds: each is given every range
 	// the member gains (ServeRange) and asked to hand off every range it
 	// gives up (HandOffRange). An entity.Host made with
-	// HostConfig.Assigned is a Shard. A member without shards takes no
-	// range and shares its daemons only; the members of one cluster must
-	// all have shards or all have none, since each shares the ranges
-	// among every live member. A daemons-only cluster is how projections
-	// spread over processes whose entities are shared another way (the
-	// Kafka journal's consumer group, or leases in another database):
-	// its leases belong in the read model's database, where an
-	// exactly-once handler checks them (membership.TxChecker).
+	// HostConfig.Assigned is a Shard.
 	Shards []Shard
+	// DaemonsOnly makes a member that takes no slice range and shares its
+	// daemons only (Shards must be empty). Every member of a cluster must
+	// set it alike, since each shares the ranges among every live member.
+	// A daemons-only cluster spreads projections over processes whose
+	// entities are shared another way (the Kafka journal's consumer
+	// group, or leases in another database); its leases belong in the
+	// read model's database, where an exactly-once handler checks them
+	// (membership.TxChecker).
+	DaemonsOnly bool
 	// Daemons run their instances spread over the members.
 	Daemons []Daemon
 	// Logger receives lease losses and failed store calls (default
@@ -231,6 +233,9 @@ func (cfg *Config) check() error {
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
+	}
+	if cfg.DaemonsOnly && len(cfg.Shards) > 0 {
+		return errors.New("cluster: Config.DaemonsOnly with Shards: a daemons-only member serves no range")
 	}
 	names := map[string]bool{}
 	for _, d := range cfg.Daemons {

@@ -359,8 +359,8 @@ func TestDaemonInstancesRunOnceEach(t *testing.T) {
 }
 
 // testDaemonInstancesRunOnceEach: a daemon's instances run once each,
-// spread over the members, and move when one leaves; members without
-// shards take no slice range.
+// spread over the members, and move when one leaves; daemons-only members
+// take no slice range.
 func testDaemonInstancesRunOnceEach(t *testing.T, shards bool) {
 	st := memory.New()
 	s := st.Membership()
@@ -389,7 +389,7 @@ func testDaemonInstancesRunOnceEach(t *testing.T, shards bool) {
 		return func(c *cluster.Config) {
 			c.Daemons = []cluster.Daemon{daemon(name)}
 			if !shards {
-				c.Shards = nil
+				c.Shards, c.DaemonsOnly = nil, true
 			}
 		}
 	}
@@ -432,7 +432,7 @@ func testDaemonInstancesRunOnceEach(t *testing.T, shards bool) {
 		}
 		for _, l := range leases {
 			if !strings.HasPrefix(l.Name, "daemon/") {
-				t.Errorf("a member without shards took lease %s; want daemon instances only", l.Name)
+				t.Errorf("a daemons-only member took lease %s; want daemon instances only", l.Name)
 			}
 		}
 		if len(leases) != instances {
@@ -557,6 +557,7 @@ func TestJoinRefusals(t *testing.T) {
 		{"heartbeat too slow", cluster.Config{Store: s, Name: "x", LeaseTime: 2 * time.Second, Heartbeat: time.Second}, nil},
 		{"a hook of nothing", cluster.Config{Store: s, Name: "x", Hooks: []any{42}}, nil},
 		{"a daemon without instances", cluster.Config{Store: s, Name: "x", Daemons: []cluster.Daemon{{Name: "d", Run: func(context.Context, int) error { return nil }}}}, nil},
+		{"daemons only with shards", cluster.Config{Store: s, Name: "x", DaemonsOnly: true, Shards: []cluster.Shard{newHost(t, st)}}, nil},
 	}
 	for _, c := range cases {
 		m, err := cluster.Join(t.Context(), c.cfg)

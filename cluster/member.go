@@ -112,9 +112,7 @@ func Join(ctx context.Context, cfg Config) (*Member, error) {
 		heldChanged: make(chan struct{}),
 		changed:     make(chan struct{}),
 	}
-	// A member without shards serves no entities, so it takes no range:
-	// its cluster shares daemons only (every member of it has no shards).
-	if len(cfg.Shards) > 0 {
+	if !cfg.DaemonsOnly {
 		names := make([]string, len(ranges))
 		for i, r := range ranges {
 			names[i] = RangeLease(r)

@@ -102,6 +102,12 @@ type Behavior[C, E, S any] struct {
 
 	// Tagger returns the tags stored with an event (for queries by tag).
 	Tagger func(event E) []string
+	// TagsFor returns more tags stored with an event of the entity
+	// persistenceID, after Tagger's: tags that depend on the entity, as
+	// Akka's sharded tags do (an entity type split into N tags by its id,
+	// each read by one projection instance, so that the instances can run
+	// spread over processes; annals.Slice gives a stable split).
+	TagsFor func(persistenceID string, event E) []string
 	// Adapters turn stored events of older shapes into current events:
 	// the stored payload of an event whose manifest has an adapter goes to
 	// it instead of the serialization registry (whatever its serializer id),

@@ -57,6 +57,9 @@ func (p journalPersistence[C, E, S]) write(ctx context.Context, inst *instance[C
 		if b.Tagger != nil {
 			tags = b.Tagger(e)
 		}
+		if b.TagsFor != nil {
+			tags = append(tags, b.TagsFor(inst.pid, e)...)
+		}
 		w.Events[i] = journal.Repr{PersistenceID: inst.pid, SequenceNr: inst.seq + int64(i) + 1, Payload: payload, SerializerID: id, Manifest: manifest, WriterID: inst.writer, Tags: tags}
 	}
 	errs, err := p.front.WriteFenced(ctx, []journal.AtomicWrite{w}, fence)

@@ -827,6 +827,28 @@ func TestTaggerStoresTags(t *testing.T) {
 	}
 }
 
+// TestTagsForTagsByEntity: TagsFor's tags, which depend on the entity,
+// are stored after Tagger's.
+func TestTagsForTagsByEntity(t *testing.T) {
+	st := memoryStores(t)
+	b := accountBehavior()
+	b.Tagger = func(Event) []string { return []string{"account"} }
+	b.TagsFor = func(pid string, _ Event) []string { return []string{"owner-" + strings.TrimPrefix(pid, "Account|")} }
+	h := newHost(t, st, b)
+	for _, id := range []string{"ann", "bob"} {
+		if _, err := deposit(t.Context(), h, id, 5); err != nil {
+			t.Fatal(err)
+		}
+		evs := replayPayloadManifests(t, st.Journal, "Account|"+id)
+		if len(evs) != 1 {
+			t.Fatalf("%s: stored %d events, want one", id, len(evs))
+		}
+		if want := []string{"account", "owner-" + id}; !slices.Equal(evs[0].Tags, want) {
+			t.Errorf("%s: stored tags %v, want %v", id, evs[0].Tags, want)
+		}
+	}
+}
+
 func TestShutdownFailsWaitingCommands(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		st := memoryStores(t)

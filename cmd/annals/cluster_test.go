@@ -69,14 +69,16 @@ func TestClusterStatus(t *testing.T) {
 
 // TestClusterStatusKafka: on a kafka:// store, annals cluster status lists
 // the members of the consumer group kafkacluster members joined, with
-// their addresses and partitions (table and --json); an unknown group has
-// none.
+// their addresses and partitions (table and --json), then the projection
+// instances whose leases the read model's database keeps; an unknown
+// group has none.
 func TestClusterStatusKafka(t *testing.T) {
 	t.Parallel()
 	brokers := kafkatest.Real(t)
 	dsn, _ := pgtest.Schema(t)
+	readModel, _ := pgtest.Schema(t)
 	prefix := kafkatest.Prefix(t, brokers, "clistatus")
-	url := "kafka://" + brokers[0] + "/?topic_prefix=" + prefix + "&eventual=" + pgtest.WithParam(dsn, "migrate", "true")
+	url := "kafka://" + brokers[0] + "/?topic_prefix=" + prefix + "&eventual=" + pgtest.WithParam(dsn, "migrate", "true") + "&readmodel=" + readModel
 	cli(t, nil, "init", "--store", url).want(t, 0, nil, nil)
 	withStore(t, url, func(s *stores.Store) {
 		reg := serialization.NewRegistry()
@@ -93,11 +95,36 @@ func TestClusterStatusKafka(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer func() { _ = m.Leave(context.Background()) }()
-		cli(t, nil, "cluster", "status", "--store", url, "--cluster", prefix+"bank").want(t, 0, []string{"MEMBER", "m1", "m1:8080", prefix + "Account [0]"}, nil)
-		var got kafkacluster.Status
+		// The projection's two instances, on leases in the read model's
+		// database.
+		if s.ReadModelMembership == nil {
+			t.Fatal("a kafka:// store with readmodel= has no read model membership")
+		}
+		d, err := cluster.Join(t.Context(), cluster.Config{Store: s.ReadModelMembership, Cluster: prefix + "bank", Name: "m1", Address: "m1:8080", LeaseTime: 5 * time.Second, DaemonsOnly: true,
+			Daemons: []cluster.Daemon{{Name: "balances", Instances: 2, Run: func(ctx context.Context, _ int) error { <-ctx.Done(); return nil }}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer func() { _ = d.Leave(context.Background()) }()
+		deadline := time.Now().Add(30 * time.Second)
+		for len(d.Held()) < 2 {
+			if time.Now().After(deadline) {
+				t.Fatalf("the daemons' member holds %v", d.Held())
+			}
+			<-d.Changed()
+		}
+		cli(t, nil, "cluster", "status", "--store", url, "--cluster", prefix+"bank").want(t, 0,
+			[]string{"MEMBER", "m1", "m1:8080", prefix + "Account [0]", "projection instances (leases in the read model's database)", "balances [0 1]"}, nil)
+		var got struct {
+			kafkacluster.Status
+			Projections *cluster.Status `json:"projections"`
+		}
 		decode(t, cli(t, nil, "cluster", "status", "--store", url, "--cluster", prefix+"bank", "--json"), &got)
 		if len(got.Members) != 1 || got.Members[0].Name != "m1" || len(got.Members[0].Partitions[prefix+"Account"]) != 1 {
 			t.Errorf("--json: %+v, want m1 holding the Account topic's partition", got)
+		}
+		if p := got.Projections; p == nil || len(p.Members) != 1 || len(p.Members[0].Daemons["balances"]) != 2 || len(p.Members[0].Ranges) != 0 {
+			t.Errorf("--json projections: %+v, want m1 running both balances instances and no range", p)
 		}
 		cli(t, nil, "cluster", "status", "--store", url, "--cluster", prefix+"none").want(t, 0, nil, []string{`no members of group`})
 	})

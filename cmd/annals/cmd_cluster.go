@@ -34,12 +34,18 @@ On a kafka:// store the cluster is the consumer group its members joined
 annals-cluster): each member, its address, the coordinator's member id
 and the partitions it holds per journal topic, and the group's state.
 
+When the URL names a read model's database apart from the store
+(cassandra:// or kafka:// with readmodel=), the projection instances'
+leases kept there (a cluster of the same name) follow, in the same
+table as a cluster on leases.
+
 --json prints {"cluster", "members": [{"name", "incarnation", "address",
 "live", "leaving", "joined", "renewed_until", "ranges": [{"min", "max",
 "epoch"}],
 "daemons": {NAME: [INSTANCE, ...]}}], "unowned": [LEASE, ...]}; on
 kafka:// {"group", "state", "members": [{"name", "address", "member_id",
-"host", "partitions": {TOPIC: [PARTITION, ...]}}]}.`,
+"host", "partitions": {TOPIC: [PARTITION, ...]}}]}; with a read model's
+database apart, "projections" holds its cluster in the first form.`,
 		examples: []string{
 			"annals cluster status --store postgres://postgres@127.0.0.1/annals_test",
 			"annals cluster status --cluster bank --json",
@@ -57,8 +63,18 @@ kafka:// {"group", "state", "members": [{"name", "address", "member_id",
 					return err
 				}
 				defer s.Close()
+				// The projection instances' leases, when they are kept in a
+				// read model's database apart from the store.
+				var daemons *cluster.Status
+				if s.ReadModelMembership != nil {
+					st, err := cluster.ReadStatus(e.ctx, s.ReadModelMembership, *name)
+					if err != nil {
+						return fmt.Errorf("the read model's database: %w", err)
+					}
+					daemons = &st
+				}
 				if kj, ok := s.Journal.(*kafka.Journal); ok {
-					return kafkaGroupStatus(e, kj, *name, *asJSON)
+					return kafkaGroupStatus(e, kj, *name, daemons, *asJSON)
 				}
 				if s.Membership == nil {
 					return fmt.Errorf("%s: %w", s.Where, errNoMembership)
@@ -68,45 +84,71 @@ kafka:// {"group", "state", "members": [{"name", "address", "member_id",
 					return err
 				}
 				if *asJSON {
-					return writeJSON(e.stdout, st)
+					return writeJSON(e.stdout, struct {
+						cluster.Status
+						Projections *cluster.Status `json:"projections,omitempty"`
+					}{st, daemons})
 				}
 				if len(st.Members) == 0 {
 					fmt.Fprintf(e.stderr, "no members of cluster %q in %s\n", st.Cluster, s.Where)
 				}
-				tw := table(e.stdout, "MEMBER", "ADDRESS", "LIVE", "RENEWED UNTIL", "RANGES", "SLICES (EPOCH)", "DAEMONS")
-				for _, m := range st.Members {
-					var ranges []string
-					for _, r := range m.Ranges {
-						ranges = append(ranges, fmt.Sprintf("%d-%d (%d)", r.Min, r.Max, r.Epoch))
-					}
-					var daemons []string
-					for d, insts := range m.Daemons {
-						daemons = append(daemons, fmt.Sprintf("%s %v", d, insts))
-					}
-					sort.Strings(daemons)
-					live := fmt.Sprint(m.Live)
-					if m.Leaving {
-						live = "leaving"
-					}
-					row(tw, m.Name, textOr(m.Address, "-"), live, m.RenewedUntil.UTC().Format(time.RFC3339Nano), len(m.Ranges),
-						textOr(strings.Join(ranges, " "), "-"), textOr(strings.Join(daemons, "; "), "-"))
-				}
-				if err := tw.Flush(); err != nil {
+				if err := printLeaseStatus(e, st); err != nil {
 					return err
 				}
-				if len(st.Unowned) > 0 {
-					fmt.Fprintf(e.stdout, "held by no live member: %s\n", strings.Join(st.Unowned, " "))
-				}
-				return nil
+				return printProjectionLeases(e, daemons)
 			}
 		},
 	}
 }
 
+// printLeaseStatus prints a cluster's members on leases as a table, then
+// the leases no live member holds.
+func printLeaseStatus(e *env, st cluster.Status) error {
+	tw := table(e.stdout, "MEMBER", "ADDRESS", "LIVE", "RENEWED UNTIL", "RANGES", "SLICES (EPOCH)", "DAEMONS")
+	for _, m := range st.Members {
+		var ranges []string
+		for _, r := range m.Ranges {
+			ranges = append(ranges, fmt.Sprintf("%d-%d (%d)", r.Min, r.Max, r.Epoch))
+		}
+		var daemons []string
+		for d, insts := range m.Daemons {
+			daemons = append(daemons, fmt.Sprintf("%s %v", d, insts))
+		}
+		sort.Strings(daemons)
+		live := fmt.Sprint(m.Live)
+		if m.Leaving {
+			live = "leaving"
+		}
+		row(tw, m.Name, textOr(m.Address, "-"), live, m.RenewedUntil.UTC().Format(time.RFC3339Nano), len(m.Ranges),
+			textOr(strings.Join(ranges, " "), "-"), textOr(strings.Join(daemons, "; "), "-"))
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	if len(st.Unowned) > 0 {
+		fmt.Fprintf(e.stdout, "held by no live member: %s\n", strings.Join(st.Unowned, " "))
+	}
+	return nil
+}
+
+// printProjectionLeases prints the cluster of projection instances kept
+// in the read model's database, when there is one.
+func printProjectionLeases(e *env, daemons *cluster.Status) error {
+	if daemons == nil {
+		return nil
+	}
+	fmt.Fprintf(e.stdout, "\nprojection instances (leases in the read model's database):\n")
+	if len(daemons.Members) == 0 {
+		fmt.Fprintf(e.stdout, "no members of cluster %q there\n", daemons.Cluster)
+		return nil
+	}
+	return printLeaseStatus(e, *daemons)
+}
+
 // kafkaGroupStatus prints the members of a Kafka journal's consumer group
 // (package kafkacluster); the lease cluster's default name stands for the
 // group's default.
-func kafkaGroupStatus(e *env, j *kafka.Journal, group string, asJSON bool) error {
+func kafkaGroupStatus(e *env, j *kafka.Journal, group string, daemons *cluster.Status, asJSON bool) error {
 	if group == cluster.DefaultCluster {
 		group = kafkacluster.DefaultGroup
 	}
@@ -115,11 +157,14 @@ func kafkaGroupStatus(e *env, j *kafka.Journal, group string, asJSON bool) error
 		return err
 	}
 	if asJSON {
-		return writeJSON(e.stdout, st)
+		return writeJSON(e.stdout, struct {
+			kafkacluster.Status
+			Projections *cluster.Status `json:"projections,omitempty"`
+		}{st, daemons})
 	}
 	if len(st.Members) == 0 {
 		fmt.Fprintf(e.stderr, "no members of group %q\n", st.Group)
-		return nil
+		return printProjectionLeases(e, daemons)
 	}
 	fmt.Fprintf(e.stdout, "group %s: %s\n", st.Group, st.State)
 	tw := table(e.stdout, "MEMBER", "ADDRESS", "MEMBER ID", "PARTITIONS")
@@ -131,5 +176,8 @@ func kafkaGroupStatus(e *env, j *kafka.Journal, group string, asJSON bool) error
 		sort.Strings(parts)
 		row(tw, m.Name, textOr(m.Address, "-"), m.MemberID, textOr(strings.Join(parts, "; "), "-"))
 	}
-	return tw.Flush()
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	return printProjectionLeases(e, daemons)
 }

@@ -22,11 +22,15 @@
 // /accounts/{id}/withdraw?amount=N answer the new balance; GET
 // /accounts/{id} the balance; GET /balances the read model of every
 // balance (JSON), kept by a projection of four instances that run spread
-// over the members, each on one member at a time (on PostgreSQL and
-// SQLite; a Cassandra service keeps its read models in another database);
-// GET /cluster this process's member and the ranges it holds (JSON). Every answer about an account carries the
-// header Served-By: the member that ran the command. SIGTERM or Ctrl-C hands
-// the process's accounts to the others, then stops it.
+// over the members, each on one member at a time, in the store's own
+// database on PostgreSQL and SQLite, and in the database readmodel= names
+// on Cassandra and the Kafka journal (the instances then hold their
+// leases in that database: a second cluster, of daemons only; on
+// Cassandra, which answers events by tag only, each account's events
+// carry the tag of its instance); GET /cluster this process's member and
+// the ranges it holds (JSON). Every answer about an account carries the
+// header Served-By: the member that ran the command. SIGTERM or Ctrl-C
+// hands the process's accounts to the others, then stops it.
 package main
 
 import (
@@ -46,18 +50,19 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/annals-go/annals"
 	"github.com/annals-go/annals/cluster"
 	"github.com/annals-go/annals/engine"
 	"github.com/annals-go/annals/entity"
 	"github.com/annals-go/annals/examples/bank"
 	"github.com/annals-go/annals/journal"
 	"github.com/annals-go/annals/membership"
+	"github.com/annals-go/annals/projection"
+	"github.com/annals-go/annals/query"
 	"github.com/annals-go/annals/serialization"
 	"github.com/annals-go/annals/snapshot"
 	"github.com/annals-go/annals/store/kafka"
 	"github.com/annals-go/annals/store/kafka/kafkacluster"
-	"github.com/annals-go/annals/store/postgres"
-	"github.com/annals-go/annals/store/sqlite"
 	"github.com/annals-go/annals/stores"
 )
 
@@ -78,30 +83,50 @@ type backend struct {
 	// kafka is the Kafka journal, whose members share the accounts
 	// through a consumer group instead of leases; nil on other stores.
 	kafka *kafka.Journal
-	close func() error
-	// readModel makes the balance read model; nil where the store keeps
-	// none (Cassandra and the Kafka journal: a read model lives in another
-	// database).
+	// daemonsApart is set when the projection instances keep their
+	// leases in the read model's database, apart from the accounts'
+	// membership (the Kafka journal with readmodel=): the process is a
+	// member of a second cluster there, of daemons only.
+	daemonsApart bool
+	// readModelMembership keeps the projection instances' leases.
+	readModelMembership membership.Store
+	// tagged is set when the projection reads by tag (Cassandra): each
+	// account's events carry the tag of its instance's slice range.
+	tagged bool
+	close  func() error
+	// readModel makes the balance read model; nil where the stack keeps
+	// none (Cassandra and the Kafka journal without readmodel=).
 	readModel func(ctx context.Context, reg *serialization.Registry) (*readModel, error)
 }
 
 // open opens the store stack of url (package stores: postgres://,
-// cassandra://, sqlite: or kafka://…?eventual=…), creating what is missing.
+// cassandra://, sqlite: or kafka://…?eventual=…[&readmodel=…]), creating
+// what is missing.
 func open(ctx context.Context, url string) (backend, error) {
 	st, err := stores.Open(ctx, url, stores.WithMigrate(true))
 	if err != nil {
 		return backend{}, err
 	}
-	b := backend{journal: st.Journal, snapshots: st.Snapshots, membership: st.Membership, close: st.Close}
+	b := backend{journal: st.Journal, snapshots: st.Snapshots, membership: st.Membership, readModelMembership: st.ReadModelMembership, close: st.Close}
 	b.kafka, _ = st.Journal.(*kafka.Journal)
-	switch s := st.Store.(type) {
-	case *postgres.Store:
-		b.readModel = func(ctx context.Context, reg *serialization.Registry) (*readModel, error) {
-			return postgresReadModel(ctx, s, reg)
+	b.daemonsApart = st.ReadModelMembership != nil && st.ReadModelKind != st.Kind
+	if st.ReadModelMembership != nil {
+		// Instance i of the projection reads the i-th range of slices, by
+		// slices where the store answers them, else by the tag the
+		// accounts of that range carry (balanceTag).
+		var source func(i int) projection.Source
+		ranges, _ := annals.SliceRanges(balanceInstances)
+		switch q := st.Queries.(type) {
+		case query.EventsBySlicesQuery:
+			source = func(i int) projection.Source { return projection.BySlices(q, bank.EntityType, ranges[i]) }
+		case query.EventsByTagQuery:
+			b.tagged = true
+			source = func(i int) projection.Source { return projection.ByTag(q, balanceTag(ranges[i].Min)) }
 		}
-	case *sqlite.Store:
-		b.readModel = func(ctx context.Context, reg *serialization.Registry) (*readModel, error) {
-			return sqliteReadModel(ctx, s, reg)
+		if source != nil {
+			b.readModel = func(ctx context.Context, reg *serialization.Registry) (*readModel, error) {
+				return newReadModel(ctx, st, source, reg)
+			}
 		}
 	}
 	if b.membership == nil && b.kafka == nil {
@@ -143,7 +168,11 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 	if err := bank.Register(reg); err != nil {
 		return err
 	}
-	host, err := entity.NewHost(bank.Behavior(), entity.HostConfig{
+	behavior := bank.Behavior()
+	if st.tagged {
+		behavior.TagsFor = func(pid string, _ bank.Event) []string { return []string{balanceTag(annals.Slice(pid))} }
+	}
+	host, err := entity.NewHost(behavior, entity.HostConfig{
 		Journal: st.journal, Snapshots: st.snapshots, Registry: reg, Logger: logger,
 		Assigned: true, IdleTimeout: 5 * time.Minute,
 	})
@@ -209,8 +238,15 @@ type member interface {
 }
 
 // join makes the process a member: of the consumer group on the Kafka
-// journal, of the store's cluster otherwise.
+// journal, of the store's cluster otherwise; and, when the projection's
+// instances keep their leases in a read-model database of their own, of a
+// cluster of daemons only there.
 func join(ctx context.Context, st backend, host *entity.Host[bank.Command, bank.Event, bank.Account], daemons []cluster.Daemon, clusterName, name, address string, leaseTime time.Duration, logger *slog.Logger) (member, error) {
+	withAccounts := daemons
+	if st.daemonsApart {
+		withAccounts = nil
+	}
+	var accounts member
 	if st.kafka != nil {
 		m, err := kafkacluster.Join(ctx, kafkacluster.Config{
 			Journal: st.kafka, Group: clusterName, Name: name, Address: address,
@@ -219,16 +255,28 @@ func join(ctx context.Context, st backend, host *entity.Host[bank.Command, bank.
 		if err != nil {
 			return nil, err
 		}
-		return kafkaMember{m}, nil
+		accounts = kafkaMember{m}
+	} else {
+		m, err := cluster.Join(ctx, cluster.Config{
+			Store: st.membership, Cluster: clusterName, Name: name, Address: address,
+			LeaseTime: leaseTime, Shards: []cluster.Shard{host}, Daemons: withAccounts, Logger: logger,
+		})
+		if err != nil {
+			return nil, err
+		}
+		accounts = leaseMember{m}
 	}
-	m, err := cluster.Join(ctx, cluster.Config{
-		Store: st.membership, Cluster: clusterName, Name: name, Address: address,
-		LeaseTime: leaseTime, Shards: []cluster.Shard{host}, Daemons: daemons, Logger: logger,
+	if !st.daemonsApart || len(daemons) == 0 {
+		return accounts, nil
+	}
+	d, err := cluster.Join(ctx, cluster.Config{
+		Store: st.readModelMembership, Cluster: clusterName, Name: name, Address: address,
+		LeaseTime: leaseTime, DaemonsOnly: true, Daemons: daemons, Logger: logger,
 	})
 	if err != nil {
-		return nil, err
+		return nil, errors.Join(err, accounts.Leave(ctx))
 	}
-	return leaseMember{m}, nil
+	return withDaemons{member: accounts, daemons: d}, nil
 }
 
 type leaseMember struct{ *cluster.Member }
@@ -250,6 +298,22 @@ type kafkaMember struct{ *kafkacluster.Member }
 func (m kafkaMember) Units() ([]string, int) { return m.Held(), m.Partitions() }
 
 func (kafkaMember) UnitKind() string { return "partitions" }
+
+// withDaemons is a member sharing the accounts (through the store's
+// leases or the Kafka journal's consumer group) and a member of the
+// daemons' cluster in the read model's database, sharing the projection's
+// instances.
+type withDaemons struct {
+	member
+	daemons *cluster.Member
+}
+
+func (m withDaemons) Held() []string { return append(m.member.Held(), m.daemons.Held()...) }
+
+// Leave hands the accounts off, then the projection's instances.
+func (m withDaemons) Leave(ctx context.Context) error {
+	return errors.Join(m.member.Leave(ctx), m.daemons.Leave(ctx))
+}
 
 // routes is the service's HTTP API.
 func routes(member member, host *entity.Host[bank.Command, bank.Event, bank.Account], rm *readModel) http.Handler {

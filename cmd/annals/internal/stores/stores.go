@@ -68,6 +68,11 @@ type Store struct {
 	// Membership keeps cluster members and leases; nil when the store has
 	// none.
 	Membership membership.Store
+	// ReadModelMembership keeps the members and leases of the read
+	// model's database when it is apart from the store (cassandra:// and
+	// kafka:// with readmodel=), where a projection's instances hold
+	// their leases; nil otherwise.
+	ReadModelMembership membership.Store
 	// KitExceptions names the rules of the compliance kit the store
 	// cannot keep by design, with the reasons (storetest.Store's
 	// Exceptions: annals check skips them); KitStoreTimestamps: an
@@ -311,6 +316,9 @@ func openStack(ctx context.Context, url string, mode Mode) (*Store, error) {
 		Journal: st.Journal, Snapshots: st.Snapshots, Queries: st.Queries, Offsets: st.Offsets,
 		Durable: st.Durable, Membership: st.Membership, Admin: st.Store,
 		Close: st.Close,
+	}
+	if st.ReadModelKind != "" && st.ReadModelKind != st.Kind {
+		s.ReadModelMembership = st.ReadModelMembership
 	}
 	switch st.Kind {
 	case "sqlite":

@@ -4,9 +4,11 @@ import (
 	"context"
 	"encoding/binary"
 	"encoding/hex"
+	"errors"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/annals-go/annals/query"
 )
@@ -286,7 +288,13 @@ func (s *Store) listen() {
 		defer close(s.listenDone)
 		retry := 100 * time.Millisecond
 		for ctx.Err() == nil {
-			if s.listenOnce(ctx) {
+			listened, standby := s.listenOnce(ctx)
+			if standby {
+				// A hot standby takes no LISTEN (notifications are not
+				// replicated): its live queries poll.
+				return
+			}
+			if listened {
 				retry = 100 * time.Millisecond
 			}
 			s.signal.Notify() // a notification may have been missed
@@ -302,21 +310,24 @@ func (s *Store) listen() {
 }
 
 // listenOnce listens on one connection until it fails or ctx ends. It
-// reports whether it got as far as listening.
-func (s *Store) listenOnce(ctx context.Context) bool {
+// reports whether it got as far as listening, and whether the server
+// refused LISTEN as a hot standby does (SQLSTATE 25006,
+// read_only_sql_transaction).
+func (s *Store) listenOnce(ctx context.Context) (listened, standby bool) {
 	pc, err := s.pool.Acquire(ctx)
 	if err != nil {
-		return false
+		return false, false
 	}
 	conn := pc.Hijack() // never returned to the pool in LISTEN state
 	defer conn.Close(context.Background())
 	if _, err := conn.Exec(ctx, "LISTEN "+pgx.Identifier{s.channel}.Sanitize()); err != nil {
-		return false
+		var pgErr *pgconn.PgError
+		return false, errors.As(err, &pgErr) && pgErr.Code == "25006"
 	}
 	s.signal.Notify()
 	for {
 		if _, err := conn.WaitForNotification(ctx); err != nil {
-			return true
+			return true, false
 		}
 		s.signal.Notify()
 	}

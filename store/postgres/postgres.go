@@ -62,6 +62,8 @@ package postgres
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"net/url"
@@ -293,11 +295,27 @@ func connect(ctx context.Context, dsn string, opts []Option) (*Store, error) {
 		if errors.As(err, &pgErr) { // the server answered: a login or database error
 			return nil, fmt.Errorf("postgres: connect to %s:%d as %s: %w", pc.ConnConfig.Host, pc.ConnConfig.Port, pc.ConnConfig.User, err)
 		}
+		if tlsRefused(err) { // the server answered, its certificate or ours refused
+			return nil, fmt.Errorf("postgres: TLS with %s:%d failed (check sslrootcert, sslcert, sslkey and sslmode): %w", pc.ConnConfig.Host, pc.ConnConfig.Port, err)
+		}
 		return nil, fmt.Errorf("%w at %s:%d (is it running? scripts/services up postgres starts a local one): %v", ErrUnreachable, pc.ConnConfig.Host, pc.ConnConfig.Port, err)
 	}
 	s := &Store{pool: pool, cfg: cfg, channel: channelName(cfg.schema)}
 	s.errs = journal.StoreErrors{Store: "postgres", Closed: s.isClosed}
 	return s, nil
+}
+
+// tlsRefused reports whether err is a TLS handshake's refusal: a server
+// certificate that does not verify, or an alert the server sent (such as
+// a client certificate it refused).
+func tlsRefused(err error) bool {
+	var verify *tls.CertificateVerificationError
+	var alert tls.AlertError
+	var unknownCA x509.UnknownAuthorityError
+	var hostname x509.HostnameError
+	var invalid x509.CertificateInvalidError
+	return errors.As(err, &verify) || errors.As(err, &alert) || errors.As(err, &unknownCA) ||
+		errors.As(err, &hostname) || errors.As(err, &invalid)
 }
 
 func (c *config) validate() error {

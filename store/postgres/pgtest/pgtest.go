@@ -70,12 +70,17 @@ func Server(t testing.TB) string {
 func Schema(t testing.TB) (dsn, schema string) {
 	t.Helper()
 	base := Server(t)
-	var b [6]byte
-	_, _ = rand.Read(b[:])
-	schema = "annals_test_" + hex.EncodeToString(b[:])
+	schema = uniqueSchema()
 	dsn = WithParam(base, "schema", schema)
 	t.Cleanup(func() { drop(t, dsn) })
 	return dsn, schema
+}
+
+// uniqueSchema returns a schema name unique to this test run.
+func uniqueSchema() string {
+	var b [6]byte
+	_, _ = rand.Read(b[:])
+	return "annals_test_" + hex.EncodeToString(b[:])
 }
 
 // drop removes the schema of dsn and everything in it.

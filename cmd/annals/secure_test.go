@@ -11,6 +11,7 @@ import (
 
 	"github.com/annals-go/annals/store/cassandra"
 	"github.com/annals-go/annals/store/cassandra/cassandratest"
+	"github.com/annals-go/annals/store/postgres/pgtest"
 )
 
 // TestSecuredCassandraThroughTheCLI: init, in text and --json, reaches the
@@ -59,5 +60,46 @@ func TestSecuredCassandraThroughTheCLI(t *testing.T) {
 	r := cli(t, nil, "init", "--json", "--store", wrong)
 	if r.code == 0 || strings.Contains(r.stdout+r.stderr, password) || !strings.Contains(r.stdout+r.stderr, "authentication refused") {
 		t.Errorf("annals init with a wrong password: want a failure saying authentication was refused, without the password; got %s", r)
+	}
+}
+
+// TestSecuredPostgresThroughTheCLI: annals reaches a PostgreSQL server that
+// takes TLS only with SCRAM passwords (scripts/services up postgres-ha),
+// in text and with --json, showing the password as xxxxx; its commands
+// read the standby too; a wrong password fails naming the cause, without
+// the password.
+func TestSecuredPostgresThroughTheCLI(t *testing.T) {
+	pair := pgtest.HA(t)
+	primary, standby, _ := pgtest.HASchema(t, pair)
+	for _, args := range [][]string{
+		{"init", "--store", primary},
+		{"init", "--json", "--store", primary},
+		{"stats", "--store", primary},
+		{"stats", "--json", "--store", primary},
+	} {
+		r := cli(t, nil, args...)
+		if r.code != 0 || strings.Contains(r.stdout+r.stderr, pair.Password) {
+			t.Errorf("annals %s: want exit 0 and no password; got %s", strings.Join(args[:len(args)-1], " "), r)
+		}
+		if args[0] == "init" && !strings.Contains(r.stdout, "xxxxx") {
+			t.Errorf("annals %s: want the store named with its password as xxxxx; got %s", strings.Join(args[:len(args)-1], " "), r)
+		}
+	}
+	// The standby replays the schema init made; stats reads it there.
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		r := cli(t, nil, "stats", "--store", standby)
+		if r.code == 0 && !strings.Contains(r.stdout+r.stderr, pair.Password) {
+			break
+		}
+		if time.Now().After(deadline) || strings.Contains(r.stdout+r.stderr, pair.Password) {
+			t.Fatalf("annals stats on the standby: want exit 0 and no password; got %s", r)
+		}
+		time.Sleep(200 * time.Millisecond) // the standby replays the schema
+	}
+	wrong := strings.Replace(primary, ":"+pair.Password+"@", ":"+pair.Password+"-wrong@", 1)
+	r := cli(t, nil, "init", "--json", "--store", wrong)
+	if r.code == 0 || strings.Contains(r.stdout+r.stderr, pair.Password) || !strings.Contains(r.stdout+r.stderr, "password authentication failed") {
+		t.Errorf("annals init with a wrong password: want a failure naming it, without the password; got %s", r)
 	}
 }

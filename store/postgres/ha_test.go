@@ -157,6 +157,13 @@ func standbyReads(t *testing.T, pair pgtest.HAPair, ordering postgres.Ordering) 
 		time.Sleep(100 * time.Millisecond) // the standby replays the new schema
 	}
 	defer standby.Close()
+	// The standby reads only: a write through it fails, naming why.
+	ro := journal.Repr{PersistenceID: "Standby|ro", SequenceNr: 1, Payload: []byte(`{}`), SerializerID: 1}
+	if errs, err := standby.Journal().Write(ctx, []journal.AtomicWrite{{PersistenceID: ro.PersistenceID, Events: []journal.Repr{ro}}}); err == nil && (errs == nil || errs[0] == nil) {
+		t.Error("a write through the standby succeeded")
+	} else if msg := fmt.Sprint(err, errs); !strings.Contains(msg, "read-only transaction") {
+		t.Errorf("a write through the standby: %s, want it to say the server is read-only", msg)
+	}
 	replay := func(fn string) {
 		t.Helper()
 		if _, err := standby.Pool().Exec(ctx, `SELECT `+fn+`()`); err != nil {

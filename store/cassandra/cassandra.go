@@ -447,14 +447,23 @@ func (s *Store) Session() *gocql.Session { return s.session }
 // partition.
 func (s *Store) PartitionSize() int64 { return s.cfg.partitionSize }
 
-// Close closes the session; calls after Close fail with journal.ErrClosed
-// or snapshot.ErrClosed. Closing twice is not an error.
+// Close writes the tag_scanning marks of the ids this process wrote
+// (within the store's timeout; see the package documentation), then
+// closes the session, and returns the marks' error, if any: nothing is
+// lost without them, a later recovery rereads more. Calls after Close
+// fail with journal.ErrClosed or snapshot.ErrClosed. Closing twice is not
+// an error.
 func (s *Store) Close() error {
 	if s.closed.Swap(true) {
 		return nil
 	}
+	// The ids' tag_scanning marks, so that their next recoveries reread
+	// only what this process did not write.
+	ctx, cancel := context.WithTimeout(context.Background(), s.cfg.timeout)
+	err := s.tags.close(ctx)
+	cancel()
 	s.session.Close()
-	return nil
+	return err
 }
 
 func (s *Store) isClosed() bool { return s.closed.Load() }

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	gocql "github.com/apache/cassandra-gocql-driver/v2"
@@ -36,6 +37,14 @@ import (
 // in this process does the same up to the number before it. A repaired row
 // has a timeuuid of the time it is repaired, so that live queries which
 // have passed the event's time still find it.
+//
+// So that a recovery rereads only what may need it, the process keeps per
+// id the number up to which it knows every event's tag rows are stored
+// (its repair's end, moved on by each of its own writes that completes):
+// a recovery of an id this process wrote last reads no events for tags,
+// and every 30 s and at Close the ids' tag_scanning marks are moved up to
+// it (as Pekko's scanning flush does), so that a recovery in another
+// process rereads only the events after the last flush.
 
 // maxTagBatch is the most rows in one unlogged batch (Pekko's
 // max-message-batch-size). Each batch holds one partition, which
@@ -59,6 +68,12 @@ type idTags struct {
 	progress map[string]tagProgress
 	last     gocql.UUID // the timeuuid of the id's last event written here
 	listed   bool       // the id is in all_persistence_ids
+	// clean is the number up to which every event of the id has its tag
+	// rows stored, as this process knows (a repair up to it, then its own
+	// writes that followed on and completed); valid while loaded.
+	clean int64
+	// scanned is the id's tag_scanning mark as last read or written.
+	scanned int64
 }
 
 // tagRow is one tag_views row. Its timeuuid and bucket are given by the
@@ -73,16 +88,104 @@ type tagRow struct {
 	e      *journal.Repr
 }
 
+// scanningFlushInterval is how often the ids' tag_scanning marks are moved
+// up to what this process knows is clean (Pekko's
+// events-by-tag.scanning-flush-interval), and at Close: a recovery in
+// another process then rereads only the events after the mark.
+const scanningFlushInterval = 30 * time.Second
+
 // tagWriters holds a writer per tag and the ids' tag states.
 type tagWriters struct {
 	s       *Store
 	mu      sync.Mutex
 	writers map[string]*tagWriter
 	ids     map[string]*idTags
+	dirty   map[string]*idTags // ids whose clean mark moved past their tag_scanning mark
+
+	flushing    sync.Mutex // one flush at a time
+	stopFlusher chan struct{}
+	flusherDone chan struct{}
+	repairReads atomic.Int64 // events read by repairs (tests)
 }
 
 func newTagWriters(s *Store) *tagWriters {
-	return &tagWriters{s: s, writers: map[string]*tagWriter{}, ids: map[string]*idTags{}}
+	tw := &tagWriters{s: s, writers: map[string]*tagWriter{}, ids: map[string]*idTags{}, dirty: map[string]*idTags{},
+		stopFlusher: make(chan struct{}), flusherDone: make(chan struct{})}
+	go tw.flusher()
+	return tw
+}
+
+// flusher moves the tag_scanning marks every scanningFlushInterval until
+// close.
+func (tw *tagWriters) flusher() {
+	defer close(tw.flusherDone)
+	t := time.NewTicker(scanningFlushInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-tw.stopFlusher:
+			return
+		case <-t.C:
+			ctx, cancel := context.WithTimeout(context.Background(), tw.s.cfg.timeout)
+			_ = tw.flushScanning(ctx) // what fails stays dirty for the next flush
+			cancel()
+		}
+	}
+}
+
+// close stops the flusher and moves the marks one last time.
+func (tw *tagWriters) close(ctx context.Context) error {
+	close(tw.stopFlusher)
+	<-tw.flusherDone
+	return tw.flushScanning(ctx)
+}
+
+// flushScanning writes the tag_scanning mark of every dirty id up to its
+// clean mark. An id whose write fails stays dirty.
+func (tw *tagWriters) flushScanning(ctx context.Context) error {
+	tw.flushing.Lock()
+	defer tw.flushing.Unlock()
+	tw.mu.Lock()
+	dirty := tw.dirty
+	tw.dirty = map[string]*idTags{}
+	tw.mu.Unlock()
+	var first error
+	for pid, st := range dirty {
+		st.mu.Lock()
+		mark := st.clean
+		due := st.loaded && mark > st.scanned
+		st.mu.Unlock()
+		if !due {
+			continue
+		}
+		s := tw.s
+		if err := s.session.Query(s.sql.saveScanning, pid, mark).WithContext(ctx).Consistency(s.cfg.writeCL).Exec(); err != nil {
+			first = cmpErr(first, err)
+			tw.mu.Lock()
+			tw.dirty[pid] = st
+			tw.mu.Unlock()
+			continue
+		}
+		st.mu.Lock()
+		st.scanned = max(st.scanned, mark)
+		st.mu.Unlock()
+	}
+	if first != nil {
+		return tw.s.errs.Map(ctx, "write tag scanning", first, journal.ErrClosed)
+	}
+	return nil
+}
+
+// advance moves pid's clean mark over an atomic write first..last whose
+// tag rows are stored, when it follows the mark, and marks pid dirty.
+func (tw *tagWriters) advance(pid string, st *idTags, first, last int64) {
+	if !st.loaded || st.clean != first-1 {
+		return
+	}
+	st.clean = last
+	tw.mu.Lock()
+	tw.dirty[pid] = st
+	tw.mu.Unlock()
 }
 
 // state returns the tag state of pid, locked.
@@ -169,11 +272,13 @@ func rowsOf(events []journal.Repr, uuids []gocql.UUID, progress map[string]tagPr
 // an error the state is dropped, so that the next use repairs again.
 func (tw *tagWriters) written(ctx context.Context, w journal.AtomicWrite, uuids []gocql.UUID, st *idTags) error {
 	st.last = uuids[len(uuids)-1]
+	first, last := w.Events[0].SequenceNr, w.Events[len(w.Events)-1].SequenceNr
 	tagged := false
 	for _, e := range w.Events {
 		tagged = tagged || len(e.Tags) > 0
 	}
 	if !tagged {
+		tw.advance(w.PersistenceID, st, first, last)
 		return nil
 	}
 	if !st.loaded {
@@ -191,14 +296,21 @@ func (tw *tagWriters) written(ctx context.Context, w journal.AtomicWrite, uuids 
 		return err
 	}
 	st.progress = progress
+	tw.advance(w.PersistenceID, st, first, last)
 	return nil
 }
 
 // recovered repairs the tag rows of pid up to its highest number, and
-// loads its state: what HighestSequenceNr does for every recovery.
+// loads its state: what HighestSequenceNr does for every recovery. An id
+// whose every event up to highest this process knows to have its tag
+// rows (its state's clean mark) needs no repair: no other process wrote
+// it since, as that would have raised its highest number.
 func (tw *tagWriters) recovered(ctx context.Context, pid string, highest int64) error {
 	st := tw.state(pid)
 	defer st.mu.Unlock()
+	if st.loaded && st.clean == highest {
+		return nil
+	}
 	st.loaded = false
 	return tw.repair(ctx, pid, st, highest)
 }
@@ -233,6 +345,7 @@ func (tw *tagWriters) repair(ctx context.Context, pid string, st *idTags, upTo i
 			if err != nil {
 				return err
 			}
+			tw.repairReads.Add(1)
 			if len(ev.repr.Tags) > 0 {
 				tagged, uuids = append(tagged, ev.repr), append(uuids, ev.uuid)
 			}
@@ -246,8 +359,9 @@ func (tw *tagWriters) repair(ctx context.Context, pid string, st *idTags, upTo i
 		if err := s.session.Query(s.sql.saveScanning, pid, upTo).WithContext(ctx).Consistency(s.cfg.writeCL).Exec(); err != nil {
 			return s.errs.Map(ctx, "write tag scanning", err, journal.ErrClosed)
 		}
+		scanned = upTo
 	}
-	st.progress, st.loaded = progress, true
+	st.progress, st.loaded, st.clean, st.scanned = progress, true, upTo, scanned
 	return nil
 }
 

@@ -556,3 +556,65 @@ func TestTagBucketSizeIsFixed(t *testing.T) {
 		}
 	}
 }
+
+// TestTagScanningFollowsWrites: a process keeps, per id, how far it knows
+// every event's tag rows are stored, so that a recovery rereads only what
+// may need a repair: none of an id it wrote last, none in the next process
+// after a Close (which moves the ids' tag_scanning marks), and only the
+// events after the mark when a process ended without one.
+func TestTagScanningFollowsWrites(t *testing.T) {
+	open := sharedKeyspace(t)
+	ctx := t.Context()
+	const tag = "scan-tag"
+	ids := []struct {
+		pid  string
+		tags []string
+	}{{"Scan|tagged", []string{tag}}, {"Scan|untagged", nil}}
+	a := open(quick()...)
+	for _, id := range ids {
+		if _, err := a.Journal().HighestSequenceNr(ctx, id.pid, 0); err != nil { // as an entity's recovery does
+			t.Fatal(err)
+		}
+		for from := int64(1); from <= 50; from += 10 {
+			mustWriteAll(t, a.Journal(), tagged(id.pid, from, from+9, id.tags...))
+		}
+	}
+	recoverAll := func(s *cassandra.Store) int64 {
+		t.Helper()
+		before := cassandra.RepairReads(s)
+		for _, id := range ids {
+			if h, err := s.Journal().HighestSequenceNr(ctx, id.pid, 0); err != nil || h < 50 {
+				t.Fatalf("recovery of %s: highest %d, %v", id.pid, h, err)
+			}
+		}
+		return cassandra.RepairReads(s) - before
+	}
+	if n := recoverAll(a); n != 0 {
+		t.Errorf("recoveries in the process that wrote the ids read %d events for their tags, want 0", n)
+	}
+	if err := a.Close(); err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+	b := open(quick()...)
+	for _, id := range ids {
+		var mark int64
+		if err := b.Session().Query(`SELECT sequence_nr FROM `+b.Keyspace()+`.tag_scanning WHERE persistence_id = ?`, id.pid).Scan(&mark); err != nil || mark != 50 {
+			t.Errorf("%s: tag_scanning %d (%v) after Close, want 50", id.pid, mark, err)
+		}
+	}
+	if n := recoverAll(b); n != 0 {
+		t.Errorf("recoveries after the writer's Close read %d events for their tags, want 0", n)
+	}
+	// b writes 10 more each and ends without a Close (a crash): the next
+	// process rereads those 10.
+	for _, id := range ids {
+		mustWriteAll(t, b.Journal(), tagged(id.pid, 51, 60, id.tags...))
+	}
+	c := open(quick()...)
+	if n := recoverAll(c); n != 20 {
+		t.Errorf("recoveries after a process that wrote 10 events per id and did not close read %d events for their tags, want 20", n)
+	}
+	if got := byTag(t, c.ReadJournal(), tag, query.NoOffset(), "Scan|tagged"); !slices.Equal(got, seqList("Scan|tagged", 1, 60)) {
+		t.Errorf("tag %s: %v, want events 1..60 once each", tag, got)
+	}
+}

@@ -459,9 +459,12 @@ func (s *Store) Close() error {
 	}
 	// The ids' tag_scanning marks, so that their next recoveries reread
 	// only what this process did not write.
-	ctx, cancel := context.WithTimeout(context.Background(), s.cfg.timeout)
-	err := s.tags.close(ctx)
-	cancel()
+	var err error
+	if s.tags != nil { // a Migrator's store writes no tags
+		ctx, cancel := context.WithTimeout(context.Background(), s.cfg.timeout)
+		err = s.tags.close(ctx)
+		cancel()
+	}
 	s.session.Close()
 	return err
 }

@@ -163,16 +163,8 @@ func (r pgTx) balances(ctx context.Context) (map[string]int64, error) {
 	if err != nil {
 		return nil, err
 	}
-	out := map[string]int64{}
-	for rows.Next() {
-		var id string
-		var b int64
-		if err := rows.Scan(&id, &b); err != nil {
-			return nil, err
-		}
-		out[id] = b
-	}
-	return out, rows.Err()
+	defer rows.Close()
+	return scanBalances(rows)
 }
 
 func (r stdTx) exec(ctx context.Context, stmt string) error {
@@ -186,6 +178,15 @@ func (r stdTx) balances(ctx context.Context) (map[string]int64, error) {
 		return nil, err
 	}
 	defer rows.Close()
+	return scanBalances(rows)
+}
+
+// scanBalances reads (account_id, balance) rows of either driver.
+func scanBalances(rows interface {
+	Next() bool
+	Scan(dest ...any) error
+	Err() error
+}) (map[string]int64, error) {
 	out := map[string]int64{}
 	for rows.Next() {
 		var id string

@@ -14,7 +14,10 @@ more_usage+="  postgres-ha PostgreSQL as 'postgres' (same packages, same user), 
               localhost, in <dir>/postgres-ha.certs), SCRAM-SHA-256
               passwords (the superuser postgres, its password random, made
               at the first 'up', in <dir>/postgres-ha.password, never
-              printed), synchronous replication (a commit returns once the
+              printed; the superuser annals_cert, of the same password,
+              must also show a client certificate for its name signed by
+              the CA, whose key stays in the folder so that tests can sign
+              one), synchronous replication (a commit returns once the
               standby has flushed it, so a fail-over loses nothing
               acknowledged). Primary port 5442 if free, standby the next
               free one after it (both remembered). Database 'annals_test'.
@@ -155,6 +158,7 @@ ha_init_primary() {
 # unix socket; over TCP only TLS with a SCRAM password, plaintext refused.
 local   all          all                  trust
 local   replication  all                  trust
+hostssl all          annals_cert 127.0.0.1/32 scram-sha-256 clientcert=verify-full
 hostssl all          all   127.0.0.1/32   scram-sha-256
 hostssl replication  all   127.0.0.1/32   scram-sha-256
 host    all          all   127.0.0.1/32   reject
@@ -244,6 +248,15 @@ up_postgres_ha() {
 	if [ "$have" != 1 ]; then
 		ha_psql "$pport" -d postgres -qc "create database $pg_db" >/dev/null ||
 			ha_fail "$ha_primary" "postgres-ha: could not create the database $pg_db"
+	fi
+	# annals_cert: a role that must also show a client certificate (its
+	# common name the role's) signed by the CA.
+	have=$(ha_psql "$pport" -d postgres -Atqc "select 1 from pg_roles where rolname = 'annals_cert'") ||
+		ha_fail "$ha_primary" "postgres-ha: cannot query the primary"
+	if [ "$have" != 1 ]; then
+		printf "create role annals_cert login superuser password '%s'\n" "$(cat "$ha_password")" |
+			ha_psql "$pport" -d postgres -q >/dev/null ||
+			ha_fail "$ha_primary" "postgres-ha: could not create the role annals_cert"
 	fi
 
 	if [ ! -f "$ha_standby/PG_VERSION" ]; then

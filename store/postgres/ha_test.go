@@ -41,6 +41,18 @@ func TestSecuredServer(t *testing.T) {
 		t.Fatal(err)
 	}
 	stranger := testcerts.New(t, t.TempDir(), "stranger")
+	// annals_cert must show a client certificate of its name from the
+	// pair's CA, besides its password.
+	ca := testcerts.Load(t, filepath.Join(pair.Certs, "ca.pem"), filepath.Join(pair.Certs, "ca.key"))
+	now := time.Now()
+	certDir := t.TempDir()
+	withCert := func(dsn, certFile, keyFile string) string {
+		return pgtest.WithParam(pgtest.WithParam(dsn, "sslcert", certFile), "sslkey", keyFile)
+	}
+	asCertRole := strings.Replace(primary, "://postgres:", "://annals_cert:", 1)
+	validCert, validKey := ca.Client(t, certDir, "annals_cert", now.Add(-time.Hour), now.Add(time.Hour))
+	expiredCert, expiredKey := ca.Client(t, t.TempDir(), "annals_cert", now.Add(-2*time.Hour), now.Add(-time.Hour))
+	strangerCert, strangerKey := stranger.Client(t, t.TempDir(), "annals_cert", now.Add(-time.Hour), now.Add(time.Hour))
 
 	t.Run("connects", func(t *testing.T) {
 		for _, c := range []struct {
@@ -50,6 +62,7 @@ func TestSecuredServer(t *testing.T) {
 			{"password in the URL", pgtest.WithParam(primary, "migrate", "true"), false},
 			{"password from PGPASSWORD", withoutPassword, true},
 			{"password from a passfile", pgtest.WithParam(withoutPassword, "passfile", passfile), false},
+			{"a client certificate too", withCert(pgtest.WithParam(asCertRole, "migrate", "true"), validCert, validKey), false},
 		} {
 			t.Run(c.name, func(t *testing.T) {
 				if c.env {
@@ -87,6 +100,10 @@ func TestSecuredServer(t *testing.T) {
 			{"unknown CA", pgtest.WithParam(primary, "sslrootcert", stranger.File), "TLS with 127.0.0.1"},
 			{"unknown CA, named", pgtest.WithParam(primary, "sslrootcert", stranger.File), "certificate signed by unknown authority"},
 			{"plaintext", pgtest.WithParam(primary, "sslmode", "disable"), "no encryption"},
+			{"missing client certificate", asCertRole, "connection requires a valid client certificate"},
+			{"expired client certificate", withCert(asCertRole, expiredCert, expiredKey), "TLS with 127.0.0.1"},
+			{"expired client certificate, named", withCert(asCertRole, expiredCert, expiredKey), "expired certificate"},
+			{"client certificate of another CA", withCert(asCertRole, strangerCert, strangerKey), "connection requires a valid client certificate"},
 		} {
 			t.Run(c.name, func(t *testing.T) {
 				t.Setenv("PGPASSWORD", "") // none from the environment

@@ -66,6 +66,7 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"net"
 	"net/url"
 	"regexp"
 	"strconv"
@@ -314,8 +315,9 @@ func tlsRefused(err error) bool {
 	var unknownCA x509.UnknownAuthorityError
 	var hostname x509.HostnameError
 	var invalid x509.CertificateInvalidError
+	var remote *net.OpError // an alert the server sent: "remote error: tls: expired certificate"
 	return errors.As(err, &verify) || errors.As(err, &alert) || errors.As(err, &unknownCA) ||
-		errors.As(err, &hostname) || errors.As(err, &invalid)
+		errors.As(err, &hostname) || errors.As(err, &invalid) || (errors.As(err, &remote) && remote.Op == "remote error")
 }
 
 func (c *config) validate() error {

@@ -289,16 +289,19 @@ func (s *Store) listen() {
 		retry := 100 * time.Millisecond
 		for ctx.Err() == nil {
 			listened, standby := s.listenOnce(ctx)
-			if standby {
+			wait := retry
+			switch {
+			case standby:
 				// A hot standby takes no LISTEN (notifications are not
-				// replicated): its live queries poll.
-				return
-			}
-			if listened {
+				// replicated): its live queries poll. Try again now and
+				// then, in case it was promoted.
+				wait = standbyListenRetry
+			case listened:
 				retry = 100 * time.Millisecond
+				wait = retry
 			}
 			s.signal.Notify() // a notification may have been missed
-			t := time.NewTimer(retry)
+			t := time.NewTimer(wait)
 			select {
 			case <-ctx.Done():
 			case <-t.C:
@@ -308,6 +311,10 @@ func (s *Store) listen() {
 		}
 	}()
 }
+
+// standbyListenRetry is how long a store whose server refused LISTEN as a
+// hot standby waits before it tries again.
+const standbyListenRetry = time.Minute
 
 // listenOnce listens on one connection until it fails or ctx ends. It
 // reports whether it got as far as listening, and whether the server

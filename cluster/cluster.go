@@ -114,7 +114,9 @@ type Config struct {
 	Shards []Shard
 	// DaemonsOnly makes a member that takes no slice range and shares its
 	// daemons only (Shards must be empty). Every member of a cluster must
-	// set it alike, since each shares the ranges among every live member.
+	// set it alike, since each shares the ranges among every live member:
+	// Join refuses it with ErrDaemonsOnlyAmongShards while a live member
+	// of the cluster holds a range.
 	// A daemons-only cluster spreads projections over processes whose
 	// entities are shared another way (the Kafka journal's consumer
 	// group, or leases in another database); its leases belong in the
@@ -250,6 +252,10 @@ func (cfg *Config) check() error {
 	_, err := NewHooks("cluster: Config.Hooks", cfg.Hooks)
 	return err
 }
+
+// ErrDaemonsOnlyAmongShards reports a DaemonsOnly member joining a cluster
+// whose members serve slice ranges.
+var ErrDaemonsOnlyAmongShards = errors.New("a daemons-only member among members with shards")
 
 // RangeLease returns the name of the lease of slice range r.
 func RangeLease(r annals.SliceRange) string {

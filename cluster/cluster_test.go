@@ -558,6 +558,7 @@ func TestJoinRefusals(t *testing.T) {
 		{"a hook of nothing", cluster.Config{Store: s, Name: "x", Hooks: []any{42}}, nil},
 		{"a daemon without instances", cluster.Config{Store: s, Name: "x", Daemons: []cluster.Daemon{{Name: "d", Run: func(context.Context, int) error { return nil }}}}, nil},
 		{"daemons only with shards", cluster.Config{Store: s, Name: "x", DaemonsOnly: true, Shards: []cluster.Shard{newHost(t, st)}}, nil},
+		{"daemons only among members with shards", cluster.Config{Store: s, Cluster: t.Name(), Name: "x", LeaseTime: leaseTime, DaemonsOnly: true}, cluster.ErrDaemonsOnlyAmongShards},
 	}
 	for _, c := range cases {
 		m, err := cluster.Join(t.Context(), c.cfg)

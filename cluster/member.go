@@ -129,6 +129,19 @@ func Join(ctx context.Context, cfg Config) (*Member, error) {
 		}
 		m.sets = append(m.sets, names)
 	}
+	if cfg.DaemonsOnly {
+		// A daemons-only member among members with shards would take a
+		// share of the ranges' places and leave ranges nobody serves.
+		leases, err := cfg.Store.Leases(ctx, cfg.Cluster)
+		if err != nil {
+			return nil, fmt.Errorf("cluster: join %s as %s: %w", cfg.Cluster, cfg.Name, err)
+		}
+		for _, l := range leases {
+			if l.Live && strings.HasPrefix(l.Name, "slices/") {
+				return nil, fmt.Errorf("cluster: join %s as %s: %w: the cluster's members serve slice ranges (%s is held), and a daemons-only member must not join them; give the daemons to those members, or a cluster of their own", cfg.Cluster, cfg.Name, ErrDaemonsOnlyAmongShards, l.Name)
+			}
+		}
+	}
 	if err := cfg.Store.Join(ctx, cfg.Cluster, m.me, cfg.LeaseTime); err != nil {
 		return nil, fmt.Errorf("cluster: join %s as %s: %w", cfg.Cluster, cfg.Name, err)
 	}
@@ -145,7 +158,8 @@ func (m *Member) Name() string { return m.me.Name }
 func (m *Member) Incarnation() string { return m.me.Incarnation }
 
 // Ranges returns the slice ranges, in order; their leases are named by
-// RangeLease.
+// RangeLease. A DaemonsOnly member holds none of them, and OwnerOf never
+// finds an owner through it.
 func (m *Member) Ranges() []annals.SliceRange { return slices.Clone(m.ranges) }
 
 // loop runs a round every heartbeat, and at once when poked, until the

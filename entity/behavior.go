@@ -106,7 +106,8 @@ type Behavior[C, E, S any] struct {
 	// persistenceID, after Tagger's: tags that depend on the entity, as
 	// Akka's sharded tags do (an entity type split into N tags by its id,
 	// each read by one projection instance, so that the instances can run
-	// spread over processes; annals.Slice gives a stable split).
+	// spread over processes; annals.Slice gives a stable split). A tag
+	// both return is stored once.
 	TagsFor func(persistenceID string, event E) []string
 	// Adapters turn stored events of older shapes into current events:
 	// the stored payload of an event whose manifest has an adapter goes to

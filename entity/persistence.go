@@ -3,6 +3,7 @@ package entity
 import (
 	"context"
 	"fmt"
+	"slices"
 
 	"github.com/annals-go/annals/engine"
 	"github.com/annals-go/annals/journal"
@@ -58,7 +59,12 @@ func (p journalPersistence[C, E, S]) write(ctx context.Context, inst *instance[C
 			tags = b.Tagger(e)
 		}
 		if b.TagsFor != nil {
-			tags = append(tags, b.TagsFor(inst.pid, e)...)
+			tags = slices.Clip(tags) // never into the Tagger's slice
+			for _, t := range b.TagsFor(inst.pid, e) {
+				if !slices.Contains(tags, t) {
+					tags = append(tags, t)
+				}
+			}
 		}
 		w.Events[i] = journal.Repr{PersistenceID: inst.pid, SequenceNr: inst.seq + int64(i) + 1, Payload: payload, SerializerID: id, Manifest: manifest, WriterID: inst.writer, Tags: tags}
 	}

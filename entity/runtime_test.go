@@ -833,7 +833,9 @@ func TestTagsForTagsByEntity(t *testing.T) {
 	st := memoryStores(t)
 	b := accountBehavior()
 	b.Tagger = func(Event) []string { return []string{"account"} }
-	b.TagsFor = func(pid string, _ Event) []string { return []string{"owner-" + strings.TrimPrefix(pid, "Account|")} }
+	b.TagsFor = func(pid string, _ Event) []string {
+		return []string{"owner-" + strings.TrimPrefix(pid, "Account|"), "account"} // "account" again: stored once
+	}
 	h := newHost(t, st, b)
 	for _, id := range []string{"ann", "bob"} {
 		if _, err := deposit(t.Context(), h, id, 5); err != nil {

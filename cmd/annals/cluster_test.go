@@ -106,12 +106,13 @@ func TestClusterStatusKafka(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer func() { _ = d.Leave(context.Background()) }()
-		deadline := time.Now().Add(30 * time.Second)
+		deadline := time.After(30 * time.Second)
 		for len(d.Held()) < 2 {
-			if time.Now().After(deadline) {
+			select {
+			case <-d.Changed():
+			case <-deadline:
 				t.Fatalf("the daemons' member holds %v", d.Held())
 			}
-			<-d.Changed()
 		}
 		cli(t, nil, "cluster", "status", "--store", url, "--cluster", prefix+"bank").want(t, 0,
 			[]string{"MEMBER", "m1", "m1:8080", prefix + "Account [0]", "projection instances (leases in the read model's database)", "balances [0 1]"}, nil)

@@ -67,11 +67,11 @@ database apart, "projections" holds its cluster in the first form.`,
 				// read model's database apart from the store.
 				var daemons *cluster.Status
 				if s.ReadModelMembership != nil {
-					st, err := cluster.ReadStatus(e.ctx, s.ReadModelMembership, *name)
-					if err != nil {
-						return fmt.Errorf("the read model's database: %w", err)
+					if st, err := cluster.ReadStatus(e.ctx, s.ReadModelMembership, *name); err != nil {
+						fmt.Fprintf(e.stderr, "annals: the projection instances' leases in the read model's database cannot be read: %v\n", err)
+					} else {
+						daemons = &st
 					}
-					daemons = &st
 				}
 				if kj, ok := s.Journal.(*kafka.Journal); ok {
 					return kafkaGroupStatus(e, kj, *name, daemons, *asJSON)

@@ -162,6 +162,7 @@ type config struct {
 	now           func() time.Time
 	observer      gocql.QueryObserver
 	sec           security
+	scanFlush     time.Duration // how often tag_scanning marks move (scanningFlushInterval; tests change it)
 }
 
 func defaultConfig() config {
@@ -172,6 +173,7 @@ func defaultConfig() config {
 		pageSize: DefaultPageSize, timeout: DefaultTimeout, concurrency: DefaultConcurrency,
 		firstBucket: DefaultFirstTimeBucket, ecDelay: DefaultEventualConsistencyDelay,
 		gapTimeout: DefaultGapTimeout, pollInterval: DefaultPollInterval, now: time.Now,
+		scanFlush: scanningFlushInterval,
 	}
 }
 

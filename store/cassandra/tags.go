@@ -3,6 +3,7 @@ package cassandra
 import (
 	"context"
 	"errors"
+	"fmt"
 	"maps"
 	"slices"
 	"strconv"
@@ -119,7 +120,7 @@ func newTagWriters(s *Store) *tagWriters {
 // close.
 func (tw *tagWriters) flusher() {
 	defer close(tw.flusherDone)
-	t := time.NewTicker(scanningFlushInterval)
+	t := time.NewTicker(tw.s.cfg.scanFlush)
 	defer t.Stop()
 	for {
 		select {
@@ -149,29 +150,37 @@ func (tw *tagWriters) flushScanning(ctx context.Context) error {
 	dirty := tw.dirty
 	tw.dirty = map[string]*idTags{}
 	tw.mu.Unlock()
-	var first error
+	type due struct {
+		pid  string
+		st   *idTags
+		mark int64
+	}
+	var todo []due
 	for pid, st := range dirty {
 		st.mu.Lock()
-		mark := st.clean
-		due := st.loaded && mark > st.scanned
-		st.mu.Unlock()
-		if !due {
-			continue
+		if st.loaded && st.clean > st.scanned {
+			todo = append(todo, due{pid, st, st.clean})
 		}
-		s := tw.s
-		if err := s.session.Query(s.sql.saveScanning, pid, mark).WithContext(ctx).Consistency(s.cfg.writeCL).Exec(); err != nil {
-			first = cmpErr(first, err)
-			tw.mu.Lock()
-			tw.dirty[pid] = st
-			tw.mu.Unlock()
-			continue
-		}
-		st.mu.Lock()
-		st.scanned = max(st.scanned, mark)
 		st.mu.Unlock()
 	}
-	if first != nil {
-		return tw.s.errs.Map(ctx, "write tag scanning", first, journal.ErrClosed)
+	s := tw.s
+	err := s.parallel(len(todo), func(i int) error {
+		d := todo[i]
+		if err := s.session.Query(s.sql.saveScanning, d.pid, d.mark).WithContext(ctx).Consistency(s.cfg.writeCL).Exec(); err != nil {
+			tw.mu.Lock()
+			if _, ok := tw.dirty[d.pid]; !ok { // a newer mark may have been added meanwhile
+				tw.dirty[d.pid] = d.st
+			}
+			tw.mu.Unlock()
+			return err
+		}
+		d.st.mu.Lock()
+		d.st.scanned = max(d.st.scanned, d.mark)
+		d.st.mu.Unlock()
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("cassandra: write the ids' tag_scanning marks: %w", err)
 	}
 	return nil
 }

@@ -605,8 +605,10 @@ func TestTagScanningFollowsWrites(t *testing.T) {
 	if n := recoverAll(b); n != 0 {
 		t.Errorf("recoveries after the writer's Close read %d events for their tags, want 0", n)
 	}
-	// b writes 10 more each and ends without a Close (a crash): the next
-	// process rereads those 10.
+	// b writes 10 more each and ends without a Close or a flush (a
+	// crash): the next process rereads those 10.
+	b = open(quick(cassandra.WithScanningFlushInterval(time.Hour))...)
+	recoverAll(b)
 	for _, id := range ids {
 		mustWriteAll(t, b.Journal(), tagged(id.pid, 51, 60, id.tags...))
 	}

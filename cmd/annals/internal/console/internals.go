@@ -141,7 +141,7 @@ func (s *Server) tagsPage(r *http.Request) (any, error) {
 	defer cancel()
 	ks := cs.Keyspace()
 	d := tagsData{Tags: []tagRow{}, Complete: true,
-		Note: "Read from tag_write_progress, which records per id and tag the last event written to tag_views, and tag_scanning, each id's mark up to which its tag rows were checked after a recovery. The store offers no per-tag index of them, so the console reads the tables (at most " + num(maxProgressRows) + " rows)."}
+		Note: "Read from tag_write_progress, which records per id and tag the last event written to tag_views, and tag_scanning, each id's mark up to which its tag rows are known stored (moved by recoveries, and by the writing process every 30 s and when it closes). The store offers no per-tag index of them, so the console reads the tables (at most " + num(maxProgressRows) + " rows)."}
 	byTag := map[string]*tagRow{}
 	progress := map[string]int64{}
 	it := cs.Session().Query(`SELECT persistence_id, tag, sequence_nr, tag_pid_sequence_nr, offset FROM ` + ks + `.tag_write_progress`).WithContext(ctx).PageSize(5000).Iter()

@@ -30,7 +30,10 @@ more_usage+="  kafka-cluster
               ANNALS_TEST_KAFKA_CLUSTER_CERTS (the folder of ca.pem),
               ANNALS_TEST_KAFKA_CLUSTER_PASSWORD_FILE and
               ANNALS_TEST_KAFKA_CLUSTER_DIR (where node N's process id is,
-              in kafka-cluster.N.pid)
+              in kafka-cluster.N.pid). With ANNALS_KAFKA_CLUSTER_BROKERS
+              set (e.g. "2"), 'up' starts only those of the brokers that
+              are not running (and the controller), for tests that bring
+              back one broker of two down
 "
 
 kc_user=annals
@@ -198,10 +201,15 @@ up_kafka_cluster() {
 		started+=(controller)
 		froms+=("$jv_log_from")
 	fi
+	local only=" ${ANNALS_KAFKA_CLUSTER_BROKERS:-${kc_brokers[*]}} "
 	for n in "${kc_brokers[@]}"; do
 		kc_node "$n"
 		if jv_pid >/dev/null; then
 			say "kafka-cluster: broker $n runs (127.0.0.1:${port[$n]})"
+			continue
+		fi
+		if [[ $only != *" $n "* ]]; then
+			say "kafka-cluster: broker $n left stopped (ANNALS_KAFKA_CLUSTER_BROKERS)"
 			continue
 		fi
 		mkdir -p "$jv_conf"

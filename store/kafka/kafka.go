@@ -187,6 +187,8 @@ type Journal struct {
 
 	written query.Signal // notified after each write, for live queries
 
+	replicas replicaStates // partitions short of replicas in sync (replicas.go)
+
 	closed atomic.Bool
 	errs   journal.StoreErrors // maps the errors of the eventual store's reads
 }

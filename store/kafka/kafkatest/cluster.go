@@ -21,6 +21,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 	"github.com/twmb/franz-go/pkg/sasl/scram"
 )
 
@@ -243,14 +244,39 @@ func (c *TestCluster) Prefix(t testing.TB, name string) string {
 
 // CreateTopic creates topic with the given number of partitions,
 // replicated on every broker, and waits until each partition's replicas
-// are all in sync.
-func (c *TestCluster) CreateTopic(t testing.TB, topic string, partitions int32) {
+// are all in sync. With a leader (a broker's id), every partition has
+// that broker as its preferred, and so first, leader.
+func (c *TestCluster) CreateTopic(t testing.TB, topic string, partitions int32, leader ...int32) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 	defer cancel()
-	resp, err := c.Admin(t).CreateTopic(ctx, partitions, ClusterReplicas, nil, topic)
+	cl, err := kgo.NewClient(c.ClientOptions(t)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	req := kmsg.NewPtrCreateTopicsRequest()
+	rt := kmsg.NewCreateTopicsRequestTopic()
+	rt.Topic, rt.NumPartitions, rt.ReplicationFactor = topic, partitions, ClusterReplicas
+	if len(leader) > 0 {
+		rt.NumPartitions, rt.ReplicationFactor = -1, -1
+		replicas := []int32{leader[0]}
+		for id := int32(1); id <= ClusterReplicas; id++ {
+			if id != leader[0] {
+				replicas = append(replicas, id)
+			}
+		}
+		for p := range partitions {
+			a := kmsg.NewCreateTopicsRequestTopicReplicaAssignment()
+			a.Partition, a.Replicas = p, replicas
+			rt.ReplicaAssignment = append(rt.ReplicaAssignment, a)
+		}
+	}
+	req.Topics = append(req.Topics, rt)
+	req.TimeoutMillis = 30000
+	resp, err := req.RequestWith(ctx, cl)
 	if err == nil {
-		err = resp.Err
+		err = kerr.ErrorForCode(resp.Topics[0].ErrorCode)
 	}
 	if err != nil && !errors.Is(err, kerr.TopicAlreadyExists) {
 		t.Fatalf("creating topic %s: %v", topic, err)
@@ -354,12 +380,20 @@ func (c *TestCluster) Kill(t testing.TB, id int32) {
 }
 
 // Up starts every broker that does not run (`scripts/services up
-// kafka-cluster`) and returns once all are ready.
-func (c *TestCluster) Up(t testing.TB) {
+// kafka-cluster`), or only those of ids, and returns once they are ready.
+func (c *TestCluster) Up(t testing.TB, ids ...int32) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(t.Context()), 5*time.Minute)
 	defer cancel()
-	out, err := exec.CommandContext(ctx, filepath.Join(c.root, "scripts", "services"), "up", ClusterService).CombinedOutput()
+	cmd := exec.CommandContext(ctx, filepath.Join(c.root, "scripts", "services"), "up", ClusterService)
+	if len(ids) > 0 {
+		var only []string
+		for _, id := range ids {
+			only = append(only, strconv.Itoa(int(id)))
+		}
+		cmd.Env = append(os.Environ(), "ANNALS_KAFKA_CLUSTER_BROKERS="+strings.Join(only, " "))
+	}
+	out, err := cmd.CombinedOutput()
 	if err != nil {
 		t.Fatalf("scripts/services up %s: %v\n%s", ClusterService, err, out)
 	}

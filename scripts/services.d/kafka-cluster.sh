@@ -25,7 +25,7 @@ more_usage+="  kafka-cluster
               running (a broker killed by a test comes back with 'up') and
               waits until all are ready: about 15 s at the first 'up'
               (certificates, formatting), 10 s after (2 cores; one
-              broker alone, 10 s). env sets ANNALS_TEST_KAFKA_CLUSTER
+              killed broker alone, 10 to 20 s). env sets ANNALS_TEST_KAFKA_CLUSTER
               (the brokers' addresses, comma-separated),
               ANNALS_TEST_KAFKA_CLUSTER_CERTS (the folder of ca.pem),
               ANNALS_TEST_KAFKA_CLUSTER_PASSWORD_FILE and

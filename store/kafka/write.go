@@ -163,7 +163,10 @@ func (j *Journal) produceSync(ctx context.Context, records ...*kgo.Record) kgo.P
 		}
 		return out
 	}
-	var short map[*kgo.Record]error // records refused for too few replicas in sync
+	var (
+		short    map[*kgo.Record]error // records refused for too few replicas in sync
+		checking chan map[*kgo.Record]error
+	)
 	check := time.NewTicker(stallCheck)
 	defer check.Stop()
 wait:
@@ -174,7 +177,14 @@ wait:
 		case <-ctx.Done():
 			break wait
 		case <-check.C:
-			if short = j.shortOfReplicas(ctx, unanswered()); len(short) > 0 {
+			if checking == nil { // the question runs beside the wait, which an answer from the broker ends
+				c, pending := make(chan map[*kgo.Record]error, 1), unanswered()
+				checking = c
+				go func() { c <- j.shortOfReplicas(ctx, pending) }()
+			}
+		case short = <-checking:
+			checking = nil
+			if len(short) > 0 {
 				break wait
 			}
 		}

@@ -33,7 +33,12 @@ more_usage+="  kafka-cluster
               in kafka-cluster.N.pid). With ANNALS_KAFKA_CLUSTER_BROKERS
               set (e.g. "2"), 'up' starts only those of the brokers that
               are not running (and the controller), for tests that bring
-              back one broker of two down
+              back one broker of two down. Files: <dir>/kafka-cluster.N/
+              (node N's data, N = 1, 2, 3 or controller), .N.conf/,
+              .N.log, .N.pid, .N.port (.N.internal.port: broker-to-broker),
+              kafka-cluster.id (the cluster id), kafka-cluster.tests.lock
+              (tests that kill brokers hold it alone); the jars are
+              kafka's (<dir>/kafka.jars)
 "
 
 kc_user=annals

@@ -25,13 +25,14 @@ more_usage+="  kafka-cluster
               running (a broker killed by a test comes back with 'up') and
               waits until all are ready: about 15 s at the first 'up'
               (certificates, formatting), 10 s after (2 cores; one
-              killed broker alone, 10 to 20 s). env sets ANNALS_TEST_KAFKA_CLUSTER
-              (the brokers' addresses, comma-separated),
+              killed broker alone, 10 to 20 s). env sets
+              ANNALS_TEST_KAFKA_CLUSTER (the brokers' addresses,
+              comma-separated),
               ANNALS_TEST_KAFKA_CLUSTER_CERTS (the folder of ca.pem),
               ANNALS_TEST_KAFKA_CLUSTER_PASSWORD_FILE and
               ANNALS_TEST_KAFKA_CLUSTER_DIR (where node N's process id is,
               in kafka-cluster.N.pid). With ANNALS_KAFKA_CLUSTER_BROKERS
-              set (e.g. "2"), 'up' starts only those of the brokers that
+              set (e.g. 2), 'up' starts only those of the brokers that
               are not running (and the controller), for tests that bring
               back one broker of two down. Files: <dir>/kafka-cluster.N/
               (node N's data, N = 1, 2, 3 or controller), .N.conf/,

@@ -14,7 +14,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -71,7 +70,7 @@ func ClusterRequired() bool {
 // kills brokers takes it alone (ClusterAlone).
 func Cluster(t testing.TB) *TestCluster {
 	t.Helper()
-	return cluster(t, syscall.LOCK_SH)
+	return cluster(t, false)
 }
 
 // ClusterAlone is Cluster for a test that kills brokers: it waits until
@@ -79,10 +78,10 @@ func Cluster(t testing.TB) *TestCluster {
 // until it ends.
 func ClusterAlone(t testing.TB) *TestCluster {
 	t.Helper()
-	return cluster(t, syscall.LOCK_EX)
+	return cluster(t, true)
 }
 
-func cluster(t testing.TB, lock int) *TestCluster {
+func cluster(t testing.TB, exclusive bool) *TestCluster {
 	t.Helper()
 	unavailable := func(format string, args ...any) {
 		t.Helper()
@@ -122,7 +121,7 @@ func cluster(t testing.TB, lock int) *TestCluster {
 	if err != nil {
 		t.Fatalf("the cluster's test lock: %v", err)
 	}
-	if err := syscall.Flock(int(f.Fd()), lock); err != nil {
+	if err := lockFile(f, exclusive); err != nil {
 		f.Close()
 		t.Fatalf("taking the cluster's test lock: %v", err)
 	}
@@ -351,7 +350,7 @@ func (c *TestCluster) Pid(id int32) int {
 		return 0
 	}
 	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
-	if err != nil || syscall.Kill(pid, 0) != nil {
+	if err != nil || !alive(pid) {
 		return 0
 	}
 	return pid
@@ -367,11 +366,11 @@ func (c *TestCluster) Kill(t testing.TB, id int32) {
 		t.Fatalf("broker %d does not run", id)
 	}
 	t.Cleanup(func() { c.Up(t) })
-	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+	if err := sigkill(pid); err != nil {
 		t.Fatalf("killing broker %d (pid %d): %v", id, pid, err)
 	}
 	deadline := time.Now().Add(30 * time.Second)
-	for syscall.Kill(pid, 0) == nil {
+	for alive(pid) {
 		if time.Now().After(deadline) {
 			t.Fatalf("broker %d (pid %d) still there 30 s after SIGKILL", id, pid)
 		}

@@ -1,4 +1,4 @@
-package kafka_test
+package clustertest_test
 
 import (
 	"context"
@@ -25,6 +25,8 @@ import (
 	"github.com/annals-go/annals/journal"
 	"github.com/annals-go/annals/serialization"
 	"github.com/annals-go/annals/store/kafka"
+	"github.com/annals-go/annals/store/kafka/eventual"
+	"github.com/annals-go/annals/store/kafka/eventual/pg/pgeventualtest"
 	"github.com/annals-go/annals/store/kafka/kafkatest"
 	"github.com/annals-go/annals/store/kafka/wire"
 	"github.com/annals-go/annals/store/postgres/pgtest"
@@ -93,7 +95,7 @@ func newClusterWorld(t *testing.T) *clusterWorld {
 			t.Fatalf("topic %s: min.insync.replicas %v; want %d", w.topic, cf.MaybeValue(), kafkatest.ClusterMinInSync)
 		}
 	}
-	tabs, schema := openEventual(t, "postgres")
+	tabs, schema := openEventual(t)
 	w.schema = schema
 	opts := c.ClientOptions(t)
 	w.j = open(t, c.Brokers, tabs, kafka.WithTopic(func(string) string { return w.topic }), kafka.WithClientOptions(opts...))
@@ -551,4 +553,42 @@ func TestClusterTwoBrokersDown(t *testing.T) {
 	w.c.Up(t)
 	w.c.WaitInSync(t, w.topic)
 	w.verify(t)
+}
+
+// open opens a journal on brokers until the test ends.
+func open(t testing.TB, brokers []string, tables eventual.Tables, opts ...kafka.Option) *kafka.Journal {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	j, err := kafka.Open(ctx, brokers, tables, append([]kafka.Option{kafka.WithOrigin("test")}, opts...)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { j.Close() })
+	return j
+}
+
+// replicate runs a replicator until the test ends.
+func replicate(t testing.TB, brokers []string, tables eventual.Tables, opts ...kafka.ReplicatorOption) {
+	t.Helper()
+	r, err := kafka.NewReplicator(brokers, tables, append([]kafka.ReplicatorOption{kafka.WithErrorHandler(func(err error) { t.Log(err) })}, opts...)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		if err := r.Run(ctx); err != nil {
+			t.Errorf("replicator: %v", err)
+		}
+	})
+	t.Cleanup(func() { cancel(); wg.Wait() })
+}
+
+// openEventual opens the eventual store in a PostgreSQL schema of the
+// test's own, and returns it and the schema.
+func openEventual(t *testing.T) (eventual.Tables, string) {
+	t.Helper()
+	_, schema := pgtest.Schema(t)
+	return pgeventualtest.OpenIn(t, schema), schema
 }

@@ -52,6 +52,9 @@ var layers = map[string][]string{
 	"store/kafka/eventual/cql": {"store/kafka/eventual"},
 	"store/kafka/eventual/pg":  {"store/kafka/eventual"},
 	"store/kafka/kafkatest":    {"store/kafka"},
+	// The Kafka journal's failure tests on the cluster of three brokers
+	// (tests only; no code of its own).
+	"store/kafka/clustertest": {},
 	// Entities shared out by the Kafka journal's consumer group.
 	"store/kafka/kafkacluster":      {".", "cluster", "journal", "membership", "store/kafka"},
 	"store/kafka/wire/wiretest":     {"internal/fixtures", "store/kafka/wire"},
@@ -111,7 +114,7 @@ func TestLayers(t *testing.T) {
 var levels = [][]string{
 	{"entity/entitytest", "entity/behaviortest", "engine/enginetest", "store/postgres/pgtest", "store/kafka/eventual/pg/pgeventualtest",
 		"store/cassandra/cassandratest", "store/kafka/eventual/cql/cqltest", "store/kafka/kafkatest", "store/kafka/wire/wiretest",
-		"store/kafka/eventual/eventualtest", "internal/outagetest", "internal/entitystores"},
+		"store/kafka/eventual/eventualtest", "internal/outagetest", "internal/entitystores", "store/kafka/clustertest"},
 	{"otelannals"},
 	{"cluster", "store/kafka/kafkacluster", "delivery", "entity", "projection", "stores"},
 	{"engine", "storetest", "store/memory", "store/sqlite", "store/postgres", "store/cassandra", "store/kafka",

@@ -16,7 +16,12 @@
 // the record. Records of one id go to one partition (Kafka's murmur2 key
 // hash, as the Java producer) and, because the idempotent producer numbers
 // each partition's batches and the broker accepts them only in order, stay
-// in the order produced even when a batch is retried.
+// in the order produced even when a batch is retried. A write to a
+// partition with fewer replicas in sync than its topic's
+// min.insync.replicas (brokers down) fails within about a second with an
+// error wrapping kerr.NotEnoughReplicas that names the partition, rather
+// than being retried until its context ends; as with any write error,
+// its outcome is unknown.
 //
 // Kafka cannot refuse an append whose sequence numbers are taken, so the
 // journal checks each write against the highest number it knows for the
@@ -186,6 +191,8 @@ type Journal struct {
 	known map[string]int64 // highest sequence number per id, as written or read here
 
 	written query.Signal // notified after each write, for live queries
+
+	replicas replicaStates // partitions short of replicas in sync (replicas.go)
 
 	closed atomic.Bool
 	errs   journal.StoreErrors // maps the errors of the eventual store's reads

@@ -125,10 +125,14 @@ func (j *Journal) Write(ctx context.Context, writes []journal.AtomicWrite) ([]er
 // record still in flight has ctx's error, and its outcome is unknown).
 // Unlike franz-go's ProduceSync it never waits past ctx: an idempotent
 // producer does not fail a record it may have sent until the broker
-// answers, which may be never.
+// answers, which may be never. Nor does it wait for records whose
+// partition has too few replicas in sync (see stallCheck): once one is
+// found, every record still unanswered fails, that one with the reason.
 func (j *Journal) produceSync(ctx context.Context, records ...*kgo.Record) kgo.ProduceResults {
 	ctx, cancel := j.bounded(ctx)
 	defer cancel()
+	ctx, abandon := context.WithCancel(ctx) // the records' production, ended when the write fails fast
+	defer abandon()
 	var (
 		mu      sync.Mutex
 		results = make(kgo.ProduceResults, 0, len(records))
@@ -143,10 +147,47 @@ func (j *Journal) produceSync(ctx context.Context, records ...*kgo.Record) kgo.P
 			}
 		})
 	}
-	select {
-	case <-done:
-		return results
-	case <-ctx.Done():
+	// unanswered returns the records without a result yet.
+	unanswered := func() []*kgo.Record {
+		mu.Lock()
+		defer mu.Unlock()
+		answered := make(map[*kgo.Record]bool, len(results))
+		for _, r := range results {
+			answered[r.Record] = true
+		}
+		var out []*kgo.Record
+		for _, r := range records {
+			if !answered[r] {
+				out = append(out, r)
+			}
+		}
+		return out
+	}
+	var (
+		short    map[*kgo.Record]error // records refused for too few replicas in sync
+		checking chan map[*kgo.Record]error
+	)
+	check := time.NewTicker(stallCheck)
+	defer check.Stop()
+wait:
+	for {
+		select {
+		case <-done:
+			return results
+		case <-ctx.Done():
+			break wait
+		case <-check.C:
+			if checking == nil { // the question runs beside the wait, which an answer from the broker ends
+				c, pending := make(chan map[*kgo.Record]error, 1), unanswered()
+				checking = c
+				go func() { c <- j.shortOfReplicas(ctx, pending) }()
+			}
+		case short = <-checking:
+			checking = nil
+			if len(short) > 0 {
+				break wait
+			}
+		}
 	}
 	mu.Lock()
 	defer mu.Unlock()
@@ -156,9 +197,18 @@ func (j *Journal) produceSync(ctx context.Context, records ...*kgo.Record) kgo.P
 		answered[r.Record] = true
 	}
 	for _, r := range records {
-		if !answered[r] {
-			out = append(out, kgo.ProduceResult{Record: r, Err: fmt.Errorf("no answer from the broker: %w", ctx.Err())})
+		if answered[r] {
+			continue
 		}
+		err, ok := short[r]
+		switch {
+		case ok:
+		case len(short) > 0:
+			err = errors.New("not waited for: another record of the write was refused for too few replicas in sync")
+		default:
+			err = fmt.Errorf("no answer from the broker: %w", ctx.Err())
+		}
+		out = append(out, kgo.ProduceResult{Record: r, Err: err})
 	}
 	return out
 }

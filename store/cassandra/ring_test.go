@@ -324,7 +324,7 @@ func ringReplay(t *testing.T, j journal.Journal, pid string) []int64 {
 func openRing(t *testing.T, ring *cassandratest.RingServers) *cassandra.Store {
 	t.Helper()
 	first := time.Now().UTC().Add(-time.Hour).Format("20060102T15:04")
-	u, _ := ring.URL("consistency=quorum&eventual_consistency_delay=0s&first_time_bucket=" + first)
+	u, _ := ring.URL("consistency=quorum&serial_consistency=serial&eventual_consistency_delay=0s&first_time_bucket=" + first)
 	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
 	defer cancel()
 	s, err := cassandra.Open(ctx, u, cassandra.WithMigrate(true))
@@ -360,6 +360,12 @@ func ringNodes(t *testing.T, s *cassandra.Store) map[string]string {
 // opened with all of them uses them all.
 func TestRingOpenFindsEveryNode(t *testing.T) {
 	ring := cassandratest.Ring(t)
+	url, _ := ring.URL("consistency=quorum")
+	s, err := cassandra.Open(t.Context(), url, cassandra.WithMigrate(true)) // creates the keyspace
+	if err != nil {
+		t.Fatalf("open %s: %v", url, err)
+	}
+	s.Close()
 	for _, tc := range []struct {
 		name  string
 		hosts []string
@@ -369,9 +375,8 @@ func TestRingOpenFindsEveryNode(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			seen := &hostIDs{seen: map[string]bool{}}
-			url, _ := ring.URL("consistency=quorum")
-			url = strings.Replace(url, strings.Join(ring.Hosts, ","), strings.Join(tc.hosts, ","), 1)
-			s, err := cassandra.Open(t.Context(), url, cassandra.WithMigrate(true), cassandra.WithQueryObserver(seen))
+			url := strings.Replace(url, strings.Join(ring.Hosts, ","), strings.Join(tc.hosts, ","), 1)
+			s, err := cassandra.Open(t.Context(), url, cassandra.WithQueryObserver(seen))
 			if err != nil {
 				t.Fatalf("open %s: %v", url, err)
 			}
@@ -381,7 +386,7 @@ func TestRingOpenFindsEveryNode(t *testing.T) {
 				t.Fatalf("the session sees nodes %v, want the ring's %d", nodes, len(ring.Hosts))
 			}
 			for i := range 60 { // writes to 60 ids land on every node's token range
-				pid := fmt.Sprintf("Ring|find-%d", i)
+				pid := fmt.Sprintf("Ring|find-%d-%d", len(tc.hosts), i)
 				if res, err := s.Journal().Write(t.Context(), []journal.AtomicWrite{events(pid, 1, 1)}); res != nil || err != nil {
 					t.Fatalf("write %s: %v %v", pid, res, err)
 				}

@@ -95,16 +95,7 @@ func Ring(t testing.TB) *RingServers {
 	if len(r.pidFiles) != len(hosts) {
 		t.Fatalf("scripts/services env cassandra-ring names %d pid files for %d nodes:\n%s", len(r.pidFiles), len(hosts), env)
 	}
-	t.Cleanup(func() {
-		if r.restore {
-			// With its own time: the test's context has ended.
-			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-			defer cancel()
-			if out, err := r.services(ctx, "up"); err != nil {
-				t.Errorf("bring the ring back: %v\n%s", err, out)
-			}
-		}
-	})
+	t.Cleanup(r.restoreRing)
 	return r
 }
 
@@ -112,13 +103,18 @@ func Ring(t testing.TB) *RingServers {
 // unique to this run (created by the caller's Open WithMigrate with
 // replication factor RingReplication, which the URL sets), followed by
 // params (a query string without '?', may be empty). The keyspace is
-// dropped at the end of the test, after the ring is whole again.
+// dropped at the end of the test, after the ring is whole again (the
+// driver waits, up to a minute, for every node to agree on a schema
+// change).
 func (r *RingServers) URL(params string) (rawURL, keyspace string) {
 	r.t.Helper()
 	var b [6]byte
 	_, _ = rand.Read(b[:])
 	keyspace = "annals_ring_" + hex.EncodeToString(b[:])
-	r.t.Cleanup(func() { r.drop(keyspace) })
+	r.t.Cleanup(func() {
+		r.restoreRing() // first: a schema change waits for every node
+		r.drop(keyspace)
+	})
 	q := "replication_factor=" + strconv.Itoa(RingReplication)
 	if params != "" {
 		q += "&" + params
@@ -159,6 +155,20 @@ func (r *RingServers) Up() {
 	r.t.Helper()
 	if out, err := r.services(r.t.Context(), "up"); err != nil {
 		r.t.Fatalf("%v\n%s", err, out)
+	}
+}
+
+// restoreRing brings the ring back when a node was killed: at the end of
+// the test, with a time of its own (the test's context has ended).
+func (r *RingServers) restoreRing() {
+	if !r.restore {
+		return
+	}
+	r.restore = false
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	if out, err := r.services(ctx, "up"); err != nil {
+		r.t.Errorf("bring the ring back: %v\n%s", err, out)
 	}
 }
 

@@ -321,7 +321,7 @@ func ringReplay(t *testing.T, j journal.Journal, pid string) []int64 {
 
 // openRing opens a store on a keyspace of its own in the ring, with every
 // contact point in the URL and QUORUM reads and writes.
-func openRing(t *testing.T, ring *cassandratest.RingServers) *cassandra.Store {
+func openRing(t *testing.T, ring *cassandratest.RingServers) (*cassandra.Store, string) {
 	t.Helper()
 	first := time.Now().UTC().Add(-time.Hour).Format("20060102T15:04")
 	u, _ := ring.URL("consistency=quorum&serial_consistency=serial&eventual_consistency_delay=0s&first_time_bucket=" + first)
@@ -332,7 +332,7 @@ func openRing(t *testing.T, ring *cassandratest.RingServers) *cassandra.Store {
 		t.Fatalf("open %s: %v", u, err)
 	}
 	t.Cleanup(func() { s.Close() })
-	return s
+	return s, u
 }
 
 // ringNodes returns the host ids of the ring's nodes by address, as one
@@ -407,10 +407,11 @@ func TestRingOpenFindsEveryNode(t *testing.T) {
 // to it, each failing with an error a retry cures; writes go on, a new
 // host recovers every account while the node is still down, every
 // acknowledged deposit is kept, and events by tag return every event
-// exactly once, in order.
+// exactly once, in order; a store opened with the same URL, whose first
+// contact point is the node that is down, reads.
 func TestRingOneNodeDown(t *testing.T) {
 	ring := cassandratest.Ring(t)
-	s := openRing(t, ring)
+	s, u := openRing(t, ring)
 	l := startRingLoad(t, s)
 	if _, ok := l.waitAcks(ringWarmup, ringLimit); !ok {
 		t.Fatalf("fewer than %d deposits acknowledged in %v before the kill", ringWarmup, ringLimit)
@@ -426,6 +427,22 @@ func TestRingOneNodeDown(t *testing.T) {
 	l.end()
 	l.checkFailures(killed, "one node down")
 	l.checkAccounts(s) // while the node is still down: reads at QUORUM
+
+	// A new process opens the same URL, whose first contact point is the
+	// node that is down, and reads.
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	opened := time.Now()
+	s2, err := cassandra.Open(ctx, u)
+	if err != nil {
+		t.Fatalf("open %s with its first contact point down: %v", u, err)
+	}
+	defer s2.Close()
+	pid := bank.EntityType + "|a-0"
+	if got, want := len(ringReplay(t, s2.Journal(), pid)), len(ringReplay(t, s.Journal(), pid)); got != want || got == 0 {
+		t.Errorf("a store opened with its first contact point down replays %d events of %s, want %d", got, pid, want)
+	}
+	t.Logf("a store opened with its first contact point down in %v", time.Since(opened).Round(time.Millisecond))
 }
 
 // TestRingAllNodesDown: every node of the ring killed under load, then
@@ -434,7 +451,7 @@ func TestRingOneNodeDown(t *testing.T) {
 // lost, and events by tag return every event exactly once, in order.
 func TestRingAllNodesDown(t *testing.T) {
 	ring := cassandratest.Ring(t)
-	s := openRing(t, ring)
+	s, _ := openRing(t, ring)
 	l := startRingLoad(t, s)
 	if _, ok := l.waitAcks(ringWarmup, ringLimit); !ok {
 		t.Fatalf("fewer than %d deposits acknowledged in %v before the kill", ringWarmup, ringLimit)

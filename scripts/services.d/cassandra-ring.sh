@@ -14,9 +14,10 @@ more_usage+="  cassandra-ring
               Heap 512 MiB each. 'up' starts every node that is not
               running, all at once, and returns when each serves CQL and
               sees the others up: on 2 cores about 20 s for the first
-              start (empty data) and to start all three again, about 7 s
-              to start one killed node again. 'down' stops them all (about
-              15 s). About 1 GiB of memory a node. env sets
+              start (empty data) and to start all three again (up to a
+              minute on a busy machine), about 7 s to start one killed
+              node again. 'down' stops them all (about 15 s). About 1 GiB
+              of memory a node. env sets
               ANNALS_TEST_CASSANDRA_RING (the contact points, e.g.
               127.0.0.2:9042,127.0.0.3:9042,127.0.0.4:9042) and
               ANNALS_TEST_CASSANDRA_RING_PIDS (the nodes' pid files, in

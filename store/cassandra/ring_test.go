@@ -123,7 +123,10 @@ func startRingLoad(t *testing.T, s *cassandra.Store) *ringLoad {
 					continue
 				}
 				kind := ringClassify(err)
-				if kind != "restarting" && kind != "circuit open" && kind != "recovery failed" {
+				if kind == "conflict" && l.unknown[a].Load() == 0 {
+					kind = "rejected" // no write of this account had an unknown outcome: another writer?
+				}
+				if kind == "call timeout" || kind == "store error" || kind == "ask timeout" {
 					l.unknown[a].Add(1) // sent: stored or not
 				}
 				l.mu.Lock()
@@ -143,11 +146,18 @@ func startRingLoad(t *testing.T, s *cassandra.Store) *ringLoad {
 // ringClassify names a failed call's kind: "restarting", "circuit open"
 // and "recovery failed" calls were never written; "call timeout" and
 // "store error" calls may have been; "ask timeout" is a caller that waited
-// out its own timeout; "rejected" is a refusal of the write itself (a
-// conflict or an invalid write), which a retry would not cure.
+// out its own timeout (its outcome unknown too). "conflict" is a write
+// whose sequence number was already stored, by an earlier write of unknown
+// outcome of the same account that did land (see TestRingAllNodesDown):
+// the entity stops, the write and the commands it held fail so, none of
+// them written, and the next command recovers the entity anew. "rejected" is any other refusal of a write
+// (an invalid write, or a conflict on an account none of whose writes had
+// an unknown outcome), which a retry would not cure.
 func ringClassify(err error) string {
 	var restarting *entity.RestartingError
 	switch {
+	case errors.Is(err, journal.ErrSequenceConflict):
+		return "conflict"
 	case errors.Is(err, journal.ErrRejected), errors.Is(err, journal.ErrInvalidArgument):
 		return "rejected"
 	case errors.As(err, &restarting):
@@ -199,39 +209,43 @@ func (l *ringLoad) end() {
 	l.front.Close()
 }
 
-// failures returns the failed calls since from, counted by kind, and the
-// first error of each kind.
-func (l *ringLoad) failures(from time.Time) (map[string]int, map[string]error) {
+// failures returns the failed calls since from, counted by kind, the
+// first error of each kind, and when (since from) the first and the last
+// of each kind failed.
+func (l *ringLoad) failures(from time.Time) (map[string]int, map[string]error, map[string][2]time.Duration) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	counts, first := map[string]int{}, map[string]error{}
+	counts, first, spans := map[string]int{}, map[string]error{}, map[string][2]time.Duration{}
 	for _, f := range l.fails {
 		if f.at.Before(from) {
 			continue
 		}
+		at := f.at.Sub(from)
 		counts[f.kind]++
 		if first[f.kind] == nil {
 			first[f.kind] = f.err
+			spans[f.kind] = [2]time.Duration{at, at}
 		}
+		spans[f.kind] = [2]time.Duration{spans[f.kind][0], at}
 	}
-	return counts, first
+	return counts, first, spans
 }
 
-// checkFailures logs the failed calls since from and fails t for those a
-// retry would not cure (rejections) and for callers that waited out their
-// own timeout instead of being told why their call failed.
-func (l *ringLoad) checkFailures(from time.Time, what string) {
+// checkFailures logs the failed calls since from and fails t for those of
+// the kinds bad.
+func (l *ringLoad) checkFailures(from time.Time, what string, bad ...string) {
 	l.t.Helper()
-	counts, first := l.failures(from)
+	counts, first, spans := l.failures(from)
 	total := 0
 	for _, kind := range slices.Sorted(maps.Keys(counts)) {
 		total += counts[kind]
-		l.t.Logf("%s: %d calls failed as %q, the first with: %v", what, counts[kind], kind, first[kind])
+		l.t.Logf("%s: %d calls failed as %q, from %.1fs to %.1fs after the kill, the first with: %v",
+			what, counts[kind], kind, spans[kind][0].Seconds(), spans[kind][1].Seconds(), first[kind])
 	}
 	l.t.Logf("%s: %d calls failed in all, %d deposits acknowledged in all", what, total, l.ok.Load())
-	for _, bad := range []string{"rejected", "ask timeout"} {
+	for _, bad := range bad {
 		if counts[bad] > 0 {
-			l.t.Errorf("%s: %d calls failed as %q (the first: %v); every failure must be one a retry cures, returned before the caller's timeout", what, counts[bad], bad, first[bad])
+			l.t.Errorf("%s: %d calls failed as %q (the first: %v)", what, counts[bad], bad, first[bad])
 		}
 	}
 }
@@ -425,7 +439,9 @@ func TestRingOneNodeDown(t *testing.T) {
 	}
 	t.Logf("%d deposits acknowledged in %.1fs with node %s down", ringAfter, took.Seconds(), ring.Hosts[0])
 	l.end()
-	l.checkFailures(killed, "one node down")
+	// Quorums stay: only the calls in flight to the killed node fail,
+	// each told why at once.
+	l.checkFailures(killed, "one node down", "rejected", "conflict", "ask timeout")
 	l.checkAccounts(s) // while the node is still down: reads at QUORUM
 
 	// A new process opens the same URL, whose first contact point is the
@@ -448,7 +464,9 @@ func TestRingOneNodeDown(t *testing.T) {
 // TestRingAllNodesDown: every node of the ring killed under load, then
 // started again: the same process (the same store, host and front) writes
 // again within seconds of the ring answering, nothing acknowledged is
-// lost, and events by tag return every event exactly once, in order.
+// lost, and events by tag return every event exactly once, in order. No
+// call is refused for good (the failures that may follow the outage are
+// explained where they are checked).
 func TestRingAllNodesDown(t *testing.T) {
 	ring := cassandratest.Ring(t)
 	s, _ := openRing(t, ring)
@@ -506,6 +524,12 @@ func TestRingAllNodesDown(t *testing.T) {
 		t.Fatalf("fewer than %d deposits acknowledged in %v after the ring answered", ringAfter, ringLimit)
 	}
 	l.end()
-	l.checkFailures(killed, "every node down")
+	// A write in flight when the nodes died may have been accepted by
+	// Paxos without the commit reaching a quorum: the entity's recovery
+	// (at QUORUM) does not see it, its next write at that number completes
+	// the round and finds the number taken ("conflict"). Callers may also
+	// wait out their timeout while the nodes start. Neither is refused for
+	// good: only "rejected" fails the test.
+	l.checkFailures(killed, "every node down", "rejected")
 	l.checkAccounts(s)
 }

@@ -62,12 +62,15 @@ type ringLoad struct {
 	host    *entity.Host[bank.Command, bank.Event, bank.Account]
 	acked   [ringAccounts]atomic.Int64
 	unknown [ringAccounts]atomic.Int64 // sent, outcome unknown
-	ok      atomic.Int64
-	ackedCh chan struct{} // a value after each acknowledged deposit (cap 1)
-	mu      sync.Mutex
-	fails   []ringFailure
-	stop    context.CancelFunc
-	wg      sync.WaitGroup
+	// The times (Unix nanoseconds) of each account's last acknowledged
+	// deposit and last conflict.
+	ackedAt, conflictAt [ringAccounts]atomic.Int64
+	ok                  atomic.Int64
+	ackedCh             chan struct{} // a value after each acknowledged deposit (cap 1)
+	mu                  sync.Mutex
+	fails               []ringFailure
+	stop                context.CancelFunc
+	wg                  sync.WaitGroup
 }
 
 // ringRegistry returns the registry of the bank's events.
@@ -114,6 +117,7 @@ func startRingLoad(t *testing.T, s *cassandra.Store) *ringLoad {
 					return
 				}
 				if err == nil {
+					l.ackedAt[a].Store(time.Now().UnixNano())
 					l.acked[a].Add(1)
 					l.ok.Add(1)
 					select {
@@ -123,8 +127,8 @@ func startRingLoad(t *testing.T, s *cassandra.Store) *ringLoad {
 					continue
 				}
 				kind := ringClassify(err)
-				if kind == "conflict" && l.unknown[a].Load() == 0 {
-					kind = "rejected" // no write of this account had an unknown outcome: another writer?
+				if kind == "conflict" {
+					l.conflictAt[a].Store(time.Now().UnixNano())
 				}
 				if kind == "call timeout" || kind == "store error" || kind == "ask timeout" {
 					l.unknown[a].Add(1) // sent: stored or not
@@ -147,12 +151,13 @@ func startRingLoad(t *testing.T, s *cassandra.Store) *ringLoad {
 // and "recovery failed" calls were never written; "call timeout" and
 // "store error" calls may have been; "ask timeout" is a caller that waited
 // out its own timeout (its outcome unknown too). "conflict" is a write
-// whose sequence number was already stored, by an earlier write of unknown
-// outcome of the same account that did land (see TestRingAllNodesDown):
-// the entity stops, the write and the commands it held fail so, none of
-// them written, and the next command recovers the entity anew. "rejected" is any other refusal of a write
-// (an invalid write, or a conflict on an account none of whose writes had
-// an unknown outcome), which a retry would not cure.
+// whose sequence number was already stored, by an earlier write of the
+// same account that landed though its recovery did not see it (see
+// TestRingAllNodesDown): the entity stops, the write and the commands it
+// held fail so, none of them written, and the next command recovers the
+// entity anew (checkFailures checks that one was acknowledged).
+// "rejected" is any other refusal of a write (an invalid write), which a
+// retry would not cure.
 func ringClassify(err error) string {
 	var restarting *entity.RestartingError
 	switch {
@@ -191,6 +196,31 @@ func (l *ringLoad) waitAcks(n int64, limit time.Duration) (time.Duration, bool) 
 		}
 	}
 	return time.Since(start), true
+}
+
+// retryConflicts stops the callers, then deposits once more into each
+// account whose last call failed with a conflict, through the same host:
+// the retry must be acknowledged.
+func (l *ringLoad) retryConflicts() {
+	l.t.Helper()
+	l.stop()
+	l.wg.Wait()
+	for a := range ringAccounts {
+		if c := l.conflictAt[a].Load(); c == 0 || l.ackedAt[a].Load() > c {
+			continue
+		}
+		ctx, cancel := context.WithTimeout(l.t.Context(), ringAskTimeout)
+		_, err := entity.Ask(ctx, l.host, fmt.Sprintf("a-%d", a), func(r entity.ReplyTo[int64]) bank.Command { return bank.Deposit{Amount: 1, Reply: r} })
+		cancel()
+		if err != nil {
+			l.unknown[a].Add(1)
+			l.t.Errorf("account a-%d: a deposit after its conflict failed: %v", a, err)
+			continue
+		}
+		l.ackedAt[a].Store(time.Now().UnixNano())
+		l.acked[a].Add(1)
+		l.ok.Add(1)
+	}
 }
 
 // end stops the callers and the host (once).
@@ -243,6 +273,11 @@ func (l *ringLoad) checkFailures(from time.Time, what string, bad ...string) {
 			what, counts[kind], kind, spans[kind][0].Seconds(), spans[kind][1].Seconds(), first[kind])
 	}
 	l.t.Logf("%s: %d calls failed in all, %d deposits acknowledged in all", what, total, l.ok.Load())
+	for a := range ringAccounts {
+		if c := l.conflictAt[a].Load(); c != 0 && l.ackedAt[a].Load() < c {
+			l.t.Errorf("%s: account a-%d acknowledged no deposit after its conflict: a retry did not cure it", what, a)
+		}
+	}
 	for _, bad := range bad {
 		if counts[bad] > 0 {
 			l.t.Errorf("%s: %d calls failed as %q (the first: %v)", what, counts[bad], bad, first[bad])
@@ -523,13 +558,15 @@ func TestRingAllNodesDown(t *testing.T) {
 	if _, ok := l.waitAcks(ringAfter, ringLimit); !ok {
 		t.Fatalf("fewer than %d deposits acknowledged in %v after the ring answered", ringAfter, ringLimit)
 	}
+	l.retryConflicts()
 	l.end()
 	// A write in flight when the nodes died may have been accepted by
 	// Paxos without the commit reaching a quorum: the entity's recovery
 	// (at QUORUM) does not see it, its next write at that number completes
-	// the round and finds the number taken ("conflict"). Callers may also
-	// wait out their timeout while the nodes start. Neither is refused for
-	// good: only "rejected" fails the test.
+	// the round and finds the number taken ("conflict"; checkFailures
+	// checks that the account wrote again after it). Callers may also
+	// wait out their timeout while the nodes start. Only "rejected" fails
+	// the test.
 	l.checkFailures(killed, "every node down", "rejected")
 	l.checkAccounts(s)
 }

@@ -96,6 +96,9 @@ func Ring(t testing.TB) *RingServers {
 		t.Fatalf("scripts/services env cassandra-ring names %d pid files for %d nodes:\n%s", len(r.pidFiles), len(hosts), env)
 	}
 	t.Cleanup(r.restoreRing)
+	if err := r.awaitSchema(t.Context()); err != nil {
+		t.Fatal(err)
+	}
 	return r
 }
 
@@ -169,7 +172,35 @@ func (r *RingServers) restoreRing() {
 	defer cancel()
 	if out, err := r.services(ctx, "up"); err != nil {
 		r.t.Errorf("bring the ring back: %v\n%s", err, out)
+		return
 	}
+	if err := r.awaitSchema(ctx); err != nil {
+		r.t.Error(err)
+	}
+}
+
+// awaitSchema waits, at most two minutes, until the nodes agree on the
+// schema. A node started again pulls the schema changes it missed from the
+// others; a schema change made before it has (creating or dropping a
+// keyspace) can fail with "Unknown CF".
+func (r *RingServers) awaitSchema(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
+	cluster := gocql.NewCluster(r.Hosts...)
+	cluster.Timeout = 30 * time.Second
+	cluster.MaxWaitSchemaAgreement = 2 * time.Minute
+	if _, p, err := net.SplitHostPort(r.Hosts[0]); err == nil {
+		cluster.Port, _ = strconv.Atoi(p)
+	}
+	session, err := cluster.CreateSession()
+	if err != nil {
+		return fmt.Errorf("wait for the ring's schema agreement: %w", err)
+	}
+	defer session.Close()
+	if err := session.AwaitSchemaAgreement(ctx); err != nil {
+		return fmt.Errorf("wait for the ring's schema agreement: %w", err)
+	}
+	return nil
 }
 
 // pid reads node i's pid file.

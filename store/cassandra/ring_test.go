@@ -369,19 +369,12 @@ func ringReplay(t *testing.T, j journal.Journal, pid string) []int64 {
 }
 
 // openRing opens a store on a keyspace of its own in the ring, with every
-// contact point in the URL and QUORUM reads and writes.
+// contact point in the URL, QUORUM reads and writes and SERIAL
+// lightweight transactions; it returns the store and its URL.
 func openRing(t *testing.T, ring *cassandratest.RingServers) (*cassandra.Store, string) {
 	t.Helper()
 	first := time.Now().UTC().Add(-time.Hour).Format("20060102T15:04")
-	u, _ := ring.URL("consistency=quorum&serial_consistency=serial&eventual_consistency_delay=0s&first_time_bucket=" + first)
-	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
-	defer cancel()
-	s, err := cassandra.Open(ctx, u, cassandra.WithMigrate(true))
-	if err != nil {
-		t.Fatalf("open %s: %v", u, err)
-	}
-	t.Cleanup(func() { s.Close() })
-	return s, u
+	return ring.Open("consistency=quorum&serial_consistency=serial&eventual_consistency_delay=0s&first_time_bucket=" + first)
 }
 
 // ringNodes returns the host ids of the ring's nodes by address, as one
@@ -409,11 +402,7 @@ func ringNodes(t *testing.T, s *cassandra.Store) map[string]string {
 // opened with all of them uses them all.
 func TestRingOpenFindsEveryNode(t *testing.T) {
 	ring := cassandratest.Ring(t)
-	url, _ := ring.URL("consistency=quorum")
-	s, err := cassandra.Open(t.Context(), url, cassandra.WithMigrate(true)) // creates the keyspace
-	if err != nil {
-		t.Fatalf("open %s: %v", url, err)
-	}
+	s, url := ring.Open("consistency=quorum") // creates the keyspace
 	s.Close()
 	for _, tc := range []struct {
 		name  string

@@ -20,6 +20,8 @@ import (
 	"time"
 
 	gocql "github.com/apache/cassandra-gocql-driver/v2"
+
+	"github.com/annals-go/annals/store/cassandra"
 )
 
 // DefaultRing is the contact points of the ring `scripts/services up
@@ -239,8 +241,52 @@ func (r *RingServers) drop(keyspace string) {
 		return
 	}
 	defer session.Close()
-	if err := session.Query(`DROP KEYSPACE IF EXISTS ` + keyspace).Exec(); err != nil {
+	err = retrySchema(context.Background(), func() error {
+		return session.Query(`DROP KEYSPACE IF EXISTS ` + keyspace).Exec()
+	})
+	if err != nil {
 		r.t.Errorf("drop the test's keyspace %s: %v", keyspace, err)
+	}
+}
+
+// Open opens a store with every contact point (URL's, with params) on a
+// keyspace of its own, created WithMigrate, closed when the test ends.
+func (r *RingServers) Open(params string, opts ...cassandra.Option) (s *cassandra.Store, rawURL string) {
+	r.t.Helper()
+	u, _ := r.URL(params)
+	ctx, cancel := context.WithTimeout(r.t.Context(), 3*time.Minute)
+	defer cancel()
+	err := retrySchema(ctx, func() error {
+		var err error
+		s, err = cassandra.Open(ctx, u, append([]cassandra.Option{cassandra.WithMigrate(true)}, opts...)...)
+		return err
+	})
+	if err != nil {
+		r.t.Fatalf("open %s: %v", u, err)
+	}
+	r.t.Cleanup(func() { s.Close() })
+	return s, u
+}
+
+// retrySchema runs a schema change, again every 2 s for at most two
+// minutes while it fails with "Unknown CF": a node of the ring started
+// again after SIGKILL refused schema changes so for some 20 s after it
+// served CQL and the nodes agreed on the schema version.
+func retrySchema(ctx context.Context, change func() error) error {
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
+	tick := time.NewTicker(2 * time.Second)
+	defer tick.Stop()
+	for {
+		err := change()
+		if err == nil || !strings.Contains(err.Error(), "Unknown CF") {
+			return err
+		}
+		select {
+		case <-tick.C:
+		case <-ctx.Done():
+			return fmt.Errorf("%w (still, after two minutes of retries)", err)
+		}
 	}
 }
 

@@ -84,7 +84,7 @@ func (s *Store) fixBucketSize(ctx context.Context) error {
 	}
 	prev := map[string]any{}
 	applied, err := s.session.Query(s.sql.insertSetting, settingBucketSize, want.String()).
-		WithContext(ctx).SerialConsistency(gocql.LocalSerial).MapScanCAS(prev)
+		WithContext(ctx).SerialConsistency(s.cfg.serialCL).MapScanCAS(prev)
 	if err != nil {
 		return s.errs.Map(ctx, "record the tag bucket size", err, errClosed)
 	}

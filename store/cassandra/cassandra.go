@@ -121,6 +121,11 @@ const (
 	DefaultConcurrency    = 256
 	DefaultReplication    = "{'class': 'SimpleStrategy', 'replication_factor': 1}"
 	DefaultConsistency    = gocql.LocalQuorum
+	// DefaultSerialConsistency is the consistency of the Paxos rounds of
+	// lightweight transactions (the guard of every atomic write, durable
+	// state, membership): LOCAL_SERIAL, a quorum of the local
+	// datacenter's replicas.
+	DefaultSerialConsistency = gocql.LocalSerial
 	// DefaultBucketSize is the span of a tag_views partition when neither
 	// the keyspace nor the options name one (Pekko's default).
 	DefaultBucketSize = Hour
@@ -148,6 +153,7 @@ type config struct {
 	replication   string
 	readCL        gocql.Consistency
 	writeCL       gocql.Consistency
+	serialCL      gocql.Consistency // of lightweight transactions' Paxos rounds
 	partitionSize int64
 	maxPayload    int
 	pageSize      int
@@ -168,7 +174,7 @@ type config struct {
 func defaultConfig() config {
 	return config{
 		keyspace: DefaultKeyspace, replication: DefaultReplication,
-		readCL: DefaultConsistency, writeCL: DefaultConsistency,
+		readCL: DefaultConsistency, writeCL: DefaultConsistency, serialCL: DefaultSerialConsistency,
 		partitionSize: DefaultPartitionSize, maxPayload: DefaultMaxPayloadSize,
 		pageSize: DefaultPageSize, timeout: DefaultTimeout, concurrency: DefaultConcurrency,
 		firstBucket: DefaultFirstTimeBucket, ecDelay: DefaultEventualConsistencyDelay,
@@ -245,6 +251,15 @@ func WithConsistency(read, write gocql.Consistency) Option {
 	return func(c *config) { c.readCL, c.writeCL = read, write }
 }
 
+// WithSerialConsistency sets the consistency of the Paxos rounds of the
+// store's lightweight transactions (default LOCAL_SERIAL): gocql.Serial
+// (a quorum of all replicas, across datacenters) or gocql.LocalSerial (a
+// quorum of the local datacenter's). Any other value fails Open with
+// ErrInvalidConfig.
+func WithSerialConsistency(cl gocql.Consistency) Option {
+	return func(c *config) { c.serialCL = cl }
+}
+
 // WithReplication sets the replication map used when Migrate creates the
 // keyspace (CQL, default SimpleStrategy with replication factor 1).
 func WithReplication(cql string) Option { return func(c *config) { c.replication = cql } }
@@ -279,7 +294,9 @@ type Store struct {
 // gap_timeout, poll_interval (Go durations), consistency (read and write),
 // read_consistency,
 // write_consistency (any, one, two, three, quorum, all, local_quorum,
-// each_quorum, local_one), partition_size, page_size, timeout (a Go
+// each_quorum, local_one), serial_consistency (of the Paxos rounds of
+// lightweight transactions: serial or local_serial, the default),
+// partition_size, page_size, timeout (a Go
 // duration), replication (the keyspace's replication map for Migrate, e.g.
 // "{'class':'NetworkTopologyStrategy','dc1':3}"), or the shorthand
 // replication_factor=N for SimpleStrategy; and for a secured cluster the
@@ -360,7 +377,7 @@ func (s *Store) connect(ctx context.Context, keyspace string) (*gocql.Session, e
 	cluster.Timeout = s.cfg.timeout
 	cluster.ConnectTimeout = s.cfg.timeout
 	cluster.PageSize = s.cfg.pageSize
-	cluster.SerialConsistency = gocql.LocalSerial
+	cluster.SerialConsistency = s.cfg.serialCL
 	cluster.ProtoVersion = 4
 	cluster.QueryObserver = s.cfg.observer
 	s.cfg.sec.apply(cluster)
@@ -501,6 +518,8 @@ func (c *config) validate() error {
 		return fmt.Errorf("%w: no clock", ErrInvalidConfig)
 	case strings.TrimSpace(c.replication) == "":
 		return fmt.Errorf("%w: empty replication", ErrInvalidConfig)
+	case c.serialCL != gocql.Serial && c.serialCL != gocql.LocalSerial:
+		return fmt.Errorf("%w: serial consistency %v (want SERIAL or LOCAL_SERIAL)", ErrInvalidConfig, c.serialCL)
 	}
 	_, err := commonPort(c.hosts)
 	return err
@@ -554,6 +573,15 @@ func parseURL(raw string, cfg *config) error {
 			}
 			if name != "read_consistency" {
 				cfg.writeCL = cl
+			}
+		case "serial_consistency":
+			switch strings.ToLower(v) {
+			case "serial":
+				cfg.serialCL = gocql.Serial
+			case "local_serial":
+				cfg.serialCL = gocql.LocalSerial
+			default:
+				return bad(errors.New("want serial or local_serial"))
 			}
 		case "partition_size":
 			n, err := strconv.ParseInt(v, 10, 64)

@@ -166,7 +166,7 @@ func (d *DurableState) cas(ctx context.Context, q *gocql.Query) (applied bool, s
 	var revision *int64
 	// A not-applied INSERT … IF NOT EXISTS returns the whole row, UPDATE
 	// and DELETE the condition's column: both hold revision.
-	applied, err = q.WithContext(ctx).Consistency(d.s.cfg.writeCL).SerialConsistency(gocql.LocalSerial).
+	applied, err = q.WithContext(ctx).Consistency(d.s.cfg.writeCL).SerialConsistency(d.s.cfg.serialCL).
 		MapScanCAS(map[string]any{"revision": &revision})
 	if err != nil || applied || revision == nil {
 		return applied, 0, err

@@ -237,7 +237,7 @@ func (j *Journal) writeOne(ctx context.Context, w journal.AtomicWrite) (rejected
 		}
 		b := s.session.Batch(gocql.LoggedBatch).WithContext(ctx)
 		b.SetConsistency(s.cfg.writeCL)
-		b.SerialConsistency(gocql.LocalSerial)
+		b.SerialConsistency(s.cfg.serialCL)
 		if guard == s.sql.guard {
 			b.Query(guard, last, w.PersistenceID, pnr, first)
 		} else {

@@ -281,7 +281,7 @@ func (m *Membership) readOne(ctx context.Context, cluster, kind, name string) (m
 func (m *Membership) batch(ctx context.Context) *gocql.Batch {
 	b := m.s.session.Batch(gocql.LoggedBatch).WithContext(ctx)
 	b.SetConsistency(m.s.cfg.writeCL)
-	b.SerialConsistency(gocql.LocalSerial)
+	b.SerialConsistency(m.s.cfg.serialCL)
 	return b
 }
 
@@ -306,7 +306,7 @@ func execBatch(b *gocql.Batch, answer map[string]any) (applied bool, unknown, er
 // batch.
 func (m *Membership) execQuery(ctx context.Context, stmt string, args ...any) (applied bool, unknown, err error) {
 	applied, err = m.s.session.Query(stmt, args...).WithContext(ctx).Consistency(m.s.cfg.writeCL).
-		SerialConsistency(gocql.LocalSerial).MapScanCAS(map[string]any{})
+		SerialConsistency(m.s.cfg.serialCL).MapScanCAS(map[string]any{})
 	if casUnknown(err) {
 		return false, err, nil
 	}

@@ -10,6 +10,11 @@
 // When no node answers, tests skip with a message saying how to start one,
 // except when ANNALS_TEST_REQUIRE lists "cassandra" (as CI sets it): then
 // they fail.
+//
+// Ring gives tests the three-node ring of `scripts/services up
+// cassandra-ring` (ANNALS_TEST_CASSANDRA_RING), a keyspace of replication
+// factor 3 per test, and the means to kill its nodes and bring them back;
+// ANNALS_TEST_REQUIRE lists it as "cassandra-ring".
 package cassandratest
 
 import (

@@ -127,7 +127,7 @@ func WriteProbe(j journal.Journal) func(ctx context.Context) error {
 }
 
 // outcome is one call's: when it began, how long it took (since the
-// drill's start), and its kind (see classify).
+// drill's start), and its kind (see Classify).
 type outcome struct {
 	at, took time.Duration
 	kind     string
@@ -135,14 +135,22 @@ type outcome struct {
 
 func (o outcome) end() time.Duration { return o.at + o.took }
 
-// classify names what a caller met; "ok", "restarting", "circuit open" and
-// "recovery failed" calls were acknowledged or never written, the others'
-// outcome is unknown.
-func classify(err error) string {
+// Classify names what a caller of an entity met: "ok" calls were
+// acknowledged; "restarting", "circuit open", "recovery failed",
+// "conflict" (the write's sequence number was already stored: the entity
+// stops, and its next command recovers it anew) and "rejected" (any other
+// refusal of a write, which a retry would not cure) calls were never
+// written; "call timeout", "store error" and "ask timeout" (the caller
+// waited out its own timeout) calls may have been.
+func Classify(err error) string {
 	var restarting *entity.RestartingError
 	switch {
 	case err == nil:
 		return "ok"
+	case errors.Is(err, journal.ErrSequenceConflict):
+		return "conflict"
+	case errors.Is(err, journal.ErrRejected), errors.Is(err, journal.ErrInvalidArgument):
+		return "rejected"
 	case errors.As(err, &restarting):
 		return "restarting"
 	case errors.Is(err, engine.ErrCircuitOpen):
@@ -214,7 +222,7 @@ func Run(t *testing.T, cfg Config) {
 					unknown[a].Add(1) // the drill ended: Ask gave up, the command is still handled
 					return
 				}
-				kind := classify(err)
+				kind := Classify(err)
 				switch kind {
 				case "ok":
 					acked[a].Add(1)

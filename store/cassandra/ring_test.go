@@ -127,7 +127,7 @@ func startRingLoad(t *testing.T, s *cassandra.Store) *ringLoad {
 					}
 					continue
 				}
-				kind := ringClassify(err)
+				kind := outagetest.Classify(err) // a conflict here: see TestRingAllNodesDown
 				if kind == "conflict" {
 					l.conflictAt[a].Store(time.Now().UnixNano())
 				}
@@ -146,38 +146,6 @@ func startRingLoad(t *testing.T, s *cassandra.Store) *ringLoad {
 	}
 	t.Cleanup(l.end)
 	return l
-}
-
-// ringClassify names a failed call's kind: "restarting", "circuit open"
-// and "recovery failed" calls were never written; "call timeout" and
-// "store error" calls may have been; "ask timeout" is a caller that waited
-// out its own timeout (its outcome unknown too). "conflict" is a write
-// whose sequence number was already stored, by an earlier write of the
-// same account that landed though its recovery did not see it (see
-// TestRingAllNodesDown): the entity stops, the write and the commands it
-// held fail so, none of them written, and the next command recovers the
-// entity anew (checkFailures checks that one was acknowledged).
-// "rejected" is any other refusal of a write (an invalid write), which a
-// retry would not cure.
-func ringClassify(err error) string {
-	var restarting *entity.RestartingError
-	switch {
-	case errors.Is(err, journal.ErrSequenceConflict):
-		return "conflict"
-	case errors.Is(err, journal.ErrRejected), errors.Is(err, journal.ErrInvalidArgument):
-		return "rejected"
-	case errors.As(err, &restarting):
-		return "restarting"
-	case errors.Is(err, engine.ErrCircuitOpen):
-		return "circuit open"
-	case errors.Is(err, engine.ErrCallTimeout):
-		return "call timeout"
-	case errors.Is(err, context.DeadlineExceeded):
-		return "ask timeout"
-	case errors.Is(err, entity.ErrRecovery):
-		return "recovery failed"
-	}
-	return "store error"
 }
 
 // waitAcks waits until n more deposits are acknowledged than when it was

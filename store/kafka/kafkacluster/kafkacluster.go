@@ -854,10 +854,15 @@ func (m *Member) Refresh() {
 	}
 }
 
-// MoveWait is SessionTimeout plus three heartbeats: a failed member's
-// partitions move once the coordinator has removed it, and the group
-// rebalances within a few heartbeats.
-func (m *Member) MoveWait() time.Duration { return m.cfg.SessionTimeout + 3*m.cfg.Heartbeat }
+// MoveWait is the longer of SessionTimeout and RebalanceTimeout, plus
+// three heartbeats: a failed member's partitions move once the
+// coordinator has removed it, and a rebalance (a member leaving or
+// joining, as in a rolling restart) ends at the latest when every member
+// has rejoined within the rebalance timeout; the group then settles
+// within a few heartbeats.
+func (m *Member) MoveWait() time.Duration {
+	return max(m.cfg.SessionTimeout, m.cfg.RebalanceTimeout) + 3*m.cfg.Heartbeat
+}
 
 // Handler returns the middleware cluster.NewHandler makes with m as its
 // Router: each request runs on the member that holds its entity's

@@ -31,6 +31,8 @@ var layers = map[string][]string{
 	"internal/clientauth": {},
 	// Certificates for the tests of TLS connections (a test helper).
 	"internal/testcerts": {},
+	// Where scripts/services is, for the tests that kill servers (a test helper).
+	"internal/servicescript": {},
 	// The outage drill the stores' tests run (a test helper).
 	"internal/outagetest": {"engine", "entity", "examples/bank", "journal", "serialization", "snapshot"},
 	"restart":             {},
@@ -51,7 +53,7 @@ var layers = map[string][]string{
 	"store/kafka/eventual":     {"store/kafka/wire"},
 	"store/kafka/eventual/cql": {"store/kafka/eventual"},
 	"store/kafka/eventual/pg":  {"store/kafka/eventual"},
-	"store/kafka/kafkatest":    {"store/kafka"},
+	"store/kafka/kafkatest":    {"internal/servicescript", "store/kafka"},
 	// The Kafka journal's failure tests on the cluster of three brokers
 	// (tests only; no code of its own).
 	"store/kafka/clustertest": {},
@@ -59,7 +61,7 @@ var layers = map[string][]string{
 	"store/kafka/kafkacluster":      {".", "cluster", "journal", "membership", "store/kafka"},
 	"store/kafka/wire/wiretest":     {"internal/fixtures", "store/kafka/wire"},
 	"store/postgres/pgtest":         {"store/postgres", "storetest"},
-	"store/cassandra/cassandratest": {"internal/testcerts", "store/cassandra"},
+	"store/cassandra/cassandratest": {"internal/servicescript", "internal/testcerts", "store/cassandra"},
 	// Above every store: one URL opens a whole stack.
 	"stores": {"admin", "durable", "internal/clientauth", "journal", "membership", "offsets", "query", "snapshot", "store/cassandra", "store/kafka", "store/kafka/eventual", "store/kafka/eventual/cql", "store/kafka/eventual/pg", "store/memory", "store/postgres", "store/sqlite"},
 
@@ -123,7 +125,7 @@ var levels = [][]string{
 	{"offsets"},
 	{"query", "recovery", "serialization"},
 	{"journal", "snapshot", "durable", "membership"},
-	{".", "restart", "internal/hooks", "internal/fixtures", "internal/clientauth", "internal/testcerts"},
+	{".", "restart", "internal/hooks", "internal/fixtures", "internal/clientauth", "internal/testcerts", "internal/servicescript"},
 }
 
 // sameLevel lists the imports allowed within a level (test helpers may

@@ -20,6 +20,7 @@ import (
 
 	"github.com/annals-go/annals"
 	"github.com/annals-go/annals/internal/outagetest"
+	"github.com/annals-go/annals/internal/servicescript"
 	"github.com/annals-go/annals/internal/testcerts"
 	"github.com/annals-go/annals/journal"
 	"github.com/annals-go/annals/projection"
@@ -347,9 +348,13 @@ func privatePair(t *testing.T) privateHA {
 	if err := os.Chmod(dir, 0o755); err != nil {
 		t.Fatal(err)
 	}
+	script, err := servicescript.Path()
+	if err != nil {
+		t.Fatal(err)
+	}
 	services := func(args ...string) string {
 		t.Helper()
-		cmd := exec.Command("../../scripts/services", args...)
+		cmd := exec.Command(script, args...)
 		cmd.Env = append(os.Environ(), "ANNALS_SERVICES_DIR="+dir)
 		out, err := cmd.CombinedOutput()
 		if err != nil {

@@ -6,12 +6,10 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"errors"
 	"fmt"
 	"net"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -21,6 +19,7 @@ import (
 
 	gocql "github.com/apache/cassandra-gocql-driver/v2"
 
+	"github.com/annals-go/annals/internal/servicescript"
 	"github.com/annals-go/annals/store/cassandra"
 )
 
@@ -79,11 +78,11 @@ func Ring(t testing.TB) *RingServers {
 		}
 		conn.Close()
 	}
-	root, err := RepositoryRoot()
+	script, err := servicescript.Path()
 	if err != nil {
 		t.Fatal(err)
 	}
-	r := &RingServers{Hosts: hosts, script: filepath.Join(root, "scripts", "services"), t: t}
+	r := &RingServers{Hosts: hosts, script: script, t: t}
 	env, err := r.services(t.Context(), "env")
 	if err != nil {
 		t.Fatal(err)
@@ -304,27 +303,4 @@ func exports(out []byte) map[string]string {
 		}
 	}
 	return vars
-}
-
-// RepositoryRoot returns the folder of the module's go.mod, found from
-// the working directory (a test's is its package's folder) upwards.
-func RepositoryRoot() (string, error) {
-	dir, err := os.Getwd()
-	if err != nil {
-		return "", fmt.Errorf("find the repository root: %w", err)
-	}
-	for {
-		b, err := os.ReadFile(filepath.Join(dir, "go.mod"))
-		if err == nil && bytes.HasPrefix(b, []byte("module github.com/annals-go/annals\n")) {
-			return dir, nil
-		}
-		if err != nil && !errors.Is(err, os.ErrNotExist) {
-			return "", fmt.Errorf("find the repository root: %w", err)
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			return "", errors.New("find the repository root: no go.mod of github.com/annals-go/annals above the working directory")
-		}
-		dir = parent
-	}
 }

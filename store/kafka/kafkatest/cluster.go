@@ -22,6 +22,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 	"github.com/twmb/franz-go/pkg/sasl/scram"
+
+	"github.com/annals-go/annals/internal/servicescript"
 )
 
 // ClusterService is the name of the secured cluster of three brokers in
@@ -50,8 +52,8 @@ type TestCluster struct {
 	// CA is the PEM file of the CA that signed the brokers' certificate.
 	CA string
 
-	dir  string // the services folder: kafka-cluster.N.pid
-	root string // the repository's root: scripts/services
+	dir    string // the services folder: kafka-cluster.N.pid
+	script string // scripts/services
 }
 
 // ClusterRequired reports whether ANNALS_TEST_REQUIRE lists kafka-cluster.
@@ -91,7 +93,7 @@ func cluster(t testing.TB, exclusive bool) *TestCluster {
 		}
 		t.Skipf("no Kafka cluster: %s; run `scripts/services up kafka-cluster`", msg)
 	}
-	root, err := repoRoot()
+	script, err := servicescript.Path()
 	if err != nil {
 		unavailable("%v", err)
 	}
@@ -100,7 +102,7 @@ func cluster(t testing.TB, exclusive bool) *TestCluster {
 		env[k] = os.Getenv(k)
 	}
 	if env["ANNALS_TEST_KAFKA_CLUSTER"] == "" {
-		out, err := exec.CommandContext(t.Context(), filepath.Join(root, "scripts", "services"), "env", ClusterService).Output()
+		out, err := exec.CommandContext(t.Context(), script, "env", ClusterService).Output()
 		if err != nil {
 			unavailable("`scripts/services env kafka-cluster` failed (%v)", err)
 		}
@@ -113,7 +115,7 @@ func cluster(t testing.TB, exclusive bool) *TestCluster {
 	}
 	c := &TestCluster{Brokers: strings.Split(env["ANNALS_TEST_KAFKA_CLUSTER"], ","), User: ClusterUser,
 		PasswordFile: env["ANNALS_TEST_KAFKA_CLUSTER_PASSWORD_FILE"], CA: filepath.Join(env["ANNALS_TEST_KAFKA_CLUSTER_CERTS"], "ca.pem"),
-		dir: env["ANNALS_TEST_KAFKA_CLUSTER_DIR"], root: root}
+		dir: env["ANNALS_TEST_KAFKA_CLUSTER_DIR"], script: script}
 	if c.dir == "" || c.PasswordFile == "" || len(c.Brokers) != ClusterReplicas {
 		unavailable("the environment names no cluster of %d brokers (%q)", ClusterReplicas, env["ANNALS_TEST_KAFKA_CLUSTER"])
 	}
@@ -134,25 +136,6 @@ func cluster(t testing.TB, exclusive bool) *TestCluster {
 		conn.Close()
 	}
 	return c
-}
-
-// repoRoot is the first folder, from the working directory up, holding
-// scripts/services.
-func repoRoot() (string, error) {
-	dir, err := os.Getwd()
-	if err != nil {
-		return "", err
-	}
-	for {
-		if _, err := os.Stat(filepath.Join(dir, "scripts", "services")); err == nil {
-			return dir, nil
-		}
-		up := filepath.Dir(dir)
-		if up == dir {
-			return "", errors.New("no scripts/services in the working directory or above it")
-		}
-		dir = up
-	}
 }
 
 // Password is the user's password, read from PasswordFile.
@@ -384,7 +367,7 @@ func (c *TestCluster) Up(t testing.TB, ids ...int32) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(t.Context()), 5*time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, filepath.Join(c.root, "scripts", "services"), "up", ClusterService)
+	cmd := exec.CommandContext(ctx, c.script, "up", ClusterService)
 	if len(ids) > 0 {
 		var only []string
 		for _, id := range ids {

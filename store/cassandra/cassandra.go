@@ -289,6 +289,9 @@ type Store struct {
 //
 //	cassandra://host[:port][,host[:port]...]/keyspace?param=value...
 //
+// A host without a port gets DefaultPort; all hosts share one port. An
+// IPv6 address is written in brackets: [fd00::1] or [fd00::1]:9042.
+//
 // Parameters: bucket_size (Day, Hour or Minute), first_time_bucket
 // (Pekko's form, 20151120T00:00, in UTC), eventual_consistency_delay,
 // gap_timeout, poll_interval (Go durations), consistency (read and write),
@@ -525,8 +528,51 @@ func (c *config) validate() error {
 	return err
 }
 
+// contactPoints splits the host list out of a cassandra:// URL: it returns
+// the URL with its hosts replaced by the first one, which url.Parse
+// accepts (it takes no list, and refuses one of bracketed IPv6 literals),
+// and each host, with the default port where it names none.
+func contactPoints(raw string) (string, []string, error) {
+	scheme, rest, ok := strings.Cut(raw, "://")
+	if !ok {
+		return raw, nil, nil // url.Parse names the problem
+	}
+	end := strings.IndexAny(rest, "/?#")
+	if end < 0 {
+		end = len(rest)
+	}
+	authority := rest[:end]
+	at := strings.LastIndex(authority, "@") + 1
+	var hosts []string
+	for h := range strings.SplitSeq(authority[at:], ",") {
+		switch {
+		case h == "":
+			continue
+		case strings.HasPrefix(h, "["):
+			if strings.HasSuffix(h, "]") {
+				h = net.JoinHostPort(h[1:len(h)-1], strconv.Itoa(DefaultPort))
+			} else if _, _, err := net.SplitHostPort(h); err != nil {
+				return "", nil, fmt.Errorf("%w: host %q: %w (an IPv6 address is written [address] or [address]:port)", ErrInvalidConfig, h, err)
+			}
+		case strings.Count(h, ":") > 1:
+			return "", nil, fmt.Errorf("%w: host %q: an IPv6 address is written in brackets: [address] or [address]:port", ErrInvalidConfig, h)
+		case !strings.Contains(h, ":"):
+			h = net.JoinHostPort(h, strconv.Itoa(DefaultPort))
+		}
+		hosts = append(hosts, h)
+	}
+	if len(hosts) == 0 {
+		return raw, nil, nil
+	}
+	return scheme + "://" + authority[:at] + hosts[0] + rest[end:], hosts, nil
+}
+
 func parseURL(raw string, cfg *config) error {
-	u, err := url.Parse(raw)
+	single, hosts, err := contactPoints(raw)
+	if err != nil {
+		return err
+	}
+	u, err := url.Parse(single)
 	if err != nil {
 		// url.Error quotes the whole URL, and its cause may quote a part
 		// of the password ("invalid port" of a password with a /): with
@@ -541,15 +587,7 @@ func parseURL(raw string, cfg *config) error {
 	if u.Scheme != "cassandra" {
 		return fmt.Errorf("%w: scheme %q (want cassandra://host:port/keyspace)", ErrInvalidConfig, u.Scheme)
 	}
-	for h := range strings.SplitSeq(u.Host, ",") {
-		if h == "" {
-			continue
-		}
-		if _, _, err := net.SplitHostPort(h); err != nil {
-			h = net.JoinHostPort(strings.Trim(h, "[]"), strconv.Itoa(DefaultPort))
-		}
-		cfg.hosts = append(cfg.hosts, h)
-	}
+	cfg.hosts = append(cfg.hosts, hosts...)
 	if ks := strings.Trim(u.Path, "/"); ks != "" {
 		cfg.keyspace = ks
 	}

@@ -46,39 +46,7 @@ func TestKafkaClusterSecured(t *testing.T) {
 
 	for i, mechanism := range []string{"scram-sha-512", "scram-sha-256", "plain"} {
 		t.Run(mechanism, func(t *testing.T) {
-			ctx := t.Context()
-			st, err := stores.Open(ctx, at(c.User+"@", secured(mechanism)...), stores.WithMigrate(true))
-			if err != nil {
-				t.Fatalf("Open: %v", err)
-			}
-			defer st.Close()
-			pid := "Account|cluster-" + mechanism
-			var events []journal.Repr
-			for seq := int64(1); seq <= 3; seq++ {
-				events = append(events, journal.Repr{PersistenceID: pid, SequenceNr: seq, Payload: []byte{byte('a' + i), byte(seq)}, SerializerID: 1, Manifest: "m", WriterID: "w"})
-			}
-			res, err := st.Journal.Write(ctx, []journal.AtomicWrite{{PersistenceID: pid, Events: events[:2]}, {PersistenceID: pid, Events: events[2:]}})
-			if err != nil || res != nil && (res[0] != nil || res[1] != nil) {
-				t.Fatalf("Write: %v %v", res, err)
-			}
-			if n, err := st.Journal.HighestSequenceNr(ctx, pid, 0); err != nil || n != 3 {
-				t.Fatalf("HighestSequenceNr = %d, %v; want 3", n, err)
-			}
-			var got []journal.Repr
-			for r, err := range st.Journal.Replay(ctx, pid, 1, math.MaxInt64, math.MaxInt64) {
-				if err != nil {
-					t.Fatalf("Replay: %v", err)
-				}
-				got = append(got, r)
-			}
-			if len(got) != len(events) {
-				t.Fatalf("Replay returned %d events; want %d", len(got), len(events))
-			}
-			for k, r := range got {
-				if r.SequenceNr != events[k].SequenceNr || string(r.Payload) != string(events[k].Payload) {
-					t.Errorf("event %d: seq %d payload %q; want seq %d payload %q", k, r.SequenceNr, r.Payload, events[k].SequenceNr, events[k].Payload)
-				}
-			}
+			writeAndReplay(t, at(c.User+"@", secured(mechanism)...), "Account|cluster-"+mechanism, byte('a'+i))
 		})
 	}
 
@@ -98,31 +66,125 @@ func TestKafkaClusterSecured(t *testing.T) {
 			[]string{"SASL is required"}},
 	} {
 		t.Run(f.name, func(t *testing.T) {
-			ctx, cancel := context.WithTimeout(t.Context(), clusterFailBound)
-			defer cancel()
-			st, err := stores.Open(ctx, f.url, stores.WithMigrate(true))
-			if err == nil {
-				pid := "Account|must-fail"
-				w := journal.AtomicWrite{PersistenceID: pid, Events: []journal.Repr{{PersistenceID: pid, SequenceNr: 1, Payload: []byte(`{}`), SerializerID: 1, Manifest: "m", WriterID: "w"}}}
-				_, err = st.Journal.Write(ctx, []journal.AtomicWrite{w})
-				st.Close()
-			}
-			if err == nil {
-				t.Fatal("the journal opened and wrote")
-			}
-			if ctx.Err() != nil {
-				t.Fatalf("it failed only when its %v ran out: %v", clusterFailBound, err)
-			}
-			for _, s := range f.says {
-				if !strings.Contains(err.Error(), s) {
-					t.Errorf("error %q does not say %q", err, s)
-				}
-			}
+			err := mustFail(t, f.url, f.says...)
 			if strings.Contains(err.Error(), password) || strings.Contains(err.Error(), "wrong-pw") {
 				t.Errorf("the error shows the password: %v", err)
 			}
 		})
 	}
+}
+
+// TestKafkaClusterClientCertificate: a kafka:// URL with a client
+// certificate (tls_cert, tls_key) signed by the cluster's CA reaches its
+// brokers' client-certificate listeners (SSL, ssl.client.auth=required),
+// and the journal writes and reads back there. No client certificate, an
+// expired one, and one signed by a CA the brokers do not trust each fail
+// at once (well within clusterFailBound) with an error naming the
+// certificate and what is wrong with it, then the brokers' TLS alert.
+func TestKafkaClusterClientCertificate(t *testing.T) {
+	c := kafkatest.Cluster(t)
+	m := c.MTLS(t)
+	prefix := c.Prefix(t, "mtls")
+	eventual := pgURL(t)
+	at := func(cert kafkatest.KeyPair) string {
+		v := url.Values{"topic_prefix": {prefix}, "tls": {"true"}, "tls_ca": {c.CA}}
+		if cert.Cert != "" {
+			v.Set("tls_cert", cert.Cert)
+			v.Set("tls_key", cert.Key)
+		}
+		return "kafka://" + strings.Join(m.Brokers, ",") + "/?" + v.Encode() + "&eventual=" + eventual
+	}
+	brokers := "the brokers at [" + strings.Join(m.Brokers, " ") + "] "
+
+	t.Run("a client certificate of the cluster's CA", func(t *testing.T) {
+		writeAndReplay(t, at(m.Client), "Account|cluster-mtls", 'm')
+	})
+	for _, f := range []struct {
+		name string
+		cert kafkatest.KeyPair
+		says string
+	}{
+		{"no client certificate", kafkatest.KeyPair{},
+			brokers + "require a client certificate, and the client has none: "},
+		{"an expired client certificate", m.Expired,
+			brokers + "refused the client certificate CN=annals-cert: it expired on 2020-01-02 00:00:00 UTC: "},
+		{"a client certificate of a CA the brokers do not trust", m.Foreign,
+			brokers + "refused the client certificate CN=annals-cert, issued by CN=Annals test foreign CA, a CA they may not trust: "},
+	} {
+		t.Run(f.name, func(t *testing.T) {
+			err := mustFail(t, at(f.cert), f.says, "remote error: tls: ")
+			t.Logf("the error: %v", err)
+			if strings.Contains(err.Error(), "PRIVATE KEY") {
+				t.Errorf("the error shows key material: %v", err)
+			}
+		})
+	}
+}
+
+// writeAndReplay opens the stack of raw, writes three events of pid (two
+// atomic writes, payloads starting with tag) and reads them back.
+func writeAndReplay(t *testing.T, raw, pid string, tag byte) {
+	t.Helper()
+	ctx := t.Context()
+	st, err := stores.Open(ctx, raw, stores.WithMigrate(true))
+	if err != nil {
+		t.Fatalf("Open: %v", err)
+	}
+	defer st.Close()
+	var events []journal.Repr
+	for seq := int64(1); seq <= 3; seq++ {
+		events = append(events, journal.Repr{PersistenceID: pid, SequenceNr: seq, Payload: []byte{tag, byte(seq)}, SerializerID: 1, Manifest: "m", WriterID: "w"})
+	}
+	res, err := st.Journal.Write(ctx, []journal.AtomicWrite{{PersistenceID: pid, Events: events[:2]}, {PersistenceID: pid, Events: events[2:]}})
+	if err != nil || res != nil && (res[0] != nil || res[1] != nil) {
+		t.Fatalf("Write: %v %v", res, err)
+	}
+	if n, err := st.Journal.HighestSequenceNr(ctx, pid, 0); err != nil || n != 3 {
+		t.Fatalf("HighestSequenceNr = %d, %v; want 3", n, err)
+	}
+	var got []journal.Repr
+	for r, err := range st.Journal.Replay(ctx, pid, 1, math.MaxInt64, math.MaxInt64) {
+		if err != nil {
+			t.Fatalf("Replay: %v", err)
+		}
+		got = append(got, r)
+	}
+	if len(got) != len(events) {
+		t.Fatalf("Replay returned %d events; want %d", len(got), len(events))
+	}
+	for k, r := range got {
+		if r.SequenceNr != events[k].SequenceNr || string(r.Payload) != string(events[k].Payload) {
+			t.Errorf("event %d: seq %d payload %q; want seq %d payload %q", k, r.SequenceNr, r.Payload, events[k].SequenceNr, events[k].Payload)
+		}
+	}
+}
+
+// mustFail opens the stack of raw and writes through it, which must fail
+// within clusterFailBound (not when that runs out) with an error saying
+// each of says; it returns the error.
+func mustFail(t *testing.T, raw string, says ...string) error {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), clusterFailBound)
+	defer cancel()
+	st, err := stores.Open(ctx, raw, stores.WithMigrate(true))
+	if err == nil {
+		pid := "Account|must-fail"
+		w := journal.AtomicWrite{PersistenceID: pid, Events: []journal.Repr{{PersistenceID: pid, SequenceNr: 1, Payload: []byte(`{}`), SerializerID: 1, Manifest: "m", WriterID: "w"}}}
+		_, err = st.Journal.Write(ctx, []journal.AtomicWrite{w})
+		st.Close()
+	}
+	if err == nil {
+		t.Fatal("the journal opened and wrote")
+	}
+	if ctx.Err() != nil {
+		t.Fatalf("it failed only when its %v ran out: %v", clusterFailBound, err)
+	}
+	for _, s := range says {
+		if !strings.Contains(err.Error(), s) {
+			t.Errorf("error %q does not say %q", err, s)
+		}
+	}
+	return err
 }
 
 // TestKafkaClusterURLRedacted: the Stack of a URL holding the cluster's

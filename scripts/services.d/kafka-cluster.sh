@@ -1,7 +1,8 @@
 # shellcheck shell=bash
 # The service kafka-cluster of scripts/services (sourced by it): three
 # Kafka brokers and their KRaft controller on loopback, clients on SASL
-# over TLS. See its paragraph in more_usage below.
+# over TLS or on TLS with a client certificate. See its paragraph in
+# more_usage below.
 
 SERVICES+=(kafka-cluster)
 more_usage+="  kafka-cluster
@@ -16,19 +17,33 @@ more_usage+="  kafka-cluster
               <dir>/kafka-cluster.password, never printed) over TLS, on
               certificates made on this machine with openssl at the first
               'up' (a CA, and the brokers' for 127.0.0.1 and localhost, in
-              <dir>/kafka-cluster.certs); brokers and controller talk
+              <dir>/kafka-cluster.certs). A second client listener on each
+              broker takes TLS with a client certificate signed by that CA
+              instead (ssl.client.auth=required; the principal is the
+              certificate's subject, e.g. User:CN=annals-cert; no
+              authorizer), with, in the same folder, the client
+              certificates made for it (NAME.pem and NAME.key): client
+              (CN=annals-cert), expired-client (the same, valid on
+              1 January 2020 only) and foreign-client (signed by a CA of
+              its own, foreign-ca.pem, which the brokers do not trust); a
+              folder made before these existed gets them at the next
+              'up', and brokers started before the listener existed get
+              it after 'down' and 'up'. Brokers and controller talk
               plaintext on loopback. Client ports 9192 to 9194 when free
               (else the next free ones), broker-to-broker ports after them,
-              the controller's after those (all remembered, and kept at a
-              restart when free). Heap 128 to 512 MiB a broker, 64 to 256
-              MiB the controller. 'up' starts every node that is not
+              the controller's after those, the client-certificate ports
+              9292 to 9294 (all remembered, and kept at a restart when
+              free). Heap 128 to 512 MiB a broker, 64 to 256 MiB the
+              controller. 'up' starts every node that is not
               running (a broker killed by a test comes back with 'up') and
               waits until all are ready: about 15 s at the first 'up'
               (certificates, formatting), 10 s after (2 cores; one
               killed broker alone, 10 to 20 s). env sets
               ANNALS_TEST_KAFKA_CLUSTER (the brokers' addresses,
-              comma-separated),
-              ANNALS_TEST_KAFKA_CLUSTER_CERTS (the folder of ca.pem),
+              comma-separated), ANNALS_TEST_KAFKA_CLUSTER_MTLS (their
+              client-certificate listeners' addresses),
+              ANNALS_TEST_KAFKA_CLUSTER_CERTS (the folder of ca.pem and
+              the client certificates),
               ANNALS_TEST_KAFKA_CLUSTER_PASSWORD_FILE and
               ANNALS_TEST_KAFKA_CLUSTER_DIR (where node N's process id is,
               in kafka-cluster.N.pid). With ANNALS_KAFKA_CLUSTER_BROKERS
@@ -36,7 +51,8 @@ more_usage+="  kafka-cluster
               are not running (and the controller), for tests that bring
               back one broker of two down. Files: <dir>/kafka-cluster.N/
               (node N's data, N = 1, 2, 3 or controller), .N.conf/,
-              .N.log, .N.pid, .N.port (.N.internal.port: broker-to-broker),
+              .N.log, .N.pid, .N.port (.N.internal.port: broker-to-broker;
+              .N.mtls.port: client certificates),
               kafka-cluster.id (the cluster id), kafka-cluster.tests.lock
               (tests that kill brokers hold it alone); the jars are
               kafka's (<dir>/kafka.jars)
@@ -64,32 +80,98 @@ kc_node() {
 	jv_jars=$jv_dir/kafka.jars
 	jv_main=kafka.Kafka
 	kc_iportfile=$jv_dir/$jv_name.internal.port
+	kc_mportfile=$jv_dir/$jv_name.mtls.port
 }
+
+# kc_has_mtls succeeds when the current broker's configuration has the
+# client-certificate listener (one written by an older version of this
+# script has not).
+kc_has_mtls() { grep -q '^listeners=.*MTLS://' "$jv_conf/server.properties" 2>/dev/null; }
 
 # kc_make_certs makes, once, a CA and the brokers' key and certificate for
 # 127.0.0.1 and localhost (broker.pem: the key, then the certificate, as
-# Kafka's PEM key store reads them).
+# Kafka's PEM key store reads them), then the client certificates
+# (kc_make_client_certs).
 kc_make_certs() {
-	if [ -f "$kc_certs/broker.pem" ] && [ -f "$kc_certs/ca.pem" ]; then
+	if [ ! -f "$kc_certs/broker.pem" ] || [ ! -f "$kc_certs/ca.pem" ]; then
+		command -v openssl >/dev/null 2>&1 || die "kafka-cluster: needs openssl to make its certificates"
+		rm -rf "$kc_certs.tmp"
+		mkdir -p "$kc_certs.tmp"
+		(
+			cd "$kc_certs.tmp"
+			openssl req -x509 -newkey rsa:2048 -nodes -keyout ca.key -out ca.pem -days 3650 \
+				-subj "/CN=Annals test Kafka CA" 2>/dev/null
+			openssl req -newkey rsa:2048 -nodes -keyout broker.key -out broker.csr -subj "/CN=localhost" 2>/dev/null
+			printf 'subjectAltName=IP:127.0.0.1,DNS:localhost\n' >broker.ext
+			openssl x509 -req -in broker.csr -CA ca.pem -CAkey ca.key -CAcreateserial -out broker.crt -days 3650 \
+				-extfile broker.ext 2>/dev/null
+			cat broker.key broker.crt >broker.pem
+			rm -f broker.csr broker.ext broker.key broker.crt ca.srl
+		) || die "kafka-cluster: openssl failed to make the certificates"
+		chmod 700 "$kc_certs.tmp"
+		rm -rf "$kc_certs"
+		mv "$kc_certs.tmp" "$kc_certs"
+	fi
+	kc_make_client_certs
+}
+
+# kc_make_client_certs makes, once each, in the certificates' folder, the
+# client certificates of the brokers' client-certificate listener, each
+# with its key (NAME.pem and NAME.key): client, for CN=annals-cert, signed
+# by the cluster's CA (ca.key); expired-client, the same but valid only on
+# 1 January 2020; foreign-client, for CN=annals-cert too, signed by a CA of
+# its own (foreign-ca.pem, its key thrown away) that the brokers do not
+# trust. A folder made before these existed gets them at the next 'up'.
+kc_make_client_certs() {
+	local name missing=()
+	for name in client expired-client foreign-client; do
+		if [ ! -f "$kc_certs/$name.pem" ] || [ ! -f "$kc_certs/$name.key" ]; then missing+=("$name"); fi
+	done
+	if [ ${#missing[@]} -eq 0 ]; then
 		return
 	fi
-	command -v openssl >/dev/null 2>&1 || die "kafka-cluster: needs openssl to make its certificates"
-	rm -rf "$kc_certs.tmp"
-	mkdir -p "$kc_certs.tmp"
+	command -v openssl >/dev/null 2>&1 || die "kafka-cluster: needs openssl to make its client certificates"
+	[ -f "$kc_certs/ca.key" ] ||
+		die "kafka-cluster: $kc_certs has no ca.key to sign the client certificates with; '$prog down kafka-cluster', move $kc_certs away, and 'up' again"
+	local tmp=$kc_certs/client.tmp
+	rm -rf "$tmp"
+	mkdir -p "$tmp"
 	(
-		cd "$kc_certs.tmp"
-		openssl req -x509 -newkey rsa:2048 -nodes -keyout ca.key -out ca.pem -days 3650 \
-			-subj "/CN=Annals test Kafka CA" 2>/dev/null
-		openssl req -newkey rsa:2048 -nodes -keyout broker.key -out broker.csr -subj "/CN=localhost" 2>/dev/null
-		printf 'subjectAltName=IP:127.0.0.1,DNS:localhost\n' >broker.ext
-		openssl x509 -req -in broker.csr -CA ca.pem -CAkey ca.key -CAcreateserial -out broker.crt -days 3650 \
-			-extfile broker.ext 2>/dev/null
-		cat broker.key broker.crt >broker.pem
-		rm -f broker.csr broker.ext broker.key broker.crt ca.srl
-	) || die "kafka-cluster: openssl failed to make the certificates"
-	chmod 700 "$kc_certs.tmp"
-	rm -rf "$kc_certs"
-	mv "$kc_certs.tmp" "$kc_certs"
+		cd "$tmp" || exit 1
+		printf 'extendedKeyUsage=clientAuth\n' >client.ext || exit 1
+		for name in "${missing[@]}"; do
+			openssl req -newkey rsa:2048 -nodes -keyout "$name.key" -out "$name.csr" -subj "/CN=annals-cert" 2>/dev/null || exit 1
+			case $name in
+			client)
+				openssl x509 -req -in client.csr -CA ../ca.pem -CAkey ../ca.key -set_serial "0x$(openssl rand -hex 8)" \
+					-out client.pem -days 3650 -extfile client.ext 2>/dev/null || exit 1
+				;;
+			expired-client)
+				# openssl x509 -req cannot date a certificate in the past
+				# (OpenSSL 3.0); openssl ca can, with a database of its own.
+				mkdir db && : >db/index && openssl rand -hex 8 >db/serial || exit 1
+				printf '%s\n' '[ca]' 'default_ca = expired' '[expired]' 'database = db/index' \
+					'new_certs_dir = db' 'serial = db/serial' 'default_md = sha256' 'policy = any' \
+					'x509_extensions = ext' '[any]' 'commonName = supplied' \
+					'[ext]' 'extendedKeyUsage = clientAuth' >ca.cnf || exit 1
+				openssl ca -batch -config ca.cnf -cert ../ca.pem -keyfile ../ca.key -in expired-client.csr \
+					-out expired-client.pem -notext -startdate 20200101000000Z -enddate 20200102000000Z 2>/dev/null || exit 1
+				;;
+			foreign-client)
+				openssl req -x509 -newkey rsa:2048 -nodes -keyout foreign-ca.key -out foreign-ca.pem -days 3650 \
+					-subj "/CN=Annals test foreign CA" 2>/dev/null || exit 1
+				openssl x509 -req -in foreign-client.csr -CA foreign-ca.pem -CAkey foreign-ca.key \
+					-set_serial "0x$(openssl rand -hex 8)" -out foreign-client.pem -days 3650 -extfile client.ext 2>/dev/null || exit 1
+				mv foreign-ca.pem .. || exit 1
+				;;
+			esac
+			mv "$name.key" "$name.pem" .. || exit 1
+		done
+	) || {
+		rm -rf "$tmp"
+		die "kafka-cluster: openssl failed to make the client certificates"
+	}
+	rm -rf "$tmp"
 }
 
 # kc_make_password makes, once, the user's random password (mode 600).
@@ -167,7 +249,7 @@ up_kafka_cluster() {
 
 	# Ports: each node's remembered one when it runs or is free.
 	local n running taken=() cport started=() froms=()
-	declare -A port iport
+	declare -A port iport mport
 	for n in "${kc_brokers[@]}"; do
 		kc_node "$n"
 		running=no
@@ -186,6 +268,14 @@ up_kafka_cluster() {
 	running=no
 	if jv_pid >/dev/null; then running=yes; fi
 	cport=$(kc_port "$jv_portfile" $running 9198 "${taken[@]}")
+	taken+=("$cport")
+	for n in "${kc_brokers[@]}"; do
+		kc_node "$n"
+		running=no
+		if jv_pid >/dev/null; then running=yes; fi
+		mport[$n]=$(kc_port "$kc_mportfile" $running $((9291 + n)) "${taken[@]}")
+		taken+=("${mport[$n]}")
+	done
 
 	# The controller first: the brokers register with it.
 	local jvm=(-XX:+UseG1GC -XX:MaxGCPauseMillis=20 -XX:+ExplicitGCInvokesConcurrent
@@ -212,6 +302,9 @@ up_kafka_cluster() {
 		kc_node "$n"
 		if jv_pid >/dev/null; then
 			say "kafka-cluster: broker $n runs (127.0.0.1:${port[$n]})"
+			if ! kc_has_mtls; then
+				warn "kafka-cluster: broker $n runs without the client-certificate listener (started before it existed): '$prog down kafka-cluster', then 'up', adds it"
+			fi
 			continue
 		fi
 		if [[ $only != *" $n "* ]]; then
@@ -223,13 +316,14 @@ up_kafka_cluster() {
 		(
 			umask 077
 			jv_template broker.properties "$jv_conf/server.properties" \
-				ID="$n" PORT="${port[$n]}" INTERNAL_PORT="${iport[$n]}" \
+				ID="$n" PORT="${port[$n]}" INTERNAL_PORT="${iport[$n]}" MTLS_PORT="${mport[$n]}" \
 				CONTROLLER_ID="$kc_controller_id" CONTROLLER_PORT="$cport" \
 				DATA="$jv_data" CERTS="$kc_certs" USER="$kc_user" PASSWORD="$pw"
 		)
 		jv_template log4j2.xml "$jv_conf/log4j2.xml"
 		jv_remember "$jv_portfile" "${port[$n]}"
 		jv_remember "$kc_iportfile" "${iport[$n]}"
+		jv_remember "$kc_mportfile" "${mport[$n]}"
 		kc_format
 		say "kafka-cluster: starting broker $n on 127.0.0.1:${port[$n]} (log $jv_log)"
 		jv_start -Xms128m -Xmx512m "${jvm[@]}" -Dlog4j2.configurationFile="$jv_conf/log4j2.xml" \
@@ -249,8 +343,11 @@ up_kafka_cluster() {
 			jv_wait_ready "${port[$n]}" 'Kafka Server started' 120
 		fi
 	done
-	local addrs=()
-	for n in "${kc_brokers[@]}"; do addrs+=("127.0.0.1:${port[$n]}"); done
+	local addrs=() maddrs=()
+	for n in "${kc_brokers[@]}"; do
+		addrs+=("127.0.0.1:${port[$n]}")
+		maddrs+=("127.0.0.1:${mport[$n]}")
+	done
 	if [ ${#started[@]} -eq 0 ]; then
 		say "kafka-cluster: already running"
 	else
@@ -260,6 +357,10 @@ up_kafka_cluster() {
 		IFS=,
 		echo "${addrs[*]}"
 	) (SASL_SSL, user $kc_user, password in $kc_pwfile, CA $kc_certs/ca.pem)"
+	say "kafka-cluster: brokers $(
+		IFS=,
+		echo "${maddrs[*]}"
+	) (SSL with a client certificate: $kc_certs/client.pem and client.key)"
 }
 
 down_kafka_cluster() {
@@ -277,7 +378,7 @@ status_kafka_cluster() {
 		say "kafka-cluster: not set up (no storage in $jv_data; run '$prog up kafka-cluster')"
 		return 3
 	fi
-	local n rc=0 port iport
+	local n rc=0 port iport mport
 	for n in controller "${kc_brokers[@]}"; do
 		kc_node "$n"
 		port=$(jv_port "$jv_portfile")
@@ -285,7 +386,8 @@ status_kafka_cluster() {
 			jv_status "Kafka $(jv_version kafka_2.13) controller" "${port:-unknown}" "" || rc=$?
 		else
 			iport=$(jv_port "$kc_iportfile")
-			jv_status "Kafka $(jv_version kafka_2.13) broker" "${port:-unknown} (SASL_SSL; broker-to-broker ${iport:-unknown})" \
+			mport=$(jv_port "$kc_mportfile")
+			jv_status "Kafka $(jv_version kafka_2.13) broker" "${port:-unknown} (SASL_SSL; client certificate ${mport:-none}; broker-to-broker ${iport:-unknown})" \
 				"${port:+127.0.0.1:$port}" || rc=$?
 		fi
 	done
@@ -294,7 +396,7 @@ status_kafka_cluster() {
 
 env_kafka_cluster() {
 	kc_paths
-	local n port addrs=() down=()
+	local n port mport addrs=() maddrs=() down=() old=()
 	for n in "${kc_brokers[@]}"; do
 		kc_node "$n"
 		port=$(jv_port "$jv_portfile")
@@ -302,16 +404,33 @@ env_kafka_cluster() {
 			die "kafka-cluster: not set up; run '$prog up kafka-cluster' first"
 		fi
 		addrs+=("127.0.0.1:$port")
+		mport=$(jv_port "$kc_mportfile")
+		if [ -z "$mport" ] || ! kc_has_mtls; then
+			old+=("$n")
+		else
+			maddrs+=("127.0.0.1:$mport")
+		fi
 		if ! jv_pid >/dev/null; then down+=("$n"); fi
 	done
 	if [ ${#down[@]} -gt 0 ]; then
 		warn "kafka-cluster: broker(s) ${down[*]} not running; run '$prog up kafka-cluster'"
+	fi
+	if [ ${#old[@]} -gt 0 ]; then
+		warn "kafka-cluster: broker(s) ${old[*]} configured without the client-certificate listener (before it existed), so ANNALS_TEST_KAFKA_CLUSTER_MTLS is not set; run '$prog down kafka-cluster', then '$prog up kafka-cluster'"
 	fi
 	kc_paths
 	printf 'export ANNALS_TEST_KAFKA_CLUSTER=%s\n' "$(
 		IFS=,
 		echo "${addrs[*]}"
 	)"
+	if [ ${#old[@]} -eq 0 ]; then
+		printf 'export ANNALS_TEST_KAFKA_CLUSTER_MTLS=%s\n' "$(
+			IFS=,
+			echo "${maddrs[*]}"
+		)"
+	else
+		printf 'unset ANNALS_TEST_KAFKA_CLUSTER_MTLS\n'
+	fi
 	printf 'export ANNALS_TEST_KAFKA_CLUSTER_CERTS=%s\n' "$kc_certs"
 	printf 'export ANNALS_TEST_KAFKA_CLUSTER_PASSWORD_FILE=%s\n' "$kc_pwfile"
 	printf 'export ANNALS_TEST_KAFKA_CLUSTER_DIR=%s\n' "$jv_dir"

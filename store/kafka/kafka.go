@@ -63,6 +63,7 @@ package kafka
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"os"
@@ -199,7 +200,11 @@ type Journal struct {
 }
 
 // Open returns a journal on the Kafka cluster at brokers (host:port), with
-// tables as its eventual store. It does not own tables.
+// tables as its eventual store. It does not own tables. It fails when no
+// broker answers, with an error saying so, or, when the brokers refuse the
+// client's TLS certificate (or its want of one), saying which certificate
+// they refused and what is wrong with it as far as the client can tell
+// (none, expired, or its issuer).
 func Open(ctx context.Context, brokers []string, tables eventual.Tables, opts ...Option) (*Journal, error) {
 	cfg := config{topic: DefaultTopic, cacheSize: DefaultHeadCacheEntries, cacheBytes: DefaultHeadCacheBytes, maxPayload: DefaultMaxPayloadSize, readTimeout: DefaultReadTimeout}
 	if h, err := os.Hostname(); err == nil {
@@ -228,7 +233,11 @@ func Open(ctx context.Context, brokers []string, tables eventual.Tables, opts ..
 		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 	}
 	if err := cl.Ping(ctx); err != nil {
+		tlsCfg, _ := cl.OptValue(kgo.DialTLSConfig).(*tls.Config)
 		cl.Close()
+		if why := certificateRefusal(err, tlsCfg, time.Now()); why != "" {
+			return nil, fmt.Errorf("kafka journal: the brokers at %v %s: %w", brokers, why, err)
+		}
 		return nil, fmt.Errorf("kafka journal: no broker at %v answers: %w", brokers, err)
 	}
 	j := &Journal{cfg: cfg, brokers: brokers, tables: tables, cl: cl, known: map[string]int64{}, readers: make(chan struct{}, headReaders)}

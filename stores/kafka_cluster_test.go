@@ -4,6 +4,7 @@ import (
 	"context"
 	"math"
 	"net/url"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -116,6 +117,17 @@ func TestKafkaClusterClientCertificate(t *testing.T) {
 			t.Logf("the error: %v", err)
 			if strings.Contains(err.Error(), "PRIVATE KEY") {
 				t.Errorf("the error shows key material: %v", err)
+			}
+			if f.cert.Key != "" {
+				key, rerr := os.ReadFile(f.cert.Key)
+				if rerr != nil {
+					t.Fatal(rerr)
+				}
+				for line := range strings.Lines(string(key)) {
+					if line = strings.TrimSpace(line); line != "" && !strings.HasPrefix(line, "-----") && strings.Contains(err.Error(), line) {
+						t.Errorf("the error shows a line of the key %s: %v", f.cert.Key, err)
+					}
+				}
 			}
 		})
 	}

@@ -98,16 +98,17 @@ kc_make_certs() {
 		rm -rf "$kc_certs.tmp"
 		mkdir -p "$kc_certs.tmp"
 		(
-			cd "$kc_certs.tmp"
+			umask 077 # the keys (broker.pem holds one) are for this user only
+			cd "$kc_certs.tmp" || exit 1
 			openssl req -x509 -newkey rsa:2048 -nodes -keyout ca.key -out ca.pem -days 3650 \
-				-subj "/CN=Annals test Kafka CA" 2>/dev/null
-			openssl req -newkey rsa:2048 -nodes -keyout broker.key -out broker.csr -subj "/CN=localhost" 2>/dev/null
-			printf 'subjectAltName=IP:127.0.0.1,DNS:localhost\n' >broker.ext
+				-subj "/CN=Annals test Kafka CA" 2>/dev/null || exit 1
+			openssl req -newkey rsa:2048 -nodes -keyout broker.key -out broker.csr -subj "/CN=localhost" 2>/dev/null || exit 1
+			printf 'subjectAltName=IP:127.0.0.1,DNS:localhost\n' >broker.ext || exit 1
 			openssl x509 -req -in broker.csr -CA ca.pem -CAkey ca.key -CAcreateserial -out broker.crt -days 3650 \
-				-extfile broker.ext 2>/dev/null
-			cat broker.key broker.crt >broker.pem
+				-extfile broker.ext 2>/dev/null || exit 1
+			cat broker.key broker.crt >broker.pem || exit 1
 			rm -f broker.csr broker.ext broker.key broker.crt ca.srl
-		) || die "kafka-cluster: openssl failed to make the certificates"
+		) || { rm -rf "$kc_certs.tmp"; die "kafka-cluster: openssl failed to make the certificates"; }
 		chmod 700 "$kc_certs.tmp"
 		rm -rf "$kc_certs"
 		mv "$kc_certs.tmp" "$kc_certs"

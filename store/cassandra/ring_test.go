@@ -65,17 +65,18 @@ type ringLoad struct {
 	// The times (Unix nanoseconds) of each account's last acknowledged
 	// deposit and last conflict.
 	ackedAt, conflictAt [ringAccounts]atomic.Int64
-	// When each acknowledged balance (the deposit's sequence number) was
-	// acknowledged, under mu: a balance missing after the outage is named
-	// with its time relative to the kill.
-	balanceAt [ringAccounts]map[int64]time.Time
-	killed    time.Time // under mu
-	ok        atomic.Int64
-	ackedCh   chan struct{} // a value after each acknowledged deposit (cap 1)
-	mu        sync.Mutex
-	fails     []ringFailure
-	stop      context.CancelFunc
-	wg        sync.WaitGroup
+	// Each account's acknowledged deposits in order, as the balance
+	// (the deposit's sequence number) each was acknowledged with and
+	// when, under mu: a deposit missing after the outage is named with
+	// its time relative to the kill.
+	acks    [ringAccounts][]ringAck
+	killed  time.Time // under mu
+	ok      atomic.Int64
+	ackedCh chan struct{} // a value after each acknowledged deposit (cap 1)
+	mu      sync.Mutex
+	fails   []ringFailure
+	stop    context.CancelFunc
+	wg      sync.WaitGroup
 }
 
 // ringRegistry returns the registry of the bank's events.
@@ -152,6 +153,13 @@ func startRingLoad(t *testing.T, s *cassandra.Store) *ringLoad {
 	return l
 }
 
+// ringAck is an acknowledged deposit: the balance it was acknowledged
+// with, and when.
+type ringAck struct {
+	balance int64
+	at      time.Time
+}
+
 // acknowledged records that a deposit into account a was acknowledged
 // with balance.
 func (l *ringLoad) acknowledged(a int, balance int64) {
@@ -159,10 +167,7 @@ func (l *ringLoad) acknowledged(a int, balance int64) {
 	l.ackedAt[a].Store(now.UnixNano())
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if l.balanceAt[a] == nil {
-		l.balanceAt[a] = map[int64]time.Time{}
-	}
-	l.balanceAt[a][balance] = now
+	l.acks[a] = append(l.acks[a], ringAck{balance, now})
 }
 
 // markKill records when the nodes were killed.
@@ -172,22 +177,30 @@ func (l *ringLoad) markKill(at time.Time) {
 	l.killed = at
 }
 
-// missing describes the acknowledged balances of account a above got: each
-// with when it was acknowledged, relative to the kill.
+// missing describes the acknowledged deposits of account a that its
+// journal may have lost, each with when it was acknowledged, relative to
+// the kill: those acknowledged with a balance above got, and those whose
+// balance a later deposit was acknowledged with again (the account
+// recovered without it and wrote at its number).
 func (l *ringLoad) missing(a int, got int64) string {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	rel := func(at time.Time) string {
+		if l.killed.IsZero() {
+			return "before any kill"
+		}
+		return fmt.Sprintf("%+.3fs from the kill", at.Sub(l.killed).Seconds())
+	}
 	var out []string
-	for _, b := range slices.Sorted(maps.Keys(l.balanceAt[a])) {
-		if b <= got {
-			continue
+	acks := l.acks[a]
+	for i, ack := range acks {
+		again := slices.IndexFunc(acks[i+1:], func(later ringAck) bool { return later.balance == ack.balance })
+		switch {
+		case again >= 0:
+			out = append(out, fmt.Sprintf("balance %d acknowledged %s and again %s", ack.balance, rel(ack.at), rel(acks[i+1+again].at)))
+		case ack.balance > got:
+			out = append(out, fmt.Sprintf("balance %d acknowledged %s", ack.balance, rel(ack.at)))
 		}
-		at := l.balanceAt[a][b]
-		rel := "no kill"
-		if !l.killed.IsZero() {
-			rel = fmt.Sprintf("%+.3fs from the kill", at.Sub(l.killed).Seconds())
-		}
-		out = append(out, fmt.Sprintf("balance %d acknowledged %s", b, rel))
 	}
 	return strings.Join(out, "; ")
 }
@@ -410,12 +423,16 @@ func ringNodes(t *testing.T, s *cassandra.Store) map[string]string {
 	return nodes
 }
 
-// requireSyncedCommitLogs fails t unless every node of s's ring
+// requireSyncedCommitLogs fails t unless every node of ring (as s sees it)
 // acknowledges a write only after syncing its commit log (commitlog_sync
 // batch or group), read from each node's system_views.settings.
-func requireSyncedCommitLogs(t *testing.T, s *cassandra.Store) {
+func requireSyncedCommitLogs(t *testing.T, ring *cassandratest.RingServers, s *cassandra.Store) {
 	t.Helper()
-	for addr, id := range ringNodes(t, s) {
+	nodes := ringNodes(t, s)
+	if len(nodes) != len(ring.Hosts) {
+		t.Fatalf("the ring shows %d nodes (%v), want %d", len(nodes), slices.Sorted(maps.Keys(nodes)), len(ring.Hosts))
+	}
+	for addr, id := range nodes {
 		var mode string
 		err := s.Session().Query(`SELECT value FROM system_views.settings WHERE name = 'commitlog_sync'`).
 			SetHostID(id).WithContext(t.Context()).Scan(&mode)
@@ -424,7 +441,8 @@ func requireSyncedCommitLogs(t *testing.T, s *cassandra.Store) {
 		}
 		if mode != "batch" && mode != "group" {
 			t.Fatalf("node %s runs commitlog_sync %s: a crash of every node then loses acknowledged writes by Cassandra's design "+
-				"(docs/cassandra.md, \"Durability when every replica fails\"); this test needs batch or group, as scripts/services runs the ring", addr, mode)
+				"(docs/cassandra.md, \"Durability when every replica fails\"); this test needs batch or group, as scripts/services configures the ring: "+
+				"restart a ring started before that (scripts/services down cassandra-ring, then up)", addr, mode)
 		}
 	}
 }
@@ -532,7 +550,7 @@ func TestRingOneNodeDown(t *testing.T) {
 func TestRingAllNodesDown(t *testing.T) {
 	ring := cassandratest.Ring(t)
 	s, _ := openRing(t, ring)
-	requireSyncedCommitLogs(t, s)
+	requireSyncedCommitLogs(t, ring, s)
 	l := startRingLoad(t, s)
 	if _, ok := l.waitAcks(ringWarmup, ringLimit); !ok {
 		t.Fatalf("fewer than %d deposits acknowledged in %v before the kill", ringWarmup, ringLimit)

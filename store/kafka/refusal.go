@@ -6,20 +6,19 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"slices"
 	"time"
 )
 
-// certificateAlerts are the texts (crypto/tls's) of the TLS alerts with
-// which a server refuses a client's certificate, or the want of one.
-var certificateAlerts = []string{
-	"tls: bad certificate",
-	"tls: unsupported certificate",
-	"tls: revoked certificate",
-	"tls: expired certificate",
-	"tls: unknown certificate",
-	"tls: unknown certificate authority",
-	"tls: certificate required",
+// isCertificateAlert reports whether text is that of a TLS alert
+// (crypto/tls's) with which a server refuses a client's certificate, or
+// the want of one.
+func isCertificateAlert(text string) bool {
+	switch text {
+	case "tls: bad certificate", "tls: unsupported certificate", "tls: revoked certificate", "tls: expired certificate",
+		"tls: unknown certificate", "tls: unknown certificate authority", "tls: certificate required":
+		return true
+	}
+	return false
 }
 
 // certificateRefusal says why the brokers refused a client connecting
@@ -34,11 +33,12 @@ var certificateAlerts = []string{
 // reaches them as none.
 func certificateRefusal(err error, cfg *tls.Config, now time.Time) string {
 	op, ok := errors.AsType[*net.OpError](err)
-	if !ok || op.Op != "remote error" || op.Err == nil || !slices.Contains(certificateAlerts, op.Err.Error()) {
+	if !ok || op.Op != "remote error" || op.Err == nil || !isCertificateAlert(op.Err.Error()) {
 		return ""
 	}
 	switch {
-	case cfg == nil || cfg.GetClientCertificate != nil:
+	case cfg == nil || cfg.GetClientCertificate != nil || len(cfg.Certificates) > 1:
+		// Which certificate was sent is the handshake's choice.
 		return "refused the client's certificate, or its want of one"
 	case len(cfg.Certificates) == 0:
 		return "require a client certificate, and the client has none"

@@ -150,6 +150,8 @@ func TestCertificateRefusal(t *testing.T) {
 			"refused the client's certificate, or its want of one"},
 		{"unknown certificate, a certificate that does not parse", &net.OpError{Op: "remote error", Err: tls.AlertError(46)}, withCert,
 			"refused the client certificate"},
+		{"expired certificate, several certificates (the handshake chose which)", &net.OpError{Op: "remote error", Err: tls.AlertError(45)},
+			&tls.Config{Certificates: []tls.Certificate{pair, pair}}, "refused the client's certificate, or its want of one"},
 		{"unknown certificate, a certificate not valid yet", &net.OpError{Op: "remote error", Err: tls.AlertError(46)}, notYet,
 			"refused the client certificate CN=early: it is not valid before " + pair.Leaf.NotBefore.UTC().Format("2006-01-02 15:04:05 UTC")},
 	} {

@@ -82,10 +82,10 @@ func ClusterRequired() bool {
 // Cluster returns the secured cluster after checking that its brokers
 // accept connections; t is skipped, or failed when ClusterRequired, when
 // they do not. It reads the cluster from ANNALS_TEST_KAFKA_CLUSTER,
-// ANNALS_TEST_KAFKA_CLUSTER_CERTS, ANNALS_TEST_KAFKA_CLUSTER_PASSWORD_FILE
-// and ANNALS_TEST_KAFKA_CLUSTER_DIR (`scripts/services env
-// kafka-cluster`), or, when the first is not set, from what that command
-// prints. The test shares the cluster with other tests of any process
+// ANNALS_TEST_KAFKA_CLUSTER_MTLS, ANNALS_TEST_KAFKA_CLUSTER_CERTS,
+// ANNALS_TEST_KAFKA_CLUSTER_PASSWORD_FILE and ANNALS_TEST_KAFKA_CLUSTER_DIR
+// (`scripts/services env kafka-cluster`), or, when the first is not set,
+// from what that command prints (an `unset` line clears its variable). The test shares the cluster with other tests of any process
 // (a shared lock in the services folder) until it ends; a test that
 // kills brokers takes it alone (ClusterAlone).
 func Cluster(t testing.TB) *TestCluster {
@@ -126,7 +126,10 @@ func cluster(t testing.TB, exclusive bool) *TestCluster {
 		}
 		sc := bufio.NewScanner(strings.NewReader(string(out)))
 		for sc.Scan() {
-			if k, v, ok := strings.Cut(strings.TrimPrefix(sc.Text(), "export "), "="); ok {
+			line := sc.Text()
+			if k, ok := strings.CutPrefix(line, "unset "); ok {
+				env[strings.TrimSpace(k)] = ""
+			} else if k, v, ok := strings.Cut(strings.TrimPrefix(line, "export "), "="); ok {
 				env[k] = v
 			}
 		}

@@ -93,10 +93,8 @@ func BenchmarkRecoverOneAfterAnother(b *testing.B) {
 	const entities, events = 1000, 10
 	for _, kind := range []string{"sqlite", "postgres"} {
 		b.Run(kind, func(b *testing.B) {
-			st := openRecoveryBenchStore(b, kind)
+			st, reg := seededRecoveryBenchStore(b, kind, entities, events)
 			ctx := context.Background()
-			reg := registry(b)
-			seedRecoveries(b, st.front, reg, entities, events)
 			recoverAll := func(j journal.Journal) func() error {
 				return func() error {
 					h, err := entity.NewHost(accountBehavior(), entity.HostConfig{Journal: j, Snapshots: st.snaps, Registry: reg, Logger: slog.New(slog.DiscardHandler)})
@@ -178,10 +176,8 @@ func BenchmarkRecoveryLayers(b *testing.B) {
 	const entities, events = 1000, 10
 	for _, kind := range []string{"sqlite", "postgres"} {
 		b.Run(kind, func(b *testing.B) {
-			st := openRecoveryBenchStore(b, kind)
+			st, reg := seededRecoveryBenchStore(b, kind, entities, events)
 			ctx := context.Background()
-			reg := registry(b)
-			seedRecoveries(b, st.front, reg, entities, events)
 			reader, ok := st.journal.(recovery.Reader)
 			if !ok {
 				b.Fatalf("the %s journal reads no recovery", kind)
@@ -259,6 +255,17 @@ func BenchmarkRecoveryLayers(b *testing.B) {
 			}
 		})
 	}
+}
+
+// seededRecoveryBenchStore opens a store of kind and writes entities
+// accounts of events deposits each; it returns the store and the registry
+// of the accounts' events.
+func seededRecoveryBenchStore(b *testing.B, kind string, entities, events int) (recoveryBenchStore, *serialization.Registry) {
+	b.Helper()
+	st := openRecoveryBenchStore(b, kind)
+	reg := registry(b)
+	seedRecoveries(b, st.front, reg, entities, events)
+	return st, reg
 }
 
 // seedRecoveries writes entities accounts (Account|rec-0, …) of events

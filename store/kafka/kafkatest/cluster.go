@@ -101,15 +101,21 @@ func ClusterAlone(t testing.TB) *TestCluster {
 	return cluster(t, true)
 }
 
+// clusterUnavailable fails t when ClusterRequired, and skips it otherwise,
+// saying what is missing (missing: msg) and what to run.
+func clusterUnavailable(t testing.TB, missing, run, msg string) {
+	t.Helper()
+	if ClusterRequired() {
+		t.Fatalf("the Kafka cluster is required (ANNALS_TEST_REQUIRE) and %s", msg)
+	}
+	t.Skipf("%s: %s; run %s", missing, msg, run)
+}
+
 func cluster(t testing.TB, exclusive bool) *TestCluster {
 	t.Helper()
 	unavailable := func(format string, args ...any) {
 		t.Helper()
-		msg := fmt.Sprintf(format, args...)
-		if ClusterRequired() {
-			t.Fatalf("the Kafka cluster is required (ANNALS_TEST_REQUIRE) and %s", msg)
-		}
-		t.Skipf("no Kafka cluster: %s; run `scripts/services up kafka-cluster`", msg)
+		clusterUnavailable(t, "no Kafka cluster", "`scripts/services up kafka-cluster`", fmt.Sprintf(format, args...))
 	}
 	script, err := servicescript.Path()
 	if err != nil {
@@ -169,11 +175,8 @@ func (c *TestCluster) MTLS(t testing.TB) *MTLSCluster {
 	t.Helper()
 	unavailable := func(format string, args ...any) {
 		t.Helper()
-		msg := fmt.Sprintf(format, args...)
-		if ClusterRequired() {
-			t.Fatalf("the Kafka cluster is required (ANNALS_TEST_REQUIRE) and %s", msg)
-		}
-		t.Skipf("no client-certificate listeners on the Kafka cluster: %s; run `scripts/services down kafka-cluster`, `scripts/services up kafka-cluster` and `eval \"$(scripts/services env kafka-cluster)\"`", msg)
+		clusterUnavailable(t, "no client-certificate listeners on the Kafka cluster",
+			"`scripts/services down kafka-cluster`, `scripts/services up kafka-cluster` and `eval \"$(scripts/services env kafka-cluster)\"`", fmt.Sprintf(format, args...))
 	}
 	if c.mtls == "" {
 		unavailable("ANNALS_TEST_KAFKA_CLUSTER_MTLS is not set")

@@ -103,7 +103,10 @@ func TestSecuredServer(t *testing.T) {
 			{"plaintext", pgtest.WithParam(primary, "sslmode", "disable"), "no encryption"},
 			{"missing client certificate", asCertRole, "connection requires a valid client certificate"},
 			{"expired client certificate", withCert(asCertRole, expiredCert, expiredKey), "TLS with 127.0.0.1"},
-			{"expired client certificate, named", withCert(asCertRole, expiredCert, expiredKey), "expired certificate"},
+			// The server's alert ("tls: expired certificate") may be lost
+			// to a reset of the connection; the store names the expiry
+			// from the certificate itself either way.
+			{"expired client certificate, named", withCert(asCertRole, expiredCert, expiredKey), "expired on"},
 			{"client certificate of another CA", withCert(asCertRole, strangerCert, strangerKey), "connection requires a valid client certificate"},
 		} {
 			t.Run(c.name, func(t *testing.T) {

@@ -296,14 +296,42 @@ func connect(ctx context.Context, dsn string, opts []Option) (*Store, error) {
 		if errors.As(err, &pgErr) { // the server answered: a login or database error
 			return nil, fmt.Errorf("postgres: connect to %s:%d as %s: %w", pc.ConnConfig.Host, pc.ConnConfig.Port, pc.ConnConfig.User, err)
 		}
-		if tlsRefused(err) { // the server answered, its certificate or ours refused
-			return nil, fmt.Errorf("postgres: TLS with %s:%d failed (check sslrootcert, sslcert, sslkey and sslmode): %w", pc.ConnConfig.Host, pc.ConnConfig.Port, err)
+		// A client certificate out of its validity is named whatever the
+		// server's answer looked like: with TLS 1.3 the server refuses it
+		// after the client's handshake is done, and its alert may be lost
+		// to a reset of the connection.
+		invalid := invalidClientCertificate(pc.ConnConfig.TLSConfig, time.Now())
+		if tlsRefused(err) || invalid != "" { // the server answered, its certificate or ours refused
+			return nil, fmt.Errorf("postgres: TLS with %s:%d failed (check sslrootcert, sslcert, sslkey and sslmode): %s%w", pc.ConnConfig.Host, pc.ConnConfig.Port, invalid, err)
 		}
 		return nil, fmt.Errorf("%w at %s:%d (is it running? scripts/services up postgres starts a local one): %v", ErrUnreachable, pc.ConnConfig.Host, pc.ConnConfig.Port, err)
 	}
 	s := &Store{pool: pool, cfg: cfg, channel: channelName(cfg.schema)}
 	s.errs = journal.StoreErrors{Store: "postgres", Closed: s.isClosed}
 	return s, nil
+}
+
+// invalidClientCertificate describes, followed by ": ", the client
+// certificate of tc when it is not valid at now (expired, or not valid
+// yet); "" when it is valid, or tc has none.
+func invalidClientCertificate(tc *tls.Config, now time.Time) string {
+	if tc == nil || len(tc.Certificates) == 0 {
+		return ""
+	}
+	leaf := tc.Certificates[0].Leaf
+	if leaf == nil && len(tc.Certificates[0].Certificate) > 0 {
+		leaf, _ = x509.ParseCertificate(tc.Certificates[0].Certificate[0])
+	}
+	const at = "2006-01-02 15:04:05 MST"
+	switch {
+	case leaf == nil:
+		return ""
+	case now.After(leaf.NotAfter):
+		return fmt.Sprintf("the client certificate %s (sslcert) expired on %s: ", leaf.Subject, leaf.NotAfter.UTC().Format(at))
+	case now.Before(leaf.NotBefore):
+		return fmt.Sprintf("the client certificate %s (sslcert) is not valid before %s: ", leaf.Subject, leaf.NotBefore.UTC().Format(at))
+	}
+	return ""
 }
 
 // tlsRefused reports whether err is a TLS handshake's refusal: a server

@@ -5,7 +5,9 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"io"
 	"net"
+	"syscall"
 	"time"
 )
 
@@ -34,6 +36,16 @@ func isCertificateAlert(text string) bool {
 func certificateRefusal(err error, cfg *tls.Config, now time.Time) string {
 	op, ok := errors.AsType[*net.OpError](err)
 	if !ok || op.Op != "remote error" || op.Err == nil || !isCertificateAlert(op.Err.Error()) {
+		// With TLS 1.3 the brokers refuse a certificate after the
+		// client's side of the handshake, and their alert may be lost to
+		// a reset of the connection: a certificate out of its validity
+		// is named then too.
+		if (errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE) || errors.Is(err, io.EOF)) &&
+			cfg != nil && cfg.GetClientCertificate == nil && len(cfg.Certificates) == 1 {
+			if cert := leafOf(cfg.Certificates[0]); cert != nil {
+				return outOfValidity(cert, now)
+			}
+		}
 		return ""
 	}
 	switch {
@@ -43,16 +55,35 @@ func certificateRefusal(err error, cfg *tls.Config, now time.Time) string {
 	case len(cfg.Certificates) == 0:
 		return "require a client certificate, and the client has none"
 	}
-	cert := cfg.Certificates[0].Leaf
+	cert := leafOf(cfg.Certificates[0])
 	if cert == nil {
-		var perr error
-		if len(cfg.Certificates[0].Certificate) == 0 {
-			return "refused the client certificate"
-		}
-		if cert, perr = x509.ParseCertificate(cfg.Certificates[0].Certificate[0]); perr != nil {
-			return "refused the client certificate"
-		}
+		return "refused the client certificate"
 	}
+	if d := outOfValidity(cert, now); d != "" {
+		return d
+	}
+	return fmt.Sprintf("refused the client certificate %s, issued by %s, a CA they may not trust", cert.Subject, cert.Issuer)
+}
+
+// leafOf returns the parsed leaf of c, nil when it has none or it does
+// not parse.
+func leafOf(c tls.Certificate) *x509.Certificate {
+	if c.Leaf != nil {
+		return c.Leaf
+	}
+	if len(c.Certificate) == 0 {
+		return nil
+	}
+	leaf, err := x509.ParseCertificate(c.Certificate[0])
+	if err != nil {
+		return nil
+	}
+	return leaf
+}
+
+// outOfValidity describes the refusal of cert when it is not valid at now,
+// "" when it is.
+func outOfValidity(cert *x509.Certificate, now time.Time) string {
 	const day = "2006-01-02 15:04:05 MST"
 	switch {
 	case now.After(cert.NotAfter):
@@ -60,5 +91,5 @@ func certificateRefusal(err error, cfg *tls.Config, now time.Time) string {
 	case now.Before(cert.NotBefore):
 		return fmt.Sprintf("refused the client certificate %s: it is not valid before %s", cert.Subject, cert.NotBefore.UTC().Format(day))
 	}
-	return fmt.Sprintf("refused the client certificate %s, issued by %s, a CA they may not trust", cert.Subject, cert.Issuer)
+	return ""
 }

@@ -10,6 +10,7 @@ import (
 	"os"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -135,6 +136,11 @@ func TestCertificateRefusal(t *testing.T) {
 		t.Fatal(err)
 	}
 	notYet := &tls.Config{Certificates: []tls.Certificate{pair}}
+	validCert, validKey := testcerts.New(t, dir, "ca2").Client(t, dir, "valid", now.Add(-time.Hour), now.Add(time.Hour))
+	valid, err := tls.LoadX509KeyPair(validCert, validKey)
+	if err != nil {
+		t.Fatal(err)
+	}
 	for _, c := range []struct {
 		name string
 		err  error
@@ -152,6 +158,10 @@ func TestCertificateRefusal(t *testing.T) {
 			"refused the client certificate"},
 		{"expired certificate, several certificates (the handshake chose which)", &net.OpError{Op: "remote error", Err: tls.AlertError(45)},
 			&tls.Config{Certificates: []tls.Certificate{pair, pair}}, "refused the client's certificate, or its want of one"},
+		{"a reset, a certificate not valid yet (the alert lost)", &net.OpError{Op: "write", Err: os.NewSyscallError("write", syscall.ECONNRESET)}, notYet,
+			"refused the client certificate CN=early: it is not valid before " + pair.Leaf.NotBefore.UTC().Format("2006-01-02 15:04:05 UTC")},
+		{"a reset, a valid certificate", &net.OpError{Op: "write", Err: os.NewSyscallError("write", syscall.ECONNRESET)},
+			&tls.Config{Certificates: []tls.Certificate{valid}}, ""},
 		{"unknown certificate, a certificate not valid yet", &net.OpError{Op: "remote error", Err: tls.AlertError(46)}, notYet,
 			"refused the client certificate CN=early: it is not valid before " + pair.Leaf.NotBefore.UTC().Format("2006-01-02 15:04:05 UTC")},
 	} {

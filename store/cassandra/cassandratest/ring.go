@@ -180,16 +180,39 @@ func (r *RingServers) restoreRing() {
 	}
 }
 
-// awaitSchema waits, at most two minutes, until the nodes agree on the
-// schema. A node started again pulls the schema changes it missed from the
-// others; a schema change made before it has (creating or dropping a
-// keyspace) can fail with "Unknown CF".
+// awaitSchema waits until the nodes agree on the schema. A node started
+// again pulls the schema changes it missed from the others; a schema
+// change made before it has (creating or dropping a keyspace) can fail
+// with "Unknown CF". On a loaded machine a node has been seen to keep its
+// own version for minutes after such a start: when a minute passes
+// without agreement, a node whose version differs from the other two is
+// started again (its start pulls the schema), at most twice.
 func (r *RingServers) awaitSchema(ctx context.Context) error {
-	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	for restarts := 0; ; restarts++ {
+		err := r.agreement(ctx, time.Minute)
+		if err == nil || restarts == 2 || ctx.Err() != nil {
+			return err
+		}
+		odd, versions := r.oddNode(ctx)
+		if odd < 0 {
+			r.t.Logf("no schema agreement after a minute (versions by node: %v); waiting again", versions)
+			continue
+		}
+		r.t.Logf("no schema agreement after a minute (versions by node: %v): starting node %s again", versions, r.Hosts[odd])
+		r.Kill(odd)
+		if out, err := r.services(ctx, "up"); err != nil {
+			return fmt.Errorf("start node %s again: %w\n%s", r.Hosts[odd], err, out)
+		}
+	}
+}
+
+// agreement waits, at most limit, until the nodes agree on the schema.
+func (r *RingServers) agreement(ctx context.Context, limit time.Duration) error {
+	ctx, cancel := context.WithTimeout(ctx, limit)
 	defer cancel()
 	cluster := gocql.NewCluster(r.Hosts...)
 	cluster.Timeout = 30 * time.Second
-	cluster.MaxWaitSchemaAgreement = 2 * time.Minute
+	cluster.MaxWaitSchemaAgreement = limit
 	if _, p, err := net.SplitHostPort(r.Hosts[0]); err == nil {
 		cluster.Port, _ = strconv.Atoi(p)
 	}
@@ -202,6 +225,48 @@ func (r *RingServers) awaitSchema(ctx context.Context) error {
 		return fmt.Errorf("wait for the ring's schema agreement: %w", err)
 	}
 	return nil
+}
+
+// oddNode returns the index of the node whose schema version (its own
+// system.local's) differs from the other nodes', which agree; -1 when
+// there is no such node or a node does not answer. It also returns each
+// node's version, for the log.
+func (r *RingServers) oddNode(ctx context.Context) (int, map[string]string) {
+	versions := map[string]string{}
+	byVersion := map[string][]int{}
+	for i, h := range r.Hosts {
+		host, port, err := net.SplitHostPort(h)
+		if err != nil {
+			return -1, versions
+		}
+		cluster := gocql.NewCluster(h)
+		cluster.Timeout = 10 * time.Second
+		cluster.Port, _ = strconv.Atoi(port)
+		cluster.HostFilter = gocql.WhiteListHostFilter(host)
+		session, err := cluster.CreateSession()
+		if err != nil {
+			versions[h] = "unreachable"
+			return -1, versions
+		}
+		var v gocql.UUID
+		err = session.Query(`SELECT schema_version FROM system.local`).WithContext(ctx).Scan(&v)
+		session.Close()
+		if err != nil {
+			versions[h] = "unreadable"
+			return -1, versions
+		}
+		versions[h] = v.String()
+		byVersion[v.String()] = append(byVersion[v.String()], i)
+	}
+	if len(byVersion) != 2 {
+		return -1, versions
+	}
+	for _, nodes := range byVersion {
+		if len(nodes) == 1 && len(r.Hosts)-1 > 1 {
+			return nodes[0], versions
+		}
+	}
+	return -1, versions
 }
 
 // pid reads node i's pid file.

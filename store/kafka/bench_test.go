@@ -57,7 +57,7 @@ func BenchmarkWrite1000IDs(b *testing.B) {
 	brokers := kafkatest.Real(b)
 	tables := pgeventualtest.Open(b)
 	topic := benchTopic(b, brokers, "write")
-	j := open(b, brokers, tables, kafka.WithTopic(func(string) string { return topic }))
+	j := kafkatest.Open(b, brokers, tables, kafka.WithTopic(func(string) string { return topic }))
 	var annalsTime, rawTime time.Duration
 	f := enginetest.MeteredFront(b, j, engine.Config{}, func() time.Duration { return annalsTime })
 	raw, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.RequiredAcks(kgo.AllISRAcks()), kgo.ProducerLinger(0), kgo.AllowAutoTopicCreation())
@@ -145,7 +145,7 @@ func BenchmarkRecovery1000(b *testing.B) {
 		b.Run(c.name, func(b *testing.B) {
 			tables := pgeventualtest.Open(b)
 			topic := benchTopic(b, brokers, "recovery-"+c.name)
-			w := open(b, brokers, tables, kafka.WithTopic(func(string) string { return topic }))
+			w := kafkatest.Open(b, brokers, tables, kafka.WithTopic(func(string) string { return topic }))
 			pid := "Bench|r"
 			for from := int64(1); from <= n; from += per {
 				aw := journal.AtomicWrite{PersistenceID: pid}
@@ -175,7 +175,7 @@ func BenchmarkRecovery1000(b *testing.B) {
 				entries int
 			}{{"annals", 0}, {"annals-cached", kafka.DefaultHeadCacheEntries}} {
 				b.Run(cache.name, func(b *testing.B) {
-					j := open(b, brokers, tables, kafka.WithTopic(func(string) string { return topic }), kafka.WithHeadCache(cache.entries))
+					j := kafkatest.Open(b, brokers, tables, kafka.WithTopic(func(string) string { return topic }), kafka.WithHeadCache(cache.entries))
 					read := func() {
 						res, err := j.ReadRecovery(b.Context(), recovery.Request{PersistenceID: pid, MaxEvents: n})
 						if err != nil || res.Highest != n || len(res.Events) != n {
@@ -212,7 +212,7 @@ func BenchmarkReplicator(b *testing.B) {
 	brokers := kafkatest.Real(b)
 	topic := benchTopic(b, brokers, "replicator")
 	tables := pgeventualtest.Open(b)
-	w := open(b, brokers, tables, kafka.WithTopic(func(string) string { return topic }))
+	w := kafkatest.Open(b, brokers, tables, kafka.WithTopic(func(string) string { return topic }))
 	var wg sync.WaitGroup
 	for i := range ids {
 		pid := fmt.Sprintf("Bench|p-%d", i)
@@ -384,7 +384,7 @@ func BenchmarkRecoveryBehind(b *testing.B) {
 			opts := []kafka.Option{kafka.WithTopic(func(string) string { return topic })}
 			// The writer's cache holds the whole backlog: each first write of
 			// an id reads its head.
-			w := open(b, brokers, tables, append(opts, kafka.WithHeadCache(2*lag))...)
+			w := kafkatest.Open(b, brokers, tables, append(opts, kafka.WithHeadCache(2*lag))...)
 			pid := func(i int) string { return fmt.Sprintf("Bench|%d", i) }
 			// Rounds of 1,000 single-event appends: the measured ids' 10
 			// events first, then other ids' one event each.
@@ -406,7 +406,7 @@ func BenchmarkRecoveryBehind(b *testing.B) {
 			// are in it too): the raw reader reads up to it.
 			end := endOfBacklog(b, brokers, topic)
 			b.Run("annals", func(b *testing.B) {
-				j := open(b, brokers, tables, opts...)
+				j := kafkatest.Open(b, brokers, tables, opts...)
 				recover := func(i int) {
 					res, err := j.ReadRecovery(b.Context(), recovery.Request{PersistenceID: pid(i % ids), ToSequenceNr: 1 << 62, MaxEvents: 10_000})
 					if err != nil || res.Highest != want || int64(len(res.Events)) != want {

@@ -98,7 +98,7 @@ func TestReplicatorKilled(t *testing.T) {
 			_, schema := pgtest.Schema(t)
 			tables := pgeventualtest.OpenIn(t, schema)
 			topic := fmt.Sprintf("journal-Crash%s%d", point, time.Now().UnixNano())
-			j := open(t, brokers, tables, kafka.WithTopic(func(string) string { return topic }))
+			j := kafkatest.Open(t, brokers, tables, kafka.WithTopic(func(string) string { return topic }))
 			const ids, events = 20, 6
 			for i := range ids {
 				pid := fmt.Sprintf("Crash|%d", i)

@@ -21,8 +21,8 @@ func TestPurgeExpired(t *testing.T) {
 			brokers := kafkatest.Fake(t)
 			topic := fmt.Sprintf("journal-Expiry%d", time.Now().UnixNano())
 			opts := []kafka.Option{kafka.WithTopic(func(string) string { return topic })}
-			expiring := open(t, brokers, tables, append(opts, kafka.WithExpireAfter(24*time.Hour))...)
-			lasting := open(t, brokers, tables, opts...)
+			expiring := kafkatest.Open(t, brokers, tables, append(opts, kafka.WithExpireAfter(24*time.Hour))...)
+			lasting := kafkatest.Open(t, brokers, tables, opts...)
 			write(t, expiring, "Expiry|old", 1, 3, "a")
 			write(t, expiring, "Expiry|fresh", 1, 2, "a")
 			write(t, lasting, "Expiry|forever", 1, 2, "a")

@@ -34,7 +34,7 @@ func TestHeadCacheServesReads(t *testing.T) {
 			if !cached {
 				size = 0
 			}
-			j := open(t, brokers, tables, kafka.WithTopic(func(string) string { return topic }), kafka.WithHeadCache(size))
+			j := kafkatest.Open(t, brokers, tables, kafka.WithTopic(func(string) string { return topic }), kafka.WithHeadCache(size))
 			pid := "Cache|1"
 			key := eventual.Key{ID: pid, Topic: topic}
 			write(t, j, pid, 1, 3, "a")
@@ -74,7 +74,7 @@ func TestHeadCacheServesReads(t *testing.T) {
 func TestHeadCacheHoldsTheUnreplicatedHead(t *testing.T) {
 	onEachBroker(t, "behind", func(t *testing.T, b brokerEnv) {
 		const ids, events = 300, 20
-		writer := open(t, b.brokers, b.tables, b.topic("Behind"))
+		writer := kafkatest.Open(t, b.brokers, b.tables, b.topic("Behind"))
 		pid := func(i int) string { return fmt.Sprintf("Behind|%d", i) }
 		for seq := int64(1); seq <= events; seq++ {
 			var ws []journal.AtomicWrite
@@ -85,7 +85,7 @@ func TestHeadCacheHoldsTheUnreplicatedHead(t *testing.T) {
 				t.Fatalf("Write: %v %v", res, err)
 			}
 		}
-		j := open(t, b.brokers, b.tables, b.topic("Behind")) // a process that starts now
+		j := kafkatest.Open(t, b.brokers, b.tables, b.topic("Behind")) // a process that starts now
 		recoverAll(t, j, ids, pid, events)
 		if reads := kafka.HeadReads(j); reads != 0 {
 			t.Errorf("%d of %d recoveries read the partition, want 0 (the head cache holds the unreplicated head)", reads, ids)
@@ -100,7 +100,7 @@ func TestHeadCacheHoldsTheUnreplicatedHead(t *testing.T) {
 func TestColdStartRecoveries(t *testing.T) {
 	onEachBroker(t, "cold", func(t *testing.T, b brokerEnv) {
 		const ids = 1000
-		j := open(t, b.brokers, b.tables, b.topic("Cold"))
+		j := kafkatest.Open(t, b.brokers, b.tables, b.topic("Cold"))
 		recoverAll(t, j, ids, func(i int) string { return fmt.Sprintf("Cold|%d", i) }, 0)
 		if reads := kafka.HeadReads(j); reads > 64 {
 			t.Errorf("%d of %d recoveries read the partition, want at most the first 64 (the head cache serves the rest)", reads, ids)

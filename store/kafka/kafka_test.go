@@ -29,20 +29,6 @@ import (
 	"github.com/annals-go/annals/storetest"
 )
 
-// open returns a journal on brokers with tables as its eventual store,
-// closed when the test ends.
-func open(t testing.TB, brokers []string, tables eventual.Tables, opts ...kafka.Option) *kafka.Journal {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	j, err := kafka.Open(ctx, brokers, tables, append([]kafka.Option{kafka.WithOrigin("test")}, opts...)...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { j.Close() })
-	return j
-}
-
 // replicate runs a replicator of the default topics until the test ends.
 func replicate(t testing.TB, brokers []string, tables eventual.Tables, opts ...kafka.ReplicatorOption) *kafka.Replicator {
 	t.Helper()
@@ -292,7 +278,7 @@ func TestJournalKit(t *testing.T) {
 						// byte bound (64 MiB by default) meanwhile. A bound
 						// under the rule's keeps the rule about the replay.
 						jopts = append(jopts, kafka.WithHeadCacheBytes(8<<20))
-						j := open(t, brokers, tables, jopts...)
+						j := kafkatest.Open(t, brokers, tables, jopts...)
 						if mode != "unreplicated" {
 							// In a process of its own: the kit measures this
 							// one's heap while it replays.

@@ -34,7 +34,7 @@ func TestLag(t *testing.T) {
 			run := kafkatest.Prefix(t, brokers, "lag")
 			topic := run + "Lag"
 			tables := pgeventualtest.Open(t)
-			j := open(t, brokers, tables, kafka.WithTopic(func(string) string { return topic }))
+			j := kafkatest.Open(t, brokers, tables, kafka.WithTopic(func(string) string { return topic }))
 			pid := "Lag|1"
 			write(t, j, pid, 1, 2, "a") // a Mark (the first write reads the id), then the Append: offsets 0, 1
 			write(t, j, pid, 3, 3, "a") // offset 2

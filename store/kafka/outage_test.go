@@ -33,7 +33,7 @@ func TestOutageDrill(t *testing.T) {
 	brokers := kafkatest.Real(t)
 	tables, snaps := eventualWithSnapshots(t)
 	run := kafkatest.Prefix(t, brokers, "drill")
-	j := open(t, brokers, tables, kafka.WithTopic(func(et string) string { return run + et }), kafka.WithSnapshots(snaps))
+	j := kafkatest.Open(t, brokers, tables, kafka.WithTopic(func(et string) string { return run + et }), kafka.WithSnapshots(snaps))
 	replicate(t, brokers, tables, kafka.WithTopicPattern("^"+run), kafka.WithGroup(run), kafka.WithTopicDiscovery(time.Second))
 	outagetest.Run(t, outagetest.Config{
 		Journal:   j,

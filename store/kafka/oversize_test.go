@@ -65,7 +65,7 @@ func onEachBroker(t *testing.T, name string, test func(t *testing.T, b brokerEnv
 func TestOversizedRecordOutcomeIsItsOwn(t *testing.T) {
 	onEachBroker(t, "oversize", func(t *testing.T, b brokerEnv) {
 		run := b.prefix
-		j := open(t, b.brokers, b.tables, b.topic("Oversize"), kafka.WithMaxPayloadSize(4<<20))
+		j := kafkatest.Open(t, b.brokers, b.tables, b.topic("Oversize"), kafka.WithMaxPayloadSize(4<<20))
 		ctx := t.Context()
 		n1, big, n2 := "Good|n1-"+run, "P|big-"+run, "Good|n2-"+run
 		res, err := j.Write(ctx, []journal.AtomicWrite{
@@ -107,7 +107,7 @@ func TestOversizedRecordOutcomeIsItsOwn(t *testing.T) {
 func TestOversizedWritesThroughTheFront(t *testing.T) {
 	onEachBroker(t, "frontsize", func(t *testing.T, b brokerEnv) {
 		run, brokers, topic := b.prefix, b.brokers, b.prefix+"Big"
-		j := open(t, brokers, b.tables, b.topic("Big"), kafka.WithMaxPayloadSize(4<<20))
+		j := kafkatest.Open(t, brokers, b.tables, b.topic("Big"), kafka.WithMaxPayloadSize(4<<20))
 		front, err := engine.NewFront(j, engine.Config{})
 		if err != nil {
 			t.Fatal(err)
@@ -223,7 +223,7 @@ func TestCallsWithoutDeadlineEnd(t *testing.T) {
 		t.Fatal(err)
 	}
 	tables, _ := openEventual(t, "postgres")
-	j := open(t, c.ListenAddrs(), tables, kafka.WithReadTimeout(2*time.Second))
+	j := kafkatest.Open(t, c.ListenAddrs(), tables, kafka.WithReadTimeout(2*time.Second))
 	pid := "Gone|1"
 	if res, err := j.Write(t.Context(), []journal.AtomicWrite{{PersistenceID: pid, Events: []journal.Repr{sized(pid, 1, 10)}}}); err != nil || res != nil {
 		t.Fatalf("Write with the broker up: %v %v", res, err)
@@ -250,7 +250,7 @@ func TestLongTagReplicates(t *testing.T) {
 			brokers := kafkatest.Fake(t)
 			run := kafkatest.Prefix(t, brokers, "longtag")
 			topic := run + "Tag"
-			j := open(t, brokers, tables, kafka.WithTopic(func(string) string { return topic }))
+			j := kafkatest.Open(t, brokers, tables, kafka.WithTopic(func(string) string { return topic }))
 			pid := "Tag|1"
 			e := sized(pid, 1, 10)
 			e.Tags = []string{strings.Repeat("t", 70_000)}

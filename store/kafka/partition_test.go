@@ -62,5 +62,5 @@ func openOneTopic(t *testing.T, name string) (j *kafka.Journal, brokers []string
 	t.Helper()
 	brokers = kafkatest.Fake(t)
 	topic = fmt.Sprintf("journal-%s%d", name, time.Now().UnixNano())
-	return open(t, brokers, eventualStores["postgres"](t), kafka.WithTopic(func(string) string { return topic })), brokers, topic
+	return kafkatest.Open(t, brokers, eventualStores["postgres"](t), kafka.WithTopic(func(string) string { return topic })), brokers, topic
 }

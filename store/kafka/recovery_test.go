@@ -24,7 +24,7 @@ func TestRecoveryKit(t *testing.T) {
 			brokers := brokersOf(t, broker)
 			tables, snaps := eventualWithSnapshots(t)
 			run := kafkatest.Prefix(t, brokers, "test")
-			j := open(t, brokers, tables, kafka.WithTopic(func(et string) string { return run + et }), kafka.WithSnapshots(snaps))
+			j := kafkatest.Open(t, brokers, tables, kafka.WithTopic(func(et string) string { return run + et }), kafka.WithSnapshots(snaps))
 			replicate(t, brokers, tables, kafka.WithTopicPattern("^"+run), kafka.WithGroup(run))
 			storetest.Run(t, storetest.Store{Journal: j, Snapshots: snaps, Recovery: j, Exceptions: map[string]string{
 				"journal":   "TestJournalKit runs it (with the broker in a process of its own, so that the replay's heap is the journal's)",

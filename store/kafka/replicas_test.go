@@ -16,6 +16,7 @@ import (
 
 	"github.com/annals-go/annals/journal"
 	"github.com/annals-go/annals/store/kafka"
+	"github.com/annals-go/annals/store/kafka/kafkatest"
 )
 
 // TestWriteShortOfReplicas: franz-go's in-process broker answers every
@@ -72,7 +73,7 @@ func TestWriteShortOfReplicas(t *testing.T) {
 				}
 				return presp, nil, true
 			})
-			j := open(t, brokers, eventualStores["postgres"](t), kafka.WithTopic(func(string) string { return topic }))
+			j := kafkatest.Open(t, brokers, eventualStores["postgres"](t), kafka.WithTopic(func(string) string { return topic }))
 			ctx, cancel := context.WithTimeout(t.Context(), wait)
 			defer cancel()
 			pid := "Short|a"

@@ -78,7 +78,7 @@ func TestReplicatorPoisonRecord(t *testing.T) {
 			brokers := brokersOf(t, broker)
 			run := kafkatest.Prefix(t, brokers, "test")
 			topic := run + "Poison"
-			j := open(t, brokers, tables, kafka.WithTopic(func(string) string { return topic }))
+			j := kafkatest.Open(t, brokers, tables, kafka.WithTopic(func(string) string { return topic }))
 			pid := "Poison|1"
 			key := eventual.Key{ID: pid, Topic: topic}
 			write(t, j, pid, 1, 2, "a")

@@ -223,13 +223,13 @@ func TestSeedScenarios(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			topic = "journal-Seed" + c.name
 			brokers := kafkatest.Fake(t)
-			j := open(t, brokers, tables, kafka.WithTopic(func(string) string { return topic }))
+			j := kafkatest.Open(t, brokers, tables, kafka.WithTopic(func(string) string { return topic }))
 			pid := fmt.Sprintf("Seed|%s-%d", c.name, time.Now().UnixNano())
 			c.run(env{t, j, brokers, pid})
 			// A fresh journal, as after a restart: what it reads is all it
 			// knows.
 			var fetched fetchCounter
-			fresh := open(t, brokers, tables, kafka.WithTopic(func(string) string { return topic }),
+			fresh := kafkatest.Open(t, brokers, tables, kafka.WithTopic(func(string) string { return topic }),
 				kafka.WithClientOptions(kgo.WithHooks(&fetched)))
 			if got := replay(t, fresh, pid); !slices.Equal(got, c.want) {
 				t.Errorf("replay = %v, want %v", got, c.want)

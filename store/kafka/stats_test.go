@@ -19,7 +19,7 @@ func TestStats(t *testing.T) {
 			tables := eventualStores[name](t)
 			brokers := kafkatest.Fake(t)
 			topic := fmt.Sprintf("journal-Stats%d", time.Now().UnixNano())
-			j := open(t, brokers, tables, kafka.WithTopic(func(string) string { return topic }))
+			j := kafkatest.Open(t, brokers, tables, kafka.WithTopic(func(string) string { return topic }))
 			start := time.Now().Add(-time.Second)
 			write(t, j, "Stats|a", 1, 3, "a")
 			write(t, j, "Stats|b", 1, 2, "a")

@@ -98,7 +98,7 @@ func newClusterWorld(t *testing.T) *clusterWorld {
 	tabs, schema := openEventual(t)
 	w.schema = schema
 	opts := c.ClientOptions(t)
-	w.j = open(t, c.Brokers, tabs, kafka.WithTopic(func(string) string { return w.topic }), kafka.WithClientOptions(opts...))
+	w.j = kafkatest.Open(t, c.Brokers, tabs, kafka.WithTopic(func(string) string { return w.topic }), kafka.WithClientOptions(opts...))
 	replicate(t, c.Brokers, tabs, kafka.WithTopics(w.topic), kafka.WithGroup(prefix+"replicator"), kafka.WithReplicatorClientOptions(opts...))
 	w.reg = serialization.NewRegistry()
 	if err := bank.Register(w.reg); err != nil {
@@ -553,19 +553,6 @@ func TestClusterTwoBrokersDown(t *testing.T) {
 	w.c.Up(t)
 	w.c.WaitInSync(t, w.topic)
 	w.verify(t)
-}
-
-// open opens a journal on brokers until the test ends.
-func open(t testing.TB, brokers []string, tables eventual.Tables, opts ...kafka.Option) *kafka.Journal {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
-	defer cancel()
-	j, err := kafka.Open(ctx, brokers, tables, append([]kafka.Option{kafka.WithOrigin("test")}, opts...)...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { j.Close() })
-	return j
 }
 
 // replicate runs a replicator until the test ends.

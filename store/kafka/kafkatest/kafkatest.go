@@ -23,6 +23,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/annals-go/annals/store/kafka"
+	"github.com/annals-go/annals/store/kafka/eventual"
 )
 
 // DefaultAddress is the broker `scripts/services up kafka` starts.
@@ -145,4 +146,19 @@ func CreateTopic(t testing.TB, brokers []string, topic string, partitions int32)
 	if err != nil {
 		t.Fatalf("creating topic %s: %v", topic, err)
 	}
+}
+
+// Open opens a journal on brokers with tables as its eventual store (origin
+// "test"), closed when the test ends; t fails when it does not open within
+// a minute.
+func Open(t testing.TB, brokers []string, tables eventual.Tables, opts ...kafka.Option) *kafka.Journal {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	j, err := kafka.Open(ctx, brokers, tables, append([]kafka.Option{kafka.WithOrigin("test")}, opts...)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { j.Close() })
+	return j
 }

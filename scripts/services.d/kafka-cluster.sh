@@ -257,26 +257,16 @@ up_kafka_cluster() {
 		if jv_pid >/dev/null; then running=yes; fi
 		port[$n]=$(kc_port "$jv_portfile" $running $((9191 + n)) ${taken[@]+"${taken[@]}"})
 		taken+=("${port[$n]}")
-	done
-	for n in "${kc_brokers[@]}"; do
-		kc_node "$n"
-		running=no
-		if jv_pid >/dev/null; then running=yes; fi
 		iport[$n]=$(kc_port "$kc_iportfile" $running $((9194 + n)) "${taken[@]}")
 		taken+=("${iport[$n]}")
+		mport[$n]=$(kc_port "$kc_mportfile" $running $((9291 + n)) "${taken[@]}")
+		taken+=("${mport[$n]}")
 	done
 	kc_node controller
 	running=no
 	if jv_pid >/dev/null; then running=yes; fi
 	cport=$(kc_port "$jv_portfile" $running 9198 "${taken[@]}")
 	taken+=("$cport")
-	for n in "${kc_brokers[@]}"; do
-		kc_node "$n"
-		running=no
-		if jv_pid >/dev/null; then running=yes; fi
-		mport[$n]=$(kc_port "$kc_mportfile" $running $((9291 + n)) "${taken[@]}")
-		taken+=("${mport[$n]}")
-	done
 
 	# The controller first: the brokers register with it.
 	local jvm=(-XX:+UseG1GC -XX:MaxGCPauseMillis=20 -XX:+ExplicitGCInvokesConcurrent

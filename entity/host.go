@@ -307,7 +307,11 @@ func newHost[C, E, S any](b Behavior[C, E, S], cfg HostConfig, state func(HostCo
 // Tell sends cmd to entity id without waiting. It fails at once with
 // ErrMailboxFull or ErrHostClosed; otherwise the command will be handled.
 func (h *Host[C, E, S]) Tell(id string, cmd C) error {
-	return h.submit(nil, id, envelope[C]{cmd: cmd})
+	inst, err := h.submit(nil, id, envelope[C]{cmd: cmd})
+	if inst != nil {
+		go inst.run()
+	}
+	return err
 }
 
 // Send sends cmd to entity id and waits until it has been handled: nil when
@@ -315,8 +319,12 @@ func (h *Host[C, E, S]) Tell(id string, cmd C) error {
 // or ctx's error (the command is still handled, as with Ask).
 func (h *Host[C, E, S]) Send(ctx context.Context, id string, cmd C) error {
 	done := make(chan error, 1)
-	if err := h.submit(ctx, id, envelope[C]{cmd: cmd, done: done}); err != nil {
+	inst, err := h.submit(ctx, id, envelope[C]{cmd: cmd, done: done})
+	if err != nil {
 		return err
+	}
+	if inst != nil {
+		inst.runInline(ctx, done)
 	}
 	select {
 	case err := <-done:
@@ -336,8 +344,12 @@ func Ask[R, C, E, S any](ctx context.Context, h *Host[C, E, S], id string, mk fu
 	var zero R
 	reply := newReplyTo[R]()
 	done := make(chan error, 1)
-	if err := h.submit(ctx, id, envelope[C]{cmd: mk(reply), done: done}); err != nil {
+	inst, err := h.submit(ctx, id, envelope[C]{cmd: mk(reply), done: done})
+	if err != nil {
 		return zero, err
+	}
+	if inst != nil {
+		inst.runInline(ctx, done)
 	}
 	select {
 	case <-reply.c.sent:
@@ -419,8 +431,9 @@ func (h *Host[C, E, S]) Shutdown(ctx context.Context) error {
 
 // submit delivers env with the sender's context ctx (nil for Tell): the
 // command's persist runs with its values. With command hooks, it reports
-// the command's start, and its end when it is refused here.
-func (h *Host[C, E, S]) submit(ctx context.Context, id string, env envelope[C]) error {
+// the command's start, and its end when it is refused here. It returns the
+// instance the caller must work for (see deliver).
+func (h *Host[C, E, S]) submit(ctx context.Context, id string, env envelope[C]) (*instance[C, E, S], error) {
 	if !h.hooks.commands() {
 		env.ctx = ctx
 		return h.deliver(id, env)
@@ -430,52 +443,62 @@ func (h *Host[C, E, S]) submit(ctx context.Context, id string, env envelope[C]) 
 	}
 	pid := annals.PersistenceID(h.b.EntityType, id)
 	env.ctx = h.hooks.commandStarted(ctx, pid)
-	err := h.deliver(id, env)
+	inst, err := h.deliver(id, env)
 	if err != nil {
 		h.hooks.commandEnded(env.ctx, pid, err)
 	}
-	return err
+	return inst, err
 }
 
-// deliver routes env to id's live instance, spawning it if needed.
-func (h *Host[C, E, S]) deliver(id string, env envelope[C]) error {
+// deliver routes env to id's live instance, spawning it if needed. When no
+// goroutine works for the instance, it returns it: the caller must then
+// work for it, with run on a goroutine of its own or runInline (the wait
+// group counts that work already). Otherwise it returns nil.
+func (h *Host[C, E, S]) deliver(id string, env envelope[C]) (*instance[C, E, S], error) {
 	if id == "" {
-		return errors.New("entity: empty entity id")
+		return nil, errors.New("entity: empty entity id")
 	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.closed {
-		return ErrHostClosed
+		return nil, ErrHostClosed
 	}
 	inst := h.live[id]
+	fresh := false // inst was spawned and started here: no goroutine works for it yet
 	switch {
 	case inst == nil && h.cfg.Assigned:
 		rng, err := h.servedFor(id)
 		if err != nil {
-			return err
+			return nil, err
 		}
-		inst = h.spawn(id)
+		inst, fresh = h.spawn(id)
 		inst.rng = rng
 	case inst == nil:
 		// Only owned entities have instances: the check is made once, when
 		// one is made.
 		if len(h.cfg.SliceRanges) > 0 {
 			if err := h.owns(id); err != nil {
-				return err
+				return nil, err
 			}
 		}
-		inst = h.spawn(id)
+		inst, fresh = h.spawn(id)
 	case inst.rng != nil && inst.rng.leaving:
-		return &NotOwnedError{PersistenceID: inst.pid, Slice: annals.Slice(inst.pid), Moving: true}
+		return nil, &NotOwnedError{PersistenceID: inst.pid, Slice: annals.Slice(inst.pid), Moving: true}
 	}
-	if !inst.put(env) {
+	added, start := inst.mailbox.put(env, h.cfg.MailboxCapacity)
+	if !added {
 		h.hooks.overflowed(inst.pid, OverflowMailbox)
-		return fmt.Errorf("%w: %d commands wait for %s", ErrMailboxFull, h.cfg.MailboxCapacity, inst.pid)
+		// Never a fresh instance: its mailbox is empty, and capacities are
+		// at least 1.
+		return nil, fmt.Errorf("%w: %d commands wait for %s", ErrMailboxFull, h.cfg.MailboxCapacity, inst.pid)
 	}
 	if h.cfg.MaxLive > 0 && inst.started {
 		h.lru.MoveToFront(inst.elem)
 	}
-	return nil
+	if fresh || start {
+		return inst, nil
+	}
+	return nil, nil
 }
 
 // owns returns a *NotOwnedError unless id's slice lies in the host's
@@ -639,8 +662,10 @@ func (h *Host[C, E, S]) HandOffUnit(ctx context.Context, unit string) error {
 }
 
 // spawn makes the instance of id and starts it, or, when MaxLive entities
-// are live, queues it for a place and has one passivate. h.mu is held.
-func (h *Host[C, E, S]) spawn(id string) *instance[C, E, S] {
+// are live, queues it for a place and has one passivate. It reports
+// whether it started it: the caller must then work for it (see start).
+// h.mu is held.
+func (h *Host[C, E, S]) spawn(id string) (*instance[C, E, S], bool) {
 	inst := &instance[C, E, S]{
 		h:       h,
 		id:      id,
@@ -651,13 +676,15 @@ func (h *Host[C, E, S]) spawn(id string) *instance[C, E, S] {
 	if h.cfg.MaxLive > 0 && h.started >= h.cfg.MaxLive {
 		inst.elem = h.waiting.PushBack(inst)
 		h.evict()
-		return inst
+		return inst, false
 	}
 	h.start(inst)
-	return inst
+	return inst, true
 }
 
-// start makes inst live and starts its goroutine. h.mu is held.
+// start makes inst live and counts the work for it in the wait group: the
+// caller must start that work (run on a goroutine, or runInline). h.mu is
+// held.
 func (h *Host[C, E, S]) start(inst *instance[C, E, S]) {
 	inst.started = true
 	h.started++
@@ -665,7 +692,6 @@ func (h *Host[C, E, S]) start(inst *instance[C, E, S]) {
 		inst.elem = h.lru.PushFront(inst)
 	}
 	h.wg.Add(1)
-	go inst.run()
 }
 
 // evict asks the least recently used live entities to passivate until a
@@ -712,7 +738,9 @@ func (h *Host[C, E, S]) remove(inst *instance[C, E, S], force bool) bool {
 			h.evicting--
 		}
 		for !h.closed && h.waiting.Len() > 0 && h.started < h.cfg.MaxLive {
-			h.start(h.waiting.Remove(h.waiting.Front()).(*instance[C, E, S]))
+			next := h.waiting.Remove(h.waiting.Front()).(*instance[C, E, S])
+			h.start(next)
+			go next.run()
 		}
 		// More may wait than were asked to make room when they came: the
 		// entity that just started (after its waiting commands) or another

@@ -33,6 +33,9 @@ func (inst *instance[C, E, S]) finish(env envelope[C], err error) {
 		inst.h.hooks.commandEnded(env.ctx, inst.pid, err)
 	}
 	if env.done != nil {
+		if env.done == inst.caller {
+			inst.answered = true
+		}
 		env.done <- err
 	}
 }
@@ -75,17 +78,64 @@ type instance[C, E, S any] struct {
 	failures      int         // consecutive failures, for the restart backoff
 	idle          *time.Timer // raises signalIdle IdleTimeout after lastUsed
 	lastUsed      time.Time   // when the last command was handled or recovery ended
+
+	// While a caller works for the instance on its own goroutine (see
+	// runInline): the channel its command is answered on, its context, and
+	// whether the command has been answered. caller is nil otherwise.
+	caller    chan error
+	callerCtx context.Context
+	answered  bool
+	// pending is a command whose handler ran on a caller's goroutine and
+	// whose effect persists: the goroutine that takes the work over
+	// completes it first.
+	pending *decided[C, E, S]
 }
 
-// put delivers env to the mailbox, starting a goroutine for the entity if
-// none works for it; it reports whether env was added (false: the mailbox
-// is full).
-func (inst *instance[C, E, S]) put(env envelope[C]) bool {
-	added, start := inst.mailbox.put(env, inst.h.cfg.MailboxCapacity)
-	if start {
+// decided is a command and the effect its handler returned.
+type decided[C, E, S any] struct {
+	env envelope[C]
+	eff Effect[E, S]
+}
+
+// handOff is returned by the work done on a caller's goroutine where it
+// must go on, on a goroutine of its own: a persist, or a wait the caller
+// gave up (its context ended) that must not bound the entity's work.
+type handOff struct{}
+
+func (handOff) Error() string { return "entity: work handed to a goroutine" }
+
+// runInline works for the instance on the goroutine of a caller (Ask,
+// Send) whose command, answered on done, is in the mailbox, and whose wait
+// ctx bounds: it recovers the entity if needed and handles commands until
+// that command is answered. It hands the work to a goroutine of the
+// instance's own (run) when more is waiting then, and before anything that
+// could block past ctx or beyond the command's handler: a persist, a
+// recovery slot or read that ctx's end interrupts, a failure's restart. It
+// saves what a goroutine costs (its start, the growth of its stack, the
+// wakeup of the caller by the reply) where a command finds an idle entity,
+// as every command does after a recovery.
+func (inst *instance[C, E, S]) runInline(ctx context.Context, done chan error) {
+	inst.caller, inst.callerCtx, inst.answered = done, ctx, false
+	err := inst.work()
+	inst.caller, inst.callerCtx = nil, nil
+	switch {
+	case err == nil: // idle, or left the host
+		inst.h.wg.Done()
+	case errors.Is(err, handOff{}):
 		go inst.run()
+	default:
+		go inst.runAfter(err)
 	}
-	return added
+}
+
+// leaveInline ends the work on a caller's goroutine once its command is
+// answered: it releases the instance when nothing more waits (nil), and
+// returns handOff otherwise.
+func (inst *instance[C, E, S]) leaveInline() error {
+	if len(inst.unstashed) == 0 && !inst.passivate && !inst.stop && inst.mailbox.release() {
+		return nil
+	}
+	return handOff{}
 }
 
 // raise raises s, starting a goroutine for the entity if none works for it.
@@ -105,13 +155,17 @@ func (f failure) Unwrap() error { return f.cause }
 // recovers the entity if needed, handles waiting commands and signals, and
 // on a failure stops the entity or, with Restart, recovers it again after
 // a backoff. The wait group counted run before it started.
-func (inst *instance[C, E, S]) run() {
+func (inst *instance[C, E, S]) run() { inst.runAfter(nil) }
+
+// runAfter is run after a failure err of work done elsewhere (nil: none).
+func (inst *instance[C, E, S]) runAfter(err error) {
 	h := inst.h
 	defer h.wg.Done()
 	for {
-		err := inst.work()
 		if err == nil {
-			return
+			if err = inst.work(); err == nil {
+				return
+			}
 		}
 		// An entity that asked to stop has left the host: it stops.
 		restart := h.cfg.Restart != nil && !isConflict(err) && !errors.Is(err, ErrHostClosed) && !inst.stop
@@ -140,11 +194,21 @@ func (inst *instance[C, E, S]) run() {
 			inst.stopWith(err)
 			return
 		}
+		err = nil
 	}
 }
 
-// work recovers the entity if needed, then serves it.
+// work completes a pending command, recovers the entity if needed, then
+// serves it.
 func (inst *instance[C, E, S]) work() error {
+	if p := inst.pending; p != nil {
+		inst.pending = nil
+		if err := inst.handle(p.env, &p.eff); err != nil {
+			return err
+		}
+		inst.handled++
+		inst.touch()
+	}
 	if !inst.recovered {
 		inst.handled = 0
 		if err := inst.recoverState(); err != nil {
@@ -295,6 +359,10 @@ func (inst *instance[C, E, S]) failWaiting(err error) {
 // recoverState restores the state: highest sequence number, snapshot, events.
 func (inst *instance[C, E, S]) recoverState() (err error) {
 	h, b := inst.h, &inst.h.b
+	var gaveUp <-chan struct{} // the end of the wait of a caller working for the instance
+	if inst.caller != nil {
+		gaveUp = inst.callerCtx.Done()
+	}
 	select {
 	case h.recoveries <- struct{}{}:
 	default:
@@ -307,17 +375,38 @@ func (inst *instance[C, E, S]) recoverState() (err error) {
 			case h.recoveries <- struct{}{}:
 				acquired = true
 			case <-wake:
+			case <-gaveUp:
+				return handOff{}
 			}
 		}
 	}
 	defer func() { <-h.recoveries }()
+	ctx := h.ctx
+	if gaveUp != nil {
+		// The caller's end interrupts the read, and the recovery starts
+		// again on the instance's own goroutine.
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithCancel(ctx)
+		defer cancel()
+		defer context.AfterFunc(inst.callerCtx, cancel)()
+	}
 	if len(h.hooks.recovered) > 0 {
 		start := time.Now()
 		defer func() {
+			if errors.Is(err, handOff{}) {
+				return // not over: it starts again
+			}
 			rec := Recovered{PersistenceID: inst.pid, Duration: time.Since(start), SnapshotSequenceNr: inst.fromSnapshot,
 				Events: inst.replayed, SequenceNr: inst.seq, Err: err}
 			for _, x := range h.hooks.recovered {
 				x.OnRecovered(rec)
+			}
+		}()
+	}
+	if gaveUp != nil {
+		defer func() { // before the hooks: a recovery handed off is not over
+			if err != nil && inst.callerCtx.Err() != nil && h.ctx.Err() == nil {
+				err = handOff{}
 			}
 		}()
 	}
@@ -328,7 +417,6 @@ func (inst *instance[C, E, S]) recoverState() (err error) {
 			err = fmt.Errorf("%w of %s: panic: %v", ErrRecovery, inst.pid, r)
 		}
 	}()
-	ctx := h.ctx
 	inst.writer = newWriterID()
 	inst.state, inst.seq = b.empty(), 0
 	inst.stop = false
@@ -551,6 +639,9 @@ func (inst *instance[C, E, S]) serve() error {
 	h := inst.h
 	yielded := yieldNone
 	for {
+		if inst.caller != nil && inst.answered {
+			return inst.leaveInline()
+		}
 		if !inst.pollSignals() {
 			h.hooks.left(inst.pid, false, ErrHostClosed)
 			inst.stopWith(ErrHostClosed)
@@ -568,7 +659,7 @@ func (inst *instance[C, E, S]) serve() error {
 			if len(inst.unstashed) == 0 {
 				inst.unstashed = nil // not the array of a handled stash
 			}
-			if err := inst.handle(env); err != nil {
+			if err := inst.handle(env, nil); err != nil {
 				return err
 			}
 			continue
@@ -583,7 +674,7 @@ func (inst *instance[C, E, S]) serve() error {
 			h.yields.found(ok)
 			yielded = yieldDone
 		}
-		if !ok && yielded == yieldNone && h.yields.try() {
+		if !ok && yielded == yieldNone && inst.caller == nil && h.yields.try() {
 			// Yield once before giving the goroutine up: a client that
 			// answers a reply with its next command (a closed loop) then
 			// finds the entity still working, instead of paying for a new
@@ -600,7 +691,7 @@ func (inst *instance[C, E, S]) serve() error {
 			continue // a signal was raised
 		}
 		yielded = yieldNone
-		if err := inst.handle(env); err != nil {
+		if err := inst.handle(env, nil); err != nil {
 			return err
 		}
 		inst.handled++
@@ -608,10 +699,12 @@ func (inst *instance[C, E, S]) serve() error {
 	}
 }
 
-// handle runs one command: the handler, then its effect. It returns a
-// failure that stops (or restarts) the instance; the failed command is then
-// left in inst.failed for run to answer.
-func (inst *instance[C, E, S]) handle(env envelope[C]) (err error) {
+// handle runs one command: the handler (unless pre is the effect it
+// returned already), then its effect. It returns a failure that stops (or
+// restarts) the instance; the failed command is then left in inst.failed
+// for run to answer. On a caller's goroutine, a command whose effect
+// persists is left in inst.pending and handOff returned.
+func (inst *instance[C, E, S]) handle(env envelope[C], pre *Effect[E, S]) (err error) {
 	b := &inst.h.b
 	var eff Effect[E, S]
 	answered := false
@@ -623,7 +716,11 @@ func (inst *instance[C, E, S]) handle(env envelope[C]) (err error) {
 			}
 		}
 	}()
-	eff = b.Command(inst.state, env.cmd).effect
+	if pre != nil {
+		eff = *pre
+	} else {
+		eff = b.Command(inst.state, env.cmd).effect
+	}
 	switch {
 	case eff.unhandled:
 		inst.finish(env, ErrUnhandled)
@@ -636,6 +733,10 @@ func (inst *instance[C, E, S]) handle(env envelope[C]) (err error) {
 		}
 		inst.stash = append(inst.stash, env)
 		return nil
+	}
+	if eff.persist && inst.caller != nil {
+		inst.pending = &decided[C, E, S]{env: env, eff: eff}
+		return handOff{}
 	}
 	snap := false
 	if eff.persist {

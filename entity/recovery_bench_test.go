@@ -163,9 +163,9 @@ func BenchmarkRecoverOneAfterAnother(b *testing.B) {
 //     events in one round trip), no decoding;
 //   - front: the same through the journal front (its circuit breaker,
 //     call timeout and read limit);
-//   - host: a GetBalance Ask to an entity of a new host: a goroutine for
-//     the entity, the read through the front, each event decoded and
-//     applied, the reply.
+//   - host: a GetBalance Ask to an entity of a new host: the instance and
+//     its mailbox, the read through the front on the caller's goroutine,
+//     each event decoded and applied, the handler and the reply.
 //
 // The layers take turns in each iteration. It reports each layer's wall
 // time and this process's CPU time (getrusage: the client's, not the

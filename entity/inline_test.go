@@ -1,0 +1,111 @@
+package entity_test
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"sync/atomic"
+	"testing"
+	"testing/synctest"
+
+	"github.com/annals-go/annals/entity"
+	"github.com/annals-go/annals/journal"
+)
+
+// gatedJournal holds every HighestSequenceNr (the first call of a
+// recovery without a recovery reader) until gate closes or the call's
+// context ends; it counts the calls and those their context ended.
+type gatedJournal struct {
+	journal.Journal
+	gate             chan struct{}
+	calls, abandoned atomic.Int32
+}
+
+func (g *gatedJournal) HighestSequenceNr(ctx context.Context, pid string, from int64) (int64, error) {
+	g.calls.Add(1)
+	select {
+	case <-g.gate:
+	case <-ctx.Done():
+		g.abandoned.Add(1)
+		return 0, ctx.Err()
+	}
+	return g.Journal.HighestSequenceNr(ctx, pid, from)
+}
+
+// TestAskGivesUpWhileTheCommandGoesOn: a caller whose command finds its
+// entity idle works for it on its own goroutine (the recovery and the
+// handler), yet its context still bounds only its wait: when it ends
+// during the recovery's read or its wait for a recovery slot, Ask returns
+// ctx's error at once, the entity recovers on a goroutine of its own and
+// handles the command, and the commands that queued meanwhile are
+// answered. The recovery hooks see one recovery, not the one given up.
+func TestAskGivesUpWhileTheCommandGoesOn(t *testing.T) {
+	for _, where := range []string{"recovery read", "recovery slot"} {
+		t.Run(where, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				st := memoryStores(t)
+				gated := &gatedJournal{Journal: st.Journal, gate: make(chan struct{})}
+				log := &hookLog{}
+				h := newHost(t, stores{Journal: gated, Snapshots: st.Snapshots}, accountBehavior(), func(c *entity.HostConfig) {
+					c.Hooks = []any{log}
+					c.MaxConcurrentRecoveries = 1
+				})
+				if where == "recovery slot" {
+					// Another entity holds the only slot, its read held.
+					if err := h.Tell("other", Forget{}); err != nil {
+						t.Fatal(err)
+					}
+					synctest.Wait()
+				}
+				ctx, cancel := context.WithCancel(t.Context())
+				gaveUp := make(chan error, 1)
+				go func() {
+					_, err := deposit(ctx, h, "a", 5)
+					gaveUp <- err
+				}()
+				queued := make(chan error, 1)
+				synctest.Wait()
+				go func() {
+					_, err := deposit(t.Context(), h, "a", 7)
+					queued <- err
+				}()
+				synctest.Wait()
+				cancel()
+				synctest.Wait()
+				select {
+				case err := <-gaveUp:
+					if !errors.Is(err, context.Canceled) {
+						t.Fatalf("the Ask given up returned %v, want context.Canceled", err)
+					}
+				default:
+					t.Fatal("the Ask given up still waits for its command")
+				}
+				close(gated.gate)
+				if err := <-queued; err != nil {
+					t.Fatalf("the command queued behind it: %v", err)
+				}
+				mustBalance(t, h, "a", 12) // both deposits handled
+				wantAbandoned := int32(1)
+				if where == "recovery slot" {
+					wantAbandoned = 0 // given up before its read started
+				}
+				if n := gated.abandoned.Load(); n != wantAbandoned {
+					t.Errorf("%d recovery reads abandoned, want %d", n, wantAbandoned)
+				}
+				var recoveries []string
+				for _, l := range log.take() {
+					if len(l) > 17 && l[:17] == "recovered Account" {
+						recoveries = append(recoveries, l)
+					}
+				}
+				want := []string{"recovered Account|a from snapshot 0, 0 events, at 0 in 0s (<nil>)"}
+				if where == "recovery slot" {
+					want = []string{"recovered Account|other from snapshot 0, 0 events, at 0 in 0s (<nil>)", want[0]}
+				}
+				if !slices.Equal(recoveries, want) {
+					t.Errorf("recovery hooks said %q, want %q", recoveries, want)
+				}
+			})
+		})
+	}
+}

@@ -240,6 +240,7 @@ func (s *Store) useLayout(l Layout) error {
 		return err
 	}
 	s.cfg.layout, s.layout, s.sql = l, lay, lay.statements()
+	s.sql.recovery = recoverySQL(s.sql)
 	leases := table(s.cfg.schema, "cluster_leases")
 	s.sql.checkLeases, s.sql.heldLeases = checkLeasesSQL(leases), heldLeasesSQL(leases)
 	return nil

@@ -1,11 +1,12 @@
 package postgres
 
 import (
+	"cmp"
 	"context"
 	"errors"
+	"fmt"
+	"slices"
 	"time"
-
-	"github.com/jackc/pgx/v5"
 
 	"github.com/annals-go/annals/journal"
 	"github.com/annals-go/annals/recovery"
@@ -24,10 +25,9 @@ func (j *Journal) ReadsSnapshotsOf(snaps snapshot.Store) bool {
 	return ok && ss.s == j.s
 }
 
-// ReadRecovery implements recovery.Reader in one round trip: one pgx batch
-// of a read-only repeatable-read transaction that reads the highest
-// number, the snapshot and the events after it (the events statement
-// selects the same snapshot's number itself), so the three agree.
+// ReadRecovery implements recovery.Reader in one round trip: one
+// statement (recoverySQL) reads the highest number, the snapshot and the
+// events after it from one snapshot of the database, so the three agree.
 func (j *Journal) ReadRecovery(ctx context.Context, req recovery.Request) (recovery.Result, error) {
 	req, err := recovery.Check(req)
 	if err != nil {
@@ -40,66 +40,78 @@ func (j *Journal) ReadRecovery(ctx context.Context, req recovery.Request) (recov
 	if req.Snapshot != nil {
 		crit = *req.Snapshot
 	}
-	snapArgs := criteriaArgs(req.PersistenceID, crit)
-	b := &pgx.Batch{}
-	b.Queue(`BEGIN ISOLATION LEVEL REPEATABLE READ, READ ONLY`)
-	b.Queue(j.s.sql.highest, req.PersistenceID)
-	if req.Snapshot != nil {
-		b.Queue(j.s.sql.loadSnap, snapArgs...)
-	}
-	b.Queue(j.s.sql.recoverEvents, append(snapArgs, req.ToSequenceNr, req.MaxEvents)...)
-	b.Queue(`COMMIT`)
-	res, err := j.readRecovery(ctx, b, req)
+	args := append(criteriaArgs(req.PersistenceID, crit), req.ToSequenceNr, req.MaxEvents)
+	res, err := j.readRecovery(ctx, req, args)
 	if err != nil {
 		return recovery.Result{}, j.s.errs.Map(ctx, "read recovery", err, journal.ErrClosed)
 	}
 	return res, nil
 }
 
-func (j *Journal) readRecovery(ctx context.Context, b *pgx.Batch, req recovery.Request) (res recovery.Result, err error) {
-	br := j.s.pool.SendBatch(ctx, b)
-	defer func() {
-		if cerr := br.Close(); err == nil {
-			err = cerr
+// Kinds of the rows of recoverySQL.
+const (
+	recoveryHighest = iota
+	recoverySnapshot
+	recoveryEvent
+)
+
+func (j *Journal) readRecovery(ctx context.Context, req recovery.Request, args []any) (res recovery.Result, err error) {
+	rows, err := j.s.pool.Query(ctx, j.s.sql.recovery, args...)
+	if err != nil {
+		return res, err
+	}
+	defer rows.Close()
+	highest := false
+	var (
+		kind  int
+		r     row
+		tags  []string
+		nanos int64
+	)
+	for rows.Next() {
+		r, tags = row{}, nil // a new slice per row: events keep theirs
+		if err := rows.Scan(&kind, &r.PersistenceID, &r.SequenceNr, &r.dbTimestamp, &r.Timestamp, &r.SerializerID, &r.Manifest, &r.Payload, &r.WriterID, &tags, &r.Metadata, &r.Slice, &r.EntityType, &nanos); err != nil {
+			return res, fmt.Errorf("read row: %w", err)
 		}
-	}()
-	if _, err := br.Exec(); err != nil {
-		return res, err
-	}
-	if err := br.QueryRow().Scan(&res.Highest); err != nil {
-		return res, err
-	}
-	if req.Snapshot != nil {
-		snap := snapshot.Snapshot{Metadata: snapshot.Metadata{PersistenceID: req.PersistenceID}}
-		var created int64
-		err := br.QueryRow().Scan(&snap.Metadata.SequenceNr, &created, &snap.SerializerID, &snap.Manifest, &snap.Payload)
-		switch {
-		case errors.Is(err, pgx.ErrNoRows):
-		case err != nil:
-			return res, err
+		switch kind {
+		case recoveryHighest:
+			res.Highest, highest = r.SequenceNr, true
+		case recoverySnapshot:
+			res.Snapshot = snapshot.Snapshot{
+				Metadata:     snapshot.Metadata{PersistenceID: req.PersistenceID, SequenceNr: r.SequenceNr, Timestamp: time.Unix(0, nanos).UTC()},
+				SerializerID: r.SerializerID, Manifest: r.Manifest, Payload: r.Payload,
+			}
+			res.HasSnapshot = true
+		case recoveryEvent:
+			r.Timestamp = r.Timestamp.UTC()
+			if len(tags) > 0 {
+				r.Tags = tags
+			}
+			if res.Events == nil {
+				res.Events = make([]journal.Repr, 0, min(req.MaxEvents, 64))
+			}
+			res.Events = append(res.Events, r.Repr)
 		default:
-			snap.Metadata.Timestamp = time.Unix(0, created).UTC()
-			res.Snapshot, res.HasSnapshot = snap, true
+			return res, fmt.Errorf("a row of kind %d", kind)
 		}
 	}
-	rows, err := br.Query()
-	if err != nil {
+	if err := rows.Err(); err != nil {
 		return res, err
 	}
-	page, err := scanRows(rows, min(req.MaxEvents, 64), nil)
-	if err != nil {
-		return res, err
+	if !highest {
+		return res, errors.New("no highest sequence number read")
 	}
-	if len(page) > 0 {
-		res.Events = make([]journal.Repr, len(page))
-		for i := range page {
-			res.Events[i] = page[i].Repr
-		}
-		last := page[len(page)-1].SequenceNr
-		res.More = len(page) == req.MaxEvents && last < req.ToSequenceNr && last < res.Highest
+	// The statement's branches come in order from every plan PostgreSQL
+	// makes of it; a parallel append may interleave them, so the events
+	// are put in order where they are not.
+	if !slices.IsSortedFunc(res.Events, bySequenceNr) {
+		slices.SortFunc(res.Events, bySequenceNr)
 	}
-	if _, err := br.Exec(); err != nil {
-		return res, err
+	if n := len(res.Events); n > 0 {
+		last := res.Events[n-1].SequenceNr
+		res.More = n == req.MaxEvents && last < req.ToSequenceNr && last < res.Highest
 	}
 	return res, nil
 }
+
+func bySequenceNr(a, b journal.Repr) int { return cmp.Compare(a.SequenceNr, b.SequenceNr) }

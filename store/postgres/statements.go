@@ -9,7 +9,7 @@ import "strings"
 // the layout's own file.
 type statements struct {
 	insert, insertTagged                                       string
-	highest, deleteEvents, replay, recoverEvents               string
+	highest, deleteEvents, replay, recoverEvents, recovery     string
 	loadSnap, saveSnap, deleteSnap, deleteSnaps                string
 	bySlices, byTag, byType, byAnyType, earlier, earlierTagged string
 	persistenceIDs                                             string
@@ -118,3 +118,21 @@ const idsSQL = `WITH RECURSIVE ids(pid) AS (
 	FROM ids WHERE ids.pid IS NOT NULL
 )
 `
+
+// recoverySQL returns the statement that reads a recovery, made of st's
+// highest, loadSnap and recoverEvents (its parameters are recoverEvents'):
+// one row of kind 0 whose seq_nr is the highest number, one of kind 1 for
+// the snapshot the criteria select (if any; its Unix nanoseconds in the
+// last column), and the events after it, of kind 2, in the shape scanRows
+// reads, each in a column of the types of the event rows. One statement
+// reads all three from one snapshot of the database, so they agree
+// without a transaction: on a write between them a batch of statements
+// could read an older snapshot row and events after a younger one.
+func recoverySQL(st statements) string {
+	return `WITH s(seq_nr, nanos, ser_id, ser_manifest, snapshot) AS (` + st.loadSnap + `)
+SELECT 0, $1::text, (` + st.highest + `), 'epoch'::timestamptz, 'epoch'::timestamptz, 0, '', NULL::bytea, '', NULL::text[], NULL::bytea, 0, '', 0::bigint
+UNION ALL
+SELECT 1, $1, s.seq_nr, 'epoch', 'epoch', s.ser_id, s.ser_manifest, s.snapshot, '', NULL, NULL, 0, '', s.nanos FROM s
+UNION ALL
+SELECT 2, ev.*, 0 FROM (` + st.recoverEvents + `) ev`
+}

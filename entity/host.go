@@ -147,8 +147,9 @@ func (e *NotOwnedError) Unwrap() error { return ErrNotOwned }
 // Host runs the entities of one Behavior: it spawns an entity on its first
 // command, routes commands to it, passivates idle ones, and never runs two
 // live instances of one id. An entity handles its commands one at a time,
-// in arrival order, on a goroutine that exists while commands wait for it.
-// It is safe for concurrent use.
+// in arrival order, on a goroutine that exists while commands wait for it,
+// or, for an Ask or Send that finds it idle, on the caller's goroutine (its
+// recovery and handler, not its persist). It is safe for concurrent use.
 type Host[C, E, S any] struct {
 	b   Behavior[C, E, S]
 	cfg HostConfig

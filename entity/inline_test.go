@@ -109,3 +109,31 @@ func TestAskGivesUpWhileTheCommandGoesOn(t *testing.T) {
 		})
 	}
 }
+
+// TestWriterIDPerIncarnation: the events an entity writes between two
+// recoveries carry one writer id, made for them; after a recovery its
+// events carry another (Akka's writerUuid per incarnation).
+func TestWriterIDPerIncarnation(t *testing.T) {
+	st := memoryStores(t)
+	ctx := t.Context()
+	for i := range 2 { // two incarnations, each in a host of its own
+		h := newHost(t, st, accountBehavior())
+		mustBalance(t, h, "w", int64(2*i)) // recovered
+		for range 2 {
+			if _, err := deposit(ctx, h, "w", 1); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := h.Shutdown(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	events := replayPayloadManifests(t, st.Journal, "Account|w")
+	if len(events) != 4 {
+		t.Fatalf("%d events stored, want 4", len(events))
+	}
+	ids := []string{events[0].WriterID, events[1].WriterID, events[2].WriterID, events[3].WriterID}
+	if ids[0] == "" || ids[2] == "" || ids[0] != ids[1] || ids[2] != ids[3] || ids[0] == ids[2] {
+		t.Errorf("writer ids %q: want one non-empty id per incarnation, two different ones", ids)
+	}
+}

@@ -417,7 +417,7 @@ func (inst *instance[C, E, S]) recoverState() (err error) {
 			err = fmt.Errorf("%w of %s: panic: %v", ErrRecovery, inst.pid, r)
 		}
 	}()
-	inst.writer = newWriterID()
+	inst.writer = "" // a new one at the first write (writerID)
 	inst.state, inst.seq = b.empty(), 0
 	inst.stop = false
 	highest, err := h.p.recover(ctx, inst)
@@ -866,6 +866,16 @@ func (inst *instance[C, E, S]) snapshot() {
 			h.cfg.Logger.Warn("deleting old events failed", "persistence_id", inst.pid, "up_to", upTo, "err", err)
 		}
 	}
+}
+
+// writerID returns the writer id of the instance's events since its last
+// recovery, made at the first write after it: a recovery that writes
+// nothing needs none.
+func (inst *instance[C, E, S]) writerID() string {
+	if inst.writer == "" {
+		inst.writer = newWriterID()
+	}
+	return inst.writer
 }
 
 func newWriterID() string {

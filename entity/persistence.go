@@ -66,7 +66,7 @@ func (p journalPersistence[C, E, S]) write(ctx context.Context, inst *instance[C
 				}
 			}
 		}
-		w.Events[i] = journal.Repr{PersistenceID: inst.pid, SequenceNr: inst.seq + int64(i) + 1, Payload: payload, SerializerID: id, Manifest: manifest, WriterID: inst.writer, Tags: tags}
+		w.Events[i] = journal.Repr{PersistenceID: inst.pid, SequenceNr: inst.seq + int64(i) + 1, Payload: payload, SerializerID: id, Manifest: manifest, WriterID: inst.writerID(), Tags: tags}
 	}
 	errs, err := p.front.WriteFenced(ctx, []journal.AtomicWrite{w}, fence)
 	if err != nil || errs == nil {

@@ -340,7 +340,11 @@ func (h *Host[C, E, S]) Send(ctx context.Context, id string, cmd C) error {
 // failed write, ErrUnhandled, ErrStopped, ...), with ErrNoReply when the
 // command was handled without a reply, or with ctx's error. As with Akka's
 // ask timeout, a command whose Ask gave up on ctx is still handled: ctx
-// bounds the wait, not the command.
+// bounds the wait, not the command. When the entity is idle, the caller's
+// goroutine recovers it if needed and runs the command's handler (see
+// Host); ctx's end stops that work at the next step (a recovery read is
+// started again on the entity's goroutine), but a handler runs to its end
+// first: handlers must not block, as in any actor.
 func Ask[R, C, E, S any](ctx context.Context, h *Host[C, E, S], id string, mk func(ReplyTo[R]) C) (R, error) {
 	var zero R
 	reply := newReplyTo[R]()

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"slices"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"testing/synctest"
@@ -136,4 +137,130 @@ func TestWriterIDPerIncarnation(t *testing.T) {
 	if ids[0] == "" || ids[2] == "" || ids[0] != ids[1] || ids[2] != ids[3] || ids[0] == ids[2] {
 		t.Errorf("writer ids %q: want one non-empty id per incarnation, two different ones", ids)
 	}
+}
+
+// TestConcurrentCallersOfOneEntity: callers that find one entity idle in
+// turn, each working for it on its own goroutine, never work for it at
+// once (run with -race: a caller that touched the instance after releasing
+// it raced with the next), and every command is handled once.
+func TestConcurrentCallersOfOneEntity(t *testing.T) {
+	h := newHost(t, memoryStores(t), accountBehavior())
+	const callers, each = 4, 1000
+	var wg sync.WaitGroup
+	for c := range callers {
+		wg.Go(func() {
+			for i := range each {
+				if c == 0 && i%100 == 0 { // a few persists among the reads
+					if _, err := deposit(t.Context(), h, "shared", 1); err != nil {
+						t.Error(err)
+						return
+					}
+					continue
+				}
+				if _, err := balance(t.Context(), h, "shared"); err != nil {
+					t.Error(err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	mustBalance(t, h, "shared", each/100)
+}
+
+// block is a command whose handler waits for wait to close.
+type block struct{ wait chan struct{} }
+
+func (block) isCommand() {}
+
+// TestAStashedCallerLeavesTheRestToTheEntity: a caller working for an idle
+// entity handles its own command only; once that is stashed, the commands
+// that came meanwhile go to the entity's goroutine, and the caller's
+// context still bounds its wait while one of them blocks.
+func TestAStashedCallerLeavesTheRestToTheEntity(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		entered, proceed := make(chan struct{}), make(chan struct{})
+		b := accountBehavior()
+		inner := b.Command
+		b.Command = func(s State, c Command) entity.ReplyEffect[Event, State] {
+			switch c := c.(type) {
+			case block:
+				<-c.wait
+				return fx.None().ThenNoReply()
+			case GetBalance:
+				if s.Held {
+					close(entered)
+					<-proceed
+				}
+			}
+			return inner(s, c)
+		}
+		h := newHost(t, memoryStores(t), b)
+		if err := h.Send(t.Context(), "a", Hold{}); err != nil {
+			t.Fatal(err)
+		}
+		synctest.Wait()
+		ctx, cancel := context.WithCancel(t.Context())
+		asked := make(chan error, 1)
+		go func() {
+			_, err := balance(ctx, h, "a") // stashed: the account is held
+			asked <- err
+		}()
+		<-entered // the caller runs the handler
+		wait := make(chan struct{})
+		if err := h.Tell("a", block{wait: wait}); err != nil {
+			t.Fatal(err)
+		}
+		close(proceed)
+		synctest.Wait() // the block command waits, on the entity's goroutine
+		cancel()
+		synctest.Wait()
+		select {
+		case err := <-asked:
+			if !errors.Is(err, context.Canceled) {
+				t.Errorf("the Ask returned %v, want context.Canceled", err)
+			}
+		default:
+			t.Fatal("the Ask still waits: its goroutine is handling another client's command")
+		}
+		close(wait)
+		if err := h.Send(t.Context(), "a", Release{}); err != nil {
+			t.Fatal(err)
+		}
+		mustBalance(t, h, "a", 0)
+	})
+}
+
+// panicOnFirstRecovery is a recovery hook that panics the first time.
+type panicOnFirstRecovery struct{ calls atomic.Int32 }
+
+func (p *panicOnFirstRecovery) OnRecovered(entity.Recovered) {
+	if p.calls.Add(1) == 1 {
+		panic("hook bug")
+	}
+}
+
+// TestHookPanicOnTheCallersGoroutine: a hook that panics while a caller
+// works for an entity panics in the caller (as it did on the entity's own
+// goroutine), and leaves no entity without a worker: the next command is
+// handled and Shutdown returns.
+func TestHookPanicOnTheCallersGoroutine(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h := newHost(t, memoryStores(t), accountBehavior(), func(c *entity.HostConfig) {
+			c.Hooks = []any{&panicOnFirstRecovery{}}
+		})
+		var panicked any
+		func() {
+			defer func() { panicked = recover() }()
+			_, _ = balance(t.Context(), h, "a")
+		}()
+		if panicked == nil {
+			t.Fatal("the hook's panic did not reach the caller")
+		}
+		synctest.Wait()
+		mustBalance(t, h, "a", 0)
+		if err := h.Shutdown(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+	})
 }

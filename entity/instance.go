@@ -33,9 +33,6 @@ func (inst *instance[C, E, S]) finish(env envelope[C], err error) {
 		inst.h.hooks.commandEnded(env.ctx, inst.pid, err)
 	}
 	if env.done != nil {
-		if env.done == inst.caller {
-			inst.answered = true
-		}
 		env.done <- err
 	}
 }
@@ -81,10 +78,11 @@ type instance[C, E, S any] struct {
 
 	// While a caller works for the instance on its own goroutine (see
 	// runInline): the channel its command is answered on, its context, and
-	// whether the command has been answered. caller is nil otherwise.
+	// whether its command has been handled (answered, stashed or
+	// unhandled). caller is nil otherwise.
 	caller    chan error
 	callerCtx context.Context
-	answered  bool
+	ownDone   bool
 	// pending is a command whose handler ran on a caller's goroutine and
 	// whose effect persists: the goroutine that takes the work over
 	// completes it first.
@@ -105,33 +103,57 @@ type handOff struct{}
 func (handOff) Error() string { return "entity: work handed to a goroutine" }
 
 // runInline works for the instance on the goroutine of a caller (Ask,
-// Send) whose command, answered on done, is in the mailbox, and whose wait
-// ctx bounds: it recovers the entity if needed and handles commands until
-// that command is answered. It hands the work to a goroutine of the
-// instance's own (run) when more is waiting then, and before anything that
-// could block past ctx or beyond the command's handler: a persist, a
-// recovery slot or read that ctx's end interrupts, a failure's restart. It
-// saves what a goroutine costs (its start, the growth of its stack, the
-// wakeup of the caller by the reply) where a command finds an idle entity,
-// as every command does after a recovery.
+// Send) whose command, answered on done, is the first in the mailbox, and
+// whose wait ctx bounds: it recovers the entity if needed and handles that
+// one command. Then it releases the instance, or hands what waits to a
+// goroutine of the instance's own (run). It hands over sooner, before
+// anything that could block past ctx: a persist, a recovery slot or read
+// that ctx's end interrupts, a failure's restart, the effect of a command
+// whose handler returned after ctx ended. It saves what a goroutine costs
+// (its start, the growth of its stack, the wakeup of the caller by the
+// reply) where a command finds an idle entity, as every command does
+// after a recovery.
+//
+// Once the instance is released it is no longer the caller's: another
+// worker may own it at once, so nothing here touches it after work
+// returns nil. A panic that escapes the work (a hook's: handlers' panics
+// are failures of the command) hands the instance to a goroutine as a
+// failure, so that it is neither left active with no worker nor counted
+// in the wait group forever, and goes on up the caller's stack.
 func (inst *instance[C, E, S]) runInline(ctx context.Context, done chan error) {
-	inst.caller, inst.callerCtx, inst.answered = done, ctx, false
+	h := inst.h
+	inst.caller, inst.callerCtx, inst.ownDone = done, ctx, false
+	released := false
+	defer func() {
+		if released {
+			return
+		}
+		if r := recover(); r != nil {
+			inst.caller, inst.callerCtx = nil, nil
+			go inst.runAfter(failure{fmt.Errorf("entity %s: panic on the caller's goroutine: %v", inst.pid, r)})
+			panic(r)
+		}
+	}()
 	err := inst.work()
-	inst.caller, inst.callerCtx = nil, nil
-	switch {
-	case err == nil: // idle, or left the host
-		inst.h.wg.Done()
-	case errors.Is(err, handOff{}):
-		go inst.run()
-	default:
-		go inst.runAfter(err)
+	if err == nil { // released, or left the host: the instance is not ours
+		released = true
+		h.wg.Done()
+		return
 	}
+	released = true // handed over below
+	inst.caller, inst.callerCtx = nil, nil
+	if errors.Is(err, handOff{}) {
+		go inst.run()
+		return
+	}
+	go inst.runAfter(err)
 }
 
-// leaveInline ends the work on a caller's goroutine once its command is
-// answered: it releases the instance when nothing more waits (nil), and
+// leaveInline ends the work on a caller's goroutine: it stops being the
+// caller's, then releases the instance when nothing more waits (nil), and
 // returns handOff otherwise.
 func (inst *instance[C, E, S]) leaveInline() error {
+	inst.caller, inst.callerCtx = nil, nil
 	if len(inst.unstashed) == 0 && !inst.passivate && !inst.stop && inst.mailbox.release() {
 		return nil
 	}
@@ -558,7 +580,7 @@ func (inst *instance[C, E, S]) restoreSnapshot(ctx context.Context, crit snapsho
 				return nil
 			}
 		}
-		if !b.Snapshots.Optional {
+		if !b.Snapshots.Optional || ctx.Err() != nil { // a load cut short is no unusable snapshot
 			return fmt.Errorf("%w of %s: %w", ErrRecovery, inst.pid, err)
 		}
 		inst.passedOver = err
@@ -639,8 +661,16 @@ func (inst *instance[C, E, S]) serve() error {
 	h := inst.h
 	yielded := yieldNone
 	for {
-		if inst.caller != nil && inst.answered {
-			return inst.leaveInline()
+		if inst.caller != nil {
+			// The caller's goroutine handles its own command only, and not
+			// once the caller has given up.
+			if inst.ownDone {
+				return inst.leaveInline()
+			}
+			if inst.callerCtx.Err() != nil {
+				inst.caller, inst.callerCtx = nil, nil
+				return handOff{}
+			}
 		}
 		if !inst.pollSignals() {
 			h.hooks.left(inst.pid, false, ErrHostClosed)
@@ -685,6 +715,9 @@ func (inst *instance[C, E, S]) serve() error {
 			continue
 		}
 		if !ok {
+			if inst.caller != nil {
+				return inst.leaveInline()
+			}
 			if inst.mailbox.release() {
 				return nil // idle: the next command or signal starts a goroutine
 			}
@@ -693,6 +726,9 @@ func (inst *instance[C, E, S]) serve() error {
 		yielded = yieldNone
 		if err := inst.handle(env, nil); err != nil {
 			return err
+		}
+		if inst.caller != nil && env.done == inst.caller {
+			inst.ownDone = true
 		}
 		inst.handled++
 		inst.touch()
@@ -734,7 +770,7 @@ func (inst *instance[C, E, S]) handle(env envelope[C], pre *Effect[E, S]) (err e
 		inst.stash = append(inst.stash, env)
 		return nil
 	}
-	if eff.persist && inst.caller != nil {
+	if inst.caller != nil && (eff.persist || inst.callerCtx.Err() != nil) {
 		inst.pending = &decided[C, E, S]{env: env, eff: eff}
 		return handOff{}
 	}

@@ -3,6 +3,7 @@ package entity_test
 import (
 	"context"
 	"errors"
+	"runtime"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -257,6 +258,40 @@ func TestHookPanicOnTheCallersGoroutine(t *testing.T) {
 		if panicked == nil {
 			t.Fatal("the hook's panic did not reach the caller")
 		}
+		synctest.Wait()
+		mustBalance(t, h, "a", 0)
+		if err := h.Shutdown(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+	})
+}
+
+// exit is a command whose handler ends its goroutine (runtime.Goexit, as
+// t.Fatal in a handler does).
+type exit struct{}
+
+func (exit) isCommand() {}
+
+// TestGoexitOnTheCallersGoroutine: a handler that ends the goroutine it
+// runs on (the caller's, for an idle entity) leaves no entity without a
+// worker: the next command is handled and Shutdown returns.
+func TestGoexitOnTheCallersGoroutine(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := accountBehavior()
+		inner := b.Command
+		b.Command = func(s State, c Command) entity.ReplyEffect[Event, State] {
+			if _, ok := c.(exit); ok {
+				runtime.Goexit()
+			}
+			return inner(s, c)
+		}
+		h := newHost(t, memoryStores(t), b)
+		exited := make(chan struct{})
+		go func() {
+			defer close(exited)
+			_ = h.Send(t.Context(), "a", exit{})
+		}()
+		<-exited
 		synctest.Wait()
 		mustBalance(t, h, "a", 0)
 		if err := h.Shutdown(t.Context()); err != nil {

@@ -128,9 +128,12 @@ func (inst *instance[C, E, S]) runInline(ctx context.Context, done chan error) {
 		if released {
 			return
 		}
-		if r := recover(); r != nil {
-			inst.caller, inst.callerCtx = nil, nil
-			go inst.runAfter(failure{fmt.Errorf("entity %s: panic on the caller's goroutine: %v", inst.pid, r)})
+		// A panic, or a runtime.Goexit (t.Fatal in a handler under test):
+		// the work goes on, as a failure, on a goroutine of its own.
+		r := recover()
+		inst.caller, inst.callerCtx = nil, nil
+		go inst.runAfter(failure{fmt.Errorf("entity %s: the work on the caller's goroutine ended abruptly (panic: %v)", inst.pid, r)})
+		if r != nil {
 			panic(r)
 		}
 	}()
@@ -350,13 +353,16 @@ func (inst *instance[C, E, S]) stopWith(cause error) {
 	if !errors.Is(cause, ErrHostClosed) && !errors.Is(cause, ErrStopped) {
 		err = fmt.Errorf("%w: %w", ErrStopped, cause)
 	}
-	for _, env := range inst.unstashed {
-		inst.finish(env, err)
-	}
-	for _, env := range inst.stash {
-		inst.finish(env, err)
-	}
+	// Taken out before they are answered: a hook that panics part-way
+	// must not leave answered commands to be answered again.
+	unstashed, stash := inst.unstashed, inst.stash
 	inst.unstashed, inst.stash = nil, nil
+	for _, env := range unstashed {
+		inst.finish(env, err)
+	}
+	for _, env := range stash {
+		inst.finish(env, err)
+	}
 	for {
 		env, ok := inst.mailbox.take()
 		if !ok {

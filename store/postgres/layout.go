@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/annals-go/annals/admin"
 	"github.com/annals-go/annals/journal"
@@ -136,9 +137,10 @@ type layout interface {
 	statements() statements
 	// writeArgs returns the arguments of the insert statement for the
 	// atomic writes writes[pending...], in a transaction whose statements
-	// insert total rows, before of them ahead of this one (see stampSQL),
-	// and whether any event has tags (the insert that writes tags, then).
-	writeArgs(writes []journal.AtomicWrite, pending []int, now time.Time, before, total int64) ([]any, bool)
+	// insert total rows, before of them ahead of this one, with floors the
+	// rows' floors in TimestampOrder (see stampSQL), and whether any event
+	// has tags (the insert that writes tags, then).
+	writeArgs(writes []journal.AtomicWrite, pending []int, now time.Time, floors []pgtype.Timestamptz, before, total int64) ([]any, bool)
 	// deleteTo is Journal.DeleteTo, its arguments checked.
 	deleteTo(ctx context.Context, persistenceID string, to int64) error
 
@@ -242,6 +244,7 @@ func (s *Store) useLayout(l Layout) error {
 	s.cfg.layout, s.layout, s.sql = l, lay, lay.statements()
 	leases := table(s.cfg.schema, "cluster_leases")
 	s.sql.checkLeases, s.sql.heldLeases = checkLeasesSQL(leases), heldLeasesSQL(leases)
+	s.sql.stampClock, s.sql.latestBelow = genericInsertPlanSQL(s.cfg.writeClock()), latestBelowSQL(table(s.cfg.schema, "event_journal"))
 	return nil
 }
 

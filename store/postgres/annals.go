@@ -111,33 +111,38 @@ func (l *annalsLayout) statements() statements {
 //     event's db_timestamp plus 1µs per event, NULL for an id with none;
 //     see Journal.floors; the events of one id adjacent, in order), $13,
 //     $14: stampSQL's rows before and rows in all. The statement reads no
-//     other row.
+//     other row, and returns clock (see stampedInsert).
 func insertSQL(o Ordering, clock string, tagged bool) string {
+	insert := func(ts, arrays, names string) string {
+		return `INSERT INTO {journal} (slice, entity_type, persistence_id, seq_nr, db_timestamp, write_timestamp, event_ser_id, event_ser_manifest, event_payload, writer, tags, meta_payload)
+	SELECT i.slice, i.entity_type, i.pid, i.seq_nr, ` + ts + `,
+		i.wts, i.ser_id, i.manifest, i.payload, i.writer, ` + tagsSQL + `, i.meta
+	` + writesSQL(arrays, names)
+	}
+	const tags = `INSERT INTO {tag} (tag, db_timestamp, seq_nr, persistence_id)
+	SELECT DISTINCT t.tag, ins.db_timestamp, ins.seq_nr, ins.persistence_id FROM ins, unnest(ins.tags) AS t(tag)`
+	if o == TimestampOrder {
+		ins := insert(stampSQL(clock, "$13::bigint", "$14::bigint"), `, $12::timestamptz[]`, `, floor`)
+		if !tagged {
+			return stampedInsert(clock, ins)
+		}
+		return stampedInsert(clock, ins+`
+	RETURNING persistence_id, seq_nr, db_timestamp, tags`, tags)
+	}
 	base := `WITH base AS (
 	UPDATE {clock} SET db_timestamp = GREATEST(statement_timestamp(), db_timestamp + interval '1 microsecond') + (cardinality($1::text[]) - 1) * interval '1 microsecond'
 	WHERE id = 1
 	RETURNING db_timestamp - (cardinality($1::text[]) - 1) * interval '1 microsecond' AS ts
 )`
-	ts, arrays, names := `(SELECT ts FROM base) + (i.n - 1) * interval '1 microsecond'`, ``, ``
-	with := ", "
-	if o == TimestampOrder {
-		base, with = "", "WITH "
-		ts = stampSQL(clock, "$13::bigint", "$14::bigint")
-		arrays, names = `, $12::timestamptz[]`, `, floor`
-	}
-	insert := `INSERT INTO {journal} (slice, entity_type, persistence_id, seq_nr, db_timestamp, write_timestamp, event_ser_id, event_ser_manifest, event_payload, writer, tags, meta_payload)
-	SELECT i.slice, i.entity_type, i.pid, i.seq_nr, ` + ts + `,
-		i.wts, i.ser_id, i.manifest, i.payload, i.writer, ` + tagsSQL + `, i.meta
-	` + writesSQL(arrays, names)
+	ins := insert(`(SELECT ts FROM base) + (i.n - 1) * interval '1 microsecond'`, ``, ``)
 	if !tagged {
-		return base + "\n" + insert
+		return base + "\n" + ins
 	}
-	return base + with + `ins AS (
-	` + insert + `
+	return base + `, ins AS (
+	` + ins + `
 	RETURNING persistence_id, seq_nr, db_timestamp, tags
 )
-INSERT INTO {tag} (tag, db_timestamp, seq_nr, persistence_id)
-	SELECT DISTINCT t.tag, ins.db_timestamp, ins.seq_nr, ins.persistence_id FROM ins, unnest(ins.tags) AS t(tag)`
+` + tags
 }
 
 // writeArgs returns insertSQL's arguments: the floors in TimestampOrder

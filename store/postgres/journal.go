@@ -241,14 +241,6 @@ type failedWrite struct {
 	err   error
 }
 
-// genericInsertPlanSQL is sent before the inserts of a write in
-// TimestampOrder, in the same implicit transaction: it makes PostgreSQL
-// run them on the prepared statement's generic plan, and returns clock,
-// the transaction's time the inserts stamp their rows from (see stampOf).
-func genericInsertPlanSQL(clock string) string {
-	return `SELECT set_config('plan_cache_mode', 'force_generic_plan', true), ` + clock
-}
-
 // unattributed is the index of a failure of the one-statement insert that
 // names no atomic write; fencedOff of a failed lease check (fence.go).
 const (
@@ -269,10 +261,6 @@ func (j *Journal) send(ctx context.Context, writes []journal.AtomicWrite, pendin
 	b := &pgx.Batch{}
 	first, checkAt := 0, -1 // the first insert's statement, the lease check's
 	stamped := s.cfg.ordering == TimestampOrder
-	if stamped {
-		b.Queue(s.sql.stampClock)
-		first++
-	}
 	if check != nil {
 		b.Queue(s.sql.checkLeases, check.args()...)
 		checkAt, first = first, first+1
@@ -320,8 +308,8 @@ func (j *Journal) send(ctx context.Context, writes []journal.AtomicWrite, pendin
 	// The lease check, then the inserts come first.
 	for k := 0; k < b.Len(); k++ {
 		var err error
-		if stamped && k == 0 {
-			err = br.QueryRow().Scan(nil, &t0)
+		if stamped && k >= first && k < first+inserts {
+			err = br.QueryRow().Scan(&t0)
 		} else {
 			_, err = br.Exec()
 		}

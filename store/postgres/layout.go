@@ -244,7 +244,7 @@ func (s *Store) useLayout(l Layout) error {
 	s.cfg.layout, s.layout, s.sql = l, lay, lay.statements()
 	leases := table(s.cfg.schema, "cluster_leases")
 	s.sql.checkLeases, s.sql.heldLeases = checkLeasesSQL(leases), heldLeasesSQL(leases)
-	s.sql.stampClock, s.sql.latestBelow = genericInsertPlanSQL(s.cfg.writeClock()), latestBelowSQL(table(s.cfg.schema, "event_journal"))
+	s.sql.latestBelow = latestBelowSQL(table(s.cfg.schema, "event_journal"))
 	return nil
 }
 

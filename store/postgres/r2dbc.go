@@ -120,15 +120,16 @@ func r2dbcMillis(param string) string { return `floor(` + param + `::numeric / 1
 // transaction_timestamp() unless the id's previous row is later, so a
 // whole atomic batch shares one timestamp; group commit puts up to 1,000
 // ids in one statement, and Pekko's by-slices query fails when more rows
-// than its buffer share one timestamp.)
+// than its buffer share one timestamp.) It returns clock (see
+// stampedInsert).
 func r2dbcInsertSQL(clock string) string {
-	return `INSERT INTO {journal} (slice, entity_type, persistence_id, seq_nr, db_timestamp, event_ser_id, event_ser_manifest, event_payload,
+	return stampedInsert(clock, `INSERT INTO {journal} (slice, entity_type, persistence_id, seq_nr, db_timestamp, event_ser_id, event_ser_manifest, event_payload,
 	deleted, writer, adapter_manifest, tags, meta_ser_id, meta_ser_manifest, meta_payload)
 SELECT i.slice, i.entity_type, i.pid, i.seq_nr,
-	` + stampSQL(clock, "$13::bigint", "$14::bigint") + `,
-	i.ser_id, i.manifest, i.payload, false, i.writer, '', ` + tagsSQL + `,
-	CASE WHEN i.meta IS NULL THEN NULL ELSE ` + r2dbcMetaSerializerIDText + ` END, CASE WHEN i.meta IS NULL THEN NULL ELSE '' END, i.meta
-` + writesSQL(`, $12::timestamptz[]`, `, floor`)
+	`+stampSQL(clock, "$13::bigint", "$14::bigint")+`,
+	i.ser_id, i.manifest, i.payload, false, i.writer, '', `+tagsSQL+`,
+	CASE WHEN i.meta IS NULL THEN NULL ELSE `+r2dbcMetaSerializerIDText+` END, CASE WHEN i.meta IS NULL THEN NULL ELSE '' END, i.meta
+`+writesSQL(`, $12::timestamptz[]`, `, floor`))
 }
 
 // writeArgs returns r2dbcInsertSQL's arguments.

@@ -2,6 +2,7 @@ package postgres
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -80,6 +81,24 @@ func (k *knownStamps) forget(persistenceIDs ...string) {
 	for _, pid := range persistenceIDs {
 		delete(k.latest, pid)
 	}
+}
+
+// stampedInsert is the statement of TimestampOrder's inserts: ins, an
+// INSERT stamping its rows from clock (with RETURNING when others follow),
+// then the data-modifying statements others, which read its rows as ins;
+// it returns one row, clock, the transaction's time (see stampOf), so that
+// a write takes no more statements than in CommitOrder.
+func stampedInsert(clock, ins string, others ...string) string {
+	q := `WITH ins AS (
+	` + ins + `
+)`
+	for k, o := range others {
+		q += fmt.Sprintf(`, more%d AS (
+	%s
+)`, k, o)
+	}
+	return q + `
+SELECT ` + clock
 }
 
 // latestBelowSQL reads, for ids $1 and sequence numbers $2 (parallel

@@ -196,6 +196,7 @@ func (s *Store) Purge(ctx context.Context, persistenceIDs []string) error {
 	for _, name := range s.layout.purged() {
 		b.Queue(`DELETE FROM `+table(s.cfg.schema, name)+` WHERE persistence_id = ANY($1)`, persistenceIDs)
 	}
+	defer s.known.forget(persistenceIDs...)
 	if err := s.pool.SendBatch(ctx, b).Close(); err != nil {
 		return s.errs.Map(ctx, "purge", err, journal.ErrClosed)
 	}

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/annals-go/annals"
 	"github.com/annals-go/annals/journal"
@@ -61,8 +62,8 @@ func (l *annalsLayout) statements() statements {
 	})
 	// Atomic writes in one statement: rows carry their id, each stamped
 	// with a db_timestamp of its own (see insertSQL), and their tags.
-	st.insert = r.Replace(insertSQL(l.s.cfg.ordering, false))
-	st.insertTagged = r.Replace(insertSQL(l.s.cfg.ordering, true))
+	st.insert = r.Replace(insertSQL(l.s.cfg.ordering, l.s.cfg.writeClock(), false))
+	st.insertTagged = r.Replace(insertSQL(l.s.cfg.ordering, l.s.cfg.writeClock(), true))
 	st.highest = r.Replace(`SELECT COALESCE(GREATEST(
 	(SELECT max(seq_nr) FROM {journal} WHERE persistence_id = $1),
 	(SELECT seq_nr FROM {meta} WHERE persistence_id = $1)), 0)`)
@@ -91,8 +92,7 @@ func (l *annalsLayout) statements() statements {
 // insertSQL is the statement that inserts the events of atomic writes,
 // given as parallel arrays ($1–$11: id, seq, write time, serializer,
 // manifest, payload, writer, tags as JSON, metadata, slice, entity type);
-// when tagged, it inserts their tags too. In TimestampOrder the events of
-// one id are adjacent, in order (see insertArgs).
+// when tagged, it inserts their tags too.
 //
 // Every row gets a db_timestamp of its own, at least 1µs apart from every
 // other row of the call, so that the rows of a call (up to 1,000 atomic
@@ -106,52 +106,53 @@ func (l *annalsLayout) statements() statements {
 //     assigns. The row's lock, held to the commit, orders the writers:
 //     timestamps grow with commits across all ids, also when the server's
 //     clock steps back.
-//   - TimestampOrder: stampSQL's, from the transaction's time and, so
-//     that they grow per id, its id's latest stored event plus 1µs per
-//     event (ord, $12: the event's position among its id's events in the
-//     statement; $13: the distinct ids, whose latest events are read once,
-//     before any row is inserted; $14: each row's id as an index into
-//     $13; $15, $16: stampSQL's rows before and rows in all).
-func insertSQL(o Ordering, tagged bool) string {
+//   - TimestampOrder: stampSQL's, from clock (the transaction's time) and,
+//     so that they grow per id, each row's floor ($12: its id's previous
+//     event's db_timestamp plus 1µs per event, NULL for an id with none;
+//     see Journal.floors; the events of one id adjacent, in order), $13,
+//     $14: stampSQL's rows before and rows in all. The statement reads no
+//     other row, and returns clock (see stampedInsert).
+func insertSQL(o Ordering, clock string, tagged bool) string {
+	insert := func(ts, arrays, names string) string {
+		return `INSERT INTO {journal} (slice, entity_type, persistence_id, seq_nr, db_timestamp, write_timestamp, event_ser_id, event_ser_manifest, event_payload, writer, tags, meta_payload)
+	SELECT i.slice, i.entity_type, i.pid, i.seq_nr, ` + ts + `,
+		i.wts, i.ser_id, i.manifest, i.payload, i.writer, ` + tagsSQL + `, i.meta
+	` + writesSQL(arrays, names)
+	}
+	const tags = `INSERT INTO {tag} (tag, db_timestamp, seq_nr, persistence_id)
+	SELECT DISTINCT t.tag, ins.db_timestamp, ins.seq_nr, ins.persistence_id FROM ins, unnest(ins.tags) AS t(tag)`
+	if o == TimestampOrder {
+		ins := insert(stampSQL(clock, "$13::bigint", "$14::bigint"), `, $12::timestamptz[]`, `, floor`)
+		if !tagged {
+			return stampedInsert(clock, ins)
+		}
+		return stampedInsert(clock, ins+`
+	RETURNING persistence_id, seq_nr, db_timestamp, tags`, tags)
+	}
 	base := `WITH base AS (
 	UPDATE {clock} SET db_timestamp = GREATEST(statement_timestamp(), db_timestamp + interval '1 microsecond') + (cardinality($1::text[]) - 1) * interval '1 microsecond'
 	WHERE id = 1
 	RETURNING db_timestamp - (cardinality($1::text[]) - 1) * interval '1 microsecond' AS ts
 )`
-	ts, arrays, names := `(SELECT ts FROM base) + (i.n - 1) * interval '1 microsecond'`, ``, ``
-	if o == TimestampOrder {
-		base = `WITH base AS MATERIALIZED (
-	SELECT array_agg(COALESCE((SELECT e.db_timestamp FROM {journal} e WHERE e.persistence_id = p.pid ORDER BY e.seq_nr DESC LIMIT 1), '-infinity')
-		ORDER BY p.idx) AS latest
-	FROM unnest($13::text[]) WITH ORDINALITY AS p(pid, idx)
-)`
-		ts = stampSQL(`(SELECT latest FROM base)[i.pidx] + i.ord * interval '1 microsecond'`, "$15::bigint", "$16::bigint")
-		arrays, names = `, $12::int[], $14::int[]`, `, ord, pidx`
-	}
-	insert := `INSERT INTO {journal} (slice, entity_type, persistence_id, seq_nr, db_timestamp, write_timestamp, event_ser_id, event_ser_manifest, event_payload, writer, tags, meta_payload)
-	SELECT i.slice, i.entity_type, i.pid, i.seq_nr, ` + ts + `,
-		i.wts, i.ser_id, i.manifest, i.payload, i.writer, ` + tagsSQL + `, i.meta
-	` + writesSQL(arrays, names)
+	ins := insert(`(SELECT ts FROM base) + (i.n - 1) * interval '1 microsecond'`, ``, ``)
 	if !tagged {
-		return base + "\n" + insert
+		return base + "\n" + ins
 	}
 	return base + `, ins AS (
-	` + insert + `
+	` + ins + `
 	RETURNING persistence_id, seq_nr, db_timestamp, tags
 )
-INSERT INTO {tag} (tag, db_timestamp, seq_nr, persistence_id)
-	SELECT DISTINCT t.tag, ins.db_timestamp, ins.seq_nr, ins.persistence_id FROM ins, unnest(ins.tags) AS t(tag)`
+` + tags
 }
 
-// writeArgs returns insertSQL's arguments: the per-id ones in
-// TimestampOrder only.
-func (l *annalsLayout) writeArgs(writes []journal.AtomicWrite, pending []int, now time.Time, before, total int64) ([]any, bool) {
+// writeArgs returns insertSQL's arguments: the floors in TimestampOrder
+// only.
+func (l *annalsLayout) writeArgs(writes []journal.AtomicWrite, pending []int, now time.Time, floors []pgtype.Timestamptz, before, total int64) ([]any, bool) {
+	cols, tagged := insertArgs(writes, pending, now)
 	if l.s.cfg.ordering == TimestampOrder {
-		c := insertArgs(true, writes, pending, now)
-		return append(c.cols, c.ords, c.distinct(), c.pidx, before, total), c.tagged
+		return append(cols, floors, before, total), tagged
 	}
-	c := insertArgs(false, writes, pending, now)
-	return c.cols, c.tagged
+	return cols, tagged
 }
 
 // deleteTo deletes in one transaction: the highest number among the

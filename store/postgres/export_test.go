@@ -1,5 +1,7 @@
 package postgres
 
+import "time"
+
 // WithBeforeCommitSQL runs stmt inside every write transaction after its
 // inserts, before its commit (tests: a slow or killed writer).
 func WithBeforeCommitSQL(stmt string) Option { return func(c *config) { c.beforeCommitSQL = stmt } }
@@ -16,3 +18,21 @@ func OrderedQueries(s *Store) map[string]string {
 		"byAnyType": s.sql.byAnyType,
 	}
 }
+
+// WithClockSQL makes TimestampOrder's writes stamp their rows from the SQL
+// expression expr instead of transaction_timestamp() (tests: a clock that
+// steps back).
+func WithClockSQL(expr string) Option { return func(c *config) { c.clock = expr } }
+
+// KnownStamp returns the sequence number and db_timestamp of the last
+// event of persistenceID the store knows, if any (see knownStamps).
+func KnownStamp(s *Store, persistenceID string) (int64, time.Time, bool) {
+	s.known.mu.Lock()
+	defer s.known.mu.Unlock()
+	st, ok := s.known.latest[persistenceID]
+	return st.seq, time.UnixMicro(st.micros), ok
+}
+
+// StampReads returns how many ids the store's TimestampOrder writes read
+// the previous event of, rather than knowing it.
+func StampReads(s *Store) int64 { return s.known.reads.Load() }

@@ -12,37 +12,38 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/annals-go/annals"
 	"github.com/annals-go/annals/journal"
 )
 
 // stampSQL is the db_timestamp of row i.n of an insert statement where
-// the id's rows grow per id from floor (SQL: the earliest timestamp the
-// row's id allows, 1µs per event past its previous one), the statement
-// follows before rows of its transaction, and the transaction's
-// statements insert total rows (SQL of bigint parameters; a Write call
-// sends one statement, or one per atomic write to find one the server
-// refuses).
+// i.floor is the earliest timestamp the row's id allows (1µs per event past
+// its previous one; NULL when it has none), the statement follows before
+// rows of its transaction, and the transaction's statements insert total
+// rows (SQL of bigint parameters; a Write call sends one statement, or one
+// per atomic write to find one the server refuses); clock is the
+// transaction's time (transaction_timestamp()).
 //
 // Row p of the transaction (p = before + i.n - 1, from 0) gets
-// transaction_timestamp() + p µs, or, when floor is later, the first
-// timestamp at or after floor that is p µs modulo total after
-// transaction_timestamp(). So:
+// clock + p µs, or, when the floor is later, the first timestamp at or
+// after the floor that is p µs modulo total after clock. So:
 //   - no two rows of a call share a timestamp: each is alone in its class
 //     modulo total;
 //   - no row is earlier than its floor, and an id's rows grow with its
-//     sequence numbers: its rows are adjacent, and along them the floor
-//     and p both grow by 1, so they take floor or p alike, 1µs apart;
-//     across statements the floor is read from the rows stored before;
+//     sequence numbers: its rows are adjacent in the transaction, also
+//     across statements, and along them the floor and p both grow by 1,
+//     so they take floor or p alike, 1µs apart;
 //   - a row moves less than total µs past its floor, and only a row whose
 //     id's previous event is later than the clock moves: one id ahead of
 //     the clock carries no other with it.
-func stampSQL(floor, before, total string) string {
-	at := `transaction_timestamp() + (` + before + ` + i.n - 1) * interval '1 microsecond'`
-	return `CASE WHEN ` + floor + ` > ` + at + ` THEN ` + floor + ` + (((` + before + ` + i.n - 1
-		- (extract(epoch FROM ` + floor + ` - transaction_timestamp()) * 1000000)::bigint) % ` + total + ` + ` + total + `) % ` + total + `) * interval '1 microsecond'
-		ELSE ` + at + ` END`
+//
+// stampOf is the same arithmetic in Go: the writer learns the timestamps
+// it stored from the clock alone (see knownStamps).
+func stampSQL(clock, before, total string) string {
+	at := `(` + clock + ` + (` + before + ` + i.n - 1) * interval '1 microsecond')`
+	return at + ` + ((GREATEST(0, (extract(epoch FROM i.floor - ` + at + `) * 1000000)::bigint) + ` + total + ` - 1) / ` + total + ` * ` + total + `) * interval '1 microsecond'`
 }
 
 // tagsSQL is an inserted row's tags column: NULL, or its tags (JSON, see
@@ -68,57 +69,22 @@ func (s *Store) Journal() *Journal { return &Journal{s: s} }
 // Close closes the store.
 func (j *Journal) Close() error { return j.s.Close() }
 
-// insertColumns are the arguments of an insert statement for some atomic
-// writes: the eleven columns, then, when asked for per id, each event's
-// position among its id's events in the statement (ords) and each row's
-// id as a 1-based index into the distinct ids (pidx, index).
-type insertColumns struct {
-	cols   []any
-	ords   []int32
-	pidx   []int32
-	index  map[string]int32
-	tagged bool // an event has tags
-}
-
-// distinct returns the distinct ids, in order of first appearance.
-func (c insertColumns) distinct() []string {
-	ids := make([]string, len(c.index))
-	for pid, at := range c.index {
-		ids[at-1] = pid
-	}
-	return ids
-}
-
-// insertArgs returns the arguments of the insert statements for the
-// atomic writes writes[pending...]. With perID, the writes of each id are
-// made adjacent, in their order, the ids in order of first appearance (as
-// stampSQL needs), and the per-id columns are filled.
-func insertArgs(perID bool, writes []journal.AtomicWrite, pending []int, now time.Time) insertColumns {
+// insertArgs returns the eleven column arrays of the insert statements for
+// the atomic writes writes[pending...], in their order, and whether an
+// event has tags.
+func insertArgs(writes []journal.AtomicWrite, pending []int, now time.Time) ([]any, bool) {
 	n := 0
 	for _, i := range pending {
 		n += len(writes[i].Events)
 	}
-	var c insertColumns
-	if perID {
-		pending, c.index = groupByID(writes, pending)
-		c.ords, c.pidx = make([]int32, 0, n), make([]int32, 0, n)
-	}
+	tagged := false
 	pids, seqs, wts, serIDs := make([]string, 0, n), make([]int64, 0, n), make([]time.Time, 0, n), make([]int32, 0, n)
 	manifests, payloads, writers := make([]string, 0, n), make([][]byte, 0, n), make([]string, 0, n)
 	tags, metas, slices, types := make([]*string, 0, n), make([][]byte, 0, n), make([]int32, 0, n), make([]string, 0, n)
-	var last string // the id of the row before
-	var ord int32   // its position among its id's events
 	for _, i := range pending {
 		w := writes[i]
 		slice, et := int32(annals.Slice(w.PersistenceID)), annals.EntityType(w.PersistenceID)
-		if w.PersistenceID != last {
-			last, ord = w.PersistenceID, 0
-		}
 		for _, e := range w.Events {
-			if perID {
-				ord++
-				c.ords, c.pidx = append(c.ords, ord), append(c.pidx, c.index[w.PersistenceID])
-			}
 			ts := e.Timestamp
 			if ts.IsZero() {
 				ts = now
@@ -131,35 +97,33 @@ func insertArgs(perID bool, writes []journal.AtomicWrite, pending []int, now tim
 			if len(e.Tags) > 0 {
 				b, _ := json.Marshal(e.Tags) // strings always marshal
 				t := string(b)
-				tag, c.tagged = &t, true
+				tag, tagged = &t, true
 			}
 			pids, seqs, wts, serIDs = append(pids, w.PersistenceID), append(seqs, e.SequenceNr), append(wts, ts), append(serIDs, e.SerializerID)
 			manifests, payloads, writers = append(manifests, e.Manifest), append(payloads, payload), append(writers, e.WriterID)
 			tags, metas, slices, types = append(tags, tag), append(metas, e.Metadata), append(slices, slice), append(types, et)
 		}
 	}
-	c.cols = []any{pids, seqs, wts, serIDs, manifests, payloads, writers, tags, metas, slices, types}
-	return c
+	return []any{pids, seqs, wts, serIDs, manifests, payloads, writers, tags, metas, slices, types}, tagged
 }
 
 // groupByID returns pending (indexes into writes) with the writes of each
 // id adjacent, in their order, the ids in order of first appearance
-// (pending itself when no id has two writes), and each id's 1-based
-// position among the ids.
-func groupByID(writes []journal.AtomicWrite, pending []int) ([]int, map[string]int32) {
-	index := make(map[string]int32, len(pending))
+// (pending itself when no id has two writes).
+func groupByID(writes []journal.AtomicWrite, pending []int) []int {
+	index := make(map[string]int, len(pending))
 	var counts []int // writes per id
 	for _, i := range pending {
 		at, ok := index[writes[i].PersistenceID]
 		if !ok {
-			at = int32(len(counts) + 1)
+			at = len(counts)
 			index[writes[i].PersistenceID] = at
 			counts = append(counts, 0)
 		}
-		counts[at-1]++
+		counts[at]++
 	}
 	if len(counts) == len(pending) {
-		return pending, index
+		return pending
 	}
 	next := make([]int, len(counts)) // where each id's next write goes
 	for k := 1; k < len(counts); k++ {
@@ -167,11 +131,11 @@ func groupByID(writes []journal.AtomicWrite, pending []int) ([]int, map[string]i
 	}
 	grouped := make([]int, len(pending))
 	for _, i := range pending {
-		at := index[writes[i].PersistenceID] - 1
+		at := index[writes[i].PersistenceID]
 		grouped[next[at]] = i
 		next[at]++
 	}
-	return grouped, index
+	return grouped
 }
 
 // conflictKey reads the (persistence id, sequence number) of a unique
@@ -218,9 +182,20 @@ func (j *Journal) write(ctx context.Context, writes []journal.AtomicWrite, token
 	}
 	now := time.Now()
 	each := false // one statement per atomic write
+	stamped := j.s.cfg.ordering == TimestampOrder
+	if stamped && len(pending) > 0 {
+		pending = groupByID(writes, pending) // as floors and stampSQL need
+	}
 	for len(pending) > 0 {
+		var floors []pgtype.Timestamptz
+		if stamped {
+			var err error
+			if floors, err = j.floors(ctx, writes, pending); err != nil {
+				return nil, err
+			}
+		}
 		check := j.newLeaseCheck(tokens, pending)
-		failed, err := j.send(ctx, writes, pending, now, each, check)
+		failed, err := j.send(ctx, writes, pending, now, floors, each, check)
 		if err != nil {
 			return nil, err
 		}
@@ -243,6 +218,9 @@ func (j *Journal) write(ctx context.Context, writes []journal.AtomicWrite, token
 			break
 		}
 		results[pending[failed.index]], rejected = failed.err, true
+		if stamped && errors.As(failed.err, new(*journal.ConflictError)) {
+			j.s.known.forget(writes[pending[failed.index]].PersistenceID)
+		}
 		pending = append(pending[:failed.index], pending[failed.index+1:]...)
 	}
 	if !rejected {
@@ -263,15 +241,6 @@ type failedWrite struct {
 	err   error
 }
 
-// genericInsertPlan is sent before the inserts of a write in
-// TimestampOrder, in the same implicit transaction: it makes PostgreSQL
-// run them on the prepared statement's generic plan. Left to choose, it
-// planned the insert anew on every execution (its per-id subquery makes
-// the generic plan look dearer than a custom one), which cost more than
-// the insert itself: one event written at a time ran at 41–50% of a raw
-// insert, and at the raw insert's rate on the generic plan.
-const genericInsertPlan = `SELECT set_config('plan_cache_mode', 'force_generic_plan', true)`
-
 // unattributed is the index of a failure of the one-statement insert that
 // names no atomic write; fencedOff of a failed lease check (fence.go).
 const (
@@ -282,17 +251,16 @@ const (
 // send writes the atomic writes writes[pending...] in one transaction: in
 // one statement, or one statement per atomic write when each, after the
 // lease check check when not nil (fence.go: its failure is failed with
-// index fencedOff, nothing stored). A failure that belongs to one atomic
-// write (a conflict, data the server refuses) is returned as failed; any
-// other error means the outcome is unknown.
-func (j *Journal) send(ctx context.Context, writes []journal.AtomicWrite, pending []int, now time.Time, each bool, check *leaseCheck) (failedWrite, error) {
+// index fencedOff, nothing stored). In TimestampOrder, floors are the
+// rows' floors (see Journal.floors), and once committed the store knows
+// each id's last db_timestamp (Journal.learn). A failure that belongs to
+// one atomic write (a conflict, data the server refuses) is returned as
+// failed; any other error means the outcome is unknown.
+func (j *Journal) send(ctx context.Context, writes []journal.AtomicWrite, pending []int, now time.Time, floors []pgtype.Timestamptz, each bool, check *leaseCheck) (failedWrite, error) {
 	s := j.s
 	b := &pgx.Batch{}
 	first, checkAt := 0, -1 // the first insert's statement, the lease check's
-	if s.cfg.ordering == TimestampOrder {
-		b.Queue(genericInsertPlan)
-		first++
-	}
+	stamped := s.cfg.ordering == TimestampOrder
 	if check != nil {
 		b.Queue(s.sql.checkLeases, check.args()...)
 		checkAt, first = first, first+1
@@ -303,15 +271,21 @@ func (j *Journal) send(ctx context.Context, writes []journal.AtomicWrite, pendin
 		total += int64(len(writes[i].Events))
 	}
 	queue := func(pending []int) {
-		args, tagged := s.layout.writeArgs(writes, pending, now, before, total)
+		rows := int64(0)
+		for _, i := range pending {
+			rows += int64(len(writes[i].Events))
+		}
+		var stmtFloors []pgtype.Timestamptz
+		if stamped {
+			stmtFloors = floors[before : before+rows]
+		}
+		args, tagged := s.layout.writeArgs(writes, pending, now, stmtFloors, before, total)
 		if tagged {
 			b.Queue(s.sql.insertTagged, args...)
 		} else {
 			b.Queue(s.sql.insert, args...)
 		}
-		for _, i := range pending {
-			before += int64(len(writes[i].Events))
-		}
+		before += rows
 	}
 	if each {
 		inserts = len(pending)
@@ -330,8 +304,15 @@ func (j *Journal) send(ctx context.Context, writes []journal.AtomicWrite, pendin
 	br := s.pool.SendBatch(ctx, b)
 	failed := failedWrite{index: -1}
 	var sendErr error
-	for k := 0; k < b.Len(); k++ { // the lease check, then the inserts come first
-		_, err := br.Exec()
+	var t0 time.Time // the transaction's time, in TimestampOrder
+	// The lease check, then the inserts come first.
+	for k := 0; k < b.Len(); k++ {
+		var err error
+		if stamped && k >= first && k < first+inserts {
+			err = br.QueryRow().Scan(&t0)
+		} else {
+			_, err = br.Exec()
+		}
 		if err == nil {
 			continue
 		}
@@ -364,6 +345,9 @@ func (j *Journal) send(ctx context.Context, writes []journal.AtomicWrite, pendin
 	}
 	if sendErr != nil {
 		return failed, s.errs.Map(ctx, "write", sendErr, journal.ErrClosed)
+	}
+	if stamped {
+		j.learn(writes, pending, floors, t0)
 	}
 	s.signal.Notify()
 	return failed, nil
@@ -575,5 +559,6 @@ func (j *Journal) DeleteTo(ctx context.Context, persistenceID string, to int64) 
 	if j.s.isClosed() {
 		return journal.ErrClosed
 	}
+	defer j.s.known.forget(persistenceID) // a delete marker may take the last event's place
 	return j.s.layout.deleteTo(ctx, persistenceID, to)
 }

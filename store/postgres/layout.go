@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/annals-go/annals/admin"
 	"github.com/annals-go/annals/journal"
@@ -136,9 +137,10 @@ type layout interface {
 	statements() statements
 	// writeArgs returns the arguments of the insert statement for the
 	// atomic writes writes[pending...], in a transaction whose statements
-	// insert total rows, before of them ahead of this one (see stampSQL),
-	// and whether any event has tags (the insert that writes tags, then).
-	writeArgs(writes []journal.AtomicWrite, pending []int, now time.Time, before, total int64) ([]any, bool)
+	// insert total rows, before of them ahead of this one, with floors the
+	// rows' floors in TimestampOrder (see stampSQL), and whether any event
+	// has tags (the insert that writes tags, then).
+	writeArgs(writes []journal.AtomicWrite, pending []int, now time.Time, floors []pgtype.Timestamptz, before, total int64) ([]any, bool)
 	// deleteTo is Journal.DeleteTo, its arguments checked.
 	deleteTo(ctx context.Context, persistenceID string, to int64) error
 
@@ -243,6 +245,7 @@ func (s *Store) useLayout(l Layout) error {
 	s.sql.recovery = recoverySQL(s.sql)
 	leases := table(s.cfg.schema, "cluster_leases")
 	s.sql.checkLeases, s.sql.heldLeases = checkLeasesSQL(leases), heldLeasesSQL(leases)
+	s.sql.latestBelow = latestBelowSQL(table(s.cfg.schema, "event_journal"))
 	return nil
 }
 

@@ -33,8 +33,11 @@
 //     commit of the journal front.
 //   - TimestampOrder: akka-persistence-r2dbc's design, for distributed SQL
 //     and for write loads one row lock cannot carry. Writers do not wait for
-//     one another; an event's timestamp is the later of the statement's time
-//     and its id's previous event plus 1µs. Live queries stay
+//     one another; an event's timestamp is the later of the transaction's
+//     time and its id's previous event plus 1µs. The writer takes the
+//     previous event's timestamp from memory when it wrote that event
+//     itself, and reads it otherwise (after a restart, another writer, a
+//     conflict or a delete). Live queries stay
 //     BehindCurrentTime behind the database clock, and a backtracking query
 //     re-reads a window behind that to pick up events whose transactions
 //     committed late; each live query delivers an event once, and an id's
@@ -146,6 +149,7 @@ type config struct {
 	layout            Layout
 	orderingSet       bool   // ordering was given (URL or option), not defaulted
 	beforeCommitSQL   string // tests: a statement run inside each write transaction before its commit
+	clock             string // tests: SQL of TimestampOrder's write time (writeClock)
 	poolConfigChanger func(*pgxpool.Config)
 }
 
@@ -213,6 +217,7 @@ type Store struct {
 	sql     statements   // the layout's statements
 	signal  query.Signal // local commits and NOTIFY wake live queries
 	channel string       // the NOTIFY channel of the schema
+	known   *knownStamps // TimestampOrder: the ids' last db_timestamps this store wrote
 
 	closed     atomic.Bool
 	errs       journal.StoreErrors // maps every error of the driver
@@ -306,7 +311,7 @@ func connect(ctx context.Context, dsn string, opts []Option) (*Store, error) {
 		}
 		return nil, fmt.Errorf("%w at %s:%d (is it running? scripts/services up postgres starts a local one): %v", ErrUnreachable, pc.ConnConfig.Host, pc.ConnConfig.Port, err)
 	}
-	s := &Store{pool: pool, cfg: cfg, channel: channelName(cfg.schema)}
+	s := &Store{pool: pool, cfg: cfg, channel: channelName(cfg.schema), known: newKnownStamps()}
 	s.errs = journal.StoreErrors{Store: "postgres", Closed: s.isClosed}
 	return s, nil
 }
@@ -346,6 +351,15 @@ func tlsRefused(err error) bool {
 	var remote *net.OpError // an alert the server sent: "remote error: tls: expired certificate"
 	return errors.As(err, &verify) || errors.As(err, &alert) || errors.As(err, &unknownCA) ||
 		errors.As(err, &hostname) || errors.As(err, &invalid) || (errors.As(err, &remote) && remote.Op == "remote error")
+}
+
+// writeClock is the SQL of the time TimestampOrder's writes stamp their
+// rows from: transaction_timestamp(), unless a test set another.
+func (c *config) writeClock() string {
+	if c.clock != "" {
+		return c.clock
+	}
+	return "transaction_timestamp()"
 }
 
 func (c *config) validate() error {

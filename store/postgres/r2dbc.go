@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/annals-go/annals"
 	"github.com/annals-go/annals/journal"
@@ -73,7 +74,7 @@ func (l r2dbcLayout) statements() statements {
 		snapTime:  r2dbcMillis,
 		snapNanos: "write_timestamp * 1000000",
 	})
-	st.insert = r.Replace(r2dbcInsertSQL())
+	st.insert = r.Replace(r2dbcInsertSQL(l.s.cfg.writeClock()))
 	st.insertTagged = st.insert // tags live in the tags column only
 	st.highest = r.Replace(`SELECT COALESCE(max(seq_nr), 0) FROM {journal} WHERE persistence_id = $1`)
 	// One row per id, overwritten whatever its sequence number, as the
@@ -110,30 +111,31 @@ func r2dbcMillis(param string) string { return `floor(` + param + `::numeric / 1
 
 // r2dbcInsertSQL inserts the events of atomic writes given as parallel
 // arrays ($1–$11 as insertSQL's, the events of one id adjacent, in order;
-// $12: each event's position among its id's events in the statement, from
-// 1; $13, $14: stampSQL's rows before and rows in all) in the plugin's row
-// shape. A row's db_timestamp is stampSQL's: from the transaction's time
-// and, so that they grow per id, from the id's row at the sequence number
-// before the id's first event in the statement plus 1µs per event. No two
-// rows of a call share one. (The plugin stamps every row of its
-// transaction transaction_timestamp() unless the id's previous row is
-// later, so a whole atomic batch shares one timestamp; group commit puts
-// up to 1,000 ids in one statement, and Pekko's by-slices query fails
-// when more rows than its buffer share one timestamp.)
-func r2dbcInsertSQL() string {
-	return `INSERT INTO {journal} (slice, entity_type, persistence_id, seq_nr, db_timestamp, event_ser_id, event_ser_manifest, event_payload,
+// $12: each row's floor, see Journal.floors; $13, $14: stampSQL's rows
+// before and rows in all) in the plugin's row shape. A row's db_timestamp
+// is stampSQL's: from clock (the transaction's time) and, so that they
+// grow per id, from the id's row before the id's first event in the
+// statement (an event or a delete marker) plus 1µs per event. No two rows
+// of a call share one. (The plugin stamps every row of its transaction
+// transaction_timestamp() unless the id's previous row is later, so a
+// whole atomic batch shares one timestamp; group commit puts up to 1,000
+// ids in one statement, and Pekko's by-slices query fails when more rows
+// than its buffer share one timestamp.) It returns clock (see
+// stampedInsert).
+func r2dbcInsertSQL(clock string) string {
+	return stampedInsert(clock, `INSERT INTO {journal} (slice, entity_type, persistence_id, seq_nr, db_timestamp, event_ser_id, event_ser_manifest, event_payload,
 	deleted, writer, adapter_manifest, tags, meta_ser_id, meta_ser_manifest, meta_payload)
 SELECT i.slice, i.entity_type, i.pid, i.seq_nr,
-	` + stampSQL(`(SELECT p.db_timestamp FROM {journal} p WHERE p.persistence_id = i.pid AND p.seq_nr = i.seq_nr - i.ord) + i.ord * interval '1 microsecond'`, "$13::bigint", "$14::bigint") + `,
-	i.ser_id, i.manifest, i.payload, false, i.writer, '', ` + tagsSQL + `,
-	CASE WHEN i.meta IS NULL THEN NULL ELSE ` + r2dbcMetaSerializerIDText + ` END, CASE WHEN i.meta IS NULL THEN NULL ELSE '' END, i.meta
-` + writesSQL(`, $12::int[]`, `, ord`)
+	`+stampSQL(clock, "$13::bigint", "$14::bigint")+`,
+	i.ser_id, i.manifest, i.payload, false, i.writer, '', `+tagsSQL+`,
+	CASE WHEN i.meta IS NULL THEN NULL ELSE `+r2dbcMetaSerializerIDText+` END, CASE WHEN i.meta IS NULL THEN NULL ELSE '' END, i.meta
+`+writesSQL(`, $12::timestamptz[]`, `, floor`))
 }
 
 // writeArgs returns r2dbcInsertSQL's arguments.
-func (l r2dbcLayout) writeArgs(writes []journal.AtomicWrite, pending []int, now time.Time, before, total int64) ([]any, bool) {
-	c := insertArgs(true, writes, pending, now)
-	return append(c.cols, c.ords, before, total), c.tagged
+func (l r2dbcLayout) writeArgs(writes []journal.AtomicWrite, pending []int, now time.Time, floors []pgtype.Timestamptz, before, total int64) ([]any, bool) {
+	cols, tagged := insertArgs(writes, pending, now)
+	return append(cols, floors, before, total), tagged
 }
 
 // deleteTo deletes as the plugin does: in
@@ -162,7 +164,7 @@ func (l r2dbcLayout) deleteTo(ctx context.Context, persistenceID string, to int6
 		b.Queue(s.sql.deleteEvents, persistenceID, *target)
 		b.Queue(`INSERT INTO `+table(s.cfg.schema, "event_journal")+`
 	(slice, entity_type, persistence_id, seq_nr, db_timestamp, writer, adapter_manifest, event_ser_id, event_ser_manifest, event_payload, deleted)
-	VALUES ($1, $2, $3, $4, transaction_timestamp(), '', '', 0, '', '\x'::bytea, true)`,
+	VALUES ($1, $2, $3, $4, `+s.cfg.writeClock()+`, '', '', 0, '', '\x'::bytea, true)`,
 			annals.Slice(persistenceID), annals.EntityType(persistenceID), persistenceID, *target)
 		return tx.SendBatch(ctx, b).Close()
 	})

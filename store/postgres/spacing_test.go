@@ -9,6 +9,7 @@ import (
 	"github.com/annals-go/annals/journal"
 	"github.com/annals-go/annals/query"
 	"github.com/annals-go/annals/store/postgres"
+	"github.com/annals-go/annals/store/postgres/pgtest"
 )
 
 // TestWriteSpacesRowsApart: the rows one Write call stores get a
@@ -48,21 +49,33 @@ func TestWriteSpacesRowsApart(t *testing.T) {
 					}
 					return w
 				}
-				// Stored before: an event of each skewed id (ahead of the
-				// clock where timestamps grow per id) and of Burst|multi.
-				var before []journal.AtomicWrite
+				// Stored before: an event of each skewed id and of
+				// Burst|multi. Where timestamps grow per id, the skewed
+				// ids' are written by another store whose clock is an
+				// hour ahead (a clock that stepped back since), so this
+				// store reads them before its write.
+				var before, skew []journal.AtomicWrite
 				for k := range skewed {
-					before = append(before, one(fmt.Sprintf("Skew|k-%d", k), 1, 1))
+					skew = append(skew, one(fmt.Sprintf("Skew|k-%d", k), 1, 1))
 				}
 				before = append(before, one("Burst|multi", 1, 1))
-				if res, err := j.Write(ctx, before); err != nil || res != nil {
-					t.Fatal(res, err)
-				}
-				future := time.Now().Add(time.Hour).Truncate(time.Microsecond).UTC()
+				future := time.Now().Add(59 * time.Minute)
 				if l.perID {
-					if _, err := conn.Exec(ctx, `UPDATE `+s.Schema()+`.event_journal SET db_timestamp = $1 WHERE entity_type = 'Skew'`, future); err != nil {
+					ahead, err := postgres.Open(ctx, pgtest.WithParam(pgtest.DSN(), "schema", s.Schema()),
+						append(l.opts, postgres.WithClockSQL(`(transaction_timestamp() + interval '1 hour')`))...)
+					if err != nil {
 						t.Fatal(err)
 					}
+					res, err := ahead.Journal().Write(ctx, skew)
+					ahead.Close()
+					if err != nil || res != nil {
+						t.Fatal(res, err)
+					}
+				} else {
+					before = append(before, skew...)
+				}
+				if res, err := j.Write(ctx, before); err != nil || res != nil {
+					t.Fatal(res, err)
 				}
 				// The call: 1,000 single-event writes of new ids (every
 				// seventh tagged), the skewed ids' second events among
@@ -150,8 +163,8 @@ func TestWriteSpacesRowsApart(t *testing.T) {
 				}
 				if l.perID {
 					for _, st := range stamps {
-						if st.pid[:5] == "Skew|" && st.seq == 2 && st.ts.Before(future.Add(time.Microsecond)) {
-							t.Errorf("%s #2 at %v, want after its previous event at %v", st.pid, st.ts, future)
+						if st.pid[:5] == "Skew|" && st.ts.Before(future) {
+							t.Errorf("%s #%d at %v, want an hour ahead of the clock, after its first event", st.pid, st.seq, st.ts)
 						}
 					}
 				}

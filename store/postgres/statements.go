@@ -15,6 +15,9 @@ type statements struct {
 	persistenceIDs                                             string
 	setPaused                                                  string
 	checkLeases, heldLeases                                    string // fencing (fence.go), on both layouts
+	// TimestampOrder's writes (see Journal.floors): the latest rows of
+	// ids below sequence numbers.
+	latestBelow string
 }
 
 // fragments are where the layouts' otherwise equal statements differ.

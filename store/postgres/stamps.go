@@ -13,7 +13,8 @@ import (
 )
 
 // maxKnownStamps bounds how many ids a store remembers the last
-// db_timestamp of (see knownStamps): about 100 bytes each besides the id.
+// db_timestamp of (see knownStamps): some 40 bytes each besides the id's
+// string, which the map keeps.
 // Beyond it, an arbitrary id is forgotten for each new one; a forgotten
 // id's next write reads its previous event's db_timestamp again.
 const maxKnownStamps = 100_000

@@ -27,9 +27,9 @@ const maxKnownStamps = 100_000
 // without reading the journal. Any other write reads the id's latest row
 // below its first event (latestBelow): after a restart, after another
 // writer wrote the id (it wrote the events after the known one, so the
-// numbers do not follow), after a conflict or a delete (the id is
-// forgotten). Rows of a known event that are deleted leave the floor
-// higher than a read would, never lower. The one case it does not cover
+// numbers do not follow), after a conflict, a delete or a purge through
+// this store (the id is forgotten). Rows of a known event that another
+// process deletes leave the floor higher than a read would, never lower. The one case it does not cover
 // is an id purged and written again from its first event by another
 // process while this one still knows it: then two processes wrote one id
 // (see journal.Journal's single writer), and a later event of this

@@ -39,11 +39,14 @@ import (
 //     id's previous event is later than the clock moves: one id ahead of
 //     the clock carries no other with it.
 //
-// stampOf is the same arithmetic in Go: the writer learns the timestamps
-// it stored from the clock alone (see knownStamps).
+// The arithmetic runs only for rows whose floor is ahead of their time (a
+// NULL floor is not); the others cost one comparison. stampOf is the same
+// arithmetic in Go: the writer learns the timestamps it stored from the
+// clock alone (see knownStamps).
 func stampSQL(clock, before, total string) string {
 	at := `(` + clock + ` + (` + before + ` + i.n - 1) * interval '1 microsecond')`
-	return at + ` + ((GREATEST(0, (extract(epoch FROM i.floor - ` + at + `) * 1000000)::bigint) + ` + total + ` - 1) / ` + total + ` * ` + total + `) * interval '1 microsecond'`
+	return `CASE WHEN i.floor > ` + at + ` THEN ` + at + ` + (((extract(epoch FROM i.floor - ` + at + `) * 1000000)::bigint + ` + total + ` - 1) / ` + total + ` * ` + total + `) * interval '1 microsecond'
+		ELSE ` + at + ` END`
 }
 
 // tagsSQL is an inserted row's tags column: NULL, or its tags (JSON, see

@@ -13,7 +13,8 @@ import (
 )
 
 // maxKnownStamps bounds how many ids a store remembers the last
-// db_timestamp of (see knownStamps): about 100 bytes each besides the id.
+// db_timestamp of (see knownStamps): some 40 bytes each besides the id's
+// string, which the map keeps.
 // Beyond it, an arbitrary id is forgotten for each new one; a forgotten
 // id's next write reads its previous event's db_timestamp again.
 const maxKnownStamps = 100_000
@@ -26,9 +27,9 @@ const maxKnownStamps = 100_000
 // without reading the journal. Any other write reads the id's latest row
 // below its first event (latestBelow): after a restart, after another
 // writer wrote the id (it wrote the events after the known one, so the
-// numbers do not follow), after a conflict or a delete (the id is
-// forgotten). Rows of a known event that are deleted leave the floor
-// higher than a read would, never lower. The one case it does not cover
+// numbers do not follow), after a conflict, a delete or a purge through
+// this store (the id is forgotten). Rows of a known event that another
+// process deletes leave the floor higher than a read would, never lower. The one case it does not cover
 // is an id purged and written again from its first event by another
 // process while this one still knows it: then two processes wrote one id
 // (see journal.Journal's single writer), and a later event of this
@@ -50,28 +51,32 @@ func newKnownStamps() *knownStamps {
 	return &knownStamps{latest: map[string]knownStamp{}}
 }
 
-// get returns the db_timestamp of persistenceID's event seq, when known.
-func (k *knownStamps) get(persistenceID string, seq int64) (time.Time, bool) {
-	k.mu.Lock()
-	st, ok := k.latest[persistenceID]
-	k.mu.Unlock()
-	if !ok || st.seq != seq {
-		return time.Time{}, false
-	}
-	return time.UnixMicro(st.micros), true
-}
-
-// put records that persistenceID's event seq has db_timestamp ts.
-func (k *knownStamps) put(persistenceID string, seq int64, ts time.Time) {
+// get returns the db_timestamp of each id's event below[k]-1 (ids and
+// below parallel) in prevs[k], where known; found[k] tells which.
+func (k *knownStamps) get(ids []string, below []int64, prevs []time.Time, found []bool) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
-	if _, ok := k.latest[persistenceID]; !ok && len(k.latest) >= maxKnownStamps {
-		for other := range k.latest {
-			delete(k.latest, other)
-			break
+	for n, pid := range ids {
+		if st, ok := k.latest[pid]; ok && st.seq == below[n]-1 {
+			prevs[n], found[n] = time.UnixMicro(st.micros), true
 		}
 	}
-	k.latest[persistenceID] = knownStamp{seq: seq, micros: ts.UnixMicro()}
+}
+
+// put records that each id's event seqs[k] has db_timestamp stamps[k]
+// (parallel slices).
+func (k *knownStamps) put(ids []string, seqs []int64, stamps []time.Time) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	for n, pid := range ids {
+		if _, ok := k.latest[pid]; !ok && len(k.latest) >= maxKnownStamps {
+			for other := range k.latest {
+				delete(k.latest, other)
+				break
+			}
+		}
+		k.latest[pid] = knownStamp{seq: seqs[n], micros: stamps[n].UnixMicro()}
+	}
 }
 
 // forget drops what is known of the ids.
@@ -134,62 +139,42 @@ func stampOf(t0 time.Time, p, total int64, floor time.Time, hasFloor bool) time.
 // not know, which known then records.
 func (j *Journal) floors(ctx context.Context, writes []journal.AtomicWrite, pending []int) ([]pgtype.Timestamptz, error) {
 	s := j.s
-	prevs := make(map[string]time.Time) // the ids' earlier events, where they have one
-	var lookIDs []string
-	var lookBelow []int64
-	last := ""
+	// The ids of the call and the first sequence number of each.
+	var ids []string
+	var firsts []int64
 	rows := 0
-	for _, i := range pending {
+	for k, i := range pending {
 		w := writes[i]
 		rows += len(w.Events)
-		if w.PersistenceID == last {
-			continue
+		if k == 0 || writes[pending[k-1]].PersistenceID != w.PersistenceID {
+			ids, firsts = append(ids, w.PersistenceID), append(firsts, w.Events[0].SequenceNr)
 		}
-		last = w.PersistenceID
-		first := w.Events[0].SequenceNr
-		if first == 1 {
-			continue
-		}
-		if ts, ok := s.known.get(w.PersistenceID, first-1); ok {
-			prevs[w.PersistenceID] = ts
-			continue
-		}
-		lookIDs, lookBelow = append(lookIDs, w.PersistenceID), append(lookBelow, first)
 	}
-	if len(lookIDs) > 0 {
-		s.known.reads.Add(int64(len(lookIDs)))
-		r, err := s.pool.Query(ctx, s.sql.latestBelow, lookIDs, lookBelow)
-		if err != nil {
-			return nil, s.errs.Map(ctx, "write", err, journal.ErrClosed)
+	prevs, found := make([]time.Time, len(ids)), make([]bool, len(ids))
+	s.known.get(ids, firsts, prevs, found)
+	var look []int // the ids to read, as indexes into ids
+	for n := range ids {
+		if !found[n] && firsts[n] > 1 {
+			look = append(look, n)
 		}
-		var idx int
-		var seq int64
-		var ts time.Time
-		for r.Next() {
-			if err := r.Scan(&idx, &seq, &ts); err != nil {
-				r.Close()
-				return nil, s.errs.Map(ctx, "write", err, journal.ErrClosed)
-			}
-			prevs[lookIDs[idx-1]] = ts
-			s.known.put(lookIDs[idx-1], seq, ts)
-		}
-		if err := r.Err(); err != nil {
-			return nil, s.errs.Map(ctx, "write", err, journal.ErrClosed)
+	}
+	if len(look) > 0 {
+		if err := j.readPrevious(ctx, ids, firsts, look, prevs, found); err != nil {
+			return nil, err
 		}
 	}
 	floors := make([]pgtype.Timestamptz, 0, rows)
-	last = ""
+	n := -1
 	var ord int64 // the row's position among its id's rows of the call
-	for _, i := range pending {
+	for k, i := range pending {
 		w := writes[i]
-		if w.PersistenceID != last {
-			last, ord = w.PersistenceID, 0
+		if k == 0 || writes[pending[k-1]].PersistenceID != w.PersistenceID {
+			n, ord = n+1, 0
 		}
-		prev, ok := prevs[w.PersistenceID]
 		for range w.Events {
 			ord++
-			if ok {
-				floors = append(floors, pgtype.Timestamptz{Time: prev.Add(time.Duration(ord) * time.Microsecond), Valid: true})
+			if found[n] {
+				floors = append(floors, pgtype.Timestamptz{Time: prevs[n].Add(time.Duration(ord) * time.Microsecond), Valid: true})
 			} else {
 				floors = append(floors, pgtype.Timestamptz{})
 			}
@@ -198,11 +183,49 @@ func (j *Journal) floors(ctx context.Context, writes []journal.AtomicWrite, pend
 	return floors, nil
 }
 
+// readPrevious reads, for the ids ids[look...], the latest row below
+// their first sequence number in firsts into prevs and found, and records
+// them in known.
+func (j *Journal) readPrevious(ctx context.Context, ids []string, firsts []int64, look []int, prevs []time.Time, found []bool) error {
+	s := j.s
+	s.known.reads.Add(int64(len(look)))
+	lookIDs, lookBelow := make([]string, len(look)), make([]int64, len(look))
+	for k, n := range look {
+		lookIDs[k], lookBelow[k] = ids[n], firsts[n]
+	}
+	r, err := s.pool.Query(ctx, s.sql.latestBelow, lookIDs, lookBelow)
+	if err != nil {
+		return s.errs.Map(ctx, "write", err, journal.ErrClosed)
+	}
+	var readIDs []string
+	var readSeqs []int64
+	var readStamps []time.Time
+	for r.Next() {
+		var idx, seq int64
+		var ts time.Time
+		if err := r.Scan(&idx, &seq, &ts); err != nil {
+			r.Close()
+			return s.errs.Map(ctx, "write", err, journal.ErrClosed)
+		}
+		n := look[idx-1]
+		prevs[n], found[n] = ts, true
+		readIDs, readSeqs, readStamps = append(readIDs, ids[n]), append(readSeqs, seq), append(readStamps, ts)
+	}
+	if err := r.Err(); err != nil {
+		return s.errs.Map(ctx, "write", err, journal.ErrClosed)
+	}
+	s.known.put(readIDs, readSeqs, readStamps)
+	return nil
+}
+
 // learn records the db_timestamp of each id's last event among the
 // committed atomic writes writes[pending...] (their rows in order, rows
 // floors, from 0 in a transaction of total rows stamped at t0).
 func (j *Journal) learn(writes []journal.AtomicWrite, pending []int, floors []pgtype.Timestamptz, t0 time.Time) {
 	total := int64(len(floors))
+	var ids []string
+	var seqs []int64
+	var stamps []time.Time
 	var p int64
 	for k, i := range pending {
 		w := writes[i]
@@ -211,6 +234,7 @@ func (j *Journal) learn(writes []journal.AtomicWrite, pending []int, floors []pg
 			continue
 		}
 		f := floors[p-1]
-		j.s.known.put(w.PersistenceID, w.Events[len(w.Events)-1].SequenceNr, stampOf(t0, p-1, total, f.Time, f.Valid))
+		ids, seqs, stamps = append(ids, w.PersistenceID), append(seqs, w.Events[len(w.Events)-1].SequenceNr), append(stamps, stampOf(t0, p-1, total, f.Time, f.Valid))
 	}
+	j.s.known.put(ids, seqs, stamps)
 }

@@ -27,6 +27,11 @@ type bulk struct {
 	headAt map[eventual.Key]int
 }
 
+// bulkRows is how many event rows one statement inserts: pgx encodes a
+// statement's arguments into a buffer it grows from a few bytes each time,
+// so a poll's rows go in statements of a few hundred kilobytes.
+const bulkRows = 1000
+
 // recordKey is the journal table's primary key.
 type recordKey struct {
 	id, topic      string
@@ -119,11 +124,15 @@ func (b *bulk) addHead(w headWrite) {
 
 // flush queues the held writes into q, rows before heads, and empties b.
 func (b *bulk) flush(q *pgx.Batch, st statements) {
-	if c := &b.rows; len(c.id) > 0 {
+	c := &b.rows
+	for from := 0; from < len(c.id); from += bulkRows {
+		to := min(from+bulkRows, len(c.id))
 		// FlatArray: pgx encodes the slices it does not know without
 		// reflection.
-		q.Queue(st.insertRecords, c.id, c.topic, c.segment, c.seqNr, c.partition, c.offset, c.timestamp, flat(c.origin), flat(c.version),
-			flat(c.recordID), flat(c.tags), flat(c.payloadType), flat(c.payloadTxt), flat(c.payloadBin), c.metadata, flat(c.headers))
+		q.Queue(st.insertRecords, c.id[from:to], c.topic[from:to], c.segment[from:to], c.seqNr[from:to], c.partition[from:to],
+			c.offset[from:to], c.timestamp[from:to], flat(c.origin[from:to]), flat(c.version[from:to]), flat(c.recordID[from:to]),
+			flat(c.tags[from:to]), flat(c.payloadType[from:to]), flat(c.payloadTxt[from:to]), flat(c.payloadBin[from:to]),
+			c.metadata[from:to], flat(c.headers[from:to]))
 	}
 	var ins, upd headColumns
 	for _, w := range b.heads {

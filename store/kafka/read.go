@@ -124,10 +124,11 @@ func (j *Journal) readKey(ctx context.Context, key eventual.Key, values bool) (v
 		return view{}, err
 	}
 	if early == nil || s.partition != partition {
-		s = j.readStored(ctx, key, partition)
-		if early == nil {
-			_, _ = j.meta(ctx, key.Topic) // the partitions, for the next read's partitionOf
+		if early != nil {
+			j.forgetMeta(key.Topic) // partitions were added: the next read asks again
 		}
+		s = j.readStored(ctx, key, partition)
+		_, _ = j.meta(ctx, key.Topic) // the partitions, for the next read's partitionOf
 	}
 	if s.err != nil {
 		return view{}, s.err

@@ -31,7 +31,7 @@ func (j *Journal) PurgeExpired(ctx context.Context, now time.Time) ([]string, er
 	day := time.Date(now.UTC().Year(), now.UTC().Month(), now.UTC().Day(), 0, 0, 0, 0, time.UTC)
 	var purged []string
 	for _, k := range expired {
-		v, err := j.readKey(ctx, k)
+		v, err := j.readKey(ctx, k, false)
 		if err != nil {
 			return purged, err
 		}

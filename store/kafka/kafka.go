@@ -32,9 +32,10 @@
 //
 // # Reads
 //
-// Replay, HighestSequenceNr and DeleteTo produce a Mark for the id, then
+// Replay, HighestSequenceNr and DeleteTo produce a Mark for the id, and
 // read the partition's pointer and the id's head in the eventual store
-// (in that order: the replicator moves the pointer after the heads); when
+// (in that order: the replicator moves the pointer after the heads) while
+// the Mark is produced, once the journal knows the topic's partitions; when
 // the store has applied everything up to the Mark (its pointer, or the
 // id's own last offset, has reached it) Kafka is not read. Otherwise the
 // id's actions from there to the Mark are folded in, its deletes and
@@ -50,7 +51,8 @@
 // that of its own id's actions, however far behind the replicator is. A
 // read the cache cannot serve (a head longer than the cache holds, a
 // cache that stopped moving for 2 s, WithHeadCache(0)) reads the
-// partition itself, at most four such reads at once. A read whose
+// partition itself, with Fetch requests of the journal's own client to
+// the partition's leader, at most four such reads at once. A read whose
 // context has no deadline is bounded by WithReadTimeout (default
 // DefaultReadTimeout), and so is every record the journal produces.
 //
@@ -187,6 +189,9 @@ type Journal struct {
 
 	headReads atomic.Int64  // reads of a partition's head (not from the cache)
 	readers   chan struct{} // a slot per partition read in progress (headReaders)
+	metas     fetchMetas    // topic ids and leaders, for reads of partitions (fetch.go)
+	// decompressor decompresses the batches of reads of partitions.
+	decompressor kgo.Decompressor
 
 	mu    sync.Mutex
 	known map[string]int64 // highest sequence number per id, as written or read here
@@ -240,7 +245,8 @@ func Open(ctx context.Context, brokers []string, tables eventual.Tables, opts ..
 		}
 		return nil, fmt.Errorf("kafka journal: no broker at %v answers: %w", brokers, err)
 	}
-	j := &Journal{cfg: cfg, brokers: brokers, tables: tables, cl: cl, known: map[string]int64{}, readers: make(chan struct{}, headReaders)}
+	j := &Journal{cfg: cfg, brokers: brokers, tables: tables, cl: cl, known: map[string]int64{}, readers: make(chan struct{}, headReaders),
+		decompressor: kgo.DefaultDecompressor()}
 	j.errs = journal.StoreErrors{Store: "kafka journal", Closed: j.closed.Load}
 	if cfg.cacheSize > 0 {
 		j.cache = newHeadCache(j, cfg.cacheSize, cfg.cacheBytes)

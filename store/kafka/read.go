@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"errors"
 	"fmt"
 	"iter"
 	"time"
@@ -31,50 +30,114 @@ type view struct {
 	partition   int32
 	mark        int64
 	appendsFrom int64
+	// held, when holding, are the head's appends after its last purge,
+	// values decoded, as the read of the partition found them: the
+	// replay streams them without reading the partition again.
+	held    []eventual.ActionRecord
+	holding bool
 }
+
+// heldBytes bounds the payload bytes of the appends one read of a
+// partition keeps for its replay (view.held); a longer head is read again
+// while it is streamed, so memory stays bounded.
+const heldBytes = 1 << 20
 
 // read returns the view of pid: a Mark, the partition's pointer and the
 // id's head in the eventual store, then, unless the store has applied
 // everything before the Mark, the headers of the partition's records from
-// there to the Mark (from the head cache when it holds them).
-func (j *Journal) read(ctx context.Context, pid string) (view, error) {
+// there to the Mark (from the head cache when it holds them). With values,
+// a read of the partition keeps the appends' values too, up to heldBytes,
+// for the replay that follows.
+func (j *Journal) read(ctx context.Context, pid string, values bool) (view, error) {
 	key, err := j.key(pid)
 	if err != nil {
 		return view{}, err
 	}
-	return j.readKey(ctx, key)
+	return j.readKey(ctx, key, values)
 }
 
-// readKey is read of a key, whatever topic it is on.
-func (j *Journal) readKey(ctx context.Context, key eventual.Key) (view, error) {
-	pid := key.ID
+// stored is what a read finds in the eventual store: the pointer of the
+// partition, then the head of the key.
+type stored struct {
+	partition int32
+	pointer   int64
+	ok        bool
+	head      eventual.Head
+	has       bool
+	err       error
+}
+
+// readStored reads the pointer of a partition, then key's head. The
+// pointer before the head: the replicator moves the pointer after the
+// heads, so every action of the key up to the pointer is in the head read
+// after it. (Read the other way round, an append applied in between would
+// be in neither the head nor the range read from Kafka.)
+func (j *Journal) readStored(ctx context.Context, key eventual.Key, partition int32) (s stored) {
+	s.partition = partition
+	if s.pointer, s.ok, s.err = j.tables.Pointer(ctx, key.Topic, partition); s.err != nil {
+		s.err = j.errs.Map(ctx, fmt.Sprintf("reading the pointer of %s/%d", key.Topic, partition), s.err, journal.ErrClosed)
+		return s
+	}
+	if s.head, s.has, s.err = j.tables.Head(ctx, key); s.err != nil {
+		s.err = j.errs.Map(ctx, fmt.Sprintf("reading the head of %q", key.ID), s.err, journal.ErrClosed)
+	}
+	return s
+}
+
+// partitionOf returns the partition the producer sends key's records to,
+// when the journal knows its topic's partitions (from an earlier read).
+func (j *Journal) partitionOf(key eventual.Key) (int32, bool) {
+	j.metas.mu.Lock()
+	m, ok := j.metas.m[key.Topic]
+	j.metas.mu.Unlock()
+	if !ok || len(m.leaders) == 0 {
+		return 0, false
+	}
+	return Partition(key.ID, len(m.leaders)), true
+}
+
+// readKey is read of a key, whatever topic it is on. The eventual store
+// is read while the Mark is produced when the key's partition is known
+// (it is read again after the Mark if the Mark went elsewhere): an
+// acknowledged write precedes the Mark, and an older pointer only widens
+// the range read from Kafka.
+func (j *Journal) readKey(ctx context.Context, key eventual.Key, values bool) (view, error) {
 	if j.closed.Load() {
 		return view{}, journal.ErrClosed
 	}
 	ctx, cancel := j.bounded(ctx)
 	defer cancel()
 	v := view{key: key, appendsFrom: -1}
+	var early chan stored
+	if p, ok := j.partitionOf(key); ok {
+		early = make(chan stored, 1)
+		go func() { early <- j.readStored(ctx, key, p) }()
+	}
 	var idBytes [16]byte
 	_, _ = rand.Read(idBytes[:])
 	partition, mark, err := j.produce(ctx, key, wire.Header{Kind: wire.Mark, ID: hex.EncodeToString(idBytes[:])})
+	var s stored
+	if early != nil {
+		s = <-early
+	}
 	if err != nil {
 		return view{}, err
 	}
-	// The pointer before the head: the replicator moves the pointer after
-	// the heads, so every action of the key up to the pointer is in the
-	// head read after it. (Read the other way round, an append applied in
-	// between would be in neither the head nor the range read from Kafka.)
-	pointer, ok, err := j.tables.Pointer(ctx, key.Topic, partition)
-	if err != nil {
-		return view{}, j.errs.Map(ctx, fmt.Sprintf("reading the pointer of %s/%d", key.Topic, partition), err, journal.ErrClosed)
+	if early == nil || s.partition != partition {
+		if early != nil {
+			j.forgetMeta(key.Topic) // partitions were added: the next read asks again
+		}
+		s = j.readStored(ctx, key, partition)
+		_, _ = j.meta(ctx, key.Topic) // the partitions, for the next read's partitionOf
 	}
-	if v.head, v.has, err = j.tables.Head(ctx, key); err != nil {
-		return view{}, j.errs.Map(ctx, fmt.Sprintf("reading the head of %q", pid), err, journal.ErrClosed)
+	if s.err != nil {
+		return view{}, s.err
 	}
+	v.head, v.has = s.head, s.has
 	v.seqNr, v.deleteTo = v.head.SeqNr, v.head.DeleteTo
 	from := int64(-1) // the start of the partition
-	if ok {
-		from = pointer + 1
+	if s.ok {
+		from = s.pointer + 1
 	}
 	if v.has && v.head.Partition == partition {
 		from = max(from, v.head.Offset+1)
@@ -85,15 +148,35 @@ func (j *Journal) readKey(ctx context.Context, key eventual.Key) (view, error) {
 	}
 	if t := j.cachedTopic(ctx, key.Topic); t != nil {
 		p := int64(-1)
-		if ok {
-			p = pointer
+		if s.ok {
+			p = s.pointer
 		}
 		if t.fold(ctx, partition, key.ID, from, mark, p, v.fold) {
 			return v, nil
 		}
 	}
-	err = j.readHead(ctx, key, partition, from, mark, false, func(a eventual.ActionRecord) bool {
+	v.holding = values
+	held := 0
+	err = j.readHead(ctx, key, partition, from, mark, values, func(a eventual.ActionRecord) bool {
 		v.fold(a)
+		if !v.holding {
+			return true
+		}
+		switch a.Action.Header.Kind {
+		case wire.Append:
+			for _, e := range a.Action.Events.Events {
+				if e.Payload != nil {
+					held += len(e.Payload.Data)
+				}
+			}
+			if held > heldBytes {
+				v.held, v.holding = nil, false
+			} else {
+				v.held = append(v.held, a)
+			}
+		case wire.Purge:
+			v.held, held = v.held[:0], 0
+		}
 		return true
 	})
 	if err != nil {
@@ -129,7 +212,7 @@ func (j *Journal) HighestSequenceNr(ctx context.Context, persistenceID string, f
 	if err := journal.CheckID("highest sequence number", persistenceID, from); err != nil {
 		return 0, err
 	}
-	v, err := j.read(ctx, persistenceID)
+	v, err := j.read(ctx, persistenceID, false)
 	if err != nil {
 		return 0, err
 	}
@@ -138,9 +221,11 @@ func (j *Journal) HighestSequenceNr(ctx context.Context, persistenceID string, f
 }
 
 // Replay implements journal.Journal: the eventual store's events, then
-// the head's later ones, with every delete and purge applied. The head is
-// read twice: its headers first (for the deletes and purges), then, while
-// streaming, its appends; memory stays bounded whatever its length.
+// the head's later ones, with every delete and purge applied. A head read
+// from the partition is read once when its appends' payloads fit
+// heldBytes; a longer one twice: its actions first (for the deletes and
+// purges), then, while streaming, its appends; memory stays bounded
+// whatever its length.
 func (j *Journal) Replay(ctx context.Context, persistenceID string, from, to, maxEvents int64) iter.Seq2[journal.Repr, error] {
 	return func(yield func(journal.Repr, error) bool) {
 		if err := journal.CheckReplay(persistenceID, from, to, maxEvents); err != nil {
@@ -150,7 +235,7 @@ func (j *Journal) Replay(ctx context.Context, persistenceID string, from, to, ma
 		if from > to || maxEvents == 0 {
 			return
 		}
-		v, err := j.read(ctx, persistenceID)
+		v, err := j.read(ctx, persistenceID, true)
 		if err != nil {
 			yield(journal.Repr{}, err)
 			return
@@ -219,7 +304,7 @@ func (j *Journal) stream(ctx context.Context, v view, persistenceID string, from
 		}
 		if v.appendsFrom >= 0 && last < min(to, v.seqNr) {
 			stopped := false
-			err := j.readAppends(ctx, v.key, v.partition, v.appendsFrom, v.mark, func(a eventual.ActionRecord) bool {
+			each := func(a eventual.ActionRecord) bool {
 				h := a.Action.Header
 				if h.Kind != wire.Append || h.To <= last || h.To < start {
 					return true
@@ -236,7 +321,17 @@ func (j *Journal) stream(ctx context.Context, v view, persistenceID string, from
 					}
 				}
 				return last < to
-			})
+			}
+			var err error
+			if v.holding {
+				for _, a := range v.held {
+					if !each(a) {
+						break
+					}
+				}
+			} else {
+				err = j.readAppends(ctx, v.key, v.partition, v.appendsFrom, v.mark, each)
+			}
 			if stopped {
 				return
 			}
@@ -307,7 +402,8 @@ const headReaders = 4
 // readHead calls f with pid's actions in a partition from offset from
 // (-1: the partition's start) to before until, in order, decoding Append
 // values only when values is true, until f returns false. It reads the
-// partition (a consumer of its own), at most headReaders at once.
+// partition (Fetch requests of the journal's client, fetch), at most
+// headReaders at once.
 func (j *Journal) readHead(ctx context.Context, key eventual.Key, partition int32, from, until int64, values bool, f func(eventual.ActionRecord) bool) error {
 	select {
 	case j.readers <- struct{}{}:
@@ -316,57 +412,33 @@ func (j *Journal) readHead(ctx context.Context, key eventual.Key, partition int3
 		return fmt.Errorf("kafka journal: waiting to read %s/%d: %w", key.Topic, partition, ctx.Err())
 	}
 	j.headReads.Add(1)
-	start := kgo.NewOffset().AtStart()
-	if from >= 0 {
-		start = kgo.NewOffset().At(from)
-	}
-	cl, err := j.reader(key.Topic, partition, start)
-	if err != nil {
-		return err
-	}
-	defer cl.Close()
 	seen := from - 1
-	for {
-		fs := cl.PollFetches(ctx)
-		if err := ctx.Err(); err != nil {
-			return err
+	var derr error // a record that does not decode
+	err := j.fetch(ctx, key.Topic, partition, from, func(r *kgo.Record) bool {
+		if r.Offset <= seen {
+			return true
 		}
-		var ferr error
-		fs.EachError(func(t string, p int32, err error) {
-			if t == key.Topic && p == partition && !errors.Is(err, context.Canceled) {
-				ferr = errors.Join(ferr, err)
-			}
-		})
-		if ferr != nil {
-			return fmt.Errorf("kafka journal: reading %s/%d from offset %d: %w", key.Topic, partition, from, ferr)
+		seen = r.Offset
+		if r.Offset >= until {
+			return false
 		}
-		done := false
-		fs.EachRecord(func(r *kgo.Record) {
-			if done || r.Topic != key.Topic || r.Partition != partition || r.Offset <= seen {
-				return
-			}
-			seen = r.Offset
-			if r.Offset >= until {
-				done = true
-				return
-			}
-			if string(r.Key) != key.ID {
-				return
-			}
-			a, ok, derr := decode(r, values)
-			if derr != nil {
-				err = derr
-				done = true
-				return
-			}
-			if ok && !f(a) {
-				done = true
-			}
-		})
-		if err != nil || done {
-			return err
+		if string(r.Key) != key.ID {
+			return true
 		}
+		a, ok, err := decode(r, values)
+		if err != nil {
+			derr = err
+			return false
+		}
+		return !ok || f(a)
+	})
+	if derr != nil {
+		return derr
 	}
+	if err != nil {
+		return fmt.Errorf("kafka journal: reading %s/%d from offset %d: %w", key.Topic, partition, from, err)
+	}
+	return nil
 }
 
 // decode reads a record of the head: with values, the whole action;

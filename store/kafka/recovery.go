@@ -47,7 +47,7 @@ func (j *Journal) ReadRecovery(ctx context.Context, req recovery.Request) (recov
 			res.Snapshot, res.HasSnapshot, snapErr = j.cfg.snapshots.Load(ctx, req.PersistenceID, *req.Snapshot)
 		}
 	}()
-	v, err := j.read(ctx, req.PersistenceID)
+	v, err := j.read(ctx, req.PersistenceID, true)
 	<-loaded
 	if err != nil {
 		return recovery.Result{}, err

@@ -1,6 +1,10 @@
 package eventual
 
-import "github.com/annals-go/annals/store/kafka/wire"
+import (
+	"slices"
+
+	"github.com/annals-go/annals/store/kafka/wire"
+)
 
 // BatchKind is what a Batch does to a journal.
 type BatchKind int
@@ -79,17 +83,18 @@ func Batches(records []ActionRecord) []Batch {
 		case wire.Append:
 			switch {
 			case n == nil || n.Kind == DeleteBatch:
-				out = append(out, Batch{Kind: Appends, Offset: r.Offset, Records: []ActionRecord{r}})
+				out = append(out, Batch{Kind: Appends, Offset: r.Offset, Records: append(make([]ActionRecord, 0, min(i+1, 256)), r)}) // at most the i+1 records left
 			case n.Kind == PurgeBatch:
 			case n.Kind == Appends:
 				if d := oldestDelete(); d == nil || d.DeleteTo < h.To {
-					n.Records = append([]ActionRecord{r}, n.Records...)
+					n.Records = append(n.Records, r) // reversed below
 				}
 			}
 		}
 	}
-	for i, j := 0, len(out)-1; i < j; i, j = i+1, j-1 {
-		out[i], out[j] = out[j], out[i]
+	slices.Reverse(out)
+	for _, b := range out {
+		slices.Reverse(b.Records) // gathered last first
 	}
 	return out
 }

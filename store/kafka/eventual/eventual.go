@@ -211,9 +211,11 @@ type Tables interface {
 	Expired(ctx context.Context, on time.Time) iter.Seq2[Key, error]
 }
 
-// TxTables is a Tables that can run a poll's work in one transaction:
-// Replicate then applies the poll's keys one after another inside it, and
-// moves the pointer in the same transaction.
+// TxTables is a Tables that can run a poll's work in transactions:
+// Replicate then applies the poll's keys one after another inside one,
+// and moves the pointer in the same transaction; or, for a large poll,
+// splits its keys among TxShards transactions run at once (InTx is called
+// concurrently) and moves the pointer after they all commit.
 type TxTables interface {
 	Tables
 	// InTx calls f with Tables whose reads and writes belong to one

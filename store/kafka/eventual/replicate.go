@@ -2,6 +2,7 @@ package eventual
 
 import (
 	"context"
+	"sync"
 	"time"
 
 	"golang.org/x/sync/errgroup"
@@ -12,12 +13,28 @@ import (
 // KeyConcurrency is how many journals Replicate applies at once.
 const KeyConcurrency = 16
 
+// TxShards is how many transactions Replicate runs at once on a
+// TxTables, for a poll of at least ShardRecords records: each holds the
+// writes of a share of the poll's keys, and the pointer moves after all
+// of them commit, in a transaction of its own. Smaller polls are one
+// transaction with the pointer.
+const TxShards = 4
+
+// ShardRecords is the smallest poll Replicate splits into TxShards
+// transactions.
+const ShardRecords = 2048
+
+// decodeChunk is how many records one goroutine of Replicate decodes.
+const decodeChunk = 1024
+
 // Replicate applies records, consecutive records of one partition of a
 // topic in offset order, to the tables, then moves the partition's
 // pointer to the last record's offset. Each key's actions are folded
 // ([Batches]) and applied ([Apply]) in order; different keys concurrently,
 // or, when t is a TxTables, one after another in one transaction with the
-// pointer.
+// pointer; a poll of ShardRecords records or more is split by key into
+// TxShards transactions run at once, and the pointer moves after they all
+// commit. The records are decoded a chunk per goroutine.
 //
 // Records without a key or an action header, and actions this version
 // does not know, are skipped. A record that cannot be decoded is never
@@ -26,21 +43,17 @@ const KeyConcurrency = 16
 // partition and offset (wrapping wire.ErrMalformed). On any other error the
 // pointer is not moved; applying the same records again is safe.
 func Replicate(ctx context.Context, t Tables, records []wire.Record, now time.Time) error {
+	decoded, bad := decodeAll(records)
 	var (
 		keys   []string
 		byKey  = map[string][]ActionRecord{}
-		bad    error
-		usable = records
+		usable = records[:len(decoded)]
 	)
-	for i, r := range records {
-		a, ok, err := wire.DecodeRecord(r)
-		if err != nil {
-			bad, usable = err, records[:i]
-			break
-		}
-		if !ok {
+	for i, d := range decoded {
+		if !d.ok {
 			continue
 		}
+		a, r := d.action, records[i]
 		if _, seen := byKey[a.ID]; !seen {
 			keys = append(keys, a.ID)
 		}
@@ -51,20 +64,38 @@ func Replicate(ctx context.Context, t Tables, records []wire.Record, now time.Ti
 		return bad
 	}
 	last := usable[len(usable)-1]
-	if tt, ok := t.(TxTables); ok {
-		ks := make([]Key, len(keys))
-		for i, id := range keys {
-			ks[i] = Key{ID: id, Topic: last.Topic}
+	apply := func(ctx context.Context, t Tables, ids []string) error {
+		for _, id := range ids {
+			if err := Apply(ctx, t, Key{ID: id, Topic: last.Topic}, last.Partition, Batches(byKey[id]), now); err != nil {
+				return err
+			}
 		}
-		err := tt.InTx(ctx, ks, func(tx Tables) error {
-			for _, id := range keys {
-				if err := Apply(ctx, tx, Key{ID: id, Topic: last.Topic}, last.Partition, Batches(byKey[id]), now); err != nil {
+		return nil
+	}
+	if tt, ok := t.(TxTables); ok {
+		if len(usable) < ShardRecords || len(keys) < TxShards {
+			err := tt.InTx(ctx, keysOf(last.Topic, keys), func(tx Tables) error {
+				if err := apply(ctx, tx, keys); err != nil {
 					return err
 				}
+				return tx.SavePointer(ctx, last.Topic, last.Partition, last.Offset, now)
+			})
+			if err != nil {
+				return err
 			}
-			return tx.SavePointer(ctx, last.Topic, last.Partition, last.Offset, now)
-		})
-		if err != nil {
+			return bad
+		}
+		g, gctx := errgroup.WithContext(ctx)
+		for i := range TxShards {
+			ids := keys[i*len(keys)/TxShards : (i+1)*len(keys)/TxShards]
+			g.Go(func() error {
+				return tt.InTx(gctx, keysOf(last.Topic, ids), func(tx Tables) error { return apply(gctx, tx, ids) })
+			})
+		}
+		if err := g.Wait(); err != nil {
+			return err
+		}
+		if err := t.SavePointer(ctx, last.Topic, last.Partition, last.Offset, now); err != nil {
 			return err
 		}
 		return bad
@@ -83,6 +114,49 @@ func Replicate(ctx context.Context, t Tables, records []wire.Record, now time.Ti
 		return err
 	}
 	return bad
+}
+
+// keysOf returns the keys of ids on topic.
+func keysOf(topic string, ids []string) []Key {
+	ks := make([]Key, len(ids))
+	for i, id := range ids {
+		ks[i] = Key{ID: id, Topic: topic}
+	}
+	return ks
+}
+
+// decoded is a record's action; ok is false for a record that holds none.
+type decoded struct {
+	action wire.Action
+	ok     bool
+}
+
+// decodeAll decodes records, a chunk per goroutine, up to the first that
+// cannot be decoded: out holds the records before it, bad its error.
+func decodeAll(records []wire.Record) (out []decoded, bad error) {
+	out = make([]decoded, len(records))
+	errs := make([]error, len(records))
+	var wg sync.WaitGroup
+	for from := 0; from < len(records); from += decodeChunk {
+		chunk := records[from:min(from+decodeChunk, len(records))]
+		wg.Go(func() {
+			for i, r := range chunk {
+				a, ok, err := wire.DecodeRecord(r)
+				if err != nil {
+					errs[from+i] = err
+					return // the records after it are not applied
+				}
+				out[from+i] = decoded{a, ok}
+			}
+		})
+	}
+	wg.Wait()
+	for i, err := range errs {
+		if err != nil {
+			return out[:i], err
+		}
+	}
+	return out, nil
 }
 
 // UserHeaders returns a record's headers other than the action, as text

@@ -21,6 +21,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+
+	jsonv2 "github.com/go-json-experiment/json"
+	jsonv1 "github.com/go-json-experiment/json/v1"
 )
 
 // ErrMalformed reports bytes that are not a record of the Scala Kafka
@@ -168,9 +171,64 @@ func Indent(compact []byte) ([]byte, error) {
 
 // DecodeHeader reads a `journal.action` header. ok is false for an object
 // whose single key is not a known action (the record is then ignored).
+//
+// A header as the Scala library and Annals write it (one known action,
+// known fields, names in their case) is decoded in one pass; anything else
+// goes through encoding/json's rules (decodeHeader), which decide what is
+// malformed.
 func DecodeHeader(b []byte) (h Header, ok bool, err error) {
+	var one struct {
+		Append *appendJSON `json:"append"`
+		Delete *deleteJSON `json:"delete"`
+		Purge  *purgeJSON  `json:"purge"`
+		Mark   *markJSON   `json:"mark"`
+	}
+	if jsonv2.Unmarshal(b, &one, jsonv2.RejectUnknownMembers(true)) == nil {
+		n := 0
+		for _, set := range []bool{one.Append != nil, one.Delete != nil, one.Purge != nil, one.Mark != nil} {
+			if set {
+				n++
+			}
+		}
+		if n == 1 {
+			switch {
+			case one.Append != nil:
+				h, err = appendHeader(*one.Append)
+			case one.Delete != nil:
+				d := one.Delete
+				h = Header{Kind: Delete, To: d.To, Origin: d.Origin, Version: d.Version}
+			case one.Purge != nil:
+				h = Header{Kind: Purge, Origin: one.Purge.Origin, Version: one.Purge.Version}
+			default:
+				m := one.Mark
+				h = Header{Kind: Mark, ID: m.ID, Origin: m.Origin, Version: m.Version}
+			}
+			return h, err == nil, err
+		}
+	}
+	return decodeHeader(b)
+}
+
+// appendHeader checks an append's header.
+func appendHeader(a appendJSON) (Header, error) {
+	if a.PayloadType != Binary && a.PayloadType != JSON {
+		return Header{}, fmt.Errorf("%w: append header with payload type %q", ErrMalformed, a.PayloadType)
+	}
+	if a.Range.From < 1 || a.Range.To < a.Range.From {
+		return Header{}, fmt.Errorf("%w: append header with range %d..%d", ErrMalformed, a.Range.From, a.Range.To)
+	}
+	h := Header{Kind: Append, From: a.Range.From, To: a.Range.To, PayloadType: a.PayloadType, Origin: a.Origin, Version: a.Version}
+	if a.Metadata != nil && len(a.Metadata.Data) > 0 && !bytes.Equal(a.Metadata.Data, []byte("null")) {
+		h.Metadata = compact(a.Metadata.Data)
+	}
+	return h, nil
+}
+
+// decodeHeader is DecodeHeader by encoding/json's rules (names matched
+// in any case, the last of a name given twice, unknown fields ignored).
+func decodeHeader(b []byte) (h Header, ok bool, err error) {
 	var top map[string]json.RawMessage
-	if err := json.Unmarshal(b, &top); err != nil {
+	if err := jsonv1.Unmarshal(b, &top); err != nil {
 		return Header{}, false, fmt.Errorf("%w: header: %w", ErrMalformed, err)
 	}
 	if len(top) != 1 {
@@ -178,8 +236,7 @@ func DecodeHeader(b []byte) (h Header, ok bool, err error) {
 	}
 	for key, raw := range top {
 		strict := func(v any) error {
-			dec := json.NewDecoder(bytes.NewReader(raw))
-			if err := dec.Decode(v); err != nil {
+			if err := jsonv1.Unmarshal(raw, v); err != nil {
 				return fmt.Errorf("%w: %s header: %w", ErrMalformed, key, err)
 			}
 			return nil
@@ -190,15 +247,8 @@ func DecodeHeader(b []byte) (h Header, ok bool, err error) {
 			if err := strict(&a); err != nil {
 				return Header{}, false, err
 			}
-			if a.PayloadType != Binary && a.PayloadType != JSON {
-				return Header{}, false, fmt.Errorf("%w: append header with payload type %q", ErrMalformed, a.PayloadType)
-			}
-			if a.Range.From < 1 || a.Range.To < a.Range.From {
-				return Header{}, false, fmt.Errorf("%w: append header with range %d..%d", ErrMalformed, a.Range.From, a.Range.To)
-			}
-			h = Header{Kind: Append, From: a.Range.From, To: a.Range.To, PayloadType: a.PayloadType, Origin: a.Origin, Version: a.Version}
-			if a.Metadata != nil && len(a.Metadata.Data) > 0 && !bytes.Equal(a.Metadata.Data, []byte("null")) {
-				h.Metadata = compact(a.Metadata.Data)
+			if h, err = appendHeader(a); err != nil {
+				return Header{}, false, err
 			}
 		case "delete":
 			var d deleteJSON

@@ -41,6 +41,9 @@ type Store struct {
 	// batch at the end; heads holds the heads read ahead (nil: none).
 	queue *pgx.Batch
 	heads map[eventual.Key]*eventual.Head
+	// bulk, within InTx, holds the event rows and head writes sent as
+	// multi-row statements (bulk.go).
+	bulk *bulk
 }
 
 // querier is what the store runs statements on: *pgxpool.Pool or pgx.Tx.
@@ -55,6 +58,7 @@ type statements struct {
 	head, heads, insertHead, updateHead, deleteHead string
 	insertRecord, deleteRecords, deleteTo           string
 	records, pointer, savePointer                   string
+	insertRecords, insertHeads, updateHeads         string // multi-row (bulk.go)
 }
 
 var schemaName = regexp.MustCompile(`^[a-z_][a-z0-9_]{0,62}$`)
@@ -116,6 +120,7 @@ func New(ctx context.Context, pool *pgxpool.Pool, schema string, create bool) (*
 		savePointer: `INSERT INTO ` + k + `.pointer2 (topic, partition, "offset", created, updated) VALUES ($1, $2, $3, $4, $4)
 			ON CONFLICT (topic, partition) DO UPDATE SET "offset" = EXCLUDED."offset", updated = EXCLUDED.updated`,
 	}
+	s.q.insertRecords, s.q.insertHeads, s.q.updateHeads = bulkStatements(k)
 	if create {
 		for _, stmt := range Schema(schema) {
 			if _, err := pool.Exec(ctx, stmt); err != nil {
@@ -221,6 +226,10 @@ func text(s string) any {
 
 // InsertHead implements eventual.Tables.
 func (s *Store) InsertHead(ctx context.Context, key eventual.Key, h eventual.Head, now time.Time, origin string) error {
+	if s.bulk != nil {
+		s.bulk.addHead(headWrite{insert: true, key: key, head: h, now: now, origin: origin})
+		return nil
+	}
 	after, on := expiry(h)
 	return s.exec(ctx, s.q.insertHead, key.Topic, key.ID, h.MetaSegment, h.Partition, h.Offset, h.SegmentSize, h.SeqNr,
 		nullable(h.DeleteTo), now.UTC(), after, on, uuid(h.RecordID), text(origin))
@@ -228,12 +237,19 @@ func (s *Store) InsertHead(ctx context.Context, key eventual.Key, h eventual.Hea
 
 // UpdateHead implements eventual.Tables.
 func (s *Store) UpdateHead(ctx context.Context, key eventual.Key, h eventual.Head, now time.Time) error {
+	if s.bulk != nil {
+		s.bulk.addHead(headWrite{key: key, head: h, now: now})
+		return nil
+	}
 	after, on := expiry(h)
 	return s.exec(ctx, s.q.updateHead, key.Topic, key.ID, h.Partition, h.Offset, h.SeqNr, nullable(h.DeleteTo), now.UTC(), after, on)
 }
 
 // DeleteHead implements eventual.Tables.
 func (s *Store) DeleteHead(ctx context.Context, key eventual.Key) error {
+	if s.bulk != nil {
+		s.bulk.flush(s.queue, s.q)
+	}
 	return s.exec(ctx, s.q.deleteHead, key.Topic, key.ID)
 }
 
@@ -242,6 +258,18 @@ func (s *Store) DeleteHead(ctx context.Context, key eventual.Key) error {
 // applied again whole (the head, written after, still has the old
 // offset), so it needs no transaction.
 func (s *Store) InsertRecords(ctx context.Context, key eventual.Key, segment int64, recordID [16]byte, records []eventual.Record) error {
+	if s.bulk != nil {
+		for _, r := range records {
+			row, err := r.Row()
+			if err != nil {
+				return err
+			}
+			if err := s.bulk.addRecord(key, segment, recordID, r, row); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
 	b := s.queue
 	if b == nil {
 		b = &pgx.Batch{}
@@ -262,6 +290,9 @@ func (s *Store) InsertRecords(ctx context.Context, key eventual.Key, segment int
 
 // DeleteRecords implements eventual.Tables.
 func (s *Store) DeleteRecords(ctx context.Context, key eventual.Key, segment int64, to int64) error {
+	if s.bulk != nil {
+		s.bulk.flush(s.queue, s.q)
+	}
 	if to < 0 {
 		return s.exec(ctx, s.q.deleteRecords, key.ID, key.Topic, segment)
 	}
@@ -385,13 +416,16 @@ func (s *Store) Expired(ctx context.Context, on time.Time) iter.Seq2[eventual.Ke
 
 // InTx implements eventual.TxTables: the heads of keys are read in one
 // query, f's writes are queued and sent in one pipelined batch when it
-// returns, and all of it is one transaction: one round trip for the reads,
-// one for the writes and one WAL flush for a whole poll, the pointer
-// committed with the rows it covers. Within f, a key's head is read once,
-// before its writes (as eventual.Apply does).
+// returns (the event rows and head writes as multi-row statements, see
+// bulk), and all of it is one transaction: one round trip for the reads,
+// one for the writes and one WAL flush for a poll (or a share of one),
+// the pointer committed with the rows it covers when f moves it. Within
+// f, a key's head is read once, before its writes (as eventual.Apply
+// does). Calls may run concurrently, each on a connection of the pool.
 func (s *Store) InTx(ctx context.Context, keys []eventual.Key, f func(eventual.Tables) error) error {
 	return pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		ts := &Store{pool: s.pool, db: tx, schema: s.schema, q: s.q, queue: &pgx.Batch{}, heads: make(map[eventual.Key]*eventual.Head, len(keys))}
+		ts := &Store{pool: s.pool, db: tx, schema: s.schema, q: s.q, queue: &pgx.Batch{}, heads: make(map[eventual.Key]*eventual.Head, len(keys)),
+			bulk: newBulk()}
 		if len(keys) > 0 {
 			topics, ids := make([]string, len(keys)), make([]string, len(keys))
 			for i, k := range keys {
@@ -419,6 +453,7 @@ func (s *Store) InTx(ctx context.Context, keys []eventual.Key, f func(eventual.T
 		if err := f(ts); err != nil {
 			return err
 		}
+		ts.bulk.flush(ts.queue, s.q)
 		if ts.queue.Len() == 0 {
 			return nil
 		}

@@ -1,0 +1,175 @@
+package kafka_test
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	gocql "github.com/apache/cassandra-gocql-driver/v2"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"golang.org/x/sync/errgroup"
+
+	"github.com/annals-go/annals/journal"
+	"github.com/annals-go/annals/store/kafka"
+	"github.com/annals-go/annals/store/kafka/eventual"
+	"github.com/annals-go/annals/store/kafka/eventual/cql/cqltest"
+	"github.com/annals-go/annals/store/kafka/kafkatest"
+	"github.com/annals-go/annals/store/kafka/wire"
+)
+
+// BenchmarkReplicatorCassandra: the replicator copying 50,000 single-event
+// appends of 1,000 ids into Cassandra (the Scala replicator's keyspace
+// layout, a new keyspace each time), from the topic's start until every
+// event is stored ("events/s"). Beside it ("raw-events/s"), a consumer of
+// the same topic inserting each poll's events with gocql into a table of
+// the same key columns, an unlogged batch per key (one Cassandra
+// partition), 16 keys at once (the replicator's KeyConcurrency), then a
+// pointer row, per poll. The two
+// alternate within each op; "ratio" is annals' rate over raw's.
+func BenchmarkReplicatorCassandra(b *testing.B) {
+	const ids, perID = 1000, 50
+	brokers := kafkatest.Real(b)
+	writerTables, session, keyspace := cqltest.Open(b) // skips without Cassandra
+	topic := benchTopic(b, brokers, "replicator-cql")
+	w := kafkatest.Open(b, brokers, writerTables, kafka.WithTopic(func(string) string { return topic }))
+	var wg sync.WaitGroup
+	for i := range ids {
+		pid := fmt.Sprintf("Bench|c-%d", i)
+		wg.Go(func() {
+			for s := int64(1); s <= int64(perID); s++ {
+				if res, err := w.Write(b.Context(), []journal.AtomicWrite{{PersistenceID: pid, Events: []journal.Repr{benchEvent(pid, s)}}}); err != nil || res != nil {
+					b.Error(res, err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	events := float64(perID * ids)
+	annals := func() time.Duration {
+		tables, _, _ := cqltest.Open(b)
+		counted := &countingPlain{Tables: tables, want: int64(perID * ids), done: make(chan struct{})}
+		r, err := kafka.NewReplicator(brokers, counted, kafka.WithTopics(topic), kafka.WithGroup(benchTopic(b, brokers, "group")))
+		if err != nil {
+			b.Fatal(err)
+		}
+		ctx, cancel := context.WithCancel(b.Context())
+		finished := make(chan error, 1)
+		start := time.Now()
+		go func() { finished <- r.Run(ctx) }()
+		select {
+		case <-counted.done:
+		case <-time.After(10 * time.Minute):
+			b.Fatalf("replicated %d of %d events", counted.n.Load(), counted.want)
+		}
+		elapsed := time.Since(start)
+		cancel()
+		if err := <-finished; err != nil {
+			b.Fatal(err)
+		}
+		return elapsed
+	}
+	for _, stmt := range []string{
+		`CREATE TABLE ` + keyspace + `.raw_journal (id text, topic text, seq_nr bigint, offset bigint, timestamp timestamp, payload_bin blob, PRIMARY KEY ((id, topic), seq_nr))`,
+		`CREATE TABLE ` + keyspace + `.raw_pointer (topic text, partition int, offset bigint, PRIMARY KEY ((topic, partition)))`} {
+		if err := session.Query(stmt).ExecContext(b.Context()); err != nil {
+			b.Fatal(err)
+		}
+	}
+	raw := func() time.Duration {
+		if err := session.Query(`TRUNCATE ` + keyspace + `.raw_journal`).ExecContext(b.Context()); err != nil {
+			b.Fatal(err)
+		}
+		start := time.Now()
+		cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.ConsumeTopics(topic), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer cl.Close()
+		stored := 0
+		for stored < perID*ids {
+			fs := cl.PollFetches(b.Context())
+			if err := fs.Err0(); err != nil {
+				b.Fatal(err)
+			}
+			fs.EachPartition(func(p kgo.FetchTopicPartition) {
+				if len(p.Records) == 0 {
+					return
+				}
+				// An unlogged batch per key (one Cassandra partition),
+				// 16 keys at once.
+				byKey := map[string][]*kgo.Record{}
+				var keys []string
+				for _, r := range p.Records {
+					if len(r.Value) == 0 {
+						continue
+					}
+					if _, ok := byKey[string(r.Key)]; !ok {
+						keys = append(keys, string(r.Key))
+					}
+					byKey[string(r.Key)] = append(byKey[string(r.Key)], r)
+				}
+				g, ctx := errgroup.WithContext(b.Context())
+				g.SetLimit(eventual.KeyConcurrency)
+				for _, k := range keys {
+					batch := session.Batch(gocql.UnloggedBatch).Consistency(gocql.One)
+					for _, r := range byKey[k] {
+						es, err := wire.DecodeBinary(r.Value)
+						if err != nil {
+							b.Fatal(err)
+						}
+						for _, e := range es.Events {
+							stored++
+							batch.Query(`INSERT INTO `+keyspace+`.raw_journal (id, topic, seq_nr, offset, timestamp, payload_bin) VALUES (?, ?, ?, ?, ?, ?)`,
+								k, r.Topic, e.SeqNr, r.Offset, r.Timestamp, e.Payload.Data)
+						}
+					}
+					g.Go(func() error { return batch.ExecContext(ctx) })
+				}
+				if err := g.Wait(); err != nil {
+					b.Fatal(err)
+				}
+				if err := session.Query(`INSERT INTO `+keyspace+`.raw_pointer (topic, partition, offset) VALUES (?, ?, ?)`,
+					p.Topic, p.Partition, p.Records[len(p.Records)-1].Offset).Consistency(gocql.One).ExecContext(b.Context()); err != nil {
+					b.Fatal(err)
+				}
+			})
+		}
+		return time.Since(start)
+	}
+	var annalsTime, rawTime time.Duration
+	for i := range b.N {
+		if i%2 == 0 {
+			annalsTime += annals()
+			rawTime += raw()
+		} else {
+			rawTime += raw()
+			annalsTime += annals()
+		}
+	}
+	b.ReportMetric(float64(b.N)*events/annalsTime.Seconds(), "events/s")
+	b.ReportMetric(float64(b.N)*events/rawTime.Seconds(), "raw-events/s")
+	b.ReportMetric(rawTime.Seconds()/annalsTime.Seconds(), "ratio")
+}
+
+// countingPlain counts the events stored, without offering transactions
+// (as the Cassandra store), and closes done when want are.
+type countingPlain struct {
+	eventual.Tables
+	n    atomic.Int64
+	want int64
+	done chan struct{}
+}
+
+func (c *countingPlain) InsertRecords(ctx context.Context, key eventual.Key, seg int64, id [16]byte, rs []eventual.Record) error {
+	if err := c.Tables.InsertRecords(ctx, key, seg, id, rs); err != nil {
+		return err
+	}
+	if c.n.Add(int64(len(rs))) == c.want {
+		close(c.done)
+	}
+	return nil
+}

@@ -226,7 +226,14 @@ func (j *Journal) writeOne(ctx context.Context, w journal.AtomicWrite) (rejected
 		}
 		st.listed = true
 	}
-	for _, guard := range []string{s.sql.guard, s.sql.guardNew} {
+	guards := []string{s.sql.guard, s.sql.guardNew}
+	if first == 1 {
+		// An id's first write: its partition has no guard, unless another
+		// writer's write came first (a conflict). Asking for none at once
+		// saves the Paxos round of the guard that would fail.
+		guards = guards[1:]
+	}
+	for _, guard := range guards {
 		if guard == s.sql.guardNew && first > 1 {
 			// The partition's first write by Annals: it must lie where
 			// replays read (see "Numbers far apart" in the package

@@ -226,7 +226,14 @@ func (j *Journal) writeOne(ctx context.Context, w journal.AtomicWrite) (rejected
 		}
 		st.listed = true
 	}
-	for _, guard := range []string{s.sql.guard, s.sql.guardNew} {
+	guards := []string{s.sql.guard, s.sql.guardNew}
+	if first == 1 {
+		// An id's first write: its partition has no guard, unless another
+		// writer's write came first (a conflict). Asking for none at once
+		// saves the Paxos round of the guard that would fail.
+		guards = guards[1:]
+	}
+	for _, guard := range guards {
 		if guard == s.sql.guardNew && first > 1 {
 			// The partition's first write by Annals: it must lie where
 			// replays read (see "Numbers far apart" in the package
@@ -337,9 +344,62 @@ func (j *Journal) Replay(ctx context.Context, persistenceID string, from, to, ma
 			yield(journal.Repr{}, err)
 			return
 		}
-		for ev, err := range j.s.events(ctx, persistenceID, from, to, max) {
+		for ev, err := range j.s.replay(ctx, persistenceID, from, to, max) {
 			if !yield(ev.repr, err) {
 				return
+			}
+		}
+	}
+}
+
+// replay reads pid's events from..to (at most max) as events does, taking
+// those that the recovery's repair just read from its handoff instead of
+// reading them again.
+func (s *Store) replay(ctx context.Context, pid string, from, to, max int64) iter.Seq2[storedEvent, error] {
+	var h *handoff
+	if s.tags != nil && !s.isClosed() {
+		h = s.tags.takeHandoff(pid)
+	}
+	if h == nil || from > h.to || to < h.from {
+		return s.events(ctx, pid, from, to, max)
+	}
+	return func(yield func(storedEvent, error) bool) {
+		n := int64(0)
+		// Before the handoff: read.
+		if from < h.from {
+			for ev, err := range s.events(ctx, pid, from, h.from-1, max) {
+				if !yield(ev, err) || err != nil {
+					return
+				}
+				n++
+			}
+		}
+		// The handoff's events.
+		for _, ev := range h.events {
+			if n >= max {
+				return
+			}
+			if ev.repr.SequenceNr < from {
+				continue
+			}
+			if ev.repr.SequenceNr > to {
+				return
+			}
+			if err := ctx.Err(); err != nil {
+				yield(storedEvent{}, err)
+				return
+			}
+			if !yield(ev, nil) {
+				return
+			}
+			n++
+		}
+		// After it: read.
+		if to > h.to && n < max {
+			for ev, err := range s.events(ctx, pid, h.to+1, to, max-n) {
+				if !yield(ev, err) {
+					return
+				}
 			}
 		}
 	}
@@ -514,6 +574,9 @@ func (j *Journal) DeleteTo(ctx context.Context, persistenceID string, to int64) 
 	to = min(to, highest)
 	if to <= deleted {
 		return nil
+	}
+	if s.tags != nil {
+		s.tags.dropHandoff(persistenceID)
 	}
 	if err := s.session.Query(s.sql.setDeletedTo, persistenceID, to).WithContext(ctx).Consistency(s.cfg.writeCL).Exec(); err != nil {
 		return s.errs.Map(ctx, "delete", err, journal.ErrClosed)

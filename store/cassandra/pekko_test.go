@@ -28,15 +28,23 @@ var pekkoDir = filepath.Join("testdata", "pekko")
 
 // pekko builds the Pekko program (once per run of the package's tests:
 // Maven skips an up-to-date build) and returns a function that runs it
-// with arguments and returns its standard output's lines.
+// with arguments and returns its standard output's lines. The JVM starts
+// fast (C1 only): the interop test runs short programs.
 func pekko(t *testing.T) func(args ...string) []string {
+	return pekkoWith(t, 2*time.Minute, "-Xmx512m", "-XX:TieredStopAtLevel=1")
+}
+
+// pekkoWith is pekko with the JVM's options and each run's time limit.
+// It skips t when Java or Maven is missing, and fails it when
+// ANNALS_TEST_REQUIRE lists cassandra.
+func pekkoWith(t testing.TB, limit time.Duration, jvm ...string) func(args ...string) []string {
 	t.Helper()
 	for _, tool := range []string{"mvn", "java"} {
 		if _, err := exec.LookPath(tool); err != nil {
 			if cassandratest.Required() {
-				t.Fatalf("the Pekko interop test needs %s (Java 17 and Maven): %v", tool, err)
+				t.Fatalf("the Pekko program needs %s (Java 17 and Maven): %v", tool, err)
 			}
-			t.Skipf("no %s: the Pekko interop test needs Java 17 and Maven", tool)
+			t.Skipf("no %s: the Pekko program needs Java 17 and Maven", tool)
 		}
 	}
 	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Minute)
@@ -48,11 +56,11 @@ func pekko(t *testing.T) func(args ...string) []string {
 	}
 	return func(args ...string) []string {
 		t.Helper()
-		ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+		ctx, cancel := context.WithTimeout(t.Context(), limit)
 		defer cancel()
-		cmd := exec.CommandContext(ctx, "java", append([]string{"-Xmx512m", "-XX:TieredStopAtLevel=1",
-			"-Ddatastax-java-driver.basic.contact-points.0=" + cassandratest.Address(),
-			"-cp", "target/classes:target/dependency/*", "annals.interop.Main"}, args...)...)
+		cmd := exec.CommandContext(ctx, "java", append(append(slices.Clone(jvm),
+			"-Ddatastax-java-driver.basic.contact-points.0="+cassandratest.Address(),
+			"-cp", "target/classes:target/dependency/*", "annals.interop.Main"), args...)...)
 		cmd.Dir = pekkoDir
 		var stdout, stderr bytes.Buffer
 		cmd.Stdout, cmd.Stderr = &stdout, &stderr

@@ -219,3 +219,74 @@ func TestBadInput(t *testing.T) {
 		t.Errorf("after the rejections the journal holds %v, want 1–3", got)
 	}
 }
+
+// TestFirstWriteGuard: an id's first write (from event 1) asks at once
+// for a partition without a guard, and still meets every other writer: a
+// write of 1 to an id Annals wrote is a conflict that changes nothing, and
+// of writers racing for event 1 of a new id (separate stores, as separate
+// processes) exactly one wins.
+func TestFirstWriteGuard(t *testing.T) {
+	u, _ := cassandratest.URL(t)
+	open := func() *cassandra.Store {
+		t.Helper()
+		s, err := cassandra.Open(t.Context(), u, cassandra.WithMigrate(true))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { s.Close() })
+		return s
+	}
+	stores := []*cassandra.Store{open(), open(), open()}
+	tests := []struct {
+		name    string
+		written int64 // events 1..written stored first
+		racers  int
+		wantOK  int
+	}{
+		{name: "new id", racers: 1, wantOK: 1},
+		{name: "id with 3 events", written: 3, racers: 1, wantOK: 0},
+		{name: "three writers racing for a new id", racers: 3, wantOK: 1},
+		{name: "three writers racing for an id with 1 event", written: 1, racers: 3, wantOK: 0},
+	}
+	for i, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			pid := fmt.Sprintf("First|%d", i)
+			if tt.written > 0 {
+				mustWriteAll(t, stores[0].Journal(), events(pid, 1, tt.written))
+			}
+			results := make(chan error, tt.racers)
+			for r := range tt.racers {
+				go func() {
+					w := events(pid, 1, 2)
+					for i := range w.Events {
+						w.Events[i].WriterID = fmt.Sprintf("racer-%d", r)
+					}
+					res, err := stores[r].Journal().Write(t.Context(), []journal.AtomicWrite{w})
+					if err == nil && len(res) > 0 { // nil results: every write stored
+						err = res[0]
+					}
+					results <- err
+				}()
+			}
+			ok := 0
+			for range tt.racers {
+				switch err := <-results; {
+				case err == nil:
+					ok++
+				case !errors.Is(err, journal.ErrSequenceConflict):
+					t.Errorf("a racer's write failed with %v, want nil or ErrSequenceConflict", err)
+				}
+			}
+			if ok != tt.wantOK {
+				t.Errorf("%d writes of event 1 stored, want %d", ok, tt.wantOK)
+			}
+			want := int64(2) // the winner's events
+			if tt.wantOK == 0 {
+				want = tt.written
+			}
+			if got := replaySeqs(t, stores[0].Journal(), pid, 1); !consecutive(got, 1, want) {
+				t.Errorf("replayed %v, want 1..%d", got, want)
+			}
+		})
+	}
+}

@@ -46,6 +46,10 @@ import (
 // and every 30 s and at Close the ids' tag_scanning marks are moved up to
 // it (as Pekko's scanning flush does), so that a recovery in another
 // process rereads only the events after the last flush.
+//
+// The events a recovery's repair reads are kept for the replay that
+// follows it (a handoff): Replay takes them instead of reading them again,
+// so a recovery reads each event once (see handoff).
 
 // maxTagBatch is the most rows in one unlogged batch (Pekko's
 // max-message-batch-size). Each batch holds one partition, which
@@ -103,15 +107,48 @@ type tagWriters struct {
 	ids     map[string]*idTags
 	dirty   map[string]*idTags // ids whose clean mark moved past their tag_scanning mark
 
+	// handoffs holds, per id, the events its last recovery's repair read,
+	// until a replay takes them; handoffBytes is their size.
+	handoffs     map[string]*handoff
+	handoffBytes int64
+
 	flushing    sync.Mutex // one flush at a time
 	stopFlusher chan struct{}
 	flusherDone chan struct{}
 	repairReads atomic.Int64 // events read by repairs (tests)
 }
 
+// handoff is what a recovery's repair read of an id: every event it keeps
+// from from to to (the deleted-to mark applied), ascending. The replay
+// that follows the repair in the recovery takes them (Replay), instead of
+// reading the same rows again. Events up to the id's highest number do
+// not change once stored, except by a deletion, which drops the handoff
+// of this process; a handoff older than handoffTTL is dropped, so a
+// deletion by another process is missed only by a replay within that
+// time, as it would be by a replay that began before it.
+type handoff struct {
+	from, to int64
+	events   []storedEvent
+	bytes    int64
+	expires  time.Time
+}
+
+const (
+	// handoffTTL is how long a repair's events wait for the replay of
+	// the recovery that read them (which follows at once).
+	handoffTTL = 10 * time.Second
+	// maxHandoffBytes bounds the memory of the events kept for replays,
+	// over all ids; a repair whose events do not fit keeps none (its
+	// replay reads them).
+	maxHandoffBytes = 64 << 20
+	// eventOverhead is the memory of an event beside its payload,
+	// metadata and tags, for maxHandoffBytes.
+	eventOverhead = 160
+)
+
 func newTagWriters(s *Store) *tagWriters {
 	tw := &tagWriters{s: s, writers: map[string]*tagWriter{}, ids: map[string]*idTags{}, dirty: map[string]*idTags{},
-		stopFlusher: make(chan struct{}), flusherDone: make(chan struct{})}
+		handoffs: map[string]*handoff{}, stopFlusher: make(chan struct{}), flusherDone: make(chan struct{})}
 	go tw.flusher()
 	return tw
 }
@@ -127,6 +164,7 @@ func (tw *tagWriters) flusher() {
 		case <-tw.stopFlusher:
 			return
 		case <-t.C:
+			tw.dropExpiredHandoffs()
 			ctx, cancel := context.WithTimeout(context.Background(), tw.s.cfg.timeout)
 			_ = tw.flushScanning(ctx) // what fails stays dirty for the next flush
 			cancel()
@@ -291,7 +329,7 @@ func (tw *tagWriters) written(ctx context.Context, w journal.AtomicWrite, uuids 
 		return nil
 	}
 	if !st.loaded {
-		if err := tw.repair(ctx, w.PersistenceID, st, w.Events[0].SequenceNr-1); err != nil {
+		if err := tw.repair(ctx, w.PersistenceID, st, w.Events[0].SequenceNr-1, false); err != nil {
 			return err
 		}
 	}
@@ -321,13 +359,14 @@ func (tw *tagWriters) recovered(ctx context.Context, pid string, highest int64) 
 		return nil
 	}
 	st.loaded = false
-	return tw.repair(ctx, pid, st, highest)
+	return tw.repair(ctx, pid, st, highest, true)
 }
 
 // repair reads pid's tag progress, writes the tag rows of its events after
 // the tag_scanning mark up to upTo that the progress does not cover, and
-// loads the state.
-func (tw *tagWriters) repair(ctx context.Context, pid string, st *idTags, upTo int64) error {
+// loads the state. With keep (a recovery's repair), the events it read are
+// kept for the recovery's replay (see handoff).
+func (tw *tagWriters) repair(ctx context.Context, pid string, st *idTags, upTo int64, keep bool) error {
 	s := tw.s
 	progress := map[string]tagProgress{}
 	iter := s.session.Query(s.sql.loadProgress, pid).WithContext(ctx).Consistency(s.cfg.readCL).Iter()
@@ -349,6 +388,7 @@ func (tw *tagWriters) repair(ctx context.Context, pid string, st *idTags, upTo i
 		var (
 			tagged []journal.Repr
 			uuids  []gocql.UUID
+			read   = &handoff{from: scanned + 1, to: upTo}
 		)
 		for ev, err := range s.events(ctx, pid, scanned+1, upTo, upTo) {
 			if err != nil {
@@ -361,6 +401,12 @@ func (tw *tagWriters) repair(ctx context.Context, pid string, st *idTags, upTo i
 			if compareTimeUUID(ev.uuid, st.last) > 0 {
 				st.last = ev.uuid
 			}
+			if keep {
+				read.events = append(read.events, ev)
+				if read.bytes += eventBytes(&ev.repr); read.bytes > maxHandoffBytes {
+					keep, read.events = false, nil // too large: the replay reads them
+				}
+			}
 		}
 		if err := tw.write(ctx, rowsOf(tagged, uuids, progress)); err != nil {
 			return err
@@ -369,9 +415,79 @@ func (tw *tagWriters) repair(ctx context.Context, pid string, st *idTags, upTo i
 			return s.errs.Map(ctx, "write tag scanning", err, journal.ErrClosed)
 		}
 		scanned = upTo
+		if keep {
+			tw.keepHandoff(pid, read)
+		}
 	}
 	st.progress, st.loaded, st.clean, st.scanned = progress, true, upTo, scanned
 	return nil
+}
+
+// eventBytes is the memory an event holds, for maxHandoffBytes.
+func eventBytes(r *journal.Repr) int64 {
+	n := eventOverhead + len(r.Payload) + len(r.Metadata) + len(r.Manifest) + len(r.WriterID)
+	for _, t := range r.Tags {
+		n += len(t) + 16
+	}
+	return int64(n)
+}
+
+// keepHandoff keeps the events a recovery's repair read of pid for its
+// replay, in place of an earlier handoff of pid, when they fit in
+// maxHandoffBytes.
+func (tw *tagWriters) keepHandoff(pid string, h *handoff) {
+	h.expires = time.Now().Add(handoffTTL)
+	tw.mu.Lock()
+	defer tw.mu.Unlock()
+	if old := tw.handoffs[pid]; old != nil {
+		tw.handoffBytes -= old.bytes
+		delete(tw.handoffs, pid)
+	}
+	if tw.handoffBytes+h.bytes > maxHandoffBytes {
+		return
+	}
+	tw.handoffs[pid] = h
+	tw.handoffBytes += h.bytes
+}
+
+// takeHandoff removes and returns pid's handoff, nil when it has none or
+// it expired.
+func (tw *tagWriters) takeHandoff(pid string) *handoff {
+	tw.mu.Lock()
+	defer tw.mu.Unlock()
+	h := tw.handoffs[pid]
+	if h == nil {
+		return nil
+	}
+	delete(tw.handoffs, pid)
+	tw.handoffBytes -= h.bytes
+	if time.Now().After(h.expires) {
+		return nil
+	}
+	return h
+}
+
+// dropHandoff drops pid's handoff: its events are being deleted.
+func (tw *tagWriters) dropHandoff(pid string) {
+	tw.mu.Lock()
+	defer tw.mu.Unlock()
+	if h := tw.handoffs[pid]; h != nil {
+		delete(tw.handoffs, pid)
+		tw.handoffBytes -= h.bytes
+	}
+}
+
+// dropExpiredHandoffs drops the handoffs no replay took in time.
+func (tw *tagWriters) dropExpiredHandoffs() {
+	now := time.Now()
+	tw.mu.Lock()
+	defer tw.mu.Unlock()
+	for id, h := range tw.handoffs {
+		if now.After(h.expires) {
+			delete(tw.handoffs, id)
+			tw.handoffBytes -= h.bytes
+		}
+	}
 }
 
 // write hands rows to their tags' writers and waits until all are stored.

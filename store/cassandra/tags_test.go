@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -618,5 +619,84 @@ func TestTagScanningFollowsWrites(t *testing.T) {
 	}
 	if got := byTag(t, c.ReadJournal(), tag, query.NoOffset(), "Scan|tagged"); !slices.Equal(got, seqList("Scan|tagged", 1, 60)) {
 		t.Errorf("tag %s: %v, want events 1..60 once each", tag, got)
+	}
+}
+
+// TestRecoveryReadsEachEventOnce: a recovery in a new process
+// (HighestSequenceNr, which repairs the id's tag rows, then Replay) reads
+// each of the id's events from messages once: the replay takes the events
+// the repair read instead of reading them again, and reads only the others.
+// The repair still writes the lost tag rows; a deletion in between drops
+// what the repair read.
+func TestRecoveryReadsEachEventOnce(t *testing.T) {
+	open := sharedKeyspace(t)
+	ctx := t.Context()
+	const tag, n = "once-tag", 60
+	tests := []struct {
+		name      string
+		mark      int64 // the id's tag_scanning mark; 0: no row
+		from, max int64 // the replay's
+		deleteTo  int64 // deleted after HighestSequenceNr, before Replay
+		wantFirst int64 // the first event replayed
+		wantRows  int64
+	}{
+		{name: "no mark", from: 1, max: n, wantFirst: 1, wantRows: n},
+		{name: "mark at 40", mark: 40, from: 1, max: n, wantFirst: 1, wantRows: n},
+		{name: "no mark, replay from 31 (after a snapshot)", from: 31, max: n, wantFirst: 31, wantRows: n},
+		{name: "mark at 40, replay from 51", mark: 40, from: 51, max: n, wantFirst: 51, wantRows: 20},
+		{name: "mark at the highest", mark: n, from: 1, max: n, wantFirst: 1, wantRows: n},
+		{name: "no mark, replay of 25", from: 1, max: 25, wantFirst: 1, wantRows: n},
+		{name: "deleted to 20 after the repair", from: 1, max: n, deleteTo: 20, wantFirst: 21, wantRows: n + 40},
+	}
+	writer := open(quick(cassandra.WithScanningFlushInterval(time.Hour))...)
+	for i, tt := range tests {
+		pid := fmt.Sprintf("Once|%d", i)
+		mustWriteAll(t, writer.Journal(), tagged(pid, 1, 30, tag), tagged(pid, 31, n, tag))
+		loseTagWrites(t, writer, tag, pid, 50) // a crash lost the rows of 51..60
+		q := writer.Session().Query(`DELETE FROM `+writer.Keyspace()+`.tag_scanning WHERE persistence_id = ?`, pid)
+		if tt.mark > 0 {
+			q = writer.Session().Query(`INSERT INTO `+writer.Keyspace()+`.tag_scanning (persistence_id, sequence_nr) VALUES (?, ?)`, pid, tt.mark)
+		}
+		if err := q.Exec(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			pid := fmt.Sprintf("Once|%d", i)
+			var rows atomic.Int64
+			s := open(quick(cassandra.WithQueryObserver(rowCounter{&rows}))...)
+			highest, err := s.Journal().HighestSequenceNr(ctx, pid, 0)
+			if err != nil || highest != n {
+				t.Fatalf("HighestSequenceNr = %d, %v; want %d", highest, err, n)
+			}
+			if tt.deleteTo > 0 {
+				if err := s.Journal().DeleteTo(ctx, pid, tt.deleteTo); err != nil {
+					t.Fatal(err)
+				}
+			}
+			var got []int64
+			for r, err := range s.Journal().Replay(ctx, pid, tt.from, highest, tt.max) {
+				if err != nil {
+					t.Fatal(err)
+				}
+				got = append(got, r.SequenceNr)
+			}
+			var want []int64
+			for seq := tt.wantFirst; seq <= n && int64(len(want)) < tt.max; seq++ {
+				want = append(want, seq)
+			}
+			if !slices.Equal(got, want) {
+				t.Errorf("replayed %v, want %v", got, want)
+			}
+			if got := rows.Load(); got != tt.wantRows {
+				t.Errorf("the recovery read %d rows of messages, want %d", got, tt.wantRows)
+			}
+			if tt.mark < 50 { // the repair's range held the lost rows
+				if got := byTag(t, s.ReadJournal(), tag, query.NoOffset(), pid); !slices.Equal(got, seqList(pid, 1, n)) {
+					t.Errorf("tag %s: %v, want events 1..%d once each", tag, got, n)
+				}
+			}
+		})
 	}
 }

@@ -38,6 +38,7 @@ import org.apache.pekko.stream.javadsl.Sink;
  *   write KEYSPACE PID TAGS ITEM...   recovered a,b / written N   (TAGS comma-separated, may be "")
  *   recover KEYSPACE PID              recovered a,b
  *   tag KEYSPACE TAG COUNT            PID SEQNR ITEM OFFSET_UUID per event, in delivery order
+ *   bench-write KEYSPACE PREFIX N M TAGS P, bench-recover KEYSPACE PID K   timings (see Bench)
  * </pre>
  *
  * -Dannals.autocreate=true lets Pekko create the keyspace and tables (for trying it out);
@@ -76,6 +77,13 @@ public final class Main {
       case "tag":
         if (args.length != 4) return usage();
         return tag(args[1], args[2], Integer.parseInt(args[3]));
+      case "bench-write":
+        if (args.length != 7) return usage();
+        return Bench.write(args[1], args[2], Integer.parseInt(args[3]), Integer.parseInt(args[4]), parseTags(args[5]),
+            Integer.parseInt(args[6]));
+      case "bench-recover":
+        if (args.length != 4) return usage();
+        return Bench.recover(args[1], args[2], Integer.parseInt(args[3]));
       default:
         return usage();
     }
@@ -88,7 +96,8 @@ public final class Main {
   }
 
   private static int usage() {
-    System.err.println("usage: write KEYSPACE PID TAGS ITEM... | recover KEYSPACE PID | tag KEYSPACE TAG COUNT");
+    System.err.println("usage: write KEYSPACE PID TAGS ITEM... | recover KEYSPACE PID | tag KEYSPACE TAG COUNT"
+        + " | bench-write KEYSPACE PREFIX N M TAGS P | bench-recover KEYSPACE PID K");
     return 2;
   }
 

@@ -63,10 +63,11 @@ func sharedStatements(r *strings.Replacer, f fragments) statements {
 		deleteEvents: r.Replace(`DELETE FROM {journal} WHERE persistence_id = $1 AND seq_nr <= $2`),
 		replay:       r.Replace(`SELECT {columns} FROM {journal} e WHERE e.persistence_id = $1 AND e.seq_nr >= $2 AND e.seq_nr <= $3` + e + ` ORDER BY e.seq_nr LIMIT $4`),
 
-		// A recovery's events: those after the youngest snapshot the
-		// criteria ($2–$5, as loadSnap's) select, up to $6, at most $7.
+		// A recovery's events, in recoverySQL: those after the snapshot
+		// its CTE s selected (loadSnap's, by the criteria $2–$5), up to $6,
+		// at most $7.
 		recoverEvents: r.Replace(`SELECT {columns} FROM {journal} e WHERE e.persistence_id = $1
-	AND e.seq_nr > COALESCE((SELECT max(seq_nr) FROM {snapshot} WHERE ` + criteria + `), 0)
+	AND e.seq_nr > COALESCE((SELECT seq_nr FROM s), 0)
 	AND e.seq_nr <= $6` + e + ` ORDER BY e.seq_nr LIMIT $7`),
 
 		loadSnap: r.Replace(`SELECT seq_nr, ` + f.snapNanos + `, ser_id, ser_manifest, snapshot FROM {snapshot}
@@ -123,7 +124,8 @@ const idsSQL = `WITH RECURSIVE ids(pid) AS (
 `
 
 // recoverySQL returns the statement that reads a recovery, made of st's
-// highest, loadSnap and recoverEvents (its parameters are recoverEvents'):
+// highest, loadSnap (as its CTE s) and recoverEvents (its parameters are
+// recoverEvents'):
 // one row of kind 0 whose seq_nr is the highest number, one of kind 1 for
 // the snapshot the criteria select (if any; its Unix nanoseconds in the
 // last column), and the events after it, of kind 2, in the shape scanRows

@@ -1,10 +1,6 @@
 package kafka_test
 
 import (
-	"context"
-	"fmt"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -12,7 +8,6 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"golang.org/x/sync/errgroup"
 
-	"github.com/annals-go/annals/journal"
 	"github.com/annals-go/annals/store/kafka"
 	"github.com/annals-go/annals/store/kafka/eventual"
 	"github.com/annals-go/annals/store/kafka/eventual/cql/cqltest"
@@ -35,42 +30,11 @@ func BenchmarkReplicatorCassandra(b *testing.B) {
 	writerTables, session, keyspace := cqltest.Open(b) // skips without Cassandra
 	topic := benchTopic(b, brokers, "replicator-cql")
 	w := kafkatest.Open(b, brokers, writerTables, kafka.WithTopic(func(string) string { return topic }))
-	var wg sync.WaitGroup
-	for i := range ids {
-		pid := fmt.Sprintf("Bench|c-%d", i)
-		wg.Go(func() {
-			for s := int64(1); s <= int64(perID); s++ {
-				if res, err := w.Write(b.Context(), []journal.AtomicWrite{{PersistenceID: pid, Events: []journal.Repr{benchEvent(pid, s)}}}); err != nil || res != nil {
-					b.Error(res, err)
-					return
-				}
-			}
-		})
-	}
-	wg.Wait()
+	writeSingles(b, w, "Bench|c-", ids, perID)
 	events := float64(perID * ids)
 	annals := func() time.Duration {
 		tables, _, _ := cqltest.Open(b)
-		counted := &countingPlain{Tables: tables, want: int64(perID * ids), done: make(chan struct{})}
-		r, err := kafka.NewReplicator(brokers, counted, kafka.WithTopics(topic), kafka.WithGroup(benchTopic(b, brokers, "group")))
-		if err != nil {
-			b.Fatal(err)
-		}
-		ctx, cancel := context.WithCancel(b.Context())
-		finished := make(chan error, 1)
-		start := time.Now()
-		go func() { finished <- r.Run(ctx) }()
-		select {
-		case <-counted.done:
-		case <-time.After(10 * time.Minute):
-			b.Fatalf("replicated %d of %d events", counted.n.Load(), counted.want)
-		}
-		elapsed := time.Since(start)
-		cancel()
-		if err := <-finished; err != nil {
-			b.Fatal(err)
-		}
-		return elapsed
+		return timeReplicator(b, brokers, topic, tables, int64(perID*ids))
 	}
 	for _, stmt := range []string{
 		`CREATE TABLE ` + keyspace + `.raw_journal (id text, topic text, seq_nr bigint, offset bigint, timestamp timestamp, payload_bin blob, PRIMARY KEY ((id, topic), seq_nr))`,
@@ -153,23 +117,4 @@ func BenchmarkReplicatorCassandra(b *testing.B) {
 	b.ReportMetric(float64(b.N)*events/annalsTime.Seconds(), "events/s")
 	b.ReportMetric(float64(b.N)*events/rawTime.Seconds(), "raw-events/s")
 	b.ReportMetric(rawTime.Seconds()/annalsTime.Seconds(), "ratio")
-}
-
-// countingPlain counts the events stored, without offering transactions
-// (as the Cassandra store), and closes done when want are.
-type countingPlain struct {
-	eventual.Tables
-	n    atomic.Int64
-	want int64
-	done chan struct{}
-}
-
-func (c *countingPlain) InsertRecords(ctx context.Context, key eventual.Key, seg int64, id [16]byte, rs []eventual.Record) error {
-	if err := c.Tables.InsertRecords(ctx, key, seg, id, rs); err != nil {
-		return err
-	}
-	if c.n.Add(int64(len(rs))) == c.want {
-		close(c.done)
-	}
-	return nil
 }

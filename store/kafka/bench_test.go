@@ -216,41 +216,10 @@ func BenchmarkReplicator(b *testing.B) {
 	topic := benchTopic(b, brokers, "replicator")
 	tables := pgeventualtest.Open(b)
 	w := kafkatest.Open(b, brokers, tables, kafka.WithTopic(func(string) string { return topic }))
-	var wg sync.WaitGroup
-	for i := range ids {
-		pid := fmt.Sprintf("Bench|p-%d", i)
-		wg.Go(func() {
-			for s := int64(1); s <= int64(perID); s++ {
-				if res, err := w.Write(b.Context(), []journal.AtomicWrite{{PersistenceID: pid, Events: []journal.Repr{benchEvent(pid, s)}}}); err != nil || res != nil {
-					b.Error(res, err)
-					return
-				}
-			}
-		})
-	}
-	wg.Wait()
+	writeSingles(b, w, "Bench|p-", ids, perID)
 	events := float64(perID * ids)
 	annals := func() time.Duration {
-		counted := &countingTables{Tables: pgeventualtest.Open(b), want: int64(perID * ids), done: make(chan struct{})}
-		r, err := kafka.NewReplicator(brokers, counted, kafka.WithTopics(topic), kafka.WithGroup(benchTopic(b, brokers, "group")))
-		if err != nil {
-			b.Fatal(err)
-		}
-		ctx, cancel := context.WithCancel(b.Context())
-		finished := make(chan error, 1)
-		start := time.Now()
-		go func() { finished <- r.Run(ctx) }()
-		select {
-		case <-counted.done:
-		case <-time.After(10 * time.Minute):
-			b.Fatalf("replicated %d of %d events", counted.n.Load(), counted.want)
-		}
-		elapsed := time.Since(start)
-		cancel()
-		if err := <-finished; err != nil {
-			b.Fatal(err)
-		}
-		return elapsed
+		return timeReplicator(b, brokers, topic, pgeventualtest.Open(b), int64(perID*ids))
 	}
 	_, schema := pgtest.Schema(b)
 	pool, err := pgxpool.New(b.Context(), pgtest.Server(b))
@@ -356,6 +325,52 @@ func (c *txCounter) InsertRecords(ctx context.Context, key eventual.Key, seg int
 }
 
 // countingTables counts the events stored and closes done when want are.
+// writeSingles writes perID single-event appends to each of ids ids
+// (prefix followed by the id's number) through w, an id per goroutine.
+func writeSingles(b *testing.B, w journal.Journal, prefix string, ids, perID int) {
+	b.Helper()
+	var wg sync.WaitGroup
+	for i := range ids {
+		pid := fmt.Sprintf("%s%d", prefix, i)
+		wg.Go(func() {
+			for s := int64(1); s <= int64(perID); s++ {
+				if res, err := w.Write(b.Context(), []journal.AtomicWrite{{PersistenceID: pid, Events: []journal.Repr{benchEvent(pid, s)}}}); err != nil || res != nil {
+					b.Error(res, err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+}
+
+// timeReplicator runs a replicator of topic into tables, from the topic's
+// start in a new consumer group, until want events are stored, and
+// returns how long that took.
+func timeReplicator(b *testing.B, brokers []string, topic string, tables eventual.Tables, want int64) time.Duration {
+	b.Helper()
+	counted := &countingTables{Tables: tables, want: want, done: make(chan struct{})}
+	r, err := kafka.NewReplicator(brokers, counted, kafka.WithTopics(topic), kafka.WithGroup(benchTopic(b, brokers, "group")))
+	if err != nil {
+		b.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(b.Context())
+	finished := make(chan error, 1)
+	start := time.Now()
+	go func() { finished <- r.Run(ctx) }()
+	select {
+	case <-counted.done:
+	case <-time.After(10 * time.Minute):
+		b.Fatalf("replicated %d of %d events", counted.n.Load(), counted.want)
+	}
+	elapsed := time.Since(start)
+	cancel()
+	if err := <-finished; err != nil {
+		b.Fatal(err)
+	}
+	return elapsed
+}
+
 type countingTables struct {
 	eventual.Tables
 	n    atomic.Int64

@@ -243,7 +243,7 @@ up_kafka_cluster() {
 	kc_make_certs
 	kc_make_password
 	if [ ! -s "$kc_idfile" ]; then
-		head -c 16 /dev/urandom | base64 | tr '+/' '-_' | tr -d '=' >"$kc_idfile"
+		kafka_cluster_id >"$kc_idfile"
 	fi
 	local pw
 	pw=$(head -n 1 "$kc_pwfile")

@@ -104,17 +104,5 @@ func BenchmarkReplicatorCassandra(b *testing.B) {
 		}
 		return time.Since(start)
 	}
-	var annalsTime, rawTime time.Duration
-	for i := range b.N {
-		if i%2 == 0 {
-			annalsTime += annals()
-			rawTime += raw()
-		} else {
-			rawTime += raw()
-			annalsTime += annals()
-		}
-	}
-	b.ReportMetric(float64(b.N)*events/annalsTime.Seconds(), "events/s")
-	b.ReportMetric(float64(b.N)*events/rawTime.Seconds(), "raw-events/s")
-	b.ReportMetric(rawTime.Seconds()/annalsTime.Seconds(), "ratio")
+	alternate(b, events, annals, raw)
 }

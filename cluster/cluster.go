@@ -48,12 +48,14 @@
 // stores the write and holds the lease's row until it commits, so a write
 // that passed the clock check and then stalled (the process stopped right
 // after it) is refused with journal.ErrFenced once another member took
-// the range, and a take-over waits for writes already committing. On other
-// journals (Cassandra, whose lightweight transactions cannot span the
-// journal and the lease table, and the Kafka journal) such a stalled
-// write is the one the fence cannot stop; the journal's guard against two
-// writers of one sequence number (journal.ErrSequenceConflict) still
-// refuses it if the new owner wrote first.
+// the range, and a take-over waits for writes already committing. The
+// Kafka journal's members (package kafkacluster) have the brokers check
+// it: each claims its partitions (kafka.Claim). On Cassandra, whose
+// lightweight transactions cannot span the journal and the lease table,
+// such a stalled write is the one the fence cannot stop; the journal's
+// guard against two writers of one sequence number
+// (journal.ErrSequenceConflict) refuses whichever write of a number comes
+// second.
 package cluster
 
 import (

@@ -1,7 +1,12 @@
 package storetest
 
 import (
+	"context"
 	"errors"
+	"fmt"
+	"math"
+	"slices"
+	"sync"
 
 	"github.com/annals-go/annals/journal"
 	"github.com/annals-go/annals/membership"
@@ -22,15 +27,35 @@ import (
 //
 // This is the rule a paused member needs: its own fence passed before the
 // pause, and only the store can still refuse what it sends after.
+//
+// With Claim (or Membership), the owner rules: a write sent by an earlier
+// owner after a new owner took the id over is refused and not stored, also
+// at the id's next free number (where the sequence-number check sees no
+// second writer: the earlier owner's own highest is the id's); the new
+// owner's write at that number is stored.
 func fenceRules(s Store) []rule {
 	j, _ := s.Journal.(journal.FencedWriter)
 	m := s.Membership
+	claim := s.Claim
+	if claim == nil && m != nil {
+		claim = leaseClaims(m)
+	}
+	needLeases := func(t tb) {
+		if m == nil {
+			t.Skip("no Membership: the store's leases are not its own")
+		}
+	}
 	return []rule{
 		{"FencedWriteUnderHeldLease", "a write under a lease held at its epoch is stored, also after the lease's term passed while nobody took it", func(t tb) {
+			needLeases(t)
 			fencedUnderHeld(t, j, m, uniqueID(t, "KitCluster"))
 		}},
 		{"FencedWriteUnderLostLease", "a write under a lease another member took is refused (ErrFenced, ErrRejected) and not stored; the call's other writes are stored", func(t tb) {
+			needLeases(t)
 			fencedUnderLost(t, j, m, uniqueID(t, "KitCluster"))
+		}},
+		{"StaleOwnerWriteAtNextNumber", "an earlier owner's write sent after a new owner took the id over is refused (ErrFenced, ErrRejected) at the id's next free number; the new owner's write at that number is stored", func(t tb) {
+			staleOwner(t, j, claim)
 		}},
 		{"FencedWriteTokensMismatch", "tokens of another length than writes fail with ErrInvalidArgument, storing nothing", func(t tb) {
 			pid := uniqueID(t, "KitFence")
@@ -122,5 +147,90 @@ func fencedUnderLost(t tb, j journal.FencedWriter, m membership.Store, cluster s
 		if n := highest(t, j, pid, 0); n != 1 {
 			t.Errorf("highest of %s = %d, want 1", pid, n)
 		}
+	}
+}
+
+// leaseClaims makes owners of ids from leases of m: each call takes the
+// id's lease (one per id, in a cluster of the kit's own) over from its
+// holder, who releases it, and returns the new holder's token.
+func leaseClaims(m membership.Store) func(ctx context.Context, persistenceID string) (journal.FenceToken, error) {
+	var (
+		mu      sync.Mutex
+		holders = map[string]membership.Holder{}
+		n       int
+	)
+	return func(ctx context.Context, pid string) (journal.FenceToken, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		const cluster = "KitClaims"
+		lease := "owner-of-" + pid
+		if h, ok := holders[lease]; ok {
+			if err := m.Release(ctx, cluster, lease, h); err != nil {
+				return journal.FenceToken{}, err
+			}
+		}
+		n++
+		h := holder(fmt.Sprintf("owner-%d", n), "1")
+		l, err := m.Acquire(ctx, cluster, lease, h, longTTL)
+		if err != nil {
+			return journal.FenceToken{}, err
+		}
+		holders[lease] = h
+		return token(m, cluster, l, h), nil
+	}
+}
+
+// staleOwner: an owner writes 1; a new owner takes the id over; the
+// earlier owner's write of 2 (sent after, as by a process paused between
+// its own check and the store) is refused as fenced and not stored; the
+// new owner's write of 2 is stored, and so is its 3, while the earlier
+// owner's write of 3 is refused too.
+func staleOwner(t tb, j journal.FencedWriter, claim func(context.Context, string) (journal.FenceToken, error)) {
+	ctx := testContext(t)
+	pid := uniqueID(t, "KitOwner")
+	first, err := claim(ctx, pid)
+	if err != nil {
+		t.Fatalf("Claim: %v", err)
+	}
+	event := func(seq int64, by string) journal.AtomicWrite {
+		w := single(pid, seq)
+		w.Events[0].Payload = []byte(fmt.Sprintf("%d by the %s owner", seq, by))
+		return w
+	}
+	write := func(w journal.AtomicWrite, tok journal.FenceToken) error {
+		return mustWriteFenced(t, j, []journal.AtomicWrite{w}, []journal.FenceToken{tok})[0]
+	}
+	if err := write(event(1, "first"), first); err != nil {
+		t.Fatalf("the only owner's write of 1: %v", err)
+	}
+	second, err := claim(ctx, pid)
+	if err != nil {
+		t.Fatalf("Claim by a new owner: %v", err)
+	}
+	if n := highest(t, j, pid, 0); n != 1 { // the new owner recovers the id
+		t.Fatalf("highest after the first owner's write = %d, want 1", n)
+	}
+	for _, seq := range []int64{2, 3} {
+		err := write(event(seq, "first"), first)
+		var fe *journal.FencedError
+		switch {
+		case !errors.Is(err, journal.ErrFenced) || !errors.Is(err, journal.ErrRejected):
+			t.Errorf("the earlier owner's write of %d after the take-over: %v, want ErrFenced and ErrRejected", seq, err)
+		case !errors.As(err, &fe) || fe.PersistenceID != pid:
+			t.Errorf("the earlier owner's write of %d: %v, want a *journal.FencedError naming %s", seq, err, pid)
+		}
+		if err := write(event(seq, "second"), second); err != nil {
+			t.Errorf("the new owner's write of %d: %v, want stored", seq, err)
+		}
+	}
+	var got []string
+	for r, err := range j.Replay(ctx, pid, 1, math.MaxInt64, math.MaxInt64) {
+		if err != nil {
+			t.Fatalf("Replay: %v", err)
+		}
+		got = append(got, string(r.Payload))
+	}
+	if want := []string{"1 by the first owner", "2 by the second owner", "3 by the second owner"}; !slices.Equal(got, want) {
+		t.Errorf("the id holds %q, want %q", got, want)
 	}
 }

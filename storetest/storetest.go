@@ -51,7 +51,8 @@ import (
 //
 //   - The kit runs the suite of each value set (the batch-queries suite
 //     when Queries offers events by tag or by slices; the fenced-writes
-//     suite when Journal is a journal.FencedWriter and Membership is set),
+//     suite when Journal is a journal.FencedWriter and Membership or Claim
+//     is set),
 //     and no other.
 //   - Every rule of every suite shares the values, from parallel
 //     goroutines; the kit never closes them.
@@ -80,6 +81,14 @@ type Store struct {
 	Durable durable.Store
 	// Membership is checked by the membership suite.
 	Membership membership.Store
+	// Claim, when set, makes a new owner of the unit of ownership that
+	// persistenceID belongs to (a Kafka journal's claim of the id's
+	// partition, say), fencing off every earlier owner of it, and returns
+	// the token the new owner's writes carry in
+	// journal.FencedWriter.WriteFenced. The fenced-writes suite's owner
+	// rules make owners with it; without it, and with Membership set, they
+	// take a lease of Membership over from its holder instead.
+	Claim func(ctx context.Context, persistenceID string) (journal.FenceToken, error)
 
 	// Open, when set, opens another instance of the store (a pool,
 	// session or file handle of its own, on the same data or not) for one
@@ -174,7 +183,7 @@ func suites() []suite {
 		{"membership", func(s Store) bool { return s.Membership != nil }, membershipRules},
 		{"fenced-writes", func(s Store) bool {
 			_, fenced := s.Journal.(journal.FencedWriter)
-			return fenced && s.Membership != nil
+			return fenced && (s.Membership != nil || s.Claim != nil)
 		}, fenceRules},
 	}
 }

@@ -28,7 +28,9 @@
 // id (read through the journal at the id's first write in this process).
 // Like the Scala library it assumes one writer per id at a time (cluster
 // sharding, or the entity host's single owner); two processes writing one
-// id at once are not detected.
+// id at once are not detected, unless their writes carry claims of the
+// id's partition (Claim, WriteFenced: the brokers then refuse the
+// earlier claim's records, as package kafkacluster's members use them).
 //
 // # Reads
 //

@@ -290,7 +290,8 @@ func TestJournalKit(t *testing.T) {
 						// The batch queries by slices only: the read journal
 						// offers no events by tag (the topic keeps no order
 						// across ids).
-						storetest.Run(t, storetest.Store{Journal: j, Queries: j.ReadJournal(50 * time.Millisecond), MaxPayloadSize: kafka.DefaultMaxPayloadSize})
+						storetest.Run(t, storetest.Store{Journal: j, Queries: j.ReadJournal(50 * time.Millisecond), MaxPayloadSize: kafka.DefaultMaxPayloadSize,
+							Claim: kafkatest.Claims(t, j, run)})
 					})
 				}
 			}

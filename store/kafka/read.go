@@ -475,12 +475,14 @@ func decode(r *kgo.Record, values bool) (eventual.ActionRecord, bool, error) {
 
 // reader returns a consumer of one partition from start, made for one
 // read of the head (a connection and a metadata request): such reads are
-// the exception once the replicator keeps up.
+// the exception once the replicator keeps up. It keeps control records
+// (the markers that end transactions, which take offsets): a read up to
+// an end offset needs them to know it got there.
 func (j *Journal) reader(topic string, partition int32, start kgo.Offset) (*kgo.Client, error) {
 	cl, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(j.brokers...),
 		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{topic: {partition: start}}),
 		kgo.FetchMaxWait(250 * time.Millisecond), kgo.FetchMaxBytes(readerFetchBytes), kgo.FetchMaxPartitionBytes(readerFetchBytes),
-		kgo.MaxConcurrentFetches(1)}, j.cfg.clientOpts...)...)
+		kgo.MaxConcurrentFetches(1), kgo.KeepControlRecords()}, j.cfg.clientOpts...)...)
 	if err != nil {
 		return nil, fmt.Errorf("kafka journal: a consumer for %s/%d: %w", topic, partition, err)
 	}

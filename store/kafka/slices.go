@@ -99,6 +99,10 @@ func (r *ReadJournal) readPartition(ctx context.Context, topic string, p int32, 
 				continue
 			}
 			next = rec.Offset + 1
+			if rec.Attrs.IsControl() { // a transaction's marker: no event, the position moves past it
+				cur.Partitions[p] = next
+				continue
+			}
 			if !r.emitRecord(rec, minSlice, maxSlice, cur, yield) {
 				return false
 			}

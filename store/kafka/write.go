@@ -27,31 +27,60 @@ func (j *Journal) Write(ctx context.Context, writes []journal.AtomicWrite) ([]er
 	if j.closed.Load() {
 		return nil, journal.ErrClosed
 	}
-	results := make([]error, len(writes))
-	var (
-		records []*kgo.Record
-		index   []int
-		pending = map[string]int64{}
-		now     = time.Now()
-	)
+	b, err := j.prepare(ctx, writes, nil)
+	if err != nil || len(b.records) == 0 {
+		return b.done(), err
+	}
+	return j.settle(writes, b, j.produceSync(ctx, j.cl, b.records...))
+}
+
+// batch is a call's writes made into records: one per write that passed
+// the checks.
+type batch struct {
+	results []error          // per write: its refusal, nil for those with a record
+	records []*kgo.Record    // in the order of the writes
+	index   []int            // records[k] is the record of writes[index[k]]
+	pending map[string]int64 // each id's last number in the batch
+}
+
+// done returns the results of a batch with nothing (more) to produce.
+func (b *batch) done() []error {
+	if b == nil {
+		return nil
+	}
+	return journal.Results(b.results)
+}
+
+// prepare checks writes and encodes each that passes as one Append
+// record. refuse, when set, returns a write's refusal before any other
+// check (nil: none). An error is the whole call's: nothing was produced.
+func (j *Journal) prepare(ctx context.Context, writes []journal.AtomicWrite, refuse func(i int) error) (*batch, error) {
+	b := &batch{results: make([]error, len(writes)), pending: map[string]int64{}}
+	now := time.Now()
 	if err := j.learnHighest(ctx, writes); err != nil {
 		return nil, err
 	}
 	for i, w := range writes {
+		if refuse != nil {
+			if err := refuse(i); err != nil {
+				b.results[i] = err
+				continue
+			}
+		}
 		if err := journal.CheckAtomicWrite(w); err != nil {
-			results[i] = err
+			b.results[i] = err
 			continue
 		}
 		if err := journal.CheckPayloads(w, j.cfg.maxPayload); err != nil {
-			results[i] = err
+			b.results[i] = err
 			continue
 		}
 		key, err := j.key(w.PersistenceID)
 		if err != nil {
-			results[i] = journal.Reject("%w", err)
+			b.results[i] = journal.Reject("%w", err)
 			continue
 		}
-		high, ok := pending[w.PersistenceID]
+		high, ok := b.pending[w.PersistenceID]
 		if !ok {
 			if high, ok = j.knownHighest(w.PersistenceID); !ok {
 				if high, err = j.HighestSequenceNr(ctx, w.PersistenceID, 0); err != nil {
@@ -61,66 +90,77 @@ func (j *Journal) Write(ctx context.Context, writes []journal.AtomicWrite) ([]er
 		}
 		first, last := w.Events[0].SequenceNr, w.Events[len(w.Events)-1].SequenceNr
 		if first <= high {
-			results[i] = &journal.ConflictError{PersistenceID: w.PersistenceID, SequenceNr: first}
+			b.results[i] = &journal.ConflictError{PersistenceID: w.PersistenceID, SequenceNr: first}
 			continue
 		}
 		value, headers, err := encodeAppend(w, j.cfg.origin, j.cfg.expireAfter, now)
 		if err != nil {
-			results[i] = journal.Reject("%w", err)
+			b.results[i] = journal.Reject("%w", err)
 			continue
 		}
-		records = append(records, record(key, value, headers, now))
-		index = append(index, i)
-		pending[w.PersistenceID] = last
+		b.records = append(b.records, record(key, value, headers, now))
+		b.index = append(b.index, i)
+		b.pending[w.PersistenceID] = last
 	}
-	if len(records) == 0 {
-		return journal.Results(results), nil
-	}
+	return b, nil
+}
+
+// settle pairs the produce results of b's records with their writes and
+// returns the call's results: a record the producer or the broker refused
+// as too large is a rejection; any other failure makes the whole call's
+// outcome unknown (and the journal forgets the highest numbers of its
+// ids, to read them again).
+func (j *Journal) settle(writes []journal.AtomicWrite, b *batch, produced kgo.ProduceResults) ([]error, error) {
 	// franz-go gives the results in the order the records complete (a
 	// record the client refuses at once comes before those the broker
 	// acknowledges), never by position: each result is paired with its
 	// write through its record.
-	produced := make(map[*kgo.Record]int, len(records))
-	for k, r := range records {
-		produced[r] = index[k]
+	of := make(map[*kgo.Record]int, len(b.records))
+	for k, r := range b.records {
+		of[r] = b.index[k]
 	}
 	var unknown error
-	for _, r := range j.produceSync(ctx, records...) {
-		i, ok := produced[r.Record]
+	for _, r := range produced {
+		i, ok := of[r.Record]
 		if !ok {
 			unknown = errors.Join(unknown, fmt.Errorf("kafka journal: the client returned the outcome of a record it was not given (key %q)", recordKey(r.Record)))
 			continue
 		}
-		delete(produced, r.Record)
+		delete(of, r.Record)
 		switch {
 		case r.Err == nil:
 		case errors.Is(r.Err, kerr.MessageTooLarge) || errors.Is(r.Err, kerr.RecordListTooLarge):
-			results[i] = journal.Reject("%s: the record of %d events (%d bytes) is larger than the producer or the broker accepts (franz-go's ProducerBatchMaxBytes, the topic's max.message.bytes): %w",
+			b.results[i] = journal.Reject("%s: the record of %d events (%d bytes) is larger than the producer or the broker accepts (franz-go's ProducerBatchMaxBytes, the topic's max.message.bytes): %w",
 				writes[i].PersistenceID, len(writes[i].Events), len(r.Record.Value), r.Err)
 		default:
 			unknown = errors.Join(unknown, fmt.Errorf("kafka journal: producing %s: %w", writes[i].PersistenceID, r.Err))
 		}
 	}
-	if len(produced) > 0 {
-		unknown = errors.Join(unknown, fmt.Errorf("kafka journal: the client returned no outcome for %d of %d records", len(produced), len(records)))
+	if len(of) > 0 {
+		unknown = errors.Join(unknown, fmt.Errorf("kafka journal: the client returned no outcome for %d of %d records", len(of), len(b.records)))
 	}
 	if unknown != nil {
-		for pid := range pending {
-			j.forget(pid)
-		}
+		j.forgetAll(b)
 		return nil, unknown
 	}
-	for _, i := range index {
-		if results[i] == nil {
+	for _, i := range b.index {
+		if b.results[i] == nil {
 			pid := writes[i].PersistenceID
 			j.remember(pid, writes[i].Events[len(writes[i].Events)-1].SequenceNr)
 		}
 	}
 	j.written.Notify()
-	return journal.Results(results), nil
+	return journal.Results(b.results), nil
 }
 
-// produceSync produces records and returns their results, in completion
+// forgetAll forgets the highest numbers of b's ids, to read them again.
+func (j *Journal) forgetAll(b *batch) {
+	for pid := range b.pending {
+		j.forget(pid)
+	}
+}
+
+// produceSync produces records with cl and returns their results, in completion
 // order, once all have one or ctx ends, whichever comes first (then each
 // record still in flight has ctx's error, and its outcome is unknown).
 // Unlike franz-go's ProduceSync it never waits past ctx: an idempotent
@@ -128,7 +168,7 @@ func (j *Journal) Write(ctx context.Context, writes []journal.AtomicWrite) ([]er
 // answers, which may be never. Nor does it wait for records whose
 // partition has too few replicas in sync (see stallCheck): once one is
 // found, every record still unanswered fails, that one with the reason.
-func (j *Journal) produceSync(ctx context.Context, records ...*kgo.Record) kgo.ProduceResults {
+func (j *Journal) produceSync(ctx context.Context, cl *kgo.Client, records ...*kgo.Record) kgo.ProduceResults {
 	ctx, cancel := j.bounded(ctx)
 	defer cancel()
 	ctx, abandon := context.WithCancel(ctx) // the records' production, ended when the write fails fast
@@ -139,7 +179,7 @@ func (j *Journal) produceSync(ctx context.Context, records ...*kgo.Record) kgo.P
 		done    = make(chan struct{})
 	)
 	for _, r := range records {
-		j.cl.Produce(ctx, r, func(r *kgo.Record, err error) {
+		cl.Produce(ctx, r, func(r *kgo.Record, err error) {
 			mu.Lock()
 			defer mu.Unlock()
 			if results = append(results, kgo.ProduceResult{Record: r, Err: err}); len(results) == len(records) {
@@ -267,7 +307,7 @@ func (j *Journal) produce(ctx context.Context, key eventual.Key, h wire.Header) 
 		return 0, 0, err
 	}
 	r := record(key, nil, map[string][]byte{wire.HeaderKey: header}, time.Now())
-	if err := j.produceSync(ctx, r).FirstErr(); err != nil {
+	if err := j.produceSync(ctx, j.cl, r).FirstErr(); err != nil {
 		return 0, 0, j.errs.Map(ctx, fmt.Sprintf("producing a %v for %s", h.Kind, key.ID), err, journal.ErrClosed)
 	}
 	return r.Partition, r.Offset, nil

@@ -40,10 +40,16 @@
 // group removed joins again under a new id, its heartbeats renew only the
 // new id's term, and the partitions it held under the old id stop (their
 // entities passivate, their state possibly stale) before anything the
-// group gives it is served, even a partition it held before. As with package cluster, a write that passed the fence
-// and then stalled on the way for longer than the margin is not stopped,
-// and Kafka has no conditional append to refuse it: the journal assumes
-// one writer per id.
+// group gives it is served, even a partition it held before.
+//
+// A write that passed that check and then stalled on the way for longer
+// than the margin (the process stopped right after the check) is refused
+// by the brokers: before serving a partition the member claims it
+// (kafka.Claim, under the group's name), which fences off every earlier
+// claim of it, and each write of the partition's entities carries the
+// claim (the fence's token), so it is refused with journal.ErrFenced once
+// another member claimed the partition. The brokers must allow
+// transactions.
 //
 // # Names and addresses
 //
@@ -217,8 +223,9 @@ type topicShards struct {
 type heldPartition struct {
 	memberID   string // the group member id it was assigned under
 	generation int32
-	open       atomic.Bool // the fence lets writes through (until revoked or lost)
-	giving     bool        // being handed off (guarded by Member.mu)
+	claim      *kafka.Claim // the journal's claim of the partition: the brokers refuse an earlier owner's records
+	open       atomic.Bool  // the fence lets writes through (until revoked or lost)
+	giving     bool         // being handed off (guarded by Member.mu)
 }
 
 // remote is another member as the coordinator shows it.
@@ -556,7 +563,12 @@ func (m *Member) onAssigned(ctx context.Context, grp *kgo.Client, assigned map[s
 		}
 		for _, p := range partitions {
 			tp := topicPartition{topic: topic, partition: p}
-			h := &heldPartition{memberID: memberID, generation: generation}
+			claim, err := m.claim(ctx, tp)
+			if err != nil {
+				m.cfg.Logger.Error("kafkacluster: claiming a partition: not serving it", "group", m.cfg.Group, "member", m.cfg.Name, "partition", tp.unit(), "err", err)
+				continue
+			}
+			h := &heldPartition{memberID: memberID, generation: generation, claim: claim}
 			h.open.Store(true)
 			m.mu.Lock()
 			m.held[tp] = h
@@ -583,15 +595,40 @@ func (m *Member) termEnd() time.Time {
 	return m.start
 }
 
-// fence returns the fence of a held partition's writes: the journal topic
-// keeps no lease, so its Open is the whole fence.
+// claimRetry is the pause between attempts to claim a partition.
+const claimRetry = 250 * time.Millisecond
+
+// claim makes the journal's claim of a partition assigned to the member,
+// asking again while ctx lasts: once it returns, the brokers refuse the
+// records of any earlier owner (see kafka.Claim).
+func (m *Member) claim(ctx context.Context, tp topicPartition) (*kafka.Claim, error) {
+	for {
+		c, err := m.cfg.Journal.Claim(ctx, m.cfg.Group, tp.topic, tp.partition)
+		if err == nil || errors.Is(err, journal.ErrInvalidArgument) || errors.Is(err, journal.ErrClosed) {
+			return c, err
+		}
+		m.cfg.Logger.Warn("kafkacluster: claiming a partition, asking again", "group", m.cfg.Group, "member", m.cfg.Name, "partition", tp.unit(), "err", err)
+		t := time.NewTimer(claimRetry)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return nil, err
+		}
+	}
+}
+
+// fence returns the fence of a held partition's writes: Open checks the
+// member's term and the partition's assignment, the token carries the
+// journal's claim of the partition, which the brokers check where the
+// records are appended.
 func (m *Member) fence(tp topicPartition, h *heldPartition) journal.Fence {
 	return journal.Fence{Open: func() error {
-		if !h.open.Load() || !m.heldUnder(h.memberID) {
+		if !h.open.Load() || !m.heldUnder(h.memberID) || h.claim.Err() != nil {
 			return &cluster.LeaseLostError{Lease: tp.unit(), Epoch: int64(h.generation)}
 		}
 		return nil
-	}}
+	}, Token: h.claim.Token()}
 }
 
 // onRevoked hands off the partitions the group takes back, gracefully,
@@ -650,14 +687,19 @@ func (m *Member) giveUp(partitions map[string][]int32, graceful bool) {
 		})
 	}
 	wg.Wait()
+	var claims []*kafka.Claim
 	m.mu.Lock()
 	for _, tp := range tps {
 		if h := m.held[tp]; h != nil {
 			h.open.Store(false)
+			claims = append(claims, h.claim)
 			delete(m.held, tp)
 		}
 	}
 	m.mu.Unlock()
+	for _, c := range claims {
+		c.Close()
+	}
 	m.signalChanged()
 }
 

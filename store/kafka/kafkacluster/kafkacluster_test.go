@@ -17,9 +17,11 @@ import (
 	"github.com/annals-go/annals/engine"
 	"github.com/annals-go/annals/entity"
 	"github.com/annals-go/annals/examples/bank"
+	"github.com/annals-go/annals/journal"
 	"github.com/annals-go/annals/membership"
 	"github.com/annals-go/annals/serialization"
 	"github.com/annals-go/annals/store/kafka"
+	"github.com/annals-go/annals/store/kafka/eventual/pg"
 	"github.com/annals-go/annals/store/kafka/eventual/pg/pgeventualtest"
 	"github.com/annals-go/annals/store/kafka/kafkacluster"
 	"github.com/annals-go/annals/store/kafka/kafkatest"
@@ -34,6 +36,7 @@ type world struct {
 	brokers []string
 	topic   string
 	group   string
+	tables  *pg.Store
 	journal *kafka.Journal
 }
 
@@ -45,6 +48,7 @@ func newWorld(t *testing.T) *world {
 	kafkatest.CreateTopic(t, brokers, w.topic, partitions)
 	_, schema := pgtest.Schema(t)
 	tables := pgeventualtest.OpenIn(t, schema)
+	w.tables = tables
 	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 	defer cancel()
 	j, err := kafka.Open(ctx, brokers, tables, kafka.WithTopic(func(string) string { return w.topic }))
@@ -377,5 +381,96 @@ func TestRemovedMemberDropsStaleEntities(t *testing.T) {
 	bal, err := entity.Ask(ctx, a.host, "stale", func(rt entity.ReplyTo[int64]) bank.Command { return bank.Deposit{Amount: 5, Reply: rt} })
 	if err != nil || bal != 16 {
 		t.Fatalf("a deposit through a after it rejoined: %d, %v; want 16 (1 + the other writer's 10 + 5: the entity recovered)", bal, err)
+	}
+}
+
+// fenceRecorder is a Shard that keeps the fence of each unit it is given.
+type fenceRecorder struct {
+	kafkacluster.Shard
+	mu     sync.Mutex
+	fences map[string]journal.Fence
+}
+
+func (r *fenceRecorder) ServeUnit(unit string, owns func(string) bool, fence journal.Fence) error {
+	r.mu.Lock()
+	r.fences[unit] = fence
+	r.mu.Unlock()
+	return r.Shard.ServeUnit(unit, owns, fence)
+}
+
+func (r *fenceRecorder) fence(unit string) (journal.Fence, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	f, ok := r.fences[unit]
+	return f, ok
+}
+
+// TestMemberClaimsItsPartitions: a member claims each partition it is
+// given before serving it, and its writes carry the claim: once another
+// process claims the partition (a member that took it over while this one
+// was paused), a write this member sends under its fence, at the id's
+// next free number, is refused as fenced and not stored, and the fence
+// stays closed after.
+func TestMemberClaimsItsPartitions(t *testing.T) {
+	w := newWorld(t)
+	rec := &fenceRecorder{Shard: newHost(t, w.journal, true), fences: map[string]journal.Fence{}}
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	m, err := kafkacluster.Join(ctx, kafkacluster.Config{
+		Journal: w.journal, Group: w.group, Name: "a", Address: "a.invalid:80",
+		Shards: []kafkacluster.Shard{rec}, SessionTimeout: 6 * time.Second,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = m.Leave(context.Background()) })
+	unit := w.topic + "/0"
+	await(t, "holding "+unit, func() bool { return slices.Contains(m.Held(), unit) }, m)
+	fence, ok := rec.fence(unit)
+	if !ok {
+		t.Fatalf("%s is held and was not served", unit)
+	}
+	if err := fence.Open(); err != nil {
+		t.Fatalf("the fence of a held partition: %v", err)
+	}
+	var pid string
+	for i := 0; pid == ""; i++ {
+		if id := annals.PersistenceID(bank.EntityType, fmt.Sprintf("claimed-%d", i)); kafka.Partition(id, partitions) == 0 {
+			pid = id
+		}
+	}
+	write := func(seq int64) error {
+		t.Helper()
+		ev := journal.Repr{PersistenceID: pid, SequenceNr: seq, Payload: []byte("{}"), SerializerID: 1, Manifest: "m"}
+		res, err := w.journal.WriteFenced(ctx, []journal.AtomicWrite{{PersistenceID: pid, Events: []journal.Repr{ev}}}, []journal.FenceToken{fence.Token})
+		if err != nil {
+			t.Fatalf("WriteFenced %d: outcome unknown: %v", seq, err)
+		}
+		if res == nil {
+			return nil
+		}
+		return res[0]
+	}
+	if err := write(1); err != nil {
+		t.Fatalf("a write under the member's claim: %v", err)
+	}
+	other, err := kafka.Open(ctx, w.brokers, w.tables, kafka.WithTopic(func(string) string { return w.topic }))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { other.Close() })
+	taken, err := other.Claim(ctx, w.group, w.topic, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(taken.Close)
+	if err := write(2); !errors.Is(err, journal.ErrFenced) || !errors.Is(err, journal.ErrRejected) {
+		t.Errorf("a write under the member's claim after another took it: %v, want ErrFenced and ErrRejected", err)
+	}
+	if err := fence.Open(); err == nil {
+		t.Error("the fence is open after the claim was fenced off")
+	}
+	if n, err := other.HighestSequenceNr(ctx, pid, 0); err != nil || n != 1 {
+		t.Errorf("highest of %s = %d, %v; want 1", pid, n, err)
 	}
 }

@@ -14,6 +14,7 @@ import (
 	"os"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -22,6 +23,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/annals-go/annals/journal"
 	"github.com/annals-go/annals/store/kafka"
 	"github.com/annals-go/annals/store/kafka/eventual"
 )
@@ -161,4 +163,70 @@ func Open(t testing.TB, brokers []string, tables eventual.Tables, opts ...kafka.
 	}
 	t.Cleanup(func() { j.Close() })
 	return j
+}
+
+// Claims returns a storetest.Store.Claim for j: each call makes a new
+// claim, under domain, of the partition that the id's records go to
+// (the id's topic is created with the broker's default partition count
+// when missing), fencing off the earlier ones. The claims close when t
+// ends.
+func Claims(t testing.TB, j *kafka.Journal, domain string) func(ctx context.Context, persistenceID string) (journal.FenceToken, error) {
+	var (
+		mu     sync.Mutex
+		claims []*kafka.Claim
+	)
+	t.Cleanup(func() {
+		mu.Lock()
+		defer mu.Unlock()
+		for _, c := range claims {
+			c.Close()
+		}
+	})
+	return func(ctx context.Context, pid string) (journal.FenceToken, error) {
+		topic, err := j.Topic(pid)
+		if err != nil {
+			return journal.FenceToken{}, err
+		}
+		partitions, err := partitionCount(ctx, j.Brokers(), topic)
+		if err != nil {
+			return journal.FenceToken{}, err
+		}
+		c, err := j.Claim(ctx, domain, topic, kafka.Partition(pid, partitions))
+		if err != nil {
+			return journal.FenceToken{}, err
+		}
+		mu.Lock()
+		claims = append(claims, c)
+		mu.Unlock()
+		return c.Token(), nil
+	}
+}
+
+// partitionCount returns the number of partitions of topic, creating it
+// when missing.
+func partitionCount(ctx context.Context, brokers []string, topic string) (int, error) {
+	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
+	if err != nil {
+		return 0, err
+	}
+	defer cl.Close()
+	for {
+		req := kmsg.NewPtrMetadataRequest()
+		req.AllowAutoTopicCreation = true
+		rt := kmsg.NewMetadataRequestTopic()
+		rt.Topic = kmsg.StringPtr(topic)
+		req.Topics = append(req.Topics, rt)
+		resp, err := req.RequestWith(ctx, cl)
+		if err != nil {
+			return 0, err
+		}
+		if len(resp.Topics) == 1 && resp.Topics[0].ErrorCode == 0 && len(resp.Topics[0].Partitions) > 0 {
+			return len(resp.Topics[0].Partitions), nil
+		}
+		select {
+		case <-ctx.Done():
+			return 0, fmt.Errorf("the partitions of %s: %w", topic, ctx.Err())
+		case <-time.After(50 * time.Millisecond): // the topic is being created
+		}
+	}
 }

@@ -31,9 +31,10 @@ import (
 //     claim was made is not stored and its result is a
 //     *journal.FencedError (ErrFenced, ErrRejected); every later write
 //     under the claim is refused the same way without being sent.
-//   - The records of one WriteFenced call under one claim are one Kafka
-//     transaction, committed before the call returns; one transaction of
-//     a claim runs at a time. A write whose record was appended but whose
+//   - The records of one WriteFenced call under one claim are written in
+//     one Kafka transaction, committed before the call returns; one
+//     transaction of a claim runs at a time, and the calls that come
+//     meanwhile share the next. A write whose record was appended but whose
 //     transaction could not be committed has an unknown outcome: its
 //     record stays visible to readers that read uncommitted records, as
 //     this journal's do, and not to those that read committed ones.
@@ -57,6 +58,10 @@ type Claim struct {
 	epoch      int16
 
 	txn sync.Mutex // one transaction at a time
+
+	qmu     sync.Mutex
+	queue   []*claimCall // calls waiting for the next transaction
+	leading bool         // a goroutine runs the queue's transactions (lead)
 
 	mu     sync.Mutex
 	fenced error // set once the claim is fenced off (or unusable): every later write is refused
@@ -223,8 +228,75 @@ func (j *Journal) WriteFenced(ctx context.Context, writes []journal.AtomicWrite,
 	return journal.Results(results), nil
 }
 
-// write writes ws under the claim, in one transaction.
+// claimCall is one call's writes waiting for a transaction of its claim.
+type claimCall struct {
+	ctx     context.Context
+	ws      []journal.AtomicWrite
+	results []error
+	err     error
+	done    chan struct{}
+}
+
+// write writes ws under the claim. The calls that come while a
+// transaction of the claim runs wait for it to end and then share the
+// next one: a claim runs one transaction at a time, and a call's wait is
+// at most one transaction besides its own. A call whose ctx ends before
+// its transaction does returns ctx's error (its outcome unknown).
 func (c *Claim) write(ctx context.Context, ws []journal.AtomicWrite) ([]error, error) {
+	call := &claimCall{ctx: ctx, ws: ws, done: make(chan struct{})}
+	c.qmu.Lock()
+	c.queue = append(c.queue, call)
+	lead := !c.leading
+	c.leading = true
+	c.qmu.Unlock()
+	if lead {
+		go c.lead()
+	}
+	select {
+	case <-call.done:
+		return call.results, call.err
+	case <-ctx.Done():
+		return nil, fmt.Errorf("kafka journal: claim %s: %w (the writes' outcome is unknown)", c.Unit(), ctx.Err())
+	}
+}
+
+// lead runs the transactions of the waiting calls, all of those waiting
+// in each, until none waits.
+func (c *Claim) lead() {
+	for {
+		c.qmu.Lock()
+		calls := c.queue
+		c.queue = nil
+		if len(calls) == 0 {
+			c.leading = false
+			c.qmu.Unlock()
+			return
+		}
+		c.qmu.Unlock()
+		var ws []journal.AtomicWrite
+		for _, call := range calls {
+			ws = append(ws, call.ws...)
+		}
+		// The transaction is the calls' together: none of their contexts
+		// ends it (a caller that leaves has an unknown outcome), the
+		// journal's read timeout bounds it.
+		ctx, cancel := c.j.bounded(context.WithoutCancel(calls[0].ctx))
+		results, err := c.transact(ctx, ws)
+		cancel()
+		at := 0
+		for _, call := range calls {
+			call.err = err
+			if err == nil && results != nil {
+				call.results = journal.Results(results[at : at+len(call.ws)])
+			}
+			at += len(call.ws)
+			close(call.done)
+		}
+	}
+}
+
+// transact writes ws under the claim, in one transaction.
+func (c *Claim) transact(ctx context.Context, ws []journal.AtomicWrite) ([]error, error) {
 	j := c.j
 	c.txn.Lock()
 	defer c.txn.Unlock()

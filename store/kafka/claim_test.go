@@ -3,6 +3,7 @@ package kafka_test
 import (
 	"errors"
 	"slices"
+	"sync"
 	"testing"
 
 	"github.com/annals-go/annals/journal"
@@ -109,6 +110,55 @@ func TestClaimFencesAnEarlierClaim(t *testing.T) {
 		for _, e := range replayedEvents(t, reader, ids[0]) {
 			if want := sized(ids[0], e.SequenceNr, 10).Payload; !slices.Equal(e.Payload, want) {
 				t.Errorf("%s@%d = %q, want %q", ids[0], e.SequenceNr, e.Payload, want)
+			}
+		}
+	})
+}
+
+// TestClaimSharesTransactions: calls under one claim made at once share
+// its transactions (one at a time), and each gets its own writes' results:
+// a conflict only for the write that has one.
+func TestClaimSharesTransactions(t *testing.T) {
+	onEachBroker(t, "claimshare", func(t *testing.T, b brokerEnv) {
+		const partitions, callers = 2, 24
+		topic := b.prefix + "Shared"
+		kafkatest.CreateTopic(t, b.brokers, topic, partitions)
+		j := kafkatest.Open(t, b.brokers, b.tables, b.topic("Shared"))
+		ctx := t.Context()
+		c, err := j.Claim(ctx, b.prefix, topic, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(c.Close)
+		ids := idsIn("Shared", b.prefix, 0, partitions, callers)
+		results := make([][]error, callers)
+		errs := make([]error, callers)
+		var wg sync.WaitGroup
+		for i, pid := range ids {
+			wg.Go(func() {
+				ws := []journal.AtomicWrite{{PersistenceID: pid, Events: []journal.Repr{sized(pid, 1, 10)}}}
+				if i == 0 { // a conflict of its own: 2 before 1 is fine, 1 again is not
+					ws = append(ws, journal.AtomicWrite{PersistenceID: pid, Events: []journal.Repr{sized(pid, 1, 10)}})
+				}
+				toks := make([]journal.FenceToken, len(ws))
+				for k := range toks {
+					toks[k] = c.Token()
+				}
+				results[i], errs[i] = j.WriteFenced(ctx, ws, toks)
+			})
+		}
+		wg.Wait()
+		for i, pid := range ids {
+			switch {
+			case errs[i] != nil:
+				t.Errorf("caller %d: outcome unknown: %v", i, errs[i])
+			case i == 0 && (len(results[i]) != 2 || results[i][0] != nil || !errors.Is(results[i][1], journal.ErrSequenceConflict)):
+				t.Errorf("caller 0: %v, want [nil, a sequence conflict]", results[i])
+			case i > 0 && results[i] != nil:
+				t.Errorf("caller %d: %v, want stored", i, results[i])
+			}
+			if got := replayedSeqs(t, j, pid); !slices.Equal(got, []int64{1}) {
+				t.Errorf("%s holds %v, want [1]", pid, got)
 			}
 		}
 	})

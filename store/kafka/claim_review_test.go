@@ -16,7 +16,9 @@ import (
 
 	"github.com/annals-go/annals/journal"
 	"github.com/annals-go/annals/store/kafka"
+	"github.com/annals-go/annals/store/kafka/eventual"
 	"github.com/annals-go/annals/store/kafka/kafkatest"
+	"github.com/annals-go/annals/store/kafka/wire/wiretest"
 )
 
 // blackhole is a franz-go dialer whose connections, once armed, swallow
@@ -182,5 +184,96 @@ func TestClaimFencedWriteWhoseFirstSendWasAppended(t *testing.T) {
 	}
 	if h, err := reader.HighestSequenceNr(ctx, pid, 0); err == nil && o.err == nil && fe != nil && h != 1 {
 		t.Errorf("HighestSequenceNr(%s) = %d after its write at 2 was refused as fenced, want 1", pid, h)
+	}
+}
+
+// TestLagAndSkipAfterClaimWrites: a write under a claim ends with its
+// transaction's commit marker, which takes an offset and which the
+// replicator never sees (its consumer drops control records): once the
+// replicator has applied everything, Lag still reports the partition one
+// offset behind, with no record to read; and a record the replicator
+// cannot decode right after a transaction is named by a *StoppedError
+// whose offset SkipRecord refuses (the pointer is at the last data
+// record, before the marker).
+func TestLagAndSkipAfterClaimWrites(t *testing.T) {
+	brokers := brokersOf(t, "real")
+	tables, _ := openEventual(t, "postgres")
+	run := kafkatest.Prefix(t, brokers, "claimlag")
+	topic := run + "ClaimLag"
+	kafkatest.CreateTopic(t, brokers, topic, 1)
+	j := kafkatest.Open(t, brokers, tables, kafka.WithTopic(func(string) string { return topic }))
+	ctx := t.Context()
+	pid := "ClaimLag|1"
+	c, err := j.Claim(ctx, run, topic, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	res, err := j.WriteFenced(ctx, []journal.AtomicWrite{{PersistenceID: pid, Events: []journal.Repr{sized(pid, 1, 10)}}}, []journal.FenceToken{c.Token()})
+	if err != nil || journal.Results(res) != nil {
+		t.Fatalf("claim write: %v %v", res, err)
+	}
+	poison := wiretest.ProduceUndecodable(t, brokers, topic, pid, 2)
+
+	rep := newReplicated()
+	opts := append(rep.options(), kafka.WithTopics(topic), kafka.WithGroup(run))
+	rctx, cancel := context.WithCancel(ctx)
+	r, err := kafka.NewReplicator(brokers, tables, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- r.Run(rctx) }()
+	var stop error
+	select {
+	case stop = <-rep.stopped:
+	case <-time.After(time.Minute):
+		t.Fatal("the replicator did not stop at the undecodable record")
+	}
+	cancel()
+	<-done
+	var se *kafka.StoppedError
+	if !errors.As(stop, &se) || se.Offset != poison.Offset {
+		t.Fatalf("stopped with %v, want at offset %d", stop, poison.Offset)
+	}
+	pointer, _, err := tables.Pointer(ctx, topic, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("pointer %d, undecodable record at %d", pointer, poison.Offset)
+	if err := kafka.SkipRecord(ctx, tables, topic, 0, se.Offset); err != nil {
+		t.Errorf("SkipRecord at the offset the StoppedError names (%d): %v", se.Offset, err)
+	}
+
+	// Lag with everything before the undecodable record applied: one
+	// transaction's marker between the pointer and it.
+	if err := tables.SavePointer(ctx, topic, 0, poison.Offset, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	res, err = j.WriteFenced(ctx, []journal.AtomicWrite{{PersistenceID: "ClaimLag|2", Events: []journal.Repr{sized("ClaimLag|2", 1, 10)}}}, []journal.FenceToken{c.Token()})
+	if err != nil || journal.Results(res) != nil {
+		t.Fatalf("claim write: %v %v", res, err)
+	}
+	r2, err := kafka.NewReplicator(brokers, tables, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rctx, cancel = context.WithCancel(ctx)
+	go func() { done <- r2.Run(rctx) }()
+	rep.await(t, "the second id", func() bool {
+		h, ok, err := tables.Head(ctx, eventual.Key{ID: "ClaimLag|2", Topic: topic})
+		return err == nil && ok && h.SeqNr == 1
+	})
+	cancel()
+	<-done
+	lags, err := j.Lag(ctx, topic)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range lags {
+		t.Logf("lag: %+v", l)
+		if l.Behind != 0 {
+			t.Errorf("partition %d: Behind = %d with every record applied (Records %d): the transaction's marker counts as unreplicated", l.Partition, l.Behind, l.Records)
+		}
 	}
 }

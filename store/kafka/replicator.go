@@ -164,6 +164,13 @@ func (r *Replicator) member(topic string) (*kgo.Client, error) {
 	return kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(r.brokers...), kgo.ConsumerGroup(r.cfg.group + "-" + topic),
 		kgo.ConsumeTopics(topic), kgo.DisableAutoCommit(), kgo.BlockRebalanceOnPoll(),
 		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.FetchMaxWait(250 * time.Millisecond),
+		// Control records (the markers that end the transactions of
+		// claims, kafka.Claim) take offsets: kept, the replicator
+		// skips them as records without the action header and the
+		// pointer moves past them, so that a partition whose last
+		// offset is a marker is not reported behind (Lag) and the
+		// record a StoppedError names is the one after the pointer.
+		kgo.KeepControlRecords(),
 		// Kafka counts compressed bytes, and a poll of repetitive events
 		// decompresses to many times them: polls stay small.
 		kgo.FetchMaxBytes(1 << 20), kgo.FetchMaxPartitionBytes(1 << 20),

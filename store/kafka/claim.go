@@ -1,6 +1,7 @@
 package kafka
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -330,10 +331,19 @@ func (c *Claim) transact(ctx context.Context, ws []journal.AtomicWrite) ([]error
 	if c.allFenced(produced) {
 		c.stop(produced[0].Err)
 		c.end(kgo.TryAbort)
+		j.forgetAll(b)
+		// A refusal of the records' first send proves that none was
+		// appended, but a send whose answer was lost is sent again, and
+		// a resend can meet the fence after the first was appended (in
+		// the transaction the later claim aborted, which readers of
+		// uncommitted records see). The journal is read to tell: any of
+		// the writes there makes the call's outcome unknown.
+		if err := c.absent(ctx, ws, b); err != nil {
+			return nil, fmt.Errorf("kafka journal: claim %s was fenced off while its records were sent: %w", c.Unit(), err)
+		}
 		for _, i := range b.index {
 			b.results[i] = &journal.FencedError{PersistenceID: ws[i].PersistenceID, Token: c.Token()}
 		}
-		j.forgetAll(b)
 		return b.done(), nil
 	}
 	results, err := j.settle(ws, b, produced)
@@ -348,6 +358,32 @@ func (c *Claim) transact(ctx context.Context, ws []journal.AtomicWrite) ([]error
 		return nil, fmt.Errorf("kafka journal: claim %s: the records are appended, their transaction's outcome is unknown: %w", c.Unit(), err)
 	}
 	return results, nil
+}
+
+// absent returns nil when none of the writes of b's records is in the
+// journal, read after their sends ended: the event at each write's first
+// number is missing or another writer's. A later claim can only have
+// been made after any of them was appended (the brokers refuse the
+// records of a fenced claim), so its owner's recovery saw that one and
+// wrote after it: a write of the call that was appended holds its first
+// number. Otherwise the error says which write is there, or why the
+// journal could not be read (both: the outcome is unknown).
+func (c *Claim) absent(ctx context.Context, ws []journal.AtomicWrite, b *batch) error {
+	ctx, cancel := c.j.bounded(context.WithoutCancel(ctx))
+	defer cancel()
+	for _, i := range b.index {
+		w := ws[i]
+		first := w.Events[0]
+		for r, err := range c.j.Replay(ctx, w.PersistenceID, first.SequenceNr, first.SequenceNr, 1) {
+			if err != nil {
+				return fmt.Errorf("reading %s@%d to tell whether the write is stored: %w", w.PersistenceID, first.SequenceNr, err)
+			}
+			if r.WriterID == first.WriterID && r.SerializerID == first.SerializerID && r.Manifest == first.Manifest && bytes.Equal(r.Payload, first.Payload) {
+				return fmt.Errorf("the write of %s@%d..%d is in the journal", w.PersistenceID, first.SequenceNr, w.Events[len(w.Events)-1].SequenceNr)
+			}
+		}
+	}
+	return nil
 }
 
 // end ends the claim's transaction, flushing or aborting what is still

@@ -39,9 +39,15 @@ import (
 //     transaction could not be committed has an unknown outcome: its
 //     record stays visible to readers that read uncommitted records, as
 //     this journal's do, and not to those that read committed ones.
+//   - A write whose records met the later claim's fence is refused as
+//     fenced only when the journal, read after, holds none of the call's
+//     writes (a send whose answer was lost is sent again, and the resend
+//     can meet the fence after the first was appended); otherwise the
+//     call's outcome is unknown.
 //   - A write under a claim of another journal, or for an id whose
 //     partition is not the claim's, is rejected with
-//     journal.ErrInvalidArgument.
+//     journal.ErrInvalidArgument. The records go to the claimed
+//     partition only.
 //
 // A claim is a Kafka transactional producer whose transactional id names
 // the domain, topic and partition ("annals-claim/DOMAIN/TOPIC/PARTITION"):
@@ -52,6 +58,7 @@ import (
 type Claim struct {
 	j          *Journal
 	cl         *kgo.Client
+	id         string // the producer's transactional id
 	domain     string
 	topic      string
 	partition  int32
@@ -69,8 +76,12 @@ type Claim struct {
 	closed bool
 }
 
-// stop records why the claim can take no more writes (the first cause).
+// stop records why the claim can take no more writes (the first cause):
+// a later claim's fence wraps journal.ErrFenced.
 func (c *Claim) stop(err error) {
+	if isFencedOff(err) {
+		err = fmt.Errorf("%w: a later claim of %s fenced this one off: %w", journal.ErrFenced, c.Unit(), err)
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.fenced == nil {
@@ -101,6 +112,10 @@ func (j *Journal) Claim(ctx context.Context, domain, topic string, partition int
 		return nil, fmt.Errorf("%w: a claim of %s/%d with no domain", journal.ErrInvalidArgument, topic, partition)
 	}
 	m, err := j.meta(ctx, topic)
+	if _, ok := m.leaders[partition]; err == nil && !ok { // partitions added since the journal read the topic's
+		j.forgetMeta(topic)
+		m, err = j.meta(ctx, topic)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("kafka journal: claiming %s/%d: %w", topic, partition, err)
 	}
@@ -109,7 +124,8 @@ func (j *Journal) Claim(ctx context.Context, domain, topic string, partition int
 	}
 	id := "annals-claim/" + domain + "/" + topic + "/" + strconv.Itoa(int(partition))
 	cl, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(j.brokers...), kgo.RequiredAcks(kgo.AllISRAcks()),
-		kgo.ProducerLinger(0), kgo.RecordDeliveryTimeout(j.cfg.readTimeout), kgo.TransactionalID(id)}, j.cfg.clientOpts...)...)
+		kgo.ProducerLinger(0), kgo.RecordDeliveryTimeout(j.cfg.readTimeout), kgo.TransactionalID(id),
+		kgo.RecordPartitioner(kgo.ManualPartitioner())}, j.cfg.clientOpts...)...)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 	}
@@ -118,19 +134,20 @@ func (j *Journal) Claim(ctx context.Context, domain, topic string, partition int
 		cl.Close()
 		return nil, fmt.Errorf("kafka journal: claiming %s/%d for %s (transactional id %q): %w", topic, partition, domain, id, err)
 	}
-	return &Claim{j: j, cl: cl, domain: domain, topic: topic, partition: partition, partitions: len(m.leaders), epoch: epoch}, nil
+	return &Claim{j: j, cl: cl, id: id, domain: domain, topic: topic, partition: partition, partitions: len(m.leaders), epoch: epoch}, nil
 }
 
 // Token returns the fencing token that carries the claim in
 // journal.FencedWriter.WriteFenced.
 func (c *Claim) Token() journal.FenceToken {
-	return journal.FenceToken{Store: c, Cluster: c.domain, Lease: c.Unit(), Epoch: int64(c.epoch)}
+	return journal.FenceToken{Store: c, Cluster: c.domain, Lease: c.Unit(), Holder: c.id, Epoch: int64(c.epoch)}
 }
 
 // Err returns nil while writes can be made under the claim; after it was
-// fenced off by a later claim of its partition (or its producer failed
-// to end a transaction), the error that ended it. A closed claim's Err is
-// journal.ErrClosed.
+// fenced off by a later claim of its partition, an error wrapping
+// journal.ErrFenced; after its producer failed to end a transaction (the
+// claim is broken: a new one must be made), that failure. A closed
+// claim's Err is journal.ErrClosed.
 func (c *Claim) Err() error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -323,6 +340,9 @@ func (c *Claim) transact(ctx context.Context, ws []journal.AtomicWrite) ([]error
 	b, err := j.prepare(ctx, ws, refuse)
 	if err != nil || len(b.records) == 0 {
 		return b.done(), err
+	}
+	for _, r := range b.records { // checked by refuse: the id's partition is the claim's
+		r.Partition = c.partition
 	}
 	if err := c.cl.BeginTransaction(); err != nil {
 		return nil, fmt.Errorf("kafka journal: claim %s: beginning a transaction: %w", c.Unit(), err)

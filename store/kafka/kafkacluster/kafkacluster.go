@@ -48,7 +48,10 @@
 // (kafka.Claim, under the group's name), which fences off every earlier
 // claim of it, and each write of the partition's entities carries the
 // claim (the fence's token), so it is refused with journal.ErrFenced once
-// another member claimed the partition. The brokers must allow
+// another member claimed the partition. A partition whose claim could not
+// be made, or broke (its producer failed to end a transaction), is not
+// served until the member, at a later heartbeat within its term, has
+// handed its entities off and claimed it again. The brokers must allow
 // transactions.
 //
 // # Names and addresses
@@ -257,6 +260,8 @@ type Member struct {
 	refresh  chan struct{} // a look at the group soon (capacity 1)
 	assigned chan struct{} // closed at the first assignment
 	once     sync.Once
+
+	hand sync.Mutex // held by giveUp and repairClaims: one hands partitions off at a time
 
 	mu         sync.Mutex
 	lastNone   int64 // send time of the last heartbeat of term's member id answered "none"; -1 none yet
@@ -563,28 +568,98 @@ func (m *Member) onAssigned(ctx context.Context, grp *kgo.Client, assigned map[s
 		}
 		for _, p := range partitions {
 			tp := topicPartition{topic: topic, partition: p}
+			h := &heldPartition{memberID: memberID, generation: generation}
 			claim, err := m.claim(ctx, tp)
 			if err != nil {
-				m.cfg.Logger.Error("kafkacluster: claiming a partition: not serving it", "group", m.cfg.Group, "member", m.cfg.Name, "partition", tp.unit(), "err", err)
-				continue
+				// Held, not served: repairClaims claims it again.
+				m.cfg.Logger.Error("kafkacluster: claiming a partition: not serving it yet", "group", m.cfg.Group, "member", m.cfg.Name, "partition", tp.unit(), "err", err)
 			}
-			h := &heldPartition{memberID: memberID, generation: generation, claim: claim}
-			h.open.Store(true)
+			h.claim = claim
+			h.open.Store(claim != nil)
 			m.mu.Lock()
 			m.held[tp] = h
 			m.mu.Unlock()
-			fence := m.fence(tp, h)
-			owns := func(pid string) bool { return kafka.Partition(pid, ts.partitions) == p }
-			for _, s := range ts.shards {
-				if err := s.ServeUnit(tp.unit(), owns, fence); err != nil {
-					m.cfg.Logger.Error("kafkacluster: serving a partition", "group", m.cfg.Group, "member", m.cfg.Name, "partition", tp.unit(), "err", err)
-				}
+			if claim != nil {
+				m.serve(tp, h)
 			}
-			m.hooks.LeaseAcquired(membership.Lease{Name: tp.unit(), Owner: membership.Holder{Name: m.cfg.Name, Incarnation: memberID},
-				Epoch: int64(generation), Expires: m.termEnd(), Live: true})
 		}
 	}
 	m.look(ctx)
+}
+
+// serve has the shards serve a held partition under its claim.
+func (m *Member) serve(tp topicPartition, h *heldPartition) {
+	ts := m.topics[tp.topic]
+	fence := m.fence(tp, h)
+	owns := func(pid string) bool { return kafka.Partition(pid, ts.partitions) == tp.partition }
+	for _, s := range ts.shards {
+		if err := s.ServeUnit(tp.unit(), owns, fence); err != nil {
+			m.cfg.Logger.Error("kafkacluster: serving a partition", "group", m.cfg.Group, "member", m.cfg.Name, "partition", tp.unit(), "err", err)
+		}
+	}
+	m.hooks.LeaseAcquired(membership.Lease{Name: tp.unit(), Owner: membership.Holder{Name: m.cfg.Name, Incarnation: h.memberID},
+		Epoch: int64(h.generation), Expires: m.termEnd(), Live: true})
+}
+
+// repairClaims claims again each partition the member holds in its term
+// whose claim could not be made, broke (its producer failed to end a
+// transaction) or was closed; not one fenced off by another member's
+// claim, whose partition the group is moving. The partition's entities
+// are handed off first, so that those served under the new claim recover
+// after it, then the partition is served again.
+func (m *Member) repairClaims(ctx context.Context) {
+	m.hand.Lock()
+	defer m.hand.Unlock()
+	type broken struct {
+		tp topicPartition
+		h  *heldPartition
+	}
+	var todo []broken
+	m.mu.Lock()
+	for tp, h := range m.held {
+		if h.giving || !m.heldUnder(h.memberID) {
+			continue
+		}
+		if h.claim == nil {
+			todo = append(todo, broken{tp, h})
+		} else if err := h.claim.Err(); err != nil && !errors.Is(err, journal.ErrFenced) {
+			todo = append(todo, broken{tp, h})
+		}
+	}
+	m.mu.Unlock()
+	for _, b := range todo {
+		m.cfg.Logger.Warn("kafkacluster: claiming a partition again", "group", m.cfg.Group, "member", m.cfg.Name, "partition", b.tp.unit())
+		b.h.open.Store(false)
+		if b.h.claim != nil {
+			hctx, cancel := context.WithTimeout(ctx, m.cfg.HandOffTimeout)
+			for _, s := range m.topics[b.tp.topic].shards {
+				if err := s.HandOffUnit(hctx, b.tp.unit()); err != nil {
+					m.cfg.Logger.Warn("kafkacluster: handing a partition off before claiming it again", "group", m.cfg.Group, "member", m.cfg.Name, "partition", b.tp.unit(), "err", err)
+				}
+			}
+			cancel()
+			b.h.claim.Close()
+		}
+		claim, err := m.cfg.Journal.Claim(ctx, m.cfg.Group, b.tp.topic, b.tp.partition)
+		if err != nil {
+			m.cfg.Logger.Error("kafkacluster: claiming a partition again: not serving it yet", "group", m.cfg.Group, "member", m.cfg.Name, "partition", b.tp.unit(), "err", err)
+		}
+		h := &heldPartition{memberID: b.h.memberID, generation: b.h.generation, claim: claim}
+		h.open.Store(claim != nil)
+		m.mu.Lock()
+		current := m.held[b.tp] == b.h && !b.h.giving
+		if current {
+			m.held[b.tp] = h
+		}
+		m.mu.Unlock()
+		switch {
+		case claim == nil:
+		case !current:
+			claim.Close()
+		default:
+			m.serve(b.tp, h)
+		}
+	}
 }
 
 // termEnd returns the wall-clock time the member's term ends.
@@ -599,9 +674,12 @@ func (m *Member) termEnd() time.Time {
 const claimRetry = 250 * time.Millisecond
 
 // claim makes the journal's claim of a partition assigned to the member,
-// asking again while ctx lasts: once it returns, the brokers refuse the
-// records of any earlier owner (see kafka.Claim).
+// asking again while ctx lasts, for a session timeout at most (then
+// repairClaims goes on): once it returns, the brokers refuse the records
+// of any earlier owner (see kafka.Claim).
 func (m *Member) claim(ctx context.Context, tp topicPartition) (*kafka.Claim, error) {
+	ctx, cancel := context.WithTimeout(ctx, m.cfg.SessionTimeout)
+	defer cancel()
 	for {
 		c, err := m.cfg.Journal.Claim(ctx, m.cfg.Group, tp.topic, tp.partition)
 		if err == nil || errors.Is(err, journal.ErrInvalidArgument) || errors.Is(err, journal.ErrClosed) {
@@ -624,7 +702,7 @@ func (m *Member) claim(ctx context.Context, tp topicPartition) (*kafka.Claim, er
 // records are appended.
 func (m *Member) fence(tp topicPartition, h *heldPartition) journal.Fence {
 	return journal.Fence{Open: func() error {
-		if !h.open.Load() || !m.heldUnder(h.memberID) || h.claim.Err() != nil {
+		if !h.open.Load() || !m.heldUnder(h.memberID) || h.claim == nil || h.claim.Err() != nil {
 			return &cluster.LeaseLostError{Lease: tp.unit(), Epoch: int64(h.generation)}
 		}
 		return nil
@@ -647,6 +725,8 @@ func (m *Member) onLost(_ context.Context, _ *kgo.Client, lost map[string][]int3
 // with its fence open (its persists in flight complete) and closed after;
 // otherwise the fences close first.
 func (m *Member) giveUp(partitions map[string][]int32, graceful bool) {
+	m.hand.Lock()
+	defer m.hand.Unlock()
 	var tps []topicPartition
 	m.mu.Lock()
 	for topic, ps := range partitions {
@@ -692,7 +772,9 @@ func (m *Member) giveUp(partitions map[string][]int32, graceful bool) {
 	for _, tp := range tps {
 		if h := m.held[tp]; h != nil {
 			h.open.Store(false)
-			claims = append(claims, h.claim)
+			if h.claim != nil {
+				claims = append(claims, h.claim)
+			}
 			delete(m.held, tp)
 		}
 	}
@@ -729,6 +811,7 @@ func (m *Member) loop() {
 			return
 		case <-t.C:
 			m.heartbeat(m.ctx, m.grp)
+			m.repairClaims(m.ctx)
 			lastLook = time.Now()
 			m.look(m.ctx)
 		case <-m.refresh:

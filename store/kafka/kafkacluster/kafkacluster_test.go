@@ -389,20 +389,30 @@ type fenceRecorder struct {
 	kafkacluster.Shard
 	mu     sync.Mutex
 	fences map[string]journal.Fence
+	served chan struct{} // closed (and made again) at each ServeUnit
+}
+
+func newFenceRecorder(s kafkacluster.Shard) *fenceRecorder {
+	return &fenceRecorder{Shard: s, fences: map[string]journal.Fence{}, served: make(chan struct{})}
 }
 
 func (r *fenceRecorder) ServeUnit(unit string, owns func(string) bool, fence journal.Fence) error {
+	err := r.Shard.ServeUnit(unit, owns, fence)
 	r.mu.Lock()
 	r.fences[unit] = fence
+	close(r.served)
+	r.served = make(chan struct{})
 	r.mu.Unlock()
-	return r.Shard.ServeUnit(unit, owns, fence)
+	return err
 }
 
-func (r *fenceRecorder) fence(unit string) (journal.Fence, bool) {
+// fence returns the fence unit was last served with, and a channel
+// closed at the next ServeUnit.
+func (r *fenceRecorder) fence(unit string) (journal.Fence, bool, <-chan struct{}) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	f, ok := r.fences[unit]
-	return f, ok
+	return f, ok, r.served
 }
 
 // TestMemberClaimsItsPartitions: a member claims each partition it is
@@ -413,7 +423,7 @@ func (r *fenceRecorder) fence(unit string) (journal.Fence, bool) {
 // stays closed after.
 func TestMemberClaimsItsPartitions(t *testing.T) {
 	w := newWorld(t)
-	rec := &fenceRecorder{Shard: newHost(t, w.journal, true), fences: map[string]journal.Fence{}}
+	rec := newFenceRecorder(newHost(t, w.journal, true))
 	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 	defer cancel()
 	m, err := kafkacluster.Join(ctx, kafkacluster.Config{
@@ -426,7 +436,7 @@ func TestMemberClaimsItsPartitions(t *testing.T) {
 	t.Cleanup(func() { _ = m.Leave(context.Background()) })
 	unit := w.topic + "/0"
 	await(t, "holding "+unit, func() bool { return slices.Contains(m.Held(), unit) }, m)
-	fence, ok := rec.fence(unit)
+	fence, ok, _ := rec.fence(unit)
 	if !ok {
 		t.Fatalf("%s is held and was not served", unit)
 	}
@@ -472,5 +482,63 @@ func TestMemberClaimsItsPartitions(t *testing.T) {
 	}
 	if n, err := other.HighestSequenceNr(ctx, pid, 0); err != nil || n != 1 {
 		t.Errorf("highest of %s = %d, %v; want 1", pid, n, err)
+	}
+}
+
+// TestMemberClaimsAgain: a member whose claim of a partition it still
+// holds stops working (here closed under it; a producer that failed to
+// end a transaction is the same) hands the partition's entities off,
+// claims it again and serves it under the new claim, at its next
+// heartbeat: writes go on.
+func TestMemberClaimsAgain(t *testing.T) {
+	w := newWorld(t)
+	rec := newFenceRecorder(newHost(t, w.journal, true))
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	m, err := kafkacluster.Join(ctx, kafkacluster.Config{
+		Journal: w.journal, Group: w.group, Name: "a", Address: "a.invalid:80",
+		Shards: []kafkacluster.Shard{rec}, SessionTimeout: 6 * time.Second, Heartbeat: 200 * time.Millisecond,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = m.Leave(context.Background()) })
+	unit := w.topic + "/1"
+	await(t, "holding "+unit, func() bool { return slices.Contains(m.Held(), unit) }, m)
+	before, _, _ := rec.fence(unit)
+	claim, ok := before.Token.Store.(*kafka.Claim)
+	if !ok {
+		t.Fatalf("the fence of %s carries no claim: %+v", unit, before.Token)
+	}
+	claim.Close()
+	if err := before.Open(); err == nil {
+		t.Error("the fence is open after its claim was closed")
+	}
+	deadline := time.After(30 * time.Second)
+	var after journal.Fence
+	for {
+		f, _, served := rec.fence(unit)
+		if f.Token.Store != before.Token.Store {
+			after = f
+			break
+		}
+		select {
+		case <-served:
+		case <-deadline:
+			t.Fatal("the partition was not claimed again within 30 s")
+		}
+	}
+	if err := after.Open(); err != nil {
+		t.Fatalf("the new fence: %v", err)
+	}
+	var pid string
+	for i := 0; pid == ""; i++ {
+		if id := annals.PersistenceID(bank.EntityType, fmt.Sprintf("again-%d", i)); kafka.Partition(id, partitions) == 1 {
+			pid = id
+		}
+	}
+	ev := journal.Repr{PersistenceID: pid, SequenceNr: 1, Payload: []byte("{}"), SerializerID: 1, Manifest: "m"}
+	if res, err := w.journal.WriteFenced(ctx, []journal.AtomicWrite{{PersistenceID: pid, Events: []journal.Repr{ev}}}, []journal.FenceToken{after.Token}); err != nil || res != nil {
+		t.Errorf("a write under the new claim: %v, %v", res, err)
 	}
 }

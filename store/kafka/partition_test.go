@@ -3,6 +3,7 @@ package kafka_test
 import (
 	"context"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -63,4 +64,38 @@ func openOneTopic(t *testing.T, name string) (j *kafka.Journal, brokers []string
 	brokers = kafkatest.Fake(t)
 	topic = fmt.Sprintf("journal-%s%d", name, time.Now().UnixNano())
 	return kafkatest.Open(t, brokers, eventualStores["postgres"](t), kafka.WithTopic(func(string) string { return topic })), brokers, topic
+}
+
+// TestPartitionIsFranzGos: Partition chooses as franz-go's producer
+// (StickyKeyPartitioner, Kafka's murmur2) for ids of every length class
+// and partition counts from 1 to 64.
+func TestPartitionIsFranzGos(t *testing.T) {
+	p := kgo.StickyKeyPartitioner(nil).ForTopic("")
+	for i := range 5000 {
+		pid := fmt.Sprintf("Type|%s%d", strings.Repeat("é", i%7), i*7919)
+		for _, n := range []int{1, 2, 3, 12, 64} {
+			want := int32(p.Partition(&kgo.Record{Key: []byte(pid)}, n))
+			if got := kafka.Partition(pid, n); got != want {
+				t.Fatalf("Partition(%q, %d) = %d, franz-go's producer chooses %d", pid, n, got, want)
+			}
+		}
+	}
+}
+
+// BenchmarkPartition: what choosing an id's partition costs (every read
+// of an id, every write under a claim, a kafkacluster member's ownership
+// checks), beside franz-go's StickyKeyPartitioner made for the call, as
+// Partition once did ("franz-go-per-call").
+func BenchmarkPartition(b *testing.B) {
+	key := "Account|acct-1yzvrnl5dt7qd"
+	b.Run("annals", func(b *testing.B) {
+		for b.Loop() {
+			kafka.Partition(key, 12)
+		}
+	})
+	b.Run("franz-go-per-call", func(b *testing.B) {
+		for b.Loop() {
+			kgo.StickyKeyPartitioner(nil).ForTopic("").Partition(&kgo.Record{Key: []byte(key)}, 12)
+		}
+	})
 }

@@ -71,7 +71,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"regexp"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -178,7 +177,23 @@ func DefaultTopic(entityType string) string {
 	return DefaultTopicPrefix + entityType
 }
 
-var topicName = regexp.MustCompile(`^[a-zA-Z0-9._-]{1,249}$`)
+// validTopic reports whether t is a name Kafka accepts for a topic: 1 to
+// 249 of letters, digits, '.', '_' and '-', and neither "." nor "..". It
+// runs on every write and read of an id, so it is a loop, not a regular
+// expression.
+func validTopic(t string) bool {
+	if len(t) == 0 || len(t) > 249 || t == "." || t == ".." {
+		return false
+	}
+	for i := 0; i < len(t); i++ {
+		switch c := t[i]; {
+		case c >= 'a' && c <= 'z', c >= 'A' && c <= 'Z', c >= '0' && c <= '9', c == '.', c == '_', c == '-':
+		default:
+			return false
+		}
+	}
+	return true
+}
 
 // Journal is the Kafka journal. It implements journal.Journal and is safe
 // for concurrent use.
@@ -273,7 +288,7 @@ func (j *Journal) Close() error {
 // would refuse.
 func (j *Journal) key(pid string) (eventual.Key, error) {
 	t := j.cfg.topic(annals.EntityType(pid))
-	if !topicName.MatchString(t) || t == "." || t == ".." {
+	if !validTopic(t) {
 		return eventual.Key{}, fmt.Errorf("%w: persistence id %q maps to topic %q, which is not a Kafka topic name (letters, digits, '.', '_', '-'; 249 at most): set WithTopic",
 			journal.ErrInvalidArgument, pid, t)
 	}

@@ -2,6 +2,7 @@ package kafka_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"testing"
@@ -9,6 +10,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/annals-go/annals/journal"
 	"github.com/annals-go/annals/store/kafka"
 	"github.com/annals-go/annals/store/kafka/kafkatest"
 )
@@ -98,4 +100,42 @@ func BenchmarkPartition(b *testing.B) {
 			kgo.StickyKeyPartitioner(nil).ForTopic("").Partition(&kgo.Record{Key: []byte(key)}, 12)
 		}
 	})
+}
+
+// TestTopicNames: an id whose entity type maps to a name Kafka refuses for
+// a topic is refused by Topic and its writes are rejected naming the
+// topic, before anything is sent; Kafka's names pass.
+func TestTopicNames(t *testing.T) {
+	brokers := brokersOf(t, "fake")
+	tables, _ := openEventual(t, "postgres")
+	cases := []struct {
+		topic string
+		ok    bool
+	}{
+		{"journal-Account_1.v2", true},
+		{strings.Repeat("a", 249), true},
+		{strings.Repeat("a", 250), false},
+		{"", false},
+		{".", false},
+		{"..", false},
+		{"...", true},
+		{"with space", false},
+		{"slash/es", false},
+		{"ünicode", false},
+	}
+	for _, c := range cases {
+		j := kafkatest.Open(t, brokers, tables, kafka.WithTopic(func(string) string { return c.topic }))
+		pid := "T|x"
+		_, err := j.Topic(pid)
+		if (err == nil) != c.ok {
+			t.Errorf("Topic for a type mapped to %q: %v, want accepted %v", c.topic, err, c.ok)
+		}
+		if c.ok {
+			continue
+		}
+		res, werr := j.Write(t.Context(), []journal.AtomicWrite{{PersistenceID: pid, Events: []journal.Repr{sized(pid, 1, 10)}}})
+		if werr != nil || len(res) != 1 || !errors.Is(res[0], journal.ErrInvalidArgument) || !errors.Is(res[0], journal.ErrRejected) || !strings.Contains(res[0].Error(), "not a Kafka topic name") {
+			t.Errorf("a write to topic %q: %v, %v; want a rejection (ErrInvalidArgument) naming the topic", c.topic, res, werr)
+		}
+	}
 }

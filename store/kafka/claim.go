@@ -394,13 +394,32 @@ func (c *Claim) absent(ctx context.Context, ws []journal.AtomicWrite, b *batch) 
 	for _, i := range b.index {
 		w := ws[i]
 		first := w.Events[0]
-		for r, err := range c.j.Replay(ctx, w.PersistenceID, first.SequenceNr, first.SequenceNr, 1) {
-			if err != nil {
-				return fmt.Errorf("reading %s@%d to tell whether the write is stored: %w", w.PersistenceID, first.SequenceNr, err)
+		v, err := c.j.read(ctx, w.PersistenceID, true)
+		if err != nil {
+			return fmt.Errorf("reading %s@%d to tell whether the write is stored: %w", w.PersistenceID, first.SequenceNr, err)
+		}
+		if v.deleteTo >= first.SequenceNr {
+			// The id's events are deleted through the write's first
+			// number since (the new owner recovered and deleted, a
+			// snapshot's retention): the event there, whoever's, is
+			// gone, so the write cannot be told absent.
+			return fmt.Errorf("the events of %s are deleted through %d: whether its write at %d is stored cannot be told", w.PersistenceID, v.deleteTo, first.SequenceNr)
+		}
+		var found, failed error
+		c.j.stream(ctx, v, w.PersistenceID, first.SequenceNr, first.SequenceNr, 1, func(r journal.Repr, err error) bool {
+			switch {
+			case err != nil:
+				failed = fmt.Errorf("reading %s@%d to tell whether the write is stored: %w", w.PersistenceID, first.SequenceNr, err)
+			case r.WriterID == first.WriterID && r.SerializerID == first.SerializerID && r.Manifest == first.Manifest && bytes.Equal(r.Payload, first.Payload):
+				found = fmt.Errorf("the write of %s@%d..%d is in the journal", w.PersistenceID, first.SequenceNr, w.Events[len(w.Events)-1].SequenceNr)
 			}
-			if r.WriterID == first.WriterID && r.SerializerID == first.SerializerID && r.Manifest == first.Manifest && bytes.Equal(r.Payload, first.Payload) {
-				return fmt.Errorf("the write of %s@%d..%d is in the journal", w.PersistenceID, first.SequenceNr, w.Events[len(w.Events)-1].SequenceNr)
-			}
+			return false
+		})
+		if failed != nil {
+			return failed
+		}
+		if found != nil {
+			return found
 		}
 	}
 	return nil

@@ -382,7 +382,8 @@ func (c *Claim) transact(ctx context.Context, ws []journal.AtomicWrite) ([]error
 
 // absent returns nil when none of the writes of b's records is in the
 // journal, read after their sends ended: the event at each write's first
-// number is missing or another writer's. A later claim can only have
+// number is missing or another writer's, and not deleted (a delete
+// hides an event of the call as well as another's). A later claim can only have
 // been made after any of them was appended (the brokers refuse the
 // records of a fenced claim), so its owner's recovery saw that one and
 // wrote after it: a write of the call that was appended holds its first

@@ -258,8 +258,12 @@ type Member struct {
 	cancel   context.CancelFunc
 	loopDone chan struct{}
 	refresh  chan struct{} // a look at the group soon (capacity 1)
-	assigned chan struct{} // closed at the first assignment
-	once     sync.Once
+	// repair asks repairLoop to repair claims (capacity 1); repairDone is
+	// closed when it has ended.
+	repair     chan struct{}
+	repairDone chan struct{}
+	assigned   chan struct{} // closed at the first assignment
+	once       sync.Once
 
 	hand sync.Mutex // held by giveUp and repairClaims: one hands partitions off at a time
 
@@ -292,11 +296,14 @@ func Join(ctx context.Context, cfg Config) (*Member, error) {
 		margin:   cfg.SessionTimeout / 5,
 		loopDone: make(chan struct{}),
 		refresh:  make(chan struct{}, 1),
-		assigned: make(chan struct{}),
-		lastNone: -1,
-		held:     map[topicPartition]*heldPartition{},
-		owners:   map[topicPartition]remote{},
-		changed:  make(chan struct{}),
+		repair:   make(chan struct{}, 1),
+
+		repairDone: make(chan struct{}),
+		assigned:   make(chan struct{}),
+		lastNone:   -1,
+		held:       map[topicPartition]*heldPartition{},
+		owners:     map[topicPartition]remote{},
+		changed:    make(chan struct{}),
 	}
 	for _, s := range cfg.Shards {
 		topic, err := cfg.Journal.Topic(annals.PersistenceID(s.EntityType(), "x"))
@@ -361,6 +368,7 @@ func Join(ctx context.Context, cfg Config) (*Member, error) {
 		return nil, fmt.Errorf("kafkacluster: join group %s as %s: no assignment yet: %w", cfg.Group, cfg.Name, ctx.Err())
 	}
 	go m.loop()
+	go m.repairLoop()
 	return m, nil
 }
 
@@ -603,10 +611,14 @@ func (m *Member) serve(tp topicPartition, h *heldPartition) {
 
 // repairClaims claims again each partition the member holds in its term
 // whose claim could not be made, broke (its producer failed to end a
-// transaction) or was closed; not one fenced off by another member's
-// claim, whose partition the group is moving. The partition's entities
-// are handed off first, so that those served under the new claim recover
-// after it, then the partition is served again.
+// transaction), was closed or was fenced off (a process that no longer
+// held the partition claimed it late: the group did not move it, and the
+// member's term runs). The partitions' entities are handed off first, all
+// at once, each within HandOffTimeout, so that those served under the new
+// claims recover after them; each claim is bounded by a session timeout
+// and a partition is served again only if the member still holds it in
+// its term. It runs on a goroutine of its own (repairLoop), never
+// between the member's heartbeats.
 func (m *Member) repairClaims(ctx context.Context) {
 	m.hand.Lock()
 	defer m.hand.Unlock()
@@ -620,44 +632,68 @@ func (m *Member) repairClaims(ctx context.Context) {
 		if h.giving || !m.heldUnder(h.memberID) {
 			continue
 		}
-		if h.claim == nil {
-			todo = append(todo, broken{tp, h})
-		} else if err := h.claim.Err(); err != nil && !errors.Is(err, journal.ErrFenced) {
+		if h.claim == nil || h.claim.Err() != nil {
 			todo = append(todo, broken{tp, h})
 		}
 	}
 	m.mu.Unlock()
+	var wg sync.WaitGroup
 	for _, b := range todo {
 		m.cfg.Logger.Warn("kafkacluster: claiming a partition again", "group", m.cfg.Group, "member", m.cfg.Name, "partition", b.tp.unit())
 		b.h.open.Store(false)
-		if b.h.claim != nil {
+		if b.h.claim == nil {
+			continue
+		}
+		wg.Go(func() {
 			hctx, cancel := context.WithTimeout(ctx, m.cfg.HandOffTimeout)
+			defer cancel()
 			for _, s := range m.topics[b.tp.topic].shards {
 				if err := s.HandOffUnit(hctx, b.tp.unit()); err != nil {
 					m.cfg.Logger.Warn("kafkacluster: handing a partition off before claiming it again", "group", m.cfg.Group, "member", m.cfg.Name, "partition", b.tp.unit(), "err", err)
 				}
 			}
-			cancel()
 			b.h.claim.Close()
-		}
-		claim, err := m.cfg.Journal.Claim(ctx, m.cfg.Group, b.tp.topic, b.tp.partition)
-		if err != nil {
-			m.cfg.Logger.Error("kafkacluster: claiming a partition again: not serving it yet", "group", m.cfg.Group, "member", m.cfg.Name, "partition", b.tp.unit(), "err", err)
-		}
-		h := &heldPartition{memberID: b.h.memberID, generation: b.h.generation, claim: claim}
-		h.open.Store(claim != nil)
-		m.mu.Lock()
-		current := m.held[b.tp] == b.h && !b.h.giving
-		if current {
-			m.held[b.tp] = h
-		}
-		m.mu.Unlock()
-		switch {
-		case claim == nil:
-		case !current:
-			claim.Close()
-		default:
-			m.serve(b.tp, h)
+		})
+	}
+	wg.Wait()
+	for _, b := range todo {
+		wg.Go(func() {
+			cctx, cancel := context.WithTimeout(ctx, m.cfg.SessionTimeout)
+			defer cancel()
+			claim, err := m.cfg.Journal.Claim(cctx, m.cfg.Group, b.tp.topic, b.tp.partition)
+			if err != nil {
+				m.cfg.Logger.Error("kafkacluster: claiming a partition again: not serving it yet", "group", m.cfg.Group, "member", m.cfg.Name, "partition", b.tp.unit(), "err", err)
+			}
+			h := &heldPartition{memberID: b.h.memberID, generation: b.h.generation, claim: claim}
+			h.open.Store(claim != nil)
+			m.mu.Lock()
+			current := m.held[b.tp] == b.h && !b.h.giving && m.heldUnder(b.h.memberID)
+			if current {
+				m.held[b.tp] = h
+			}
+			m.mu.Unlock()
+			switch {
+			case claim == nil:
+			case !current:
+				claim.Close()
+			default:
+				m.serve(b.tp, h)
+			}
+		})
+	}
+	wg.Wait()
+}
+
+// repairLoop runs repairClaims each time the member's loop asks, until
+// the member has left.
+func (m *Member) repairLoop() {
+	defer close(m.repairDone)
+	for {
+		select {
+		case <-m.ctx.Done():
+			return
+		case <-m.repair:
+			m.repairClaims(m.ctx)
 		}
 	}
 }
@@ -811,7 +847,10 @@ func (m *Member) loop() {
 			return
 		case <-t.C:
 			m.heartbeat(m.ctx, m.grp)
-			m.repairClaims(m.ctx)
+			select {
+			case m.repair <- struct{}{}:
+			default: // a repair is running: it looks again after
+			}
 			lastLook = time.Now()
 			m.look(m.ctx)
 		case <-m.refresh:
@@ -1026,6 +1065,7 @@ func (m *Member) Leave(ctx context.Context) error {
 	err := m.grp.LeaveGroupContext(ctx)
 	m.cancel()
 	<-m.loopDone
+	<-m.repairDone
 	m.grp.Close()
 	if err == nil {
 		err = m.awaitRebalanced(ctx)

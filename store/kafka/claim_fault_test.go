@@ -92,12 +92,11 @@ func (c *blackholeConn) Read(p []byte) (int, error) {
 // TestClaimFencedWriteWhoseFirstSendWasAppended: a write under a claim
 // whose Produce the broker appended but whose response was lost (a
 // dropped connection, a request timeout after a pause), sent again after
-// a later claim fenced the first: the resend is refused as fenced, and
-// the write is reported as a *journal.FencedError (definitely not
-// stored). But the first send's record is in the log, in the transaction
-// the later claim aborted, and the journal's readers read uncommitted
-// records: a replay returns the event of the write reported as not
-// stored.
+// a later claim fenced the first: the resend is refused as fenced, but
+// the first send's record is in the log (in the transaction the later
+// claim aborted, which the journal's readers read), so the write is not
+// reported as a *journal.FencedError (definitely not stored): its
+// outcome is unknown.
 func TestClaimFencedWriteWhoseFirstSendWasAppended(t *testing.T) {
 	brokers := brokersOf(t, "real")
 	tables, _ := openEventual(t, "postgres")
@@ -188,13 +187,11 @@ func TestClaimFencedWriteWhoseFirstSendWasAppended(t *testing.T) {
 }
 
 // TestLagAndSkipAfterClaimWrites: a write under a claim ends with its
-// transaction's commit marker, which takes an offset and which the
-// replicator never sees (its consumer drops control records): once the
-// replicator has applied everything, Lag still reports the partition one
-// offset behind, with no record to read; and a record the replicator
-// cannot decode right after a transaction is named by a *StoppedError
-// whose offset SkipRecord refuses (the pointer is at the last data
-// record, before the marker).
+// transaction's commit marker, which takes an offset: once the replicator
+// has applied everything, Lag reports no partition behind, and a record
+// the replicator cannot decode right after a transaction is named by a
+// *StoppedError whose offset SkipRecord accepts (the pointer moves past
+// the marker).
 func TestLagAndSkipAfterClaimWrites(t *testing.T) {
 	brokers := brokersOf(t, "real")
 	tables, _ := openEventual(t, "postgres")

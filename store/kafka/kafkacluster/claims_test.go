@@ -18,14 +18,11 @@ import (
 
 // TestMemberFencedByALateClaimServesAgain: a process that no longer
 // holds a partition claims it late (a member the group removed, paused
-// between its check of its term and its Journal.Claim in onAssigned's
-// claim or in repairClaims, resuming after the partition moved here):
-// its claim fences off the claim of this member, which the group still
-// gives the partition and whose term runs. repairClaims skips a claim
-// whose Err is ErrFenced ("the group is moving the partition"), but the
-// group is not moving it: the member keeps holding the partition and
-// never serves it again (every write fails its fence) until a rebalance
-// moves it, and the cooperative sticky protocol leaves it where it is.
+// between its check of its term and its Journal.Claim, resuming after
+// the partition moved here): its claim fences off the claim of this
+// member, which the group still gives the partition and whose term runs.
+// The group does not move the partition, so the member claims it again
+// and serves it under the new claim.
 func TestMemberFencedByALateClaimServesAgain(t *testing.T) {
 	w := newWorld(t)
 	rec := newFenceRecorder(newHost(t, w.journal, true))
@@ -118,14 +115,11 @@ func (s *slowHandOff) HandOffUnit(ctx context.Context, unit string) error {
 	return s.fenceRecorder.HandOffUnit(ctx, unit)
 }
 
-// TestRepairingClaimsKeepsTheOtherPartitionsServed: repairClaims runs in
-// the member's loop, between its heartbeats, and hands off each broken
-// partition in turn, each up to HandOffTimeout (half the session by
-// default). Two broken claims whose hand-offs take that long keep the
-// loop from heartbeating for a whole session, longer than the term a
-// heartbeat gives (the session less a fifth): the member's term ends,
-// and the fences of every partition it holds, broken or not, close,
-// though its session with the coordinator never ended.
+// TestRepairingClaimsKeepsTheOtherPartitionsServed: the repair of broken
+// claims runs beside the member's heartbeats, never between them: two
+// broken claims whose hand-offs take all of HandOffTimeout (half the
+// session by default) do not keep the member from heartbeating, so its
+// term runs on and the fences of its other partitions stay open.
 func TestRepairingClaimsKeepsTheOtherPartitionsServed(t *testing.T) {
 	w := newWorld(t)
 	shard := &slowHandOff{fenceRecorder: newFenceRecorder(newHost(t, w.journal, true)), slow: map[string]bool{}}

@@ -18,11 +18,10 @@ import (
 // paused mid-produce), sent again after a later claim fenced the first.
 // The new owner recovered the entity, saw the write's event (its readers
 // read uncommitted records) and deleted its events through it (a snapshot
-// and its retention) before the resend met the fence. Claim.absent then
-// finds nothing at the write's first number (Replay applies the delete)
-// and reports the write as a *journal.FencedError, definitely not
-// stored, while the journal's highest number is the write's own: the
-// write is stored and the new owner built on it.
+// and its retention) before the resend met the fence. The write is
+// stored and the new owner built on it: its outcome is unknown, never a
+// *journal.FencedError (definitely not stored), though a replay finds
+// nothing at its first number.
 func TestClaimFencedWriteAppendedThenDeleted(t *testing.T) {
 	brokers := brokersOf(t, "real")
 	tables, _ := openEventual(t, "postgres")

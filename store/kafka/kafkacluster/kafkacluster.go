@@ -49,9 +49,10 @@
 // claim of it, and each write of the partition's entities carries the
 // claim (the fence's token), so it is refused with journal.ErrFenced once
 // another member claimed the partition. A partition whose claim could not
-// be made, or broke (its producer failed to end a transaction), is not
-// served until the member, at a later heartbeat within its term, has
-// handed its entities off and claimed it again. The brokers must allow
+// be made, broke (its producer failed to end a transaction) or was
+// fenced off by a late claim of a process that no longer held it, is not
+// served until the member, while its term runs, has handed its entities
+// off and claimed it again (beside its heartbeats, never between them). The brokers must allow
 // transactions.
 //
 // # Names and addresses

@@ -53,7 +53,7 @@ var layers = map[string][]string{
 	"store/kafka/eventual":     {"store/kafka/wire"},
 	"store/kafka/eventual/cql": {"store/kafka/eventual"},
 	"store/kafka/eventual/pg":  {"store/kafka/eventual"},
-	"store/kafka/kafkatest":    {"internal/servicescript", "store/kafka", "store/kafka/eventual"},
+	"store/kafka/kafkatest":    {"internal/servicescript", "journal", "store/kafka", "store/kafka/eventual"},
 	// The Kafka journal's failure tests on the cluster of three brokers
 	// (tests only; no code of its own).
 	"store/kafka/clustertest": {},

@@ -382,13 +382,17 @@ func (c *Claim) transact(ctx context.Context, ws []journal.AtomicWrite) ([]error
 
 // absent returns nil when none of the writes of b's records is in the
 // journal, read after their sends ended: the event at each write's first
-// number is missing or another writer's, and not deleted (a delete
-// hides an event of the call as well as another's). A later claim can only have
-// been made after any of them was appended (the brokers refuse the
+// number is missing or another writer's, and not deleted (a delete hides
+// an event of the call as well as another's). A later claim can only
+// have been made after any of them was appended (the brokers refuse the
 // records of a fenced claim), so its owner's recovery saw that one and
 // wrote after it: a write of the call that was appended holds its first
 // number. Otherwise the error says which write is there, or why the
-// journal could not be read (both: the outcome is unknown).
+// journal could not be read (both: the outcome is unknown). One case it
+// cannot tell: the new owner purged the id (its events and highest
+// number gone) between the append and this read; the write is then
+// reported fenced though its record is in the log, which the purge has
+// made void for every reader.
 func (c *Claim) absent(ctx context.Context, ws []journal.AtomicWrite, b *batch) error {
 	ctx, cancel := c.j.bounded(context.WithoutCancel(ctx))
 	defer cancel()

@@ -47,62 +47,49 @@ func BenchmarkReplicatorCassandra(b *testing.B) {
 		if err := session.Query(`TRUNCATE ` + keyspace + `.raw_journal`).ExecContext(b.Context()); err != nil {
 			b.Fatal(err)
 		}
-		start := time.Now()
-		cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.ConsumeTopics(topic), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
-		if err != nil {
-			b.Fatal(err)
-		}
-		defer cl.Close()
-		stored := 0
-		for stored < perID*ids {
-			fs := cl.PollFetches(b.Context())
-			if err := fs.Err0(); err != nil {
+		return rawConsume(b, brokers, topic, perID*ids, func(p kgo.FetchTopicPartition) (stored int) {
+			if len(p.Records) == 0 {
+				return 0
+			}
+			// An unlogged batch per key (one Cassandra partition),
+			// 16 keys at once.
+			byKey := map[string][]*kgo.Record{}
+			var keys []string
+			for _, r := range p.Records {
+				if len(r.Value) == 0 {
+					continue
+				}
+				if _, ok := byKey[string(r.Key)]; !ok {
+					keys = append(keys, string(r.Key))
+				}
+				byKey[string(r.Key)] = append(byKey[string(r.Key)], r)
+			}
+			g, ctx := errgroup.WithContext(b.Context())
+			g.SetLimit(eventual.KeyConcurrency)
+			for _, k := range keys {
+				batch := session.Batch(gocql.UnloggedBatch).Consistency(gocql.One)
+				for _, r := range byKey[k] {
+					es, err := wire.DecodeBinary(r.Value)
+					if err != nil {
+						b.Fatal(err)
+					}
+					for _, e := range es.Events {
+						stored++
+						batch.Query(`INSERT INTO `+keyspace+`.raw_journal (id, topic, seq_nr, offset, timestamp, payload_bin) VALUES (?, ?, ?, ?, ?, ?)`,
+							k, r.Topic, e.SeqNr, r.Offset, r.Timestamp, e.Payload.Data)
+					}
+				}
+				g.Go(func() error { return batch.ExecContext(ctx) })
+			}
+			if err := g.Wait(); err != nil {
 				b.Fatal(err)
 			}
-			fs.EachPartition(func(p kgo.FetchTopicPartition) {
-				if len(p.Records) == 0 {
-					return
-				}
-				// An unlogged batch per key (one Cassandra partition),
-				// 16 keys at once.
-				byKey := map[string][]*kgo.Record{}
-				var keys []string
-				for _, r := range p.Records {
-					if len(r.Value) == 0 {
-						continue
-					}
-					if _, ok := byKey[string(r.Key)]; !ok {
-						keys = append(keys, string(r.Key))
-					}
-					byKey[string(r.Key)] = append(byKey[string(r.Key)], r)
-				}
-				g, ctx := errgroup.WithContext(b.Context())
-				g.SetLimit(eventual.KeyConcurrency)
-				for _, k := range keys {
-					batch := session.Batch(gocql.UnloggedBatch).Consistency(gocql.One)
-					for _, r := range byKey[k] {
-						es, err := wire.DecodeBinary(r.Value)
-						if err != nil {
-							b.Fatal(err)
-						}
-						for _, e := range es.Events {
-							stored++
-							batch.Query(`INSERT INTO `+keyspace+`.raw_journal (id, topic, seq_nr, offset, timestamp, payload_bin) VALUES (?, ?, ?, ?, ?, ?)`,
-								k, r.Topic, e.SeqNr, r.Offset, r.Timestamp, e.Payload.Data)
-						}
-					}
-					g.Go(func() error { return batch.ExecContext(ctx) })
-				}
-				if err := g.Wait(); err != nil {
-					b.Fatal(err)
-				}
-				if err := session.Query(`INSERT INTO `+keyspace+`.raw_pointer (topic, partition, offset) VALUES (?, ?, ?)`,
-					p.Topic, p.Partition, p.Records[len(p.Records)-1].Offset).Consistency(gocql.One).ExecContext(b.Context()); err != nil {
-					b.Fatal(err)
-				}
-			})
-		}
-		return time.Since(start)
+			if err := session.Query(`INSERT INTO `+keyspace+`.raw_pointer (topic, partition, offset) VALUES (?, ?, ?)`,
+				p.Topic, p.Partition, p.Records[len(p.Records)-1].Offset).Consistency(gocql.One).ExecContext(b.Context()); err != nil {
+				b.Fatal(err)
+			}
+			return stored
+		})
 	}
 	alternate(b, events, annals, raw)
 }

@@ -238,47 +238,56 @@ func BenchmarkReplicator(b *testing.B) {
 		if _, err := pool.Exec(b.Context(), `TRUNCATE `+schema+`.journal`); err != nil {
 			b.Fatal(err)
 		}
-		start := time.Now()
-		cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.ConsumeTopics(topic), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
-		if err != nil {
-			b.Fatal(err)
-		}
-		defer cl.Close()
-		stored := 0
-		for stored < perID*ids {
-			fs := cl.PollFetches(b.Context())
-			if err := fs.Err0(); err != nil {
-				b.Fatal(err)
-			}
-			fs.EachPartition(func(p kgo.FetchTopicPartition) {
-				var batch pgx.Batch
-				for _, r := range p.Records {
-					if len(r.Value) == 0 {
-						continue
-					}
-					es, err := wire.DecodeBinary(r.Value)
-					if err != nil {
-						b.Fatal(err)
-					}
-					for _, e := range es.Events {
-						batch.Queue(`INSERT INTO `+schema+`.journal (id, topic, seq_nr, "offset", timestamp, payload_bin) VALUES ($1, $2, $3, $4, $5, $6)
-							ON CONFLICT DO NOTHING`, string(r.Key), r.Topic, e.SeqNr, r.Offset, r.Timestamp, e.Payload.Data)
-						stored++
-					}
+		return rawConsume(b, brokers, topic, perID*ids, func(p kgo.FetchTopicPartition) (stored int) {
+			var batch pgx.Batch
+			for _, r := range p.Records {
+				if len(r.Value) == 0 {
+					continue
 				}
-				if len(p.Records) == 0 {
-					return
-				}
-				batch.Queue(`INSERT INTO `+schema+`.pointer VALUES ($1, $2, $3) ON CONFLICT (topic, partition) DO UPDATE SET "offset" = EXCLUDED."offset"`,
-					p.Topic, p.Partition, p.Records[len(p.Records)-1].Offset)
-				if err := pool.SendBatch(b.Context(), &batch).Close(); err != nil {
+				es, err := wire.DecodeBinary(r.Value)
+				if err != nil {
 					b.Fatal(err)
 				}
-			})
-		}
-		return time.Since(start)
+				for _, e := range es.Events {
+					batch.Queue(`INSERT INTO `+schema+`.journal (id, topic, seq_nr, "offset", timestamp, payload_bin) VALUES ($1, $2, $3, $4, $5, $6)
+						ON CONFLICT DO NOTHING`, string(r.Key), r.Topic, e.SeqNr, r.Offset, r.Timestamp, e.Payload.Data)
+					stored++
+				}
+			}
+			if len(p.Records) == 0 {
+				return stored
+			}
+			batch.Queue(`INSERT INTO `+schema+`.pointer VALUES ($1, $2, $3) ON CONFLICT (topic, partition) DO UPDATE SET "offset" = EXCLUDED."offset"`,
+				p.Topic, p.Partition, p.Records[len(p.Records)-1].Offset)
+			if err := pool.SendBatch(b.Context(), &batch).Close(); err != nil {
+				b.Fatal(err)
+			}
+			return stored
+		})
 	}
 	alternate(b, events, annals, raw)
+}
+
+// rawConsume is a baseline's consume loop: a new consumer reads topic
+// from its start, apply stores each partition's records of a poll and
+// returns how many events it stored, until want are; it returns how long
+// that took.
+func rawConsume(b *testing.B, brokers []string, topic string, want int, apply func(kgo.FetchTopicPartition) int) time.Duration {
+	b.Helper()
+	start := time.Now()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.ConsumeTopics(topic), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer cl.Close()
+	for stored := 0; stored < want; {
+		fs := cl.PollFetches(b.Context())
+		if err := fs.Err0(); err != nil {
+			b.Fatal(err)
+		}
+		fs.EachPartition(func(p kgo.FetchTopicPartition) { stored += apply(p) })
+	}
+	return time.Since(start)
 }
 
 // InTx passes the transaction through, counting inside it, when the store

@@ -13,6 +13,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/annals-go/annals/journal"
+	"github.com/annals-go/annals/store/kafka/eventual"
 )
 
 // Claim is one journal's exclusive right to append to one partition of a
@@ -34,11 +35,12 @@ import (
 //     under the claim is refused the same way without being sent.
 //   - The records of one WriteFenced call under one claim are written in
 //     one Kafka transaction, committed before the call returns; one
-//     transaction of a claim runs at a time, and the calls that come
-//     meanwhile share the next. A write whose record was appended but whose
-//     transaction could not be committed has an unknown outcome: its
-//     record stays visible to readers that read uncommitted records, as
-//     this journal's do, and not to those that read committed ones.
+//     transaction of a claim runs at a time (the journal front already
+//     sends many writers' writes in one call). A write whose record was
+//     appended but whose transaction could not be committed has an
+//     unknown outcome: its record stays visible to readers that read
+//     uncommitted records, as this journal's do, and not to those that
+//     read committed ones.
 //   - A write whose records met the later claim's fence is refused as
 //     fenced only when the journal, read after, holds none of the call's
 //     writes (a send whose answer was lost is sent again, and the resend
@@ -66,10 +68,6 @@ type Claim struct {
 	epoch      int16
 
 	txn sync.Mutex // one transaction at a time
-
-	qmu     sync.Mutex
-	queue   []*claimCall // calls waiting for the next transaction
-	leading bool         // a goroutine runs the queue's transactions (lead)
 
 	mu     sync.Mutex
 	fenced error // set once the claim is fenced off (or unusable): every later write is refused
@@ -246,75 +244,9 @@ func (j *Journal) WriteFenced(ctx context.Context, writes []journal.AtomicWrite,
 	return journal.Results(results), nil
 }
 
-// claimCall is one call's writes waiting for a transaction of its claim.
-type claimCall struct {
-	ctx     context.Context
-	ws      []journal.AtomicWrite
-	results []error
-	err     error
-	done    chan struct{}
-}
-
-// write writes ws under the claim. The calls that come while a
-// transaction of the claim runs wait for it to end and then share the
-// next one: a claim runs one transaction at a time, and a call's wait is
-// at most one transaction besides its own. A call whose ctx ends before
-// its transaction does returns ctx's error (its outcome unknown).
+// write writes ws under the claim in one transaction, after the claim's
+// transaction in progress, if any.
 func (c *Claim) write(ctx context.Context, ws []journal.AtomicWrite) ([]error, error) {
-	call := &claimCall{ctx: ctx, ws: ws, done: make(chan struct{})}
-	c.qmu.Lock()
-	c.queue = append(c.queue, call)
-	lead := !c.leading
-	c.leading = true
-	c.qmu.Unlock()
-	if lead {
-		go c.lead()
-	}
-	select {
-	case <-call.done:
-		return call.results, call.err
-	case <-ctx.Done():
-		return nil, fmt.Errorf("kafka journal: claim %s: %w (the writes' outcome is unknown)", c.Unit(), ctx.Err())
-	}
-}
-
-// lead runs the transactions of the waiting calls, all of those waiting
-// in each, until none waits.
-func (c *Claim) lead() {
-	for {
-		c.qmu.Lock()
-		calls := c.queue
-		c.queue = nil
-		if len(calls) == 0 {
-			c.leading = false
-			c.qmu.Unlock()
-			return
-		}
-		c.qmu.Unlock()
-		var ws []journal.AtomicWrite
-		for _, call := range calls {
-			ws = append(ws, call.ws...)
-		}
-		// The transaction is the calls' together: none of their contexts
-		// ends it (a caller that leaves has an unknown outcome), the
-		// journal's read timeout bounds it.
-		ctx, cancel := c.j.bounded(context.WithoutCancel(calls[0].ctx))
-		results, err := c.transact(ctx, ws)
-		cancel()
-		at := 0
-		for _, call := range calls {
-			call.err = err
-			if err == nil && results != nil {
-				call.results = journal.Results(results[at : at+len(call.ws)])
-			}
-			at += len(call.ws)
-			close(call.done)
-		}
-	}
-}
-
-// transact writes ws under the claim, in one transaction.
-func (c *Claim) transact(ctx context.Context, ws []journal.AtomicWrite) ([]error, error) {
 	j := c.j
 	c.txn.Lock()
 	defer c.txn.Unlock()
@@ -329,11 +261,10 @@ func (c *Claim) transact(ctx context.Context, ws []journal.AtomicWrite) ([]error
 		}
 		return results, nil
 	}
-	refuse := func(i int) error {
-		pid := ws[i].PersistenceID
-		if key, err := j.key(pid); err == nil && (key.Topic != c.topic || Partition(pid, c.partitions) != c.partition) {
+	refuse := func(key eventual.Key) error {
+		if p := Partition(key.ID, c.partitions); key.Topic != c.topic || p != c.partition {
 			return journal.Reject("%w: write of %q under claim %s: the id's records go to %s/%d", journal.ErrInvalidArgument,
-				pid, c.Unit(), key.Topic, Partition(pid, c.partitions))
+				key.ID, c.Unit(), key.Topic, p)
 		}
 		return nil
 	}

@@ -115,10 +115,10 @@ func TestClaimFencesAnEarlierClaim(t *testing.T) {
 	})
 }
 
-// TestClaimSharesTransactions: calls under one claim made at once share
-// its transactions (one at a time), and each gets its own writes' results:
-// a conflict only for the write that has one.
-func TestClaimSharesTransactions(t *testing.T) {
+// TestConcurrentCallsUnderOneClaim: calls under one claim made at once
+// run their transactions one at a time, and each gets its own writes'
+// results: a conflict only for the write that has one.
+func TestConcurrentCallsUnderOneClaim(t *testing.T) {
 	onEachBroker(t, "claimshare", func(t *testing.T, b brokerEnv) {
 		const partitions, callers = 2, 24
 		topic := b.prefix + "Shared"

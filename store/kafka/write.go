@@ -52,21 +52,16 @@ func (b *batch) done() []error {
 }
 
 // prepare checks writes and encodes each that passes as one Append
-// record. refuse, when set, returns a write's refusal before any other
-// check (nil: none). An error is the whole call's: nothing was produced.
-func (j *Journal) prepare(ctx context.Context, writes []journal.AtomicWrite, refuse func(i int) error) (*batch, error) {
+// record. refuse, when set, returns the refusal of a write to key, after
+// the checks of its own (nil: none). An error is the whole call's:
+// nothing was produced.
+func (j *Journal) prepare(ctx context.Context, writes []journal.AtomicWrite, refuse func(key eventual.Key) error) (*batch, error) {
 	b := &batch{results: make([]error, len(writes)), pending: map[string]int64{}}
 	now := time.Now()
 	if err := j.learnHighest(ctx, writes); err != nil {
 		return nil, err
 	}
 	for i, w := range writes {
-		if refuse != nil {
-			if err := refuse(i); err != nil {
-				b.results[i] = err
-				continue
-			}
-		}
 		if err := journal.CheckAtomicWrite(w); err != nil {
 			b.results[i] = err
 			continue
@@ -79,6 +74,12 @@ func (j *Journal) prepare(ctx context.Context, writes []journal.AtomicWrite, ref
 		if err != nil {
 			b.results[i] = journal.Reject("%w", err)
 			continue
+		}
+		if refuse != nil {
+			if err := refuse(key); err != nil {
+				b.results[i] = err
+				continue
+			}
 		}
 		high, ok := b.pending[w.PersistenceID]
 		if !ok {

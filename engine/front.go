@@ -198,7 +198,8 @@ func (c Config) withDefaults() Config {
 // Close does not close the journal behind the front.
 type Front struct {
 	core[journal.AtomicWrite]
-	j journal.Journal
+	j      journal.Journal
+	groups recoveryQueue // recoveries waiting for a grouped read
 }
 
 // core is the group commit and the guards a front puts before its store,

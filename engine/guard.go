@@ -43,15 +43,21 @@ func breakerError(err error) error {
 // it has a turn among the MaxReads. The breaker's result type stays
 // inside: callers get call's own.
 func guarded[T, W any](ctx context.Context, f *core[W], call func(ctx context.Context) (T, error)) (T, error) {
-	var zero T
 	if f.reads != nil {
 		select {
 		case f.reads <- struct{}{}:
 			defer func() { <-f.reads }()
 		case <-ctx.Done():
+			var zero T
 			return zero, ctx.Err()
 		}
 	}
+	return guardedCall(ctx, f, call)
+}
+
+// guardedCall runs call on the store with f's call timeout and breaker,
+// in a turn the caller holds (or with no MaxReads).
+func guardedCall[T, W any](ctx context.Context, f *core[W], call func(ctx context.Context) (T, error)) (T, error) {
 	cctx, cancel := context.WithTimeout(ctx, f.cfg.CallTimeout)
 	defer cancel()
 	out, err := f.breaker.Execute(func() (any, error) {
@@ -114,6 +120,17 @@ func (f *Front) DeleteTo(ctx context.Context, persistenceID string, to int64) er
 // runs under the call timeout and the circuit breaker. It fails with an
 // error wrapping errors.ErrUnsupported when the store behind the front has
 // no recovery reader (ReadsSnapshotsOf is then false for every store).
+//
+// When the store is a recovery.BatchReader and MaxReads bounds the reads,
+// a recovery that finds a turn free reads alone on the caller's
+// goroutine; one that must wait for a turn joins the group of waiting
+// recoveries, and each turn that comes free reads the oldest of them (at
+// most MaxRecoveryGroup) in one ReadRecoveries call, made on a goroutine
+// of its own under the call timeout and the breaker but under no caller's
+// context. A caller whose context ends stops waiting at once with the
+// context's error; its request is left out of a group not yet read, and
+// its answer dropped from one being read. When a group's call fails, its
+// requests are read one by one, each with its own outcome.
 func (f *Front) ReadRecovery(ctx context.Context, req recovery.Request) (recovery.Result, error) {
 	r, ok := f.j.(recovery.Reader)
 	if !ok {
@@ -125,6 +142,9 @@ func (f *Front) ReadRecovery(ctx context.Context, req recovery.Request) (recover
 	}
 	if err := f.awaitWrites(ctx, req.PersistenceID); err != nil {
 		return recovery.Result{}, err
+	}
+	if br, ok := r.(recovery.BatchReader); ok && f.reads != nil {
+		return f.readRecoveryInGroup(ctx, br, req)
 	}
 	return guarded(ctx, &f.core, func(ctx context.Context) (recovery.Result, error) {
 		return r.ReadRecovery(ctx, req)

@@ -83,6 +83,24 @@ type Reader interface {
 	ReadRecovery(ctx context.Context, req Request) (Result, error)
 }
 
+// BatchReader is a Reader that also reads several recoveries in one call,
+// in one round trip where the store can. The journal front
+// (engine.Front) groups into such calls the recoveries that wait for a
+// turn among its MaxReads: a burst of recoveries (a service restarting
+// under traffic) then pays one round trip per group instead of one each.
+type BatchReader interface {
+	Reader
+	// ReadRecoveries reads the recoveries reqs ask for (at least one,
+	// each checked with Check). Its results are in the order of reqs:
+	// results[i] is what ReadRecovery(ctx, reqs[i]) would return at the
+	// time of the call, and follows Result's rules on its own; two
+	// requests need not be read from one snapshot of the database. An
+	// error fails the whole call: it returns no results, and the caller
+	// may read the requests one by one to tell which one fails. It fails
+	// with journal.ErrClosed once the journal is closed.
+	ReadRecoveries(ctx context.Context, reqs []Request) ([]Result, error)
+}
+
 // Check checks req's arguments and fills its defaults.
 func Check(req Request) (Request, error) {
 	if err := journal.CheckID("recovery", req.PersistenceID, 0); err != nil {

@@ -35,6 +35,9 @@ func recoveryRules(s Store) []rule {
 	for _, c := range recoveryCases() {
 		rules = append(rules, rule{c.name, c.rule, func(t tb) { readRecovery(t, s, c) }})
 	}
+	if br, ok := s.Recovery.(recovery.BatchReader); ok {
+		rules = append(rules, batchRecoveryRules(s, br)...)
+	}
 	return append(rules,
 		rule{"InvalidArguments", "a bad request is refused with journal.ErrInvalidArgument", func(t tb) {
 			for _, req := range []recovery.Request{{}, {PersistenceID: "Kit|x", ToSequenceNr: -1}, {PersistenceID: "Kit|x", MaxEvents: -1}} {
@@ -52,6 +55,61 @@ func recoveryRules(s Store) []rule {
 				t.Error("ReadsSnapshotsOf(a store of no database of the reader's) = true, want false")
 			}
 		}})
+}
+
+// batchRecoveryRules are the rules of a recovery.BatchReader: a group
+// read answers each request as ReadRecovery does, in order.
+func batchRecoveryRules(s Store, br recovery.BatchReader) []rule {
+	return []rule{
+		{"BatchEqualsSingleReads", "ReadRecoveries answers each request, in order, as ReadRecovery answers it alone: every recovery case the store is held to in one call, each case twice", func(t tb) {
+			cases := recoveryCases()
+			var reqs []recovery.Request
+			var want []recoveryCase
+			var pids []string
+			for _, c := range cases {
+				if _, skipped := s.Exceptions["recovery/"+c.name]; skipped {
+					continue // the store is excused from the single read's rule
+				}
+				pid := uniqueID(t, "KitRecoveryBatch")
+				c.setup(t, s.Journal, s.Snapshots, pid)
+				req := c.req
+				req.PersistenceID = pid
+				// Each case twice, the second copies after all the first:
+				// a store may not answer a request with its neighbour's rows.
+				reqs = append(reqs, req)
+				want = append(want, c)
+				pids = append(pids, pid)
+			}
+			reqs = append(reqs, reqs...)
+			want = append(want, want...)
+			pids = append(pids, pids...)
+			got, err := br.ReadRecoveries(testContext(t), reqs)
+			if err != nil {
+				t.Fatalf("ReadRecoveries of %d requests: %v", len(reqs), err)
+			}
+			if len(got) != len(reqs) {
+				t.Fatalf("ReadRecoveries of %d requests returned %d results", len(reqs), len(got))
+			}
+			for i, req := range reqs {
+				checkRecovery(t, got[i], want[i], pids[i])
+				alone, err := br.ReadRecovery(testContext(t), req)
+				if err != nil {
+					t.Fatalf("ReadRecovery(%s): %v", want[i].name, err)
+				}
+				if !sameRecovery(got[i], alone) {
+					t.Errorf("%s: ReadRecoveries' result %d differs from ReadRecovery's:\n got %s\nwant %s", want[i].name, i, describeRecovery(got[i]), describeRecovery(alone))
+				}
+			}
+		}},
+		{"BatchInvalidArguments", "ReadRecoveries refuses no request, or a bad one among good ones, with journal.ErrInvalidArgument", func(t tb) {
+			good := recovery.Request{PersistenceID: uniqueID(t, "KitRecoveryBatch")}
+			for _, reqs := range [][]recovery.Request{nil, {good, {}}, {good, {PersistenceID: "Kit|x", MaxEvents: -1}}} {
+				if _, err := br.ReadRecoveries(testContext(t), reqs); !errors.Is(err, journal.ErrInvalidArgument) {
+					t.Errorf("ReadRecoveries(%+v) = %v, want journal.ErrInvalidArgument", reqs, err)
+				}
+			}
+		}},
+	}
 }
 
 // foreignSnapshots is a snapshot store of no database: no reader reads

@@ -12,7 +12,7 @@ import (
 	"github.com/annals-go/annals/snapshot"
 )
 
-var _ recovery.Reader = (*Journal)(nil)
+var _ recovery.BatchReader = (*Journal)(nil)
 
 // ReadsSnapshotsOf implements recovery.Reader: true for this store's own
 // snapshots (or none).
@@ -85,6 +85,59 @@ func replayRow(pid string, v []driver.Value) (journal.Repr, error) {
 }
 
 func (j *Journal) readRecovery(ctx context.Context, req recovery.Request) (res recovery.Result, err error) {
+	err = j.s.withReader(ctx, func(c readConn) error {
+		if err := c.exec("BEGIN"); err != nil {
+			return err
+		}
+		defer func() { _ = c.exec("ROLLBACK") }()
+		res, err = readRecoveryOn(ctx, c, req)
+		return err
+	})
+	if err != nil {
+		return recovery.Result{}, err
+	}
+	return res, nil
+}
+
+// ReadRecoveries implements recovery.BatchReader: the reads of
+// ReadRecovery, one after another in one read transaction on one reader
+// connection.
+func (j *Journal) ReadRecoveries(ctx context.Context, reqs []recovery.Request) ([]recovery.Result, error) {
+	if len(reqs) == 0 {
+		return nil, fmt.Errorf("sqlite: read recoveries: no request: %w", journal.ErrInvalidArgument)
+	}
+	checked := make([]recovery.Request, len(reqs))
+	for i, req := range reqs {
+		var err error
+		if checked[i], err = recovery.Check(req); err != nil {
+			return nil, err
+		}
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	res := make([]recovery.Result, len(checked))
+	err := j.s.withReader(ctx, func(c readConn) error {
+		if err := c.exec("BEGIN"); err != nil {
+			return err
+		}
+		defer func() { _ = c.exec("ROLLBACK") }()
+		for i, req := range checked {
+			var err error
+			if res[i], err = readRecoveryOn(ctx, c, req); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, j.s.errs.Map(ctx, "read recoveries", err, journal.ErrClosed)
+	}
+	return res, nil
+}
+
+// readRecoveryOn reads req's recovery in c's open read transaction.
+func readRecoveryOn(ctx context.Context, c readConn, req recovery.Request) (res recovery.Result, err error) {
 	pid := req.PersistenceID
 	crit := snapshot.Criteria{}
 	if req.Snapshot != nil {
@@ -95,51 +148,44 @@ func (j *Journal) readRecovery(ctx context.Context, req recovery.Request) (res r
 	if err != nil {
 		return res, err
 	}
-	err = j.s.withReader(ctx, func(c readConn) error {
-		if err := c.exec("BEGIN"); err != nil {
-			return err
-		}
-		defer func() { _ = c.exec("ROLLBACK") }()
-		highest := false
-		err := c.query(ctx, recoveryHeadSQL, args, make([]driver.Value, 6), func(v []driver.Value) error {
-			r := rowValues{v: v}
-			switch kind := r.int(0); {
-			case r.err != nil:
-			case kind == 0:
-				res.Highest, highest = r.int(1), true
-			case kind == 1:
-				res.Snapshot = snapshot.Snapshot{
-					Metadata:     snapshot.Metadata{PersistenceID: pid, SequenceNr: r.int(1), Timestamp: time.Unix(0, r.int(2)).UTC()},
-					SerializerID: r.int32(3), Manifest: r.text(4), Payload: r.blob(5),
-				}
-				res.HasSnapshot = true
-			default:
-				return fmt.Errorf("a row of kind %d", kind)
+	highest := false
+	err = c.query(ctx, recoveryHeadSQL, args, make([]driver.Value, 6), func(v []driver.Value) error {
+		r := rowValues{v: v}
+		switch kind := r.int(0); {
+		case r.err != nil:
+		case kind == 0:
+			res.Highest, highest = r.int(1), true
+		case kind == 1:
+			res.Snapshot = snapshot.Snapshot{
+				Metadata:     snapshot.Metadata{PersistenceID: pid, SequenceNr: r.int(1), Timestamp: time.Unix(0, r.int(2)).UTC()},
+				SerializerID: r.int32(3), Manifest: r.text(4), Payload: r.blob(5),
 			}
-			if r.err != nil {
-				return fmt.Errorf("read row: %w", r.err)
-			}
-			return nil
-		})
-		if err == nil && !highest {
-			err = errors.New("no highest sequence number read")
+			res.HasSnapshot = true
+		default:
+			return fmt.Errorf("a row of kind %d", kind)
 		}
-		if err != nil {
-			return fmt.Errorf("sqlite: read recovery of %q: %w", pid, err)
+		if r.err != nil {
+			return fmt.Errorf("read row: %w", r.err)
 		}
-		from, to := res.Snapshot.Metadata.SequenceNr+1, min(req.ToSequenceNr, res.Highest)
-		if from > to {
-			return nil
-		}
-		args, err := namedArgs(pid, from, to, req.MaxEvents)
-		if err != nil {
-			return err
-		}
-		return c.query(ctx, replaySQL, args, make([]driver.Value, replayColumns), func(v []driver.Value) error {
-			e, err := replayRow(pid, v)
-			res.Events = append(res.Events, e)
-			return err
-		})
+		return nil
+	})
+	if err == nil && !highest {
+		err = errors.New("no highest sequence number read")
+	}
+	if err != nil {
+		return recovery.Result{}, fmt.Errorf("sqlite: read recovery of %q: %w", pid, err)
+	}
+	from, to := res.Snapshot.Metadata.SequenceNr+1, min(req.ToSequenceNr, res.Highest)
+	if from > to {
+		return res, nil
+	}
+	if args, err = namedArgs(pid, from, to, req.MaxEvents); err != nil {
+		return recovery.Result{}, err
+	}
+	err = c.query(ctx, replaySQL, args, make([]driver.Value, replayColumns), func(v []driver.Value) error {
+		e, err := replayRow(pid, v)
+		res.Events = append(res.Events, e)
+		return err
 	})
 	if err != nil {
 		return recovery.Result{}, err

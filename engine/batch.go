@@ -371,8 +371,8 @@ func (f *core[W]) send(batch []*request[W]) {
 	start := time.Now()
 	// The call carries its first caller's values (a tracer's span, for a
 	// driver that traces), never a caller's cancellation: it is shared.
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(live[0].ctx), f.cfg.CallTimeout)
-	defer cancel()
+	ctx, end := f.calls.start(context.WithoutCancel(live[0].ctx))
+	defer end()
 	var tokens []journal.FenceToken
 	if f.tokens && tokened {
 		tokens = make([]journal.FenceToken, 0, len(writes))

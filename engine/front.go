@@ -209,6 +209,7 @@ type core[W any] struct {
 	cfg     Config
 	breaker *gobreaker.CircuitBreaker[any]
 	reads   chan struct{} // turns of the guarded reads; nil: unbounded
+	calls   *callTimer    // the call timeout of every store call
 	hooks   hooks
 
 	// store makes one store call for writes; tokens, when not nil, holds
@@ -259,6 +260,7 @@ func NewFront(j journal.Journal, cfg Config) (*Front, error) {
 func (c *core[W]) init(name string, cfg Config, store func(context.Context, []W, []journal.FenceToken) ([]error, error)) {
 	cfg = cfg.withDefaults()
 	c.name, c.cfg, c.store = name, cfg, store
+	c.calls = newCallTimer(cfg.CallTimeout)
 	c.ids = idWrites{pending: map[string]int{}, waiters: map[string][]chan struct{}{}, inFlight: map[string]int{}}
 	if cfg.MaxReads > 0 {
 		c.reads = make(chan struct{}, cfg.MaxReads)

@@ -58,8 +58,8 @@ func guarded[T, W any](ctx context.Context, f *core[W], call func(ctx context.Co
 // guardedCall runs call on the store with f's call timeout and breaker,
 // in a turn the caller holds (or with no MaxReads).
 func guardedCall[T, W any](ctx context.Context, f *core[W], call func(ctx context.Context) (T, error)) (T, error) {
-	cctx, cancel := context.WithTimeout(ctx, f.cfg.CallTimeout)
-	defer cancel()
+	cctx, end := f.calls.start(ctx)
+	defer end()
 	out, err := f.breaker.Execute(func() (any, error) {
 		v, err := call(cctx)
 		if err != nil {

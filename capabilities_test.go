@@ -46,6 +46,7 @@ var capabilities = []capability{
 	{"journal.FencedWriter", ifaceOf[journal.FencedWriter](), "fenced-writes"},
 	{"snapshot.Store", ifaceOf[snapshot.Store](), "snapshots"},
 	{"recovery.Reader", ifaceOf[recovery.Reader](), "recovery"},
+	{"recovery.BatchReader", ifaceOf[recovery.BatchReader](), "recovery"},
 	{"query.EventsByPersistenceIDQuery", ifaceOf[query.EventsByPersistenceIDQuery](), "queries"},
 	{"query.EventsByTagQuery", ifaceOf[query.EventsByTagQuery](), "queries, batch-queries"},
 	{"query.EventsBySlicesQuery", ifaceOf[query.EventsBySlicesQuery](), "queries, batch-queries"},

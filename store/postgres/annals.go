@@ -31,11 +31,14 @@ type annalsStatements struct {
 	deleteMeta, deleteTags, loadOffset, saveOffset, resetOffset string
 }
 
-// annalsColumns are the event columns of Annals' layout (see eventColumns).
-var annalsColumns = eventColumns("e.write_timestamp")
+// annalsWriteTime is the column journal.Repr.Timestamp reads in Annals'
+// layout, and annalsColumns its event columns (see eventColumns).
+const annalsWriteTime = "e.write_timestamp"
+
+var annalsColumns = eventColumns(annalsWriteTime)
 
 func newAnnalsLayout(s *Store) *annalsLayout {
-	r := schemaTables(s.cfg.schema, annalsColumns)
+	r := schemaTables(s.cfg.schema, annalsWriteTime)
 	return &annalsLayout{s: s, sql: annalsStatements{
 		deleteMeta: r.Replace(`INSERT INTO {meta} AS m (persistence_id, entity_type, seq_nr)
 	SELECT $1, $2, max(seq_nr) FROM {journal} WHERE persistence_id = $1 AND seq_nr <= $3 HAVING max(seq_nr) IS NOT NULL
@@ -54,7 +57,7 @@ func newAnnalsLayout(s *Store) *annalsLayout {
 func (l *annalsLayout) configure(*config) error { return nil }
 
 func (l *annalsLayout) statements() statements {
-	r := schemaTables(l.s.cfg.schema, annalsColumns)
+	r := schemaTables(l.s.cfg.schema, annalsWriteTime)
 	st := sharedStatements(r, fragments{
 		visible:   func(string) string { return "" },
 		snapTime:  func(param string) string { return param },

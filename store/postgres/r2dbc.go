@@ -42,9 +42,9 @@ import (
 // r2dbc_projections.go, its schema in r2dbc_schema.go.
 type r2dbcLayout struct{ s *Store }
 
-// r2dbcColumns are the event columns of the r2dbc layout (see
-// eventColumns): journal.Repr.Timestamp reads db_timestamp.
-var r2dbcColumns = eventColumns("e.db_timestamp")
+// r2dbcWriteTime is the column journal.Repr.Timestamp reads in the r2dbc
+// layout: db_timestamp.
+const r2dbcWriteTime = "e.db_timestamp"
 
 // r2dbcMetaSerializerIDText is the meta_ser_id of the metadata Annals
 // writes, as SQL: Akka's and Pekko's ByteArraySerializer
@@ -68,7 +68,7 @@ func (l r2dbcLayout) configure(c *config) error {
 // layout's do, and convert (rounding down to the millisecond); snapshot
 // criteria compare at millisecond precision.
 func (l r2dbcLayout) statements() statements {
-	r := schemaTables(l.s.cfg.schema, r2dbcColumns)
+	r := schemaTables(l.s.cfg.schema, r2dbcWriteTime)
 	st := sharedStatements(r, fragments{
 		visible:   func(alias string) string { return " AND NOT " + alias + ".deleted" },
 		snapTime:  r2dbcMillis,

@@ -39,9 +39,19 @@ func eventColumns(writeTime string) string {
 	return `e.persistence_id, e.seq_nr, e.db_timestamp, ` + writeTime + `, e.event_ser_id, e.event_ser_manifest, e.event_payload, e.writer, e.tags, e.meta_payload, e.slice, e.entity_type`
 }
 
+// recoveryColumns are the columns of a recovery's event rows e, with
+// writeTime as journal.Repr.Timestamp: those of eventColumns less the
+// ones a recovery knows from its request (the persistence id, and the
+// slice and entity type the store derives from it at every write) and the
+// db_timestamp it does not return.
+func recoveryColumns(writeTime string) string {
+	return `e.seq_nr, ` + writeTime + `, e.event_ser_id, e.event_ser_manifest, e.event_payload, e.writer, e.tags, e.meta_payload`
+}
+
 // schemaTables replaces the statements' table names ({journal}, ...) with
-// the schema's and {columns} with columns.
-func schemaTables(schema, columns string) *strings.Replacer {
+// the schema's, {columns} with eventColumns(writeTime) and
+// {recoveryColumns} with recoveryColumns(writeTime).
+func schemaTables(schema, writeTime string) *strings.Replacer {
 	return strings.NewReplacer(
 		"{journal}", table(schema, "event_journal"),
 		"{tag}", table(schema, "event_tag"),
@@ -50,7 +60,8 @@ func schemaTables(schema, columns string) *strings.Replacer {
 		"{snapshot}", table(schema, "snapshot"),
 		"{offset}", table(schema, "projection_offset_store"),
 		"{management}", table(schema, "projection_management"),
-		"{columns}", columns,
+		"{columns}", eventColumns(writeTime),
+		"{recoveryColumns}", recoveryColumns(writeTime),
 	)
 }
 
@@ -66,7 +77,7 @@ func sharedStatements(r *strings.Replacer, f fragments) statements {
 		// A recovery's events, in recoverySQL: those after the snapshot
 		// its CTE s selected (loadSnap's, by the criteria $2–$5), up to $6,
 		// at most $7.
-		recoverEvents: r.Replace(`SELECT {columns} FROM {journal} e WHERE e.persistence_id = $1
+		recoverEvents: r.Replace(`SELECT {recoveryColumns} FROM {journal} e WHERE e.persistence_id = $1
 	AND e.seq_nr > COALESCE((SELECT seq_nr FROM s), 0)
 	AND e.seq_nr <= $6` + e + ` ORDER BY e.seq_nr LIMIT $7`),
 
@@ -128,16 +139,16 @@ const idsSQL = `WITH RECURSIVE ids(pid) AS (
 // recoverEvents'):
 // one row of kind 0 whose seq_nr is the highest number, one of kind 1 for
 // the snapshot the criteria select (if any; its Unix nanoseconds in the
-// last column), and the events after it, of kind 2, in the shape scanRows
-// reads, each in a column of the types of the event rows. One statement
+// last column), and the events after it, of kind 2, in the columns of
+// recoveryColumns, each in a column of the types of the event rows. One statement
 // reads all three from one snapshot of the database, so they agree
 // without a transaction: on a write between them a batch of statements
 // could read an older snapshot row and events after a younger one.
 func recoverySQL(st statements) string {
 	return `WITH s(seq_nr, nanos, ser_id, ser_manifest, snapshot) AS (` + st.loadSnap + `)
-SELECT 0, $1::text, (` + st.highest + `), 'epoch'::timestamptz, 'epoch'::timestamptz, 0, '', NULL::bytea, '', NULL::text[], NULL::bytea, 0, '', 0::bigint
+SELECT 0, (` + st.highest + `), 'epoch'::timestamptz, 0, '', NULL::bytea, '', NULL::text[], NULL::bytea, 0::bigint
 UNION ALL
-SELECT 1, $1, s.seq_nr, 'epoch', 'epoch', s.ser_id, s.ser_manifest, s.snapshot, '', NULL, NULL, 0, '', s.nanos FROM s
+SELECT 1, s.seq_nr, 'epoch', s.ser_id, s.ser_manifest, s.snapshot, '', NULL, NULL, s.nanos FROM s
 UNION ALL
 SELECT 2, ev.*, 0 FROM (` + st.recoverEvents + `) ev`
 }

@@ -34,6 +34,7 @@ type replicatorConfig struct {
 	onDone     func(topic string, partition int32, offset int64)
 	now        func() time.Time
 	discover   time.Duration
+	heads      int
 }
 
 // DefaultTopicDiscovery is how often a replicator of a topic pattern looks
@@ -62,8 +63,19 @@ func WithTopicPattern(pattern string) ReplicatorOption {
 	return func(c *replicatorConfig) { c.pattern, c.topics = pattern, nil }
 }
 
+// WithKnownHeads sets how many heads (metajournal rows) the replicator
+// remembers per topic (default eventual.DefaultKnownHeads), so that a key
+// met again is applied without reading its head: what it remembers is
+// what it read or wrote itself, forgotten whenever one of the topic's
+// partitions is assigned, revoked or lost, and after any failed write
+// (see eventual.Heads). 0 reads every key's head at every poll. A store
+// with transactions (eventual.TxTables) reads its heads in them and
+// remembers none.
+func WithKnownHeads(n int) ReplicatorOption { return func(c *replicatorConfig) { c.heads = n } }
+
 // WithReplicatorClientOptions adds franz-go options to the replicator's
-// consumer.
+// consumer. The callbacks of partition assignment (OnPartitionsAssigned,
+// OnPartitionsRevoked, OnPartitionsLost) are the replicator's own.
 func WithReplicatorClientOptions(opts ...kgo.Opt) ReplicatorOption {
 	return func(c *replicatorConfig) { c.clientOpts = append(c.clientOpts, opts...) }
 }
@@ -130,7 +142,8 @@ func (e *StoppedError) Unwrap() error { return e.Err }
 // NewReplicator returns a replicator of the topics at brokers into tables.
 // It does not own tables.
 func NewReplicator(brokers []string, tables eventual.Tables, opts ...ReplicatorOption) (*Replicator, error) {
-	cfg := replicatorConfig{group: DefaultGroup, pattern: DefaultTopicPattern, onError: func(error) {}, onDone: func(string, int32, int64) {}, now: time.Now}
+	cfg := replicatorConfig{group: DefaultGroup, pattern: DefaultTopicPattern, onError: func(error) {}, onDone: func(string, int32, int64) {}, now: time.Now,
+		heads: eventual.DefaultKnownHeads}
 	for _, o := range opts {
 		o(&cfg)
 	}
@@ -159,8 +172,16 @@ func NewReplicator(brokers []string, tables eventual.Tables, opts ...ReplicatorO
 	return r, nil
 }
 
-// member returns a consumer of topic in the topic's own group.
-func (r *Replicator) member(topic string) (*kgo.Client, error) {
+// member returns a consumer of topic in the topic's own group, which
+// forgets heads' heads of each partition assigned, revoked or lost.
+func (r *Replicator) member(topic string, heads *eventual.Heads) (*kgo.Client, error) {
+	forget := func(_ context.Context, _ *kgo.Client, ps map[string][]int32) {
+		for t, parts := range ps {
+			for _, p := range parts {
+				heads.Forget(t, p)
+			}
+		}
+	}
 	return kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(r.brokers...), kgo.ConsumerGroup(r.cfg.group + "-" + topic),
 		kgo.ConsumeTopics(topic), kgo.DisableAutoCommit(), kgo.BlockRebalanceOnPoll(),
 		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.FetchMaxWait(250 * time.Millisecond),
@@ -174,7 +195,8 @@ func (r *Replicator) member(topic string) (*kgo.Client, error) {
 		// Kafka counts compressed bytes, and a poll of repetitive events
 		// decompresses to many times them: polls stay small.
 		kgo.FetchMaxBytes(1 << 20), kgo.FetchMaxPartitionBytes(1 << 20),
-		kgo.AdjustFetchOffsetsFn(r.startAfterPointers)}, r.cfg.clientOpts...)...)
+		kgo.AdjustFetchOffsetsFn(r.startAfterPointers)}, append(r.cfg.clientOpts,
+		kgo.OnPartitionsAssigned(forget), kgo.OnPartitionsRevoked(forget), kgo.OnPartitionsLost(forget))...)...)
 }
 
 // topics lists the cluster's topics matching the pattern.
@@ -222,12 +244,13 @@ func (r *Replicator) Run(ctx context.Context) error {
 		if started[topic] {
 			return nil
 		}
-		cl, err := r.member(topic)
+		heads := eventual.NewHeads(r.cfg.heads)
+		cl, err := r.member(topic, heads)
 		if err != nil {
 			return fmt.Errorf("kafka journal: a consumer of %s: %w", topic, err)
 		}
 		started[topic] = true
-		g.Go(func() error { return r.runMember(gctx, topic, cl) })
+		g.Go(func() error { return r.runMember(gctx, topic, cl, heads) })
 		return nil
 	}
 	if r.pattern == nil {
@@ -263,8 +286,9 @@ func (r *Replicator) Run(ctx context.Context) error {
 	}
 }
 
-// runMember replicates one topic's consumer until ctx ends.
-func (r *Replicator) runMember(ctx context.Context, topic string, cl *kgo.Client) error {
+// runMember replicates one topic's consumer until ctx ends, remembering
+// heads in heads.
+func (r *Replicator) runMember(ctx context.Context, topic string, cl *kgo.Client, heads *eventual.Heads) error {
 	defer cl.Close()
 	for {
 		fs := cl.PollFetches(ctx)
@@ -288,7 +312,7 @@ func (r *Replicator) runMember(ctx context.Context, topic string, cl *kgo.Client
 			if r.isStopped(tp) {
 				return
 			}
-			done, err := r.replicate(ctx, p.Records)
+			done, err := r.replicate(ctx, heads, p.Records)
 			if done >= p.Records[0].Offset {
 				r.cfg.onDone(p.Topic, p.Partition, done)
 			}
@@ -329,10 +353,10 @@ func (r *Replicator) fetchError(topic, t string, p int32, err error) error {
 	return fmt.Errorf("kafka journal: fetching %s/%d: %w", t, p, err)
 }
 
-// replicate applies one partition's records, retrying eventual store
-// failures until ctx ends. It returns the offset of the last record
-// applied (-1 when none) and the error that stopped it.
-func (r *Replicator) replicate(ctx context.Context, krs []*kgo.Record) (int64, error) {
+// replicate applies one partition's records, remembering heads in heads,
+// retrying eventual store failures until ctx ends. It returns the offset
+// of the last record applied (-1 when none) and the error that stopped it.
+func (r *Replicator) replicate(ctx context.Context, heads *eventual.Heads, krs []*kgo.Record) (int64, error) {
 	records := make([]wire.Record, len(krs))
 	for i, kr := range krs {
 		rec := wire.Record{Topic: kr.Topic, Partition: kr.Partition, Offset: kr.Offset, Timestamp: kr.Timestamp.UTC(),
@@ -344,7 +368,7 @@ func (r *Replicator) replicate(ctx context.Context, krs []*kgo.Record) (int64, e
 	}
 	backoff := 100 * time.Millisecond
 	for {
-		err := eventual.Replicate(ctx, r.tables, records, r.cfg.now())
+		err := eventual.ReplicateKnown(ctx, r.tables, heads, records, r.cfg.now())
 		var re *wire.RecordError
 		switch {
 		case err == nil:

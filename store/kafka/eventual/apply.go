@@ -26,14 +26,27 @@ import (
 // A batch whose offset the head already records as applied changes
 // nothing. now is stored as the head's created or updated time.
 func Apply(ctx context.Context, t Tables, key Key, partition int32, batches []Batch, now time.Time) error {
+	return applyKnown(ctx, t, nil, key, partition, batches, now)
+}
+
+// applyKnown is Apply taking key's head from heads when known there
+// (reading it otherwise), and recording there the head the store holds
+// after the batches are applied.
+func applyKnown(ctx context.Context, t Tables, heads *Heads, key Key, partition int32, batches []Batch, now time.Time) error {
 	if len(batches) == 0 {
 		return nil
 	}
-	head, ok, err := t.Head(ctx, key)
-	if err != nil {
-		return err
+	k, known := heads.get(key, partition)
+	if !known {
+		head, ok, err := t.Head(ctx, key)
+		if err != nil {
+			return err
+		}
+		heads.read()
+		k = knownHead{head, ok}
 	}
-	a := applier{t: t, key: key, partition: partition, now: now, head: head, has: ok}
+	a := applier{t: t, key: key, partition: partition, now: now, head: k.head, has: k.has}
+	var err error
 	for _, b := range batches {
 		switch b.Kind {
 		case Appends:
@@ -47,6 +60,7 @@ func Apply(ctx context.Context, t Tables, key Key, partition int32, batches []Ba
 			return fmt.Errorf("kafka journal: replicating %s of %q on %s/%d at offset %d: %w", kindName(b.Kind), key.ID, key.Topic, partition, b.Offset, err)
 		}
 	}
+	heads.put(key, partition, knownHead{a.head, a.has})
 	return nil
 }
 

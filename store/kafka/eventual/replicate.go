@@ -43,6 +43,16 @@ const decodeChunk = 1024
 // partition and offset (wrapping wire.ErrMalformed). On any other error the
 // pointer is not moved; applying the same records again is safe.
 func Replicate(ctx context.Context, t Tables, records []wire.Record, now time.Time) error {
+	return ReplicateKnown(ctx, t, nil, records, now)
+}
+
+// ReplicateKnown is Replicate remembering heads in heads (nil: none): a
+// key whose head heads knows is applied without reading it, and each key
+// applied leaves there the head the store holds after it. When any key
+// fails, the partition's heads are forgotten, since a failed write may or
+// may not have been stored. A TxTables reads its heads within its
+// transactions, so heads is not used with one.
+func ReplicateKnown(ctx context.Context, t Tables, heads *Heads, records []wire.Record, now time.Time) error {
 	decoded, bad := decodeAll(records)
 	var (
 		keys   []string
@@ -104,10 +114,11 @@ func Replicate(ctx context.Context, t Tables, records []wire.Record, now time.Ti
 	g.SetLimit(KeyConcurrency)
 	for _, id := range keys {
 		g.Go(func() error {
-			return Apply(gctx, t, Key{ID: id, Topic: last.Topic}, last.Partition, Batches(byKey[id]), now)
+			return applyKnown(gctx, t, heads, Key{ID: id, Topic: last.Topic}, last.Partition, Batches(byKey[id]), now)
 		})
 	}
 	if err := g.Wait(); err != nil {
+		heads.Forget(last.Topic, last.Partition)
 		return err
 	}
 	if err := t.SavePointer(ctx, last.Topic, last.Partition, last.Offset, now); err != nil {

@@ -10,6 +10,7 @@ package cql
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"iter"
@@ -73,7 +74,7 @@ func New(ctx context.Context, session *gocql.Session, keyspace string, create bo
 	}
 	k := keyspace
 	s.q = statements{
-		head:            `SELECT partition, offset, segment_size, seq_nr, delete_to, expire_after, expire_on, record_id FROM ` + k + `.metajournal WHERE id = ? AND topic = ? AND segment = ?`,
+		head:            `SELECT segment, partition, offset, segment_size, seq_nr, delete_to, expire_after, expire_on, record_id FROM ` + k + `.metajournal WHERE topic = ? AND segment IN (?, ?) AND id = ?`,
 		insertHead:      `INSERT INTO ` + k + `.metajournal (topic, segment, id, partition, offset, segment_size, seq_nr, delete_to, created, created_date, updated, expire_after, expire_on, record_id, origin, properties) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
 		updateHead:      `UPDATE ` + k + `.metajournal SET partition = ?, offset = ?, seq_nr = ?, delete_to = ?, updated = ?, expire_after = ?, expire_on = ? WHERE id = ? AND topic = ? AND segment = ?`,
 		deleteHead:      `DELETE FROM ` + k + `.metajournal WHERE id = ? AND topic = ? AND segment = ?`,
@@ -136,42 +137,39 @@ func (s *Store) query(ctx context.Context, c gocql.Consistency, stmt string, arg
 }
 
 // Head implements eventual.Tables: the head in the id's segment, or in
-// its segment of older Scala versions.
+// its segment of older Scala versions, both read in one query (the first
+// preferred when both hold one).
 func (s *Store) Head(ctx context.Context, key eventual.Key) (eventual.Head, bool, error) {
 	first, old := eventual.MetaSegment(key.ID, eventual.MetaSegments), eventual.MetaSegment(key.ID, eventual.OldMetaSegments)
-	for _, seg := range []int64{first, old} {
-		var (
-			h           = eventual.Head{MetaSegment: seg}
-			size        int
-			deleteTo    *int64
-			expireAfter gocql.Duration
-			expireOn    time.Time
-			recordID    *gocql.UUID
-		)
-		err := s.query(ctx, s.read, s.q.head, key.ID, key.Topic, seg).
-			Scan(&h.Partition, &h.Offset, &size, &h.SeqNr, &deleteTo, &expireAfter, &expireOn, &recordID)
-		if errors.Is(err, gocql.ErrNotFound) {
-			if seg == old {
-				break
-			}
+	it := s.query(ctx, s.read, s.q.head, key.Topic, first, old, key.ID).Iter()
+	var (
+		found       bool
+		h, row      eventual.Head
+		deleteTo    *int64
+		expireAfter *gocql.Duration
+		expireOn    time.Time
+		recordID    *gocql.UUID
+	)
+	for it.Scan(&row.MetaSegment, &row.Partition, &row.Offset, &row.SegmentSize, &row.SeqNr, &deleteTo, &expireAfter, &expireOn, &recordID) {
+		if found && h.MetaSegment == first {
 			continue
 		}
-		if err != nil {
-			return eventual.Head{}, false, err
-		}
-		h.SegmentSize = size
+		found, h = true, row
 		if deleteTo != nil {
 			h.DeleteTo = *deleteTo
 		}
-		if expireAfter != (gocql.Duration{}) {
-			h.Expiry = &eventual.Expiry{After: fromCQLDuration(expireAfter), On: expireOn.UTC()}
+		if expireAfter != nil { // as written: an expire-after of 0 too
+			h.Expiry = &eventual.Expiry{After: fromCQLDuration(*expireAfter), On: expireOn.UTC()}
 		}
 		if recordID != nil {
 			h.RecordID = *recordID
 		}
-		return h, true, nil
+		row, deleteTo, expireAfter, expireOn, recordID = eventual.Head{}, nil, nil, time.Time{}, nil
 	}
-	return eventual.Head{}, false, nil
+	if err := it.Close(); err != nil {
+		return eventual.Head{}, false, err
+	}
+	return h, found, nil
 }
 
 // toCQLDuration gives whole days as days and the rest as nanoseconds.
@@ -259,13 +257,74 @@ func (s *Store) InsertRecords(ctx context.Context, key eventual.Key, segment int
 	return b.Exec()
 }
 
+// recordArgs returns the insert's values of r. A new row's absent columns
+// (no origin, version, text payload, headers or tags) are left unset
+// rather than written as NULL: the same row for any reader, without a
+// tombstone per absent column. A row is only ever written again with the
+// same values (a poll applied again), so nothing needs clearing.
 func (s *Store) recordArgs(key eventual.Key, segment int64, recordID [16]byte, r eventual.Record) ([]any, error) {
 	row, err := r.Row()
 	if err != nil {
 		return nil, err
 	}
-	return []any{key.ID, key.Topic, segment, r.Event.SeqNr, r.Partition, r.Offset, r.Timestamp.UTC(), row.Origin, row.Version,
-		uuid(recordID), row.Tags, row.PayloadType, row.PayloadTxt, row.PayloadBin, row.Metadata, row.Headers}, nil
+	var tags, headers any = gocql.UnsetValue, gocql.UnsetValue
+	if len(row.Tags) > 0 {
+		tags = textSet(row.Tags)
+	}
+	if h, ok := row.Headers.(map[string]string); ok {
+		headers = textMap(h)
+	}
+	return []any{key.ID, key.Topic, segment, r.Event.SeqNr, r.Partition, r.Offset, r.Timestamp.UTC(), orUnset(row.Origin), orUnset(row.Version),
+		orUnset(uuid(recordID)), tags, orUnset(row.PayloadType), orUnset(row.PayloadTxt), orUnset(row.PayloadBin), row.Metadata, headers}, nil
+}
+
+// orUnset returns v, or gocql.UnsetValue for nil.
+func orUnset(v any) any {
+	if v == nil {
+		return gocql.UnsetValue
+	}
+	return v
+}
+
+// textSet is a set<text> value, marshalled without reflection.
+type textSet []string
+
+// MarshalCQL implements gocql.Marshaler: the element count, then each
+// element's length and bytes (protocol 3 and later).
+func (t textSet) MarshalCQL(gocql.TypeInfo) ([]byte, error) {
+	n := 4
+	for _, e := range t {
+		n += 4 + len(e)
+	}
+	b := binary.BigEndian.AppendUint32(make([]byte, 0, n), uint32(len(t)))
+	for _, e := range t {
+		b = binary.BigEndian.AppendUint32(b, uint32(len(e)))
+		b = append(b, e...)
+	}
+	return b, nil
+}
+
+// textMap is a map<text, text> value, marshalled without reflection.
+type textMap map[string]string
+
+// MarshalCQL implements gocql.Marshaler: the entry count, then each key's
+// and value's length and bytes (protocol 3 and later).
+func (m textMap) MarshalCQL(gocql.TypeInfo) ([]byte, error) {
+	if m == nil {
+		return nil, nil
+	}
+	n := 4
+	for k, v := range m {
+		n += 8 + len(k) + len(v)
+	}
+	b := binary.BigEndian.AppendUint32(make([]byte, 0, n), uint32(len(m)))
+	for k, v := range m {
+		b = binary.BigEndian.AppendUint32(b, uint32(len(k)))
+		b = append(b, k...)
+		b = binary.BigEndian.AppendUint32(b, uint32(len(v)))
+		b = append(b, v...)
+	}
+	return b, nil
 }
 
 // DeleteRecords implements eventual.Tables.

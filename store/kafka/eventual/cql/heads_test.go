@@ -261,3 +261,42 @@ func TestHeadInEitherSegment(t *testing.T) {
 		t.Fatalf("%d heads of %s, %v; want 2", n, key.ID, err)
 	}
 }
+
+// TestRecordColumnsRoundTrip: tags and headers (written without the
+// driver's reflection) and absent columns (left unset) read back as
+// written.
+func TestRecordColumnsRoundTrip(t *testing.T) {
+	s, _, _ := cqltest.Open(t)
+	key := eventual.Key{ID: "columns", Topic: "t"}
+	ts := time.UnixMilli(1_700_000_000_123).UTC()
+	records := []eventual.Record{
+		{Event: wire.Event{SeqNr: 1, Tags: []string{`q"uote`, "a,b", "漢字", ""}, Payload: &wire.Payload{Type: wire.Text, Data: []byte("text")}},
+			Origin: "o", Version: "v", Headers: map[string]string{"k": "v", `k"ey`: "v\\al\nue", "é": "🙂", "empty": ""}},
+		{Event: wire.Event{SeqNr: 2, Payload: &wire.Payload{Type: wire.Binary, Data: []byte{0, 1, 2}}}},
+		{Event: wire.Event{SeqNr: 3}},
+	}
+	for i := range records {
+		records[i].Timestamp, records[i].Offset = ts, int64(i)
+	}
+	if err := s.InsertRecords(t.Context(), key, 0, [16]byte{1}, records); err != nil {
+		t.Fatal(err)
+	}
+	var got []eventual.Record
+	for r, err := range s.Records(t.Context(), key, 0, 1, 3) {
+		if err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, r)
+	}
+	if len(got) != len(records) {
+		t.Fatalf("%d records read, want %d", len(got), len(records))
+	}
+	for i, w := range records {
+		g := got[i]
+		wantTags := slices.Sorted(slices.Values(w.Event.Tags))
+		if !slices.Equal(g.Event.Tags, wantTags) || fmt.Sprint(g.Headers) != fmt.Sprint(w.Headers) || g.Origin != w.Origin || g.Version != w.Version ||
+			fmt.Sprint(g.Event.Payload) != fmt.Sprint(w.Event.Payload) || !g.Timestamp.Equal(ts) {
+			t.Errorf("record %d read as %+v (payload %v), want %+v (payload %v)", i+1, g, g.Event.Payload, w, w.Event.Payload)
+		}
+	}
+}

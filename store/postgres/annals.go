@@ -67,15 +67,15 @@ func (l *annalsLayout) statements() statements {
 	// with a db_timestamp of its own (see insertSQL), and their tags.
 	st.insert = r.Replace(insertSQL(l.s.cfg.ordering, l.s.cfg.writeClock(), false))
 	st.insertTagged = r.Replace(insertSQL(l.s.cfg.ordering, l.s.cfg.writeClock(), true))
-	// The highest number: the highest stored event's, or, when none is
-	// stored, the highest deleted one's. A deletion removes every event
-	// up to the number it records, so a stored event is always above it:
-	// COALESCE reads journal_metadata only for an id with no events
-	// (PostgreSQL evaluates its second subquery only then), where GREATEST
-	// of the two made every recovery probe both tables.
-	st.highest = r.Replace(`SELECT COALESCE(
+	// The highest number: the greater of the highest stored event's and
+	// the highest deleted one's (journal_metadata). Both are read: a
+	// stored event may be below the deleted number (a write of a number a
+	// deletion freed, or a write of a lower number committing after a
+	// deletion that took a higher one), and the highest number never
+	// decreases (journal.Journal's contract).
+	st.highest = r.Replace(`SELECT COALESCE(GREATEST(
 	(SELECT max(seq_nr) FROM {journal} WHERE persistence_id = $1),
-	(SELECT seq_nr FROM {meta} WHERE persistence_id = $1), 0)`)
+	(SELECT seq_nr FROM {meta} WHERE persistence_id = $1)), 0)`)
 	st.saveSnap = r.Replace(`INSERT INTO {snapshot} (slice, entity_type, persistence_id, seq_nr, write_timestamp, ser_id, ser_manifest, snapshot)
 	VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
 	ON CONFLICT (persistence_id, seq_nr) DO UPDATE SET write_timestamp = excluded.write_timestamp, ser_id = excluded.ser_id,

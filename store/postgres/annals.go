@@ -35,10 +35,16 @@ type annalsStatements struct {
 // layout, and annalsColumns its event columns (see eventColumns).
 const annalsWriteTime = "e.write_timestamp"
 
+// annalsRecoveryType is the entity type of a recovery's event rows in
+// Annals' layout (see recoveryColumns): none read, since every row of the
+// layout has annals.EntityType of its id (Write and Baseline.InsertRaw
+// derive it so).
+const annalsRecoveryType = "NULL::text"
+
 var annalsColumns = eventColumns(annalsWriteTime)
 
 func newAnnalsLayout(s *Store) *annalsLayout {
-	r := schemaTables(s.cfg.schema, annalsWriteTime)
+	r := schemaTables(s.cfg.schema, annalsWriteTime, annalsRecoveryType)
 	return &annalsLayout{s: s, sql: annalsStatements{
 		deleteMeta: r.Replace(`INSERT INTO {meta} AS m (persistence_id, entity_type, seq_nr)
 	SELECT $1, $2, max(seq_nr) FROM {journal} WHERE persistence_id = $1 AND seq_nr <= $3 HAVING max(seq_nr) IS NOT NULL
@@ -57,7 +63,7 @@ func newAnnalsLayout(s *Store) *annalsLayout {
 func (l *annalsLayout) configure(*config) error { return nil }
 
 func (l *annalsLayout) statements() statements {
-	r := schemaTables(l.s.cfg.schema, annalsWriteTime)
+	r := schemaTables(l.s.cfg.schema, annalsWriteTime, annalsRecoveryType)
 	st := sharedStatements(r, fragments{
 		visible:   func(string) string { return "" },
 		snapTime:  func(param string) string { return param },

@@ -46,6 +46,13 @@ type r2dbcLayout struct{ s *Store }
 // layout: db_timestamp.
 const r2dbcWriteTime = "e.db_timestamp"
 
+// r2dbcRecoveryType is the entity type of a recovery's event rows in the
+// r2dbc layout (see recoveryColumns): the row's own, since a JVM
+// service's rows carry Pekko's PersistenceId.extractEntityType, which is
+// "" for an id without a separator where annals.EntityType is the whole
+// id.
+const r2dbcRecoveryType = "e.entity_type"
+
 // r2dbcMetaSerializerIDText is the meta_ser_id of the metadata Annals
 // writes, as SQL: Akka's and Pekko's ByteArraySerializer
 // (serialization.BytesID).
@@ -68,7 +75,7 @@ func (l r2dbcLayout) configure(c *config) error {
 // layout's do, and convert (rounding down to the millisecond); snapshot
 // criteria compare at millisecond precision.
 func (l r2dbcLayout) statements() statements {
-	r := schemaTables(l.s.cfg.schema, r2dbcWriteTime)
+	r := schemaTables(l.s.cfg.schema, r2dbcWriteTime, r2dbcRecoveryType)
 	st := sharedStatements(r, fragments{
 		visible:   func(alias string) string { return " AND NOT " + alias + ".deleted" },
 		snapTime:  r2dbcMillis,

@@ -122,22 +122,25 @@ func (j *Journal) readRecovery(ctx context.Context, req recovery.Request, args [
 }
 
 // scanRecovery reads the rows of recoverySQL for req. An event's
-// persistence id is req's, and its slice and entity type those the store
-// derives from it at every write (annals.Slice, annals.EntityType): one
-// string for every event instead of three columns read per row.
+// persistence id is req's, its slice annals.Slice of it (every writer,
+// Annals or Pekko, derives it so), and its entity type the row's when the
+// layout reads it (the r2dbc layout: a JVM service's rows carry Pekko's),
+// else annals.EntityType of the id (Annals' layout, whose every row has
+// it): one string for every event instead of columns read per row.
 func scanRecovery(rows pgx.Rows, req recovery.Request) (res recovery.Result, err error) {
 	highest := false
 	pid := req.PersistenceID
 	entityType, slice := annals.EntityType(pid), annals.Slice(pid)
 	var (
-		kind  int
-		e     journal.Repr
-		tags  []string
-		nanos int64
+		kind   int
+		e      journal.Repr
+		tags   []string
+		rowTyp *string
+		nanos  int64
 	)
 	for rows.Next() {
-		e, tags = journal.Repr{}, nil // a new slice per row: events keep theirs
-		if err := rows.Scan(&kind, &e.SequenceNr, &e.Timestamp, &e.SerializerID, &e.Manifest, &e.Payload, &e.WriterID, &tags, &e.Metadata, &nanos); err != nil {
+		e, tags, rowTyp = journal.Repr{}, nil, nil // a new slice per row: events keep theirs
+		if err := rows.Scan(&kind, &e.SequenceNr, &e.Timestamp, &e.SerializerID, &e.Manifest, &e.Payload, &e.WriterID, &tags, &e.Metadata, &rowTyp, &nanos); err != nil {
 			return res, fmt.Errorf("read row: %w", err)
 		}
 		switch kind {
@@ -151,6 +154,9 @@ func scanRecovery(rows pgx.Rows, req recovery.Request) (res recovery.Result, err
 			res.HasSnapshot = true
 		case recoveryEvent:
 			e.PersistenceID, e.EntityType, e.Slice = pid, entityType, slice
+			if rowTyp != nil {
+				e.EntityType = *rowTyp
+			}
 			e.Timestamp = e.Timestamp.UTC()
 			if len(tags) > 0 {
 				e.Tags = tags

@@ -40,18 +40,19 @@ func eventColumns(writeTime string) string {
 }
 
 // recoveryColumns are the columns of a recovery's event rows e, with
-// writeTime as journal.Repr.Timestamp: those of eventColumns less the
-// ones a recovery knows from its request (the persistence id, and the
-// slice and entity type the store derives from it at every write) and the
-// db_timestamp it does not return.
-func recoveryColumns(writeTime string) string {
-	return `e.seq_nr, ` + writeTime + `, e.event_ser_id, e.event_ser_manifest, e.event_payload, e.writer, e.tags, e.meta_payload`
+// writeTime as journal.Repr.Timestamp and entityType as its entity type
+// (NULL::text: the one annals.EntityType derives from the id): those of
+// eventColumns less the ones a recovery knows from its request (the
+// persistence id, and the slice every writer derives from it alike) and
+// the db_timestamp it does not return.
+func recoveryColumns(writeTime, entityType string) string {
+	return `e.seq_nr, ` + writeTime + `, e.event_ser_id, e.event_ser_manifest, e.event_payload, e.writer, e.tags, e.meta_payload, ` + entityType
 }
 
 // schemaTables replaces the statements' table names ({journal}, ...) with
 // the schema's, {columns} with eventColumns(writeTime) and
-// {recoveryColumns} with recoveryColumns(writeTime).
-func schemaTables(schema, writeTime string) *strings.Replacer {
+// {recoveryColumns} with recoveryColumns(writeTime, entityType).
+func schemaTables(schema, writeTime, entityType string) *strings.Replacer {
 	return strings.NewReplacer(
 		"{journal}", table(schema, "event_journal"),
 		"{tag}", table(schema, "event_tag"),
@@ -61,7 +62,7 @@ func schemaTables(schema, writeTime string) *strings.Replacer {
 		"{offset}", table(schema, "projection_offset_store"),
 		"{management}", table(schema, "projection_management"),
 		"{columns}", eventColumns(writeTime),
-		"{recoveryColumns}", recoveryColumns(writeTime),
+		"{recoveryColumns}", recoveryColumns(writeTime, entityType),
 	)
 }
 
@@ -140,15 +141,16 @@ const idsSQL = `WITH RECURSIVE ids(pid) AS (
 // one row of kind 0 whose seq_nr is the highest number, one of kind 1 for
 // the snapshot the criteria select (if any; its Unix nanoseconds in the
 // last column), and the events after it, of kind 2, in the columns of
-// recoveryColumns, each in a column of the types of the event rows. One statement
+// recoveryColumns (and a last one of 0), each in a column of the types of
+// the event rows. One statement
 // reads all three from one snapshot of the database, so they agree
 // without a transaction: on a write between them a batch of statements
 // could read an older snapshot row and events after a younger one.
 func recoverySQL(st statements) string {
 	return `WITH s(seq_nr, nanos, ser_id, ser_manifest, snapshot) AS (` + st.loadSnap + `)
-SELECT 0, (` + st.highest + `), 'epoch'::timestamptz, 0, '', NULL::bytea, '', NULL::text[], NULL::bytea, 0::bigint
+SELECT 0, (` + st.highest + `), 'epoch'::timestamptz, 0, '', NULL::bytea, '', NULL::text[], NULL::bytea, NULL::text, 0::bigint
 UNION ALL
-SELECT 1, s.seq_nr, 'epoch', s.ser_id, s.ser_manifest, s.snapshot, '', NULL, NULL, s.nanos FROM s
+SELECT 1, s.seq_nr, 'epoch', s.ser_id, s.ser_manifest, s.snapshot, '', NULL, NULL, NULL, s.nanos FROM s
 UNION ALL
 SELECT 2, ev.*, 0 FROM (` + st.recoverEvents + `) ev`
 }

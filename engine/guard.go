@@ -129,8 +129,12 @@ func (f *Front) DeleteTo(ctx context.Context, persistenceID string, to int64) er
 // of its own under the call timeout and the breaker but under no caller's
 // context. A caller whose context ends stops waiting at once with the
 // context's error; its request is left out of a group not yet read, and
-// its answer dropped from one being read. When a group's call fails, its
-// requests are read one by one, each with its own outcome.
+// its answer dropped from one being read. When a group's call fails with
+// an error that may be one request's, the requests of the callers still
+// waiting are read one by one, each under its caller's context, with its
+// own outcome; the call timeout, an open breaker or a closed journal
+// answers the whole group at once. A panic of the store in a group's call
+// is raised again on each waiting caller's goroutine.
 func (f *Front) ReadRecovery(ctx context.Context, req recovery.Request) (recovery.Result, error) {
 	r, ok := f.j.(recovery.Reader)
 	if !ok {

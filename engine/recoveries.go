@@ -6,10 +6,12 @@ package engine
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"sync"
 
+	"github.com/annals-go/annals/journal"
 	"github.com/annals-go/annals/recovery"
 )
 
@@ -19,12 +21,24 @@ const MaxRecoveryGroup = 32
 // recoveryWait is a recovery waiting in the front's group queue, then
 // its answer.
 type recoveryWait struct {
-	ctx   context.Context
-	req   recovery.Request
-	res   recovery.Result
-	err   error
-	done  chan struct{} // closed once res and err are set
-	taken bool          // in a group (guarded by the queue's mu)
+	ctx      context.Context
+	req      recovery.Request
+	res      recovery.Result
+	err      error
+	panicked any           // a store's panic, raised again on the caller's goroutine
+	done     chan struct{} // closed once res, err and panicked are set
+	taken    bool          // in a group (guarded by the queue's mu)
+	answered bool          // done is closed (only the group's goroutine touches it)
+}
+
+// answer gives w its outcome, once: a later answer is ignored.
+func (w *recoveryWait) answer(res recovery.Result, err error, panicked any) {
+	if w.answered {
+		return
+	}
+	w.answered = true
+	w.res, w.err, w.panicked = res, err, panicked
+	close(w.done)
 }
 
 // recoveryQueue holds the recoveries waiting for a group, oldest first.
@@ -91,6 +105,9 @@ func (f *Front) readRecoveryInGroup(ctx context.Context, br recovery.BatchReader
 	for {
 		select {
 		case <-w.done:
+			if w.panicked != nil {
+				panic(w.panicked) // the store's, as a read alone raises it
+			}
 			return w.res, w.err
 		case <-ctx.Done():
 			f.groups.remove(w)
@@ -111,19 +128,28 @@ func (f *Front) readRecoveryInGroup(ctx context.Context, br recovery.BatchReader
 }
 
 // readGroup reads group's recoveries in the turn its caller took, then
-// gives the turn back. The call runs under no caller's context (the
-// first one's values, without its cancellation): a caller who leaves does
-// not end the others' read.
+// gives the turn back. The group's call runs under no caller's context
+// (the first one's values, without its cancellation): a caller who leaves
+// does not end the others' read. When it fails with an error that may be
+// one request's, the requests of the callers still waiting are read one
+// by one, each under its caller's own context and its own breaker call;
+// an error that fails every request alike (the call timeout, the open
+// breaker, the closed journal) answers them all at once, without reading
+// again from a store that is slow or down. A panic of the store is raised
+// again on the goroutine of each caller not yet answered.
 func (f *Front) readGroup(br recovery.BatchReader, group []*recoveryWait) {
 	defer func() { <-f.reads }()
-	answer := func(w *recoveryWait, res recovery.Result, err error) {
-		w.res, w.err = res, err
-		close(w.done)
-	}
-	live := group[:0]
+	defer func() {
+		if p := recover(); p != nil {
+			for _, w := range group {
+				w.answer(recovery.Result{}, nil, p)
+			}
+		}
+	}()
+	var live []*recoveryWait
 	for _, w := range group {
 		if err := w.ctx.Err(); err != nil {
-			answer(w, recovery.Result{}, err) // gone already: not read
+			w.answer(recovery.Result{}, err, nil) // gone already: not read
 			continue
 		}
 		live = append(live, w)
@@ -144,20 +170,33 @@ func (f *Front) readGroup(br recovery.BatchReader, group []*recoveryWait) {
 	}
 	if err == nil {
 		for i, w := range live {
-			answer(w, results[i], nil)
+			w.answer(results[i], nil, nil)
 		}
 		return
 	}
-	if len(live) == 1 {
-		answer(live[0], recovery.Result{}, err)
+	if len(live) == 1 || failsEveryRequest(err) {
+		for _, w := range live {
+			w.answer(recovery.Result{}, err, nil)
+		}
 		return
 	}
 	// One request may be what fails the group: each is read alone, with
-	// its own outcome.
+	// its own outcome, for the callers who still wait.
 	for _, w := range live {
-		res, err := guardedCall(ctx, &f.core, func(ctx context.Context) (recovery.Result, error) {
+		if err := w.ctx.Err(); err != nil {
+			w.answer(recovery.Result{}, err, nil)
+			continue
+		}
+		res, err := guardedCall(w.ctx, &f.core, func(ctx context.Context) (recovery.Result, error) {
 			return br.ReadRecovery(ctx, w.req)
 		})
-		answer(w, res, err)
+		w.answer(res, err, nil)
 	}
+}
+
+// failsEveryRequest reports whether err, a group's failure, is the call's
+// rather than one request's: the call timeout, the open breaker or the
+// closed journal.
+func failsEveryRequest(err error) bool {
+	return errors.Is(err, ErrCallTimeout) || errors.Is(err, ErrCircuitOpen) || errors.Is(err, journal.ErrClosed)
 }

@@ -4,8 +4,8 @@ package engine
 
 import (
 	"context"
+	"fmt"
 	"sync"
-	"sync/atomic"
 	"time"
 )
 
@@ -32,17 +32,25 @@ func newCallTimer(timeout time.Duration) *callTimer {
 }
 
 // timedCall is the context of one store call: its caller's, ended at the
-// call's deadline at the latest, when its Err is
-// context.DeadlineExceeded. It keeps the context package's own
+// call's deadline at the latest. It keeps the context package's own
 // cancellation underneath (the embedded context and its Done channel),
 // so that context.AfterFunc, which drivers use to watch a call, starts no
-// goroutine for it.
+// goroutine for it. Its Err and context.Cause are those of
+// context.WithTimeout: once the call timed out, Err is
+// context.DeadlineExceeded and the cause errCallTimedOut (which wraps
+// it); else the caller's context's error. Either stays as it is once
+// set. A context derived from the call with context.WithCancel reports
+// context.Canceled at the deadline (its cause still errCallTimedOut):
+// stores report ctx.Err() of the call's context itself
+// (journal.StoreErrors.Map).
 type timedCall struct {
 	context.Context
-	cancel   context.CancelFunc
+	cancel   context.CancelCauseFunc
 	deadline time.Time
-	timedOut atomic.Bool
 }
+
+// errCallTimedOut is the cause of a call the timer ended.
+var errCallTimedOut = fmt.Errorf("engine: store call deadline: %w", context.DeadlineExceeded)
 
 // Deadline reports the call's deadline, or its caller's when earlier.
 func (c *timedCall) Deadline() (time.Time, bool) {
@@ -53,10 +61,11 @@ func (c *timedCall) Deadline() (time.Time, bool) {
 }
 
 // Err is context.DeadlineExceeded once the call timed out, else the
-// caller's context's error.
+// caller's context's error. The cause, set once with the cancellation
+// that ended the call, tells the two apart.
 func (c *timedCall) Err() error {
 	err := c.Context.Err()
-	if err != nil && c.timedOut.Load() {
+	if err != nil && context.Cause(c.Context) == errCallTimedOut {
 		return context.DeadlineExceeded
 	}
 	return err
@@ -65,7 +74,7 @@ func (c *timedCall) Err() error {
 // start returns the context of a call made under parent, and the function
 // that ends it (to be called when the call returns).
 func (t *callTimer) start(parent context.Context) (*timedCall, func()) {
-	ctx, cancel := context.WithCancel(parent)
+	ctx, cancel := context.WithCancelCause(parent)
 	c := &timedCall{Context: ctx, cancel: cancel, deadline: time.Now().Add(t.timeout)}
 	t.mu.Lock()
 	t.calls[c] = struct{}{}
@@ -78,7 +87,7 @@ func (t *callTimer) start(parent context.Context) (*timedCall, func()) {
 		t.mu.Lock()
 		delete(t.calls, c)
 		t.mu.Unlock()
-		cancel()
+		cancel(context.Canceled)
 	}
 }
 
@@ -92,8 +101,7 @@ func (t *callTimer) fire() {
 	for c := range t.calls {
 		if !c.deadline.After(now) {
 			delete(t.calls, c)
-			c.timedOut.Store(true)
-			c.cancel()
+			c.cancel(errCallTimedOut) // no effect once the caller's context ended it
 			continue
 		}
 		if next.IsZero() || c.deadline.Before(next) {

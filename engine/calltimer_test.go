@@ -5,6 +5,7 @@ import (
 	"errors"
 	"runtime"
 	"testing"
+	"testing/synctest"
 	"time"
 )
 
@@ -88,4 +89,37 @@ func TestCallTimerCallsAreWatchedWithoutGoroutines(t *testing.T) {
 		stops[i]()
 		end()
 	}
+}
+
+// TestCallTimerErrIsStable: a call whose caller's context ended keeps
+// that error once its deadline passes too (context.Context: successive
+// calls of Err return the same error), and a timed-out call's
+// context.Cause reports the deadline, as context.WithTimeout's does.
+func TestCallTimerErrIsStable(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const timeout = time.Second
+		ct := newCallTimer(timeout)
+		parent, cancel := context.WithCancel(t.Context())
+		c, end := ct.start(parent)
+		cancel()
+		<-c.Done()
+		if err := c.Err(); !errors.Is(err, context.Canceled) {
+			t.Fatalf("Err() = %v after the caller's cancellation, want context.Canceled", err)
+		}
+		time.Sleep(2 * timeout) // the store has not returned yet: the timer fires on the call
+		if err := c.Err(); !errors.Is(err, context.Canceled) {
+			t.Errorf("Err() = %v once the deadline passed too, want context.Canceled still", err)
+		}
+		end()
+
+		timed, end2 := ct.start(t.Context())
+		defer end2()
+		<-timed.Done()
+		if err := timed.Err(); err != context.DeadlineExceeded {
+			t.Errorf("Err() = %v, want context.DeadlineExceeded", err)
+		}
+		if cause := context.Cause(timed); !errors.Is(cause, context.DeadlineExceeded) {
+			t.Errorf("context.Cause = %v, want context.DeadlineExceeded", cause)
+		}
+	})
 }

@@ -67,8 +67,9 @@ func WithTopicPattern(pattern string) ReplicatorOption {
 // remembers per topic (default eventual.DefaultKnownHeads), so that a key
 // met again is applied without reading its head: what it remembers is
 // what it read or wrote itself, forgotten whenever one of the topic's
-// partitions is assigned, revoked or lost, and after any failed write
-// (see eventual.Heads). 0 reads every key's head at every poll. A store
+// partitions is assigned, revoked or lost, after any failed write, and
+// from the moment a rebalance waits on a poll being applied until the
+// next assignment (see eventual.Heads). 0 reads every key's head at every poll. A store
 // with transactions (eventual.TxTables) reads its heads in them and
 // remembers none.
 func WithKnownHeads(n int) ReplicatorOption { return func(c *replicatorConfig) { c.heads = n } }
@@ -173,15 +174,26 @@ func NewReplicator(brokers []string, tables eventual.Tables, opts ...ReplicatorO
 }
 
 // member returns a consumer of topic in the topic's own group, which
-// forgets heads' heads of each partition assigned, revoked or lost.
+// forgets heads' heads of each partition assigned, revoked or lost, and
+// suspends heads from the moment a rebalance waits on a poll being applied
+// (OnPartitionsCallbackBlocked) until partitions are assigned again: a
+// member that applies a poll for longer than the rebalance timeout is
+// kicked from the group, and the rest of its poll must not trust what it
+// remembered while another member applies the same partitions.
 func (r *Replicator) member(topic string, heads *eventual.Heads) (*kgo.Client, error) {
-	forget := func(_ context.Context, _ *kgo.Client, ps map[string][]int32) {
+	forget := func(ps map[string][]int32) {
 		for t, parts := range ps {
 			for _, p := range parts {
 				heads.Forget(t, p)
 			}
 		}
 	}
+	assigned := func(_ context.Context, _ *kgo.Client, ps map[string][]int32) {
+		forget(ps)
+		heads.Resume()
+	}
+	revoked := func(_ context.Context, _ *kgo.Client, ps map[string][]int32) { forget(ps) }
+	blocked := func(context.Context, *kgo.Client) { heads.Suspend() }
 	return kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(r.brokers...), kgo.ConsumerGroup(r.cfg.group + "-" + topic),
 		kgo.ConsumeTopics(topic), kgo.DisableAutoCommit(), kgo.BlockRebalanceOnPoll(),
 		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.FetchMaxWait(250 * time.Millisecond),
@@ -196,7 +208,8 @@ func (r *Replicator) member(topic string, heads *eventual.Heads) (*kgo.Client, e
 		// decompresses to many times them: polls stay small.
 		kgo.FetchMaxBytes(1 << 20), kgo.FetchMaxPartitionBytes(1 << 20),
 		kgo.AdjustFetchOffsetsFn(r.startAfterPointers)}, append(r.cfg.clientOpts,
-		kgo.OnPartitionsAssigned(forget), kgo.OnPartitionsRevoked(forget), kgo.OnPartitionsLost(forget))...)...)
+		kgo.OnPartitionsAssigned(assigned), kgo.OnPartitionsRevoked(revoked), kgo.OnPartitionsLost(revoked),
+		kgo.OnPartitionsCallbackBlocked(blocked))...)...)
 }
 
 // topics lists the cluster's topics matching the pattern.

@@ -21,7 +21,14 @@ const DefaultKnownHeads = 100_000
 // the partition is assigned, revoked or lost (another member may have
 // applied it meanwhile), a new replicator starts with none, and
 // [ReplicateKnown] forgets the partition's heads after any failed write,
-// whose outcome it cannot know. Two replicators applying the same
+// whose outcome it cannot know. A rebalance that waits on a poll being
+// applied may give the poll's partitions to another member before the
+// poll is done (the member is kicked from the group when it applies the
+// poll for longer than the rebalance timeout, e.g. while retrying a
+// failing store): the replicator then calls [Heads.Suspend], so that the
+// rest of the poll reads its heads from the store (where the new owner's
+// writes are) as without a Heads, until [Heads.Resume] once the member's
+// partitions are assigned again. Two replicators applying the same
 // partition at once (different consumer groups into one keyspace) break
 // that assumption, as they break the order of each key's writes without
 // it.
@@ -30,10 +37,11 @@ const DefaultKnownHeads = 100_000
 // each new one, whose next poll reads it again. It is safe for concurrent
 // use.
 type Heads struct {
-	mu    sync.Mutex
-	max   int
-	known map[headsKey]knownHead
-	reads int64 // heads read from the store (misses), for tests
+	mu        sync.Mutex
+	max       int
+	known     map[headsKey]knownHead
+	suspended bool  // Suspend called, Resume not yet
+	reads     int64 // heads read from the store (misses), for tests
 }
 
 type headsKey struct {
@@ -74,6 +82,9 @@ func (h *Heads) put(key Key, partition int32, k knownHead) {
 	hk := headsKey{key.Topic, partition, key.ID}
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	if h.suspended {
+		return
+	}
 	if _, ok := h.known[hk]; !ok && len(h.known) >= h.max {
 		for other := range h.known {
 			delete(h.known, other)
@@ -105,6 +116,31 @@ func (h *Heads) Forget(topic string, partition int32) {
 			delete(h.known, k)
 		}
 	}
+}
+
+// Suspend forgets every head and remembers none until Resume: the heads
+// a poll being applied reads or writes from then on are not kept. A
+// replicator calls it when a rebalance waits on its poll, after which the
+// poll's partitions may belong to another member before the poll is done.
+func (h *Heads) Suspend() {
+	if h == nil {
+		return
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.suspended = true
+	clear(h.known)
+}
+
+// Resume makes h remember heads again after Suspend. A replicator calls it
+// when its partitions are assigned, with no poll being applied.
+func (h *Heads) Resume() {
+	if h == nil {
+		return
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.suspended = false
 }
 
 // Len returns how many heads are known.

@@ -208,6 +208,37 @@ func TestReplicateKnownForgets(t *testing.T) {
 			t.Errorf("store holds\n%s\nwant\n%s", got, want)
 		}
 	})
+	t.Run("suspended", func(t *testing.T) {
+		s, _, _ := cqltest.Open(t)
+		topic := "t"
+		heads := eventual.NewHeads(10)
+		p := &polls{t: t, topic: topic}
+		if err := eventual.ReplicateKnown(t.Context(), s, heads, p.records("a append 1-3"), now); err != nil {
+			t.Fatal(err)
+		}
+		// A rebalance waits on the poll: from then on another member
+		// may own the partition and delete a's events.
+		heads.Suspend()
+		if err := eventual.Replicate(t.Context(), s, p.records("a delete 3", "a append 4-4"), now); err != nil {
+			t.Fatal(err)
+		}
+		if err := eventual.ReplicateKnown(t.Context(), s, heads, p.records("a append 5-5"), now); err != nil {
+			t.Fatal(err)
+		}
+		if heads.Len() != 0 {
+			t.Errorf("%d heads known while suspended, want none", heads.Len())
+		}
+		if got, want := storeState(t, s, topic, []string{"a"}), "a: head true seq 5 deleteTo 3 offset 3 expiry \"\" events [4 5]\n"; got != want {
+			t.Errorf("store holds\n%s\nwant\n%s", got, want)
+		}
+		heads.Resume()
+		if err := eventual.ReplicateKnown(t.Context(), s, heads, p.records("a append 6-6"), now); err != nil {
+			t.Fatal(err)
+		}
+		if heads.Len() != 1 || heads.Reads() != 3 {
+			t.Errorf("after Resume %d heads known, %d read; want 1 known, 3 read", heads.Len(), heads.Reads())
+		}
+	})
 }
 
 var errInjected = errors.New("injected failure")

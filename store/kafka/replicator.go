@@ -76,7 +76,11 @@ func WithKnownHeads(n int) ReplicatorOption { return func(c *replicatorConfig) {
 
 // WithReplicatorClientOptions adds franz-go options to the replicator's
 // consumer. The callbacks of partition assignment (OnPartitionsAssigned,
-// OnPartitionsRevoked, OnPartitionsLost) are the replicator's own.
+// OnPartitionsRevoked, OnPartitionsLost) are the replicator's own, which
+// keep its remembered heads true: NewReplicator refuses them
+// (ErrInvalidConfig; franz-go refuses them on the group-less client
+// NewReplicator checks the options with), rather than replacing them
+// silently.
 func WithReplicatorClientOptions(opts ...kgo.Opt) ReplicatorOption {
 	return func(c *replicatorConfig) { c.clientOpts = append(c.clientOpts, opts...) }
 }

@@ -341,3 +341,19 @@ func TestReplicatorHeadsAfterKickedMidPoll(t *testing.T) {
 		}
 	}
 }
+
+// TestReplicatorRefusesGroupCallbacks: partition callbacks passed with
+// WithReplicatorClientOptions are refused by NewReplicator (the
+// replicator's consumers own them: they keep its remembered heads true),
+// rather than silently replaced.
+func TestReplicatorRefusesGroupCallbacks(t *testing.T) {
+	store, _, _ := cqltest.Open(t)
+	cb := func(context.Context, *kgo.Client, map[string][]int32) {}
+	for name, opt := range map[string]kgo.Opt{"assigned": kgo.OnPartitionsAssigned(cb), "revoked": kgo.OnPartitionsRevoked(cb),
+		"lost": kgo.OnPartitionsLost(cb)} {
+		_, err := kafka.NewReplicator([]string{"127.0.0.1:1"}, store, kafka.WithTopics("t"), kafka.WithReplicatorClientOptions(opt))
+		if !errors.Is(err, kafka.ErrInvalidConfig) {
+			t.Errorf("%s: NewReplicator = %v, want ErrInvalidConfig", name, err)
+		}
+	}
+}

@@ -206,6 +206,7 @@ func journalCases() []journalRule {
 		journalRule{"HighestWithoutReplay", "HighestSequenceNr returns the highest stored number without a replay, whatever the from hint", highestWithoutReplay},
 		journalRule{"HighestKeptAfterPartialDelete", "deleting some events does not lower the highest sequence number", highestKeptAfterPartialDelete},
 		journalRule{"HighestKeptAfterDeletingAll", "deleting every event keeps the highest sequence number, also when to is beyond it", highestKeptAfterDeletingAll},
+		journalRule{"HighestKeptAfterAWriteBelowTheDeleted", "a write at a number below the deleted ones (a stale writer's), stored or refused, does not lower the highest sequence number", highestKeptAfterAWriteBelowTheDeleted},
 		journalRule{"WriteAfterDeletingAll", "after deleting every event, writing continues from the kept highest number", writeAfterDeletingAll},
 		journalRule{"DeleteIsIdempotent", "deleting an already deleted range, or an id never written, is not an error", deleteIsIdempotent},
 		journalRule{"FieldsRoundTrip", "every field a writer sets is replayed unchanged (timestamps to the microsecond, in UTC, or the time of the write where the store declares StoreTimestamps), and the store fills slice and entity type", roundTrip},
@@ -331,6 +332,23 @@ func highestKeptAfterPartialDelete(t tb, j journal.Journal, _ Store) {
 	deleteTo(t, j, pid, 3)
 	if n := highest(t, j, pid, 0); n != 5 {
 		t.Errorf("HighestSequenceNr after DeleteTo(3) = %d, want 5", n)
+	}
+}
+
+// highestKeptAfterAWriteBelowTheDeleted: events 1–5 deleted, then a write
+// at 3 (a writer that recovered before the deletion): whether the store
+// takes or refuses it, the highest number stays 5, or the id's next write
+// would reuse a number an event already had.
+func highestKeptAfterAWriteBelowTheDeleted(t tb, j journal.Journal, _ Store) {
+	pid := writeFive(t, j)
+	deleteTo(t, j, pid, 5)
+	res, err := j.Write(testContext(t), []journal.AtomicWrite{atomicRange(pid, 3, 3)})
+	if err != nil {
+		t.Fatalf("Write(3) after DeleteTo(5): %v", err)
+	}
+	stored := res == nil || res[0] == nil
+	if n := highest(t, j, pid, 0); n != 5 {
+		t.Errorf("HighestSequenceNr after DeleteTo(5) and a write at 3 (stored: %v) = %d, want 5", stored, n)
 	}
 }
 

@@ -28,7 +28,7 @@ type annalsLayout struct {
 // annalsStatements are the statements of Annals' layout's own operations:
 // DeleteTo's and the projection offsets'.
 type annalsStatements struct {
-	deleteMeta, deleteTags, loadOffset, saveOffset, resetOffset string
+	deleteTo, loadOffset, saveOffset, resetOffset string
 }
 
 // annalsWriteTime is the column journal.Repr.Timestamp reads in Annals'
@@ -46,10 +46,16 @@ var annalsColumns = eventColumns(annalsWriteTime)
 func newAnnalsLayout(s *Store) *annalsLayout {
 	r := schemaTables(s.cfg.schema, annalsWriteTime, annalsRecoveryType)
 	return &annalsLayout{s: s, sql: annalsStatements{
-		deleteMeta: r.Replace(`INSERT INTO {meta} AS m (persistence_id, entity_type, seq_nr)
-	SELECT $1, $2, max(seq_nr) FROM {journal} WHERE persistence_id = $1 AND seq_nr <= $3 HAVING max(seq_nr) IS NOT NULL
+		// One statement, so one snapshot of the database: the number
+		// recorded is the highest of the events it deletes, and the
+		// tags it deletes are theirs. As separate statements (read
+		// committed), an event committed between them could be deleted
+		// without being counted, or keep its event and lose its tags.
+		deleteTo: r.Replace(`WITH d AS (DELETE FROM {journal} WHERE persistence_id = $1 AND seq_nr <= $3 RETURNING seq_nr),
+	t AS (DELETE FROM {tag} WHERE persistence_id = $1 AND seq_nr IN (SELECT seq_nr FROM d))
+	INSERT INTO {meta} AS m (persistence_id, entity_type, seq_nr)
+	SELECT $1, $2, max(seq_nr) FROM d HAVING max(seq_nr) IS NOT NULL
 	ON CONFLICT (persistence_id) DO UPDATE SET seq_nr = GREATEST(m.seq_nr, excluded.seq_nr)`),
-		deleteTags: r.Replace(`DELETE FROM {tag} WHERE persistence_id = $1 AND seq_nr <= $2`),
 		loadOffset: r.Replace(`SELECT (SELECT current_offset FROM {offset} WHERE projection_name = $1 AND projection_key = $2),
 	(SELECT paused FROM {management} WHERE projection_name = $1 AND projection_key = $2)`),
 		saveOffset: r.Replace(`INSERT INTO {offset} (projection_name, projection_key, current_offset, manifest, mergeable, last_updated)
@@ -170,15 +176,10 @@ func (l *annalsLayout) writeArgs(writes []journal.AtomicWrite, pending []int, no
 	return cols, tagged
 }
 
-// deleteTo deletes in one transaction: the highest number among the
-// deleted events is recorded in journal_metadata, then the events and
-// their tags are removed.
+// deleteTo deletes the events up to to and their tags, and records the
+// highest number among them in journal_metadata, in one statement.
 func (l *annalsLayout) deleteTo(ctx context.Context, persistenceID string, to int64) error {
-	b := &pgx.Batch{}
-	b.Queue(l.sql.deleteMeta, persistenceID, annals.EntityType(persistenceID), to)
-	b.Queue(l.sql.deleteTags, persistenceID, to)
-	b.Queue(l.s.sql.deleteEvents, persistenceID, to)
-	if err := l.s.pool.SendBatch(ctx, b).Close(); err != nil {
+	if _, err := l.s.pool.Exec(ctx, l.sql.deleteTo, persistenceID, annals.EntityType(persistenceID), to); err != nil {
 		return l.s.errs.Map(ctx, "delete", err, journal.ErrClosed)
 	}
 	return nil

@@ -39,12 +39,7 @@ func (j *Journal) ReadRecovery(ctx context.Context, req recovery.Request) (recov
 	if j.s.isClosed() {
 		return recovery.Result{}, journal.ErrClosed
 	}
-	crit := snapshot.None()
-	if req.Snapshot != nil {
-		crit = *req.Snapshot
-	}
-	args := append(criteriaArgs(req.PersistenceID, crit), req.ToSequenceNr, req.MaxEvents)
-	res, err := j.readRecovery(ctx, req, args)
+	res, err := j.readRecovery(ctx, req, recoveryArgs(req))
 	if err != nil {
 		return recovery.Result{}, j.s.errs.Map(ctx, "read recovery", err, journal.ErrClosed)
 	}
@@ -67,11 +62,7 @@ func (j *Journal) ReadRecoveries(ctx context.Context, reqs []recovery.Request) (
 			return nil, err
 		}
 		checked[i] = req
-		crit := snapshot.None()
-		if req.Snapshot != nil {
-			crit = *req.Snapshot
-		}
-		b.Queue(j.s.sql.recovery, append(criteriaArgs(req.PersistenceID, crit), req.ToSequenceNr, req.MaxEvents)...)
+		b.Queue(j.s.sql.recovery, recoveryArgs(req)...)
 	}
 	if j.s.isClosed() {
 		return nil, journal.ErrClosed
@@ -103,6 +94,15 @@ func (j *Journal) readRecoveries(ctx context.Context, reqs []recovery.Request, b
 		}
 	}
 	return res, nil
+}
+
+// recoveryArgs returns recoverySQL's arguments for the checked req.
+func recoveryArgs(req recovery.Request) []any {
+	crit := snapshot.None()
+	if req.Snapshot != nil {
+		crit = *req.Snapshot
+	}
+	return append(criteriaArgs(req.PersistenceID, crit), req.ToSequenceNr, req.MaxEvents)
 }
 
 // Kinds of the rows of recoverySQL.

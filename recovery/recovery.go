@@ -143,6 +143,7 @@ func Read(ctx context.Context, j journal.Journal, snaps snapshot.Store, req Requ
 	if from > to {
 		return res, nil
 	}
+	res.Events = make([]journal.Repr, 0, EventsCap(from, to, req.MaxEvents))
 	for r, err := range j.Replay(ctx, req.PersistenceID, from, to, int64(req.MaxEvents)) {
 		if err != nil {
 			return Result{}, err
@@ -151,6 +152,24 @@ func Read(ctx context.Context, j journal.Journal, snaps snapshot.Store, req Requ
 	}
 	res.More = len(res.Events) == req.MaxEvents && res.Events[len(res.Events)-1].SequenceNr < to
 	return res, nil
+}
+
+// maxEventsCap bounds EventsCap: a recovery of more events grows its
+// slice as it reads them.
+const maxEventsCap = 256
+
+// EventsCap returns the capacity to give the Events of a Result that will
+// hold pid's events numbered from..to, at most maxEvents of them: the size
+// of the range, bounded by maxEvents and by 256, so that a small entity's
+// events are stored without growing the slice (growing it from empty cost
+// a fifth of a SQLite recovery's CPU), while a range with gaps (deleted
+// or missing numbers) reserves no more than 256 events it may not hold.
+// It is 0 when from > to or maxEvents <= 0.
+func EventsCap(from, to int64, maxEvents int) int {
+	if from > to || maxEvents <= 0 {
+		return 0
+	}
+	return int(min(to-from+1, int64(maxEvents), maxEventsCap))
 }
 
 // ThreeCalls returns a Reader over a journal without the capability: it

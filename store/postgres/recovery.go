@@ -162,11 +162,18 @@ func scanRecovery(rows pgx.Rows, req recovery.Request) (res recovery.Result, err
 				e.Tags = tags
 			}
 			if res.Events == nil {
-				// Room for a small entity's events: a larger capacity
-				// is memory each recovery clears and the collector
-				// sweeps (64 events' worth cost a tenth of a recovery's
-				// CPU); append grows it for longer journals.
-				res.Events = make([]journal.Repr, 0, min(req.MaxEvents, 16))
+				// Room for the events the highest number and the
+				// snapshot (their rows come first) leave to read, so
+				// that a small entity's are stored without growing the
+				// slice; 16 when they did not come first. A larger
+				// capacity than needed is memory each recovery clears
+				// and the collector sweeps (64 events' worth cost a
+				// tenth of a recovery's CPU).
+				room := min(req.MaxEvents, 16)
+				if highest {
+					room = recovery.EventsCap(res.Snapshot.Metadata.SequenceNr+1, min(req.ToSequenceNr, res.Highest), req.MaxEvents)
+				}
+				res.Events = make([]journal.Repr, 0, room)
 			}
 			res.Events = append(res.Events, e)
 		default:

@@ -182,6 +182,7 @@ func readRecoveryOn(ctx context.Context, c readConn, req recovery.Request) (res 
 	if args, err = namedArgs(pid, from, to, req.MaxEvents); err != nil {
 		return recovery.Result{}, err
 	}
+	res.Events = make([]journal.Repr, 0, recovery.EventsCap(from, to, req.MaxEvents))
 	err = c.query(ctx, replaySQL, args, make([]driver.Value, replayColumns), func(v []driver.Value) error {
 		e, err := replayRow(pid, v)
 		res.Events = append(res.Events, e)

@@ -288,6 +288,7 @@ func (j *Journal) Replay(ctx context.Context, persistenceID string, from, to, li
 // replay is one run of Replay: its pages share one array.
 func (j *Journal) replay(ctx context.Context, persistenceID string, from, to, limit int64) iter.Seq2[journal.Repr, error] {
 	var page []journal.Repr
+	id := newReplayID(persistenceID)
 	return journal.Pager[journal.Repr]{
 		Size: replayPage,
 		ReadPage: func(ctx context.Context, p journal.Page, yield func(*journal.Repr) bool) (bool, error) {
@@ -297,7 +298,7 @@ func (j *Journal) replay(ctx context.Context, persistenceID string, from, to, li
 			}
 			page = page[:0]
 			err = j.s.readDriver(ctx, replaySQL, args, make([]driver.Value, replayColumns), func(v []driver.Value) error {
-				e, err := replayRow(persistenceID, v)
+				e, err := replayRow(id, v)
 				page = append(page, e)
 				return err
 			})

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/annals-go/annals"
 	"github.com/annals-go/annals/journal"
 	"github.com/annals-go/annals/recovery"
 	"github.com/annals-go/annals/snapshot"
@@ -59,19 +60,34 @@ const recoveryHeadSQL = `
 		ORDER BY sequence_nr DESC, created DESC LIMIT 1)`
 
 // replaySQL reads the events of id ?1 from ?2 to ?3, at most ?4,
-// ascending.
-const replaySQL = `SELECT ordering, sequence_nr, timestamp, payload, serializer_id, manifest, writer, tags, metadata, slice, entity_type
+// ascending. It leaves out the slice and entity type: every row of an id
+// has the ones its id gives (the journal's writes store annals.Slice and
+// annals.EntityType of it), which replayID holds.
+const replaySQL = `SELECT ordering, sequence_nr, timestamp, payload, serializer_id, manifest, writer, tags, metadata
 	FROM event_journal WHERE persistence_id = ? AND sequence_nr BETWEEN ? AND ? ORDER BY sequence_nr LIMIT ?`
 
 // replayColumns is the number of replaySQL's columns.
-const replayColumns = 11
+const replayColumns = 9
 
-// replayRow reads one row of replaySQL, an event of pid.
-func replayRow(pid string, v []driver.Value) (journal.Repr, error) {
+// replayID is what a replay's events share: their persistence id, and the
+// slice and entity type derived from it once per replay rather than read
+// from every row.
+type replayID struct {
+	pid, entityType string
+	slice           int
+}
+
+func newReplayID(pid string) replayID {
+	return replayID{pid: pid, entityType: annals.EntityType(pid), slice: annals.Slice(pid)}
+}
+
+// replayRow reads one row of replaySQL, an event of id.
+func replayRow(id replayID, v []driver.Value) (journal.Repr, error) {
+	pid := id.pid
 	r := rowValues{v: v}
 	e := journal.Repr{PersistenceID: pid, Ordering: r.int(0), SequenceNr: r.int(1), Timestamp: time.Unix(0, r.int(2)).UTC(),
 		Payload: r.blob(3), SerializerID: r.int32(4), Manifest: r.text(5), WriterID: r.text(6), Metadata: r.blob(8),
-		Slice: int(r.int(9)), EntityType: r.text(10)}
+		Slice: id.slice, EntityType: id.entityType}
 	if r.err != nil {
 		return e, fmt.Errorf("sqlite: replay %q: read row: %w", pid, r.err)
 	}
@@ -183,8 +199,9 @@ func readRecoveryOn(ctx context.Context, c readConn, req recovery.Request) (res 
 		return recovery.Result{}, err
 	}
 	res.Events = make([]journal.Repr, 0, recovery.EventsCap(from, to, req.MaxEvents))
+	id := newReplayID(pid)
 	err = c.query(ctx, replaySQL, args, make([]driver.Value, replayColumns), func(v []driver.Value) error {
-		e, err := replayRow(pid, v)
+		e, err := replayRow(id, v)
 		res.Events = append(res.Events, e)
 		return err
 	})

@@ -259,6 +259,9 @@ type Member struct {
 	cancel   context.CancelFunc
 	loopDone chan struct{}
 	refresh  chan struct{} // a look at the group soon (capacity 1)
+	// wakeSoon is set while a wake of those waiting on Changed is due
+	// (Refresh on a member that no longer reads the group).
+	wakeSoon atomic.Bool
 	// repair asks repairLoop to repair claims (capacity 1); repairDone is
 	// closed when it has ended.
 	repair     chan struct{}
@@ -883,25 +886,33 @@ func (m *Member) describe(ctx context.Context) (members []remote, owners map[top
 			return nil, nil, false, fmt.Errorf("kafkacluster: describing group %s: %w", m.cfg.Group, err)
 		}
 		stable = g.State == "Stable"
-		for _, mem := range g.Members {
-			r, ok := parseClientID(mem.ClientID)
-			if !ok {
-				continue
-			}
-			members = append(members, r)
-			var a kmsg.ConsumerMemberAssignment
-			if len(mem.MemberAssignment) == 0 || a.ReadFrom(mem.MemberAssignment) != nil {
-				continue
-			}
-			for _, t := range a.Topics {
-				for _, p := range t.Partitions {
-					owners[topicPartition{topic: t.Topic, partition: p}] = r
-				}
+		members = groupView(g, owners)
+	}
+	return members, owners, stable, nil
+}
+
+// groupView returns the members of a described group that Join made,
+// sorted by name, and adds the partitions each holds to owners.
+func groupView(g kmsg.DescribeGroupsResponseGroup, owners map[topicPartition]remote) []remote {
+	var members []remote
+	for _, mem := range g.Members {
+		r, ok := parseClientID(mem.ClientID)
+		if !ok {
+			continue
+		}
+		members = append(members, r)
+		var a kmsg.ConsumerMemberAssignment
+		if len(mem.MemberAssignment) == 0 || a.ReadFrom(mem.MemberAssignment) != nil {
+			continue
+		}
+		for _, t := range a.Topics {
+			for _, p := range t.Partitions {
+				owners[topicPartition{topic: t.Topic, partition: p}] = r
 			}
 		}
 	}
 	slices.SortFunc(members, func(a, b remote) int { return strings.Compare(a.name, b.name) })
-	return members, owners, stable, nil
+	return members
 }
 
 // look reads the group and wakes those waiting on Changed.
@@ -913,6 +924,12 @@ func (m *Member) look(ctx context.Context) {
 		}
 		return
 	}
+	m.setView(members, owners, stable)
+}
+
+// setView records the group's members and, when the group is stable, who
+// holds each partition, and wakes those waiting on Changed.
+func (m *Member) setView(members []remote, owners map[topicPartition]remote, stable bool) {
 	live := make([]membership.Member, len(members))
 	for i, r := range members {
 		live[i] = membership.Member{Name: r.name, Address: r.address, Live: true}
@@ -1011,12 +1028,27 @@ func (m *Member) Changed() <-chan struct{} {
 }
 
 // Refresh asks the member to read the group again soon (at most four
-// times a heartbeat).
+// times a heartbeat). A member that has stopped reading the group (it is
+// leaving, past its LeaveGroup) wakes those waiting on Changed a quarter
+// heartbeat later instead, so that they try its last view of the group
+// again: a request for a partition whose new owner does not serve it yet
+// is sent there again, as on a member still in the group, rather than
+// waiting out its MoveWait.
 func (m *Member) Refresh() {
-	select {
-	case m.refresh <- struct{}{}:
-	default:
+	if m.ctx.Err() == nil {
+		select {
+		case m.refresh <- struct{}{}:
+		default:
+		}
+		return
 	}
+	if m.wakeSoon.Swap(true) {
+		return // those waiting now are woken by the wake already due
+	}
+	time.AfterFunc(m.cfg.Heartbeat/4, func() {
+		m.wakeSoon.Store(false)
+		m.signalChanged()
+	})
 }
 
 // MoveWait is the longer of SessionTimeout and RebalanceTimeout, plus
@@ -1045,9 +1077,12 @@ var ErrLeft = errors.New("kafkacluster: member has left")
 // others take the partitions at once, waits until the group has
 // rebalanced without the member (the others know the new owners and stop
 // forwarding requests here: a service keeps answering until Leave
-// returns), and closes the member's clients. It returns ctx's error when
-// the leave did not complete in time (the group then gives the partitions
-// away when the session ends).
+// returns), and closes the member's clients. The member keeps the view of
+// the group it waited for: requests that reach it meanwhile or after, and
+// those that were waiting for its partitions to move, go to the new
+// owners (Handler). It returns ctx's error when the leave did not
+// complete in time (the group then gives the partitions away when the
+// session ends).
 func (m *Member) Leave(ctx context.Context) error {
 	m.mu.Lock()
 	if m.left {
@@ -1067,6 +1102,9 @@ func (m *Member) Leave(ctx context.Context) error {
 	m.cancel()
 	<-m.loopDone
 	<-m.repairDone
+	// No look at the group wakes those waiting on Changed any more: they
+	// try again now, and after each Refresh.
+	m.signalChanged()
 	m.grp.Close()
 	if err == nil {
 		err = m.awaitRebalanced(ctx)
@@ -1080,8 +1118,11 @@ func (m *Member) Leave(ctx context.Context) error {
 
 // awaitRebalanced waits until the group is stable (or empty) without the
 // member: the others have been given its partitions and have read the
-// group, so they no longer send it requests. The coordinator tells no one
-// when a rebalance ends, so the group is read every 50 ms.
+// group, so they no longer send it requests. It then takes that view of
+// the group as the member's last (setView): the requests the member still
+// has, waiting for its partitions to move, go to their new owners. The
+// coordinator tells no one when a rebalance ends, so the group is read
+// every 50 ms.
 func (m *Member) awaitRebalanced(ctx context.Context) error {
 	for {
 		req := kmsg.NewPtrDescribeGroupsRequest()
@@ -1090,19 +1131,28 @@ func (m *Member) awaitRebalanced(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		done := true
+		done, seen, stable := true, false, false
+		var members []remote
+		owners := map[topicPartition]remote{}
 		for _, g := range resp.Groups {
 			if g.Group != m.cfg.Group || kerr.ErrorForCode(g.ErrorCode) != nil {
 				continue
 			}
-			done = g.State == "Stable" || g.State == "Empty" || g.State == "Dead"
-			for _, mem := range g.Members {
-				if r, ok := parseClientID(mem.ClientID); ok && r.name == m.cfg.Name {
+			seen, stable = true, g.State == "Stable"
+			done = stable || g.State == "Empty" || g.State == "Dead"
+			members = groupView(g, owners)
+			for _, r := range members {
+				if r.name == m.cfg.Name {
 					done = false
 				}
 			}
 		}
 		if done {
+			if seen {
+				// The view waited for; in an empty group no one holds
+				// the partitions.
+				m.setView(members, owners, stable || len(members) == 0)
+			}
 			return nil
 		}
 		select {

@@ -81,13 +81,21 @@ func newHost(t *testing.T, j *kafka.Journal, assigned bool) *entity.Host[bank.Co
 	return host
 }
 
+// join makes name a member at the address name.invalid:80, which no one
+// answers.
 func (w *world) join(t *testing.T, name string, hooks ...any) (*node, error) {
+	t.Helper()
+	return w.joinAt(t, name, name+".invalid:80", hooks...)
+}
+
+// joinAt makes name a member taking forwarded requests at address.
+func (w *world) joinAt(t *testing.T, name, address string, hooks ...any) (*node, error) {
 	t.Helper()
 	host := newHost(t, w.journal, true)
 	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 	defer cancel()
 	m, err := kafkacluster.Join(ctx, kafkacluster.Config{
-		Journal: w.journal, Group: w.group, Name: name, Address: name + ".invalid:80",
+		Journal: w.journal, Group: w.group, Name: name, Address: address,
 		Shards: []kafkacluster.Shard{host}, SessionTimeout: 6 * time.Second, Hooks: hooks,
 	})
 	if err != nil {

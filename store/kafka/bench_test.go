@@ -274,7 +274,16 @@ func BenchmarkReplicator(b *testing.B) {
 // that took.
 func rawConsume(b *testing.B, brokers []string, topic string, want int, apply func(kgo.FetchTopicPartition) int) time.Duration {
 	b.Helper()
+	total, _ := rawConsumeRunning(b, brokers, topic, want, apply)
+	return total
+}
+
+// rawConsumeRunning is rawConsume that also returns how long it took from
+// its first poll that held records.
+func rawConsumeRunning(b *testing.B, brokers []string, topic string, want int, apply func(kgo.FetchTopicPartition) int) (total, running time.Duration) {
+	b.Helper()
 	start := time.Now()
+	var first time.Time
 	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.ConsumeTopics(topic), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
 	if err != nil {
 		b.Fatal(err)
@@ -285,9 +294,13 @@ func rawConsume(b *testing.B, brokers []string, topic string, want int, apply fu
 		if err := fs.Err0(); err != nil {
 			b.Fatal(err)
 		}
+		if first.IsZero() && fs.NumRecords() > 0 {
+			first = time.Now()
+		}
 		fs.EachPartition(func(p kgo.FetchTopicPartition) { stored += apply(p) })
 	}
-	return time.Since(start)
+	end := time.Now()
+	return end.Sub(start), end.Sub(first)
 }
 
 // countingTxTables is a countingTables of a store with transactions.
@@ -363,6 +376,15 @@ func writeSingles(b *testing.B, w journal.Journal, prefix string, ids, perID int
 // returns how long that took.
 func timeReplicator(b *testing.B, brokers []string, topic string, tables eventual.Tables, want int64) time.Duration {
 	b.Helper()
+	total, _ := timeReplicatorRunning(b, brokers, topic, tables, want)
+	return total
+}
+
+// timeReplicatorRunning is timeReplicator that also returns how long the
+// replicator took from its first stored event (once its consumer joined
+// its group, read its pointers and fetched).
+func timeReplicatorRunning(b *testing.B, brokers []string, topic string, tables eventual.Tables, want int64) (total, running time.Duration) {
+	b.Helper()
 	counted := &countingTables{Tables: tables, want: want, done: make(chan struct{})}
 	// The replicator sees a TxTables only when the store is one, so that
 	// it takes the store's own path (a Cassandra store's keys at once).
@@ -383,12 +405,12 @@ func timeReplicator(b *testing.B, brokers []string, topic string, tables eventua
 	case <-time.After(10 * time.Minute):
 		b.Fatalf("replicated %d of %d events", counted.n.Load(), counted.want)
 	}
-	elapsed := time.Since(start)
+	end := time.Now()
 	cancel()
 	if err := <-finished; err != nil {
 		b.Fatal(err)
 	}
-	return elapsed
+	return end.Sub(start), end.Sub(time.Unix(0, counted.first.Load()))
 }
 
 // countingTables counts the events stored and closes done when want are.
@@ -397,9 +419,12 @@ type countingTables struct {
 	n    atomic.Int64
 	want int64
 	done chan struct{}
+	// first is when the first InsertRecords began (Unix nanoseconds).
+	first atomic.Int64
 }
 
 func (c *countingTables) InsertRecords(ctx context.Context, key eventual.Key, seg int64, id [16]byte, rs []eventual.Record) error {
+	c.first.CompareAndSwap(0, time.Now().UnixNano())
 	if err := c.Tables.InsertRecords(ctx, key, seg, id, rs); err != nil {
 		return err
 	}

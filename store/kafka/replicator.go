@@ -231,22 +231,47 @@ func (r *Replicator) topics(ctx context.Context, cl *kgo.Client) ([]string, erro
 	return out, nil
 }
 
+// pointerReads is how many partitions' pointers startAfterPointers reads
+// at once.
+const pointerReads = 16
+
 // startAfterPointers sets each assigned partition to start after its
 // pointer, or at its start when it has none (whatever the group's
-// committed offsets say).
+// committed offsets say). The pointers are read pointerReads at once: an
+// assignment of many partitions (every rebalance) waits for the slowest
+// read of each group of them, not for the sum of all.
 func (r *Replicator) startAfterPointers(ctx context.Context, offsets map[string]map[int32]kgo.Offset) (map[string]map[int32]kgo.Offset, error) {
+	type read struct {
+		topic     string
+		partition int32
+		offset    kgo.Offset
+	}
+	var reads []*read
 	for topic, ps := range offsets {
 		for p := range ps {
-			off, ok, err := r.tables.Pointer(ctx, topic, p)
-			if err != nil {
-				return nil, fmt.Errorf("kafka journal: reading the pointer of %s/%d: %w", topic, p, err)
-			}
-			if ok {
-				ps[p] = kgo.NewOffset().At(off + 1).WithEpoch(-1)
-			} else {
-				ps[p] = kgo.NewOffset().AtStart()
-			}
+			reads = append(reads, &read{topic: topic, partition: p})
 		}
+	}
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(pointerReads)
+	for _, rd := range reads {
+		g.Go(func() error {
+			off, ok, err := r.tables.Pointer(gctx, rd.topic, rd.partition)
+			if err != nil {
+				return fmt.Errorf("kafka journal: reading the pointer of %s/%d: %w", rd.topic, rd.partition, err)
+			}
+			rd.offset = kgo.NewOffset().AtStart()
+			if ok {
+				rd.offset = kgo.NewOffset().At(off + 1).WithEpoch(-1)
+			}
+			return nil
+		})
+	}
+	if err := g.Wait(); err != nil {
+		return nil, err
+	}
+	for _, rd := range reads {
+		offsets[rd.topic][rd.partition] = rd.offset
 	}
 	return offsets, nil
 }

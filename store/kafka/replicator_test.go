@@ -8,9 +8,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+
 	"github.com/annals-go/annals/store/kafka"
 	"github.com/annals-go/annals/store/kafka/eventual"
 	"github.com/annals-go/annals/store/kafka/eventual/cql/cqltest"
+	"github.com/annals-go/annals/store/kafka/eventual/pg/pgeventualtest"
 	"github.com/annals-go/annals/store/kafka/kafkatest"
 	"github.com/annals-go/annals/store/kafka/wire"
 	"github.com/annals-go/annals/store/kafka/wire/wiretest"
@@ -129,5 +133,70 @@ func TestReplicatorPoisonRecord(t *testing.T) {
 				t.Errorf("replay after the skip = %v", got)
 			}
 		})
+	}
+}
+
+// TestReplicatorStartsAfterEachPointer: a replicator starts each of its
+// partitions after that partition's pointer (the pointers of many
+// partitions are read at once), not at the topic's start: with each
+// partition's pointer at its last first append, only the second appends
+// are replicated.
+func TestReplicatorStartsAfterEachPointer(t *testing.T) {
+	const partitions, ids = 8, 40
+	brokers := kafkatest.Fake(t)
+	tables := pgeventualtest.Open(t)
+	topic := kafkatest.Prefix(t, brokers, "test") + "Pointers"
+	kafkatest.CreateTopic(t, brokers, topic, partitions)
+	j := kafkatest.Open(t, brokers, tables, kafka.WithTopic(func(string) string { return topic }))
+	pid := func(i int) string { return fmt.Sprint("Pointers|", i) }
+	// Every first append, then every second one: each partition's
+	// pointer goes to its last record before the second appends.
+	used := map[int32]bool{}
+	for i := range ids {
+		write(t, j, pid(i), 1, 1, "first")
+		used[kafka.Partition(pid(i), partitions)] = true
+	}
+	if len(used) < 2 {
+		t.Fatalf("the ids landed in %d partitions, want several", len(used))
+	}
+	admin, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer admin.Close()
+	ends, err := kadm.NewClient(admin).ListEndOffsets(t.Context(), topic)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ends.Each(func(o kadm.ListedOffset) {
+		if o.Offset > 0 {
+			if err := tables.SavePointer(t.Context(), topic, o.Partition, o.Offset-1, time.Now()); err != nil {
+				t.Fatal(err)
+			}
+		}
+	})
+	for i := range ids {
+		write(t, j, pid(i), 2, 2, "second")
+	}
+	rep := newReplicated()
+	replicate(t, brokers, tables, append(rep.options(), kafka.WithTopics(topic), kafka.WithGroup(topic))...)
+	key := func(i int) eventual.Key { return eventual.Key{ID: pid(i), Topic: topic} }
+	rep.await(t, "every second append replicated", func() bool {
+		for i := range ids {
+			if headSeq(t, tables, key(i)) != 2 {
+				return false
+			}
+		}
+		return true
+	})
+	for i := range ids {
+		for r, err := range tables.Records(t.Context(), key(i), 0, 1, 2) {
+			if err != nil {
+				t.Fatal(err)
+			}
+			if r.Event.SeqNr != 2 {
+				t.Errorf("%s: event %d replicated, from before its partition's pointer", pid(i), r.Event.SeqNr)
+			}
+		}
 	}
 }

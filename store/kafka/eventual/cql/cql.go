@@ -15,6 +15,7 @@ import (
 	"fmt"
 	"iter"
 	"regexp"
+	"sync"
 	"time"
 
 	gocql "github.com/apache/cassandra-gocql-driver/v2"
@@ -35,6 +36,14 @@ type Store struct {
 	write    gocql.Consistency
 	origin   string
 	q        statements
+	// pointers holds the partitions whose pointer row this store read or
+	// wrote: SavePointer updates them without reading first.
+	pointers sync.Map // topicPartition → struct{}
+}
+
+type topicPartition struct {
+	topic     string
+	partition int32
 }
 
 type statements struct {
@@ -380,21 +389,35 @@ func (s *Store) Pointer(ctx context.Context, topic string, partition int32) (int
 	if err != nil {
 		return 0, false, err
 	}
+	s.pointers.Store(topicPartition{topic, partition}, struct{}{})
 	return off, true, nil
 }
 
 // SavePointer implements eventual.Tables: an insert the first time (with
-// its created time), an update of offset and updated time after.
+// its created time), an update of offset and updated time after. Whether
+// the row exists is read once per partition; a partition whose row this
+// store read or wrote is updated without reading (pointer rows are never
+// deleted).
 func (s *Store) SavePointer(ctx context.Context, topic string, partition int32, offset int64, now time.Time) error {
-	_, ok, err := s.Pointer(ctx, topic, partition)
-	if err != nil {
-		return err
+	tp := topicPartition{topic, partition}
+	_, ok := s.pointers.Load(tp)
+	if !ok {
+		var err error
+		if _, ok, err = s.Pointer(ctx, topic, partition); err != nil {
+			return err
+		}
 	}
 	now = now.UTC()
+	var err error
 	if ok {
-		return s.query(ctx, s.write, s.q.updatePointer, offset, now, topic, partition).Exec()
+		err = s.query(ctx, s.write, s.q.updatePointer, offset, now, topic, partition).Exec()
+	} else {
+		err = s.query(ctx, s.write, s.q.insertPointer, topic, partition, offset, now, now).Exec()
 	}
-	return s.query(ctx, s.write, s.q.insertPointer, topic, partition, offset, now, now).Exec()
+	if err == nil {
+		s.pointers.Store(tp, struct{}{})
+	}
+	return err
 }
 
 // IDs implements eventual.Tables by reading the whole metajournal (its

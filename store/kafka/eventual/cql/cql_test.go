@@ -179,3 +179,44 @@ func compare(t *testing.T, table string, got, want []map[string]any) {
 		}
 	}
 }
+
+// TestSavePointerKeepsCreated: a pointer row is inserted with its created
+// time by the first SavePointer and only its offset and updated time move
+// after, for the store that wrote it (which no longer reads it first) as
+// for another store on the same keyspace.
+func TestSavePointerKeepsCreated(t *testing.T) {
+	s, session, keyspace := cqltest.Open(t)
+	ctx := t.Context()
+	other, err := cql.New(ctx, session, keyspace, false, "", cql.WithConsistency(gocql.One, gocql.One))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t0 := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	steps := []struct {
+		store  *cql.Store
+		offset int64
+		at     time.Time
+	}{
+		{s, 10, t0},
+		{s, 20, t0.Add(time.Minute)},
+		{other, 30, t0.Add(2 * time.Minute)},
+		{s, 40, t0.Add(3 * time.Minute)},
+	}
+	for i, st := range steps {
+		if err := st.store.SavePointer(ctx, "topic-a", 3, st.offset, st.at); err != nil {
+			t.Fatal(err)
+		}
+		var offset int64
+		var created, updated time.Time
+		if err := session.Query(`SELECT offset, created, updated FROM `+keyspace+`.pointer2 WHERE topic = ? AND partition = ?`, "topic-a", int32(3)).
+			WithContext(ctx).Scan(&offset, &created, &updated); err != nil {
+			t.Fatal(err)
+		}
+		if offset != st.offset || !created.Equal(t0) || !updated.Equal(st.at) {
+			t.Errorf("after save %d: offset %d, created %v, updated %v; want %d, %v, %v", i, offset, created, updated, st.offset, t0, st.at)
+		}
+		if got, ok, err := s.Pointer(ctx, "topic-a", 3); err != nil || !ok || got != st.offset {
+			t.Errorf("after save %d: Pointer = %d, %v, %v; want %d", i, got, ok, err, st.offset)
+		}
+	}
+}

@@ -94,8 +94,26 @@ type Router interface {
 var _ Router = (*Member)(nil)
 
 // Refresh asks the member to read the cluster again soon (at most four
-// times a heartbeat), as a Router.
-func (m *Member) Refresh() { m.lookSoon() }
+// times a heartbeat), as a Router. Once Leave has stopped the member's
+// loop, no look follows a Refresh (Leave reads the cluster on its own
+// while it lingers, and not after it returns): the member wakes those
+// waiting on Changed a quarter heartbeat later instead, so that they try
+// its latest view again. A request for a range whose new owner does not
+// serve it yet (421) is thus sent there again, as on a member still in
+// the cluster, rather than waiting out its MoveWait.
+func (m *Member) Refresh() {
+	if m.ctx.Err() == nil {
+		m.lookSoon()
+		return
+	}
+	if m.wakeSoon.Swap(true) {
+		return // those waiting now are woken by the wake already due
+	}
+	time.AfterFunc(m.cfg.Heartbeat/4, func() {
+		m.wakeSoon.Store(false)
+		m.wakeWaiting()
+	})
+}
 
 // MoveWait is LeaseTime plus three heartbeats: a failed member's ranges
 // are taken within LeaseTime and a heartbeat, and a waiting request has

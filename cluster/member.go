@@ -37,6 +37,9 @@ type Member struct {
 	poke     chan struct{} // a round now (capacity 1)
 	look     chan struct{} // a look at the cluster soon (capacity 1; see lookSoon)
 	lastLook atomic.Int64  // when the last look began, after start (nanoseconds)
+	// wakeSoon is set while a wake of those waiting on Changed is due
+	// (Refresh on a member whose loop has stopped: see Refresh).
+	wakeSoon atomic.Bool
 	work     sync.WaitGroup
 
 	mu   sync.Mutex
@@ -377,8 +380,7 @@ func (m *Member) setView(members []membership.Member, leases []membership.Lease)
 	m.mu.Lock()
 	old := m.view.live
 	m.view = v
-	close(m.changed)
-	m.changed = make(chan struct{})
+	m.changedView()
 	m.mu.Unlock()
 	m.hooks.MembersChanged(old, v.live)
 }
@@ -666,6 +668,19 @@ func (m *Member) stopServing(ctx context.Context, u unit, h *held) error {
 	return errors.Join(errs...)
 }
 
+// changedView wakes those waiting on Changed. m.mu is held.
+func (m *Member) changedView() {
+	close(m.changed)
+	m.changed = make(chan struct{})
+}
+
+// wakeWaiting wakes those waiting on Changed, to try the view again.
+func (m *Member) wakeWaiting() {
+	m.mu.Lock()
+	m.changedView()
+	m.mu.Unlock()
+}
+
 // changedHeld wakes those waiting for held to change. m.mu is held.
 func (m *Member) changedHeld() {
 	close(m.heldChanged)
@@ -677,11 +692,16 @@ func (m *Member) changedHeld() {
 // stops), releases its leases so that the other members take them at once,
 // and removes the member from the store. The member keeps renewing its
 // leases while it hands them off, and after removing itself it reads the
-// cluster for one more heartbeat and a half, while the other members see
-// it gone, so that requests reaching it meanwhile (Handler) are forwarded
-// on a current view: a service stops taking requests after Leave returns.
-// It returns ctx's error if ctx ends first (the leases then expire on
-// their own). Later calls return nil.
+// cluster every half heartbeat for one heartbeat and a half, while the
+// other members see it gone, and then until it reads that the other
+// members hold the ranges it held (at most LeaseTime in all; not when no
+// other member stays), so that requests reaching it meanwhile (Handler)
+// are forwarded on a current view: a service stops taking requests after
+// Leave returns. The requests it still has then go to the owners of its
+// last view, sent again a quarter heartbeat after each 421 (Refresh)
+// rather than waiting out their MoveWait. It returns ctx's error if ctx
+// ends first (the leases then expire on their own). Later calls return
+// nil.
 func (m *Member) Leave(ctx context.Context) error {
 	m.mu.Lock()
 	if m.left {
@@ -689,6 +709,12 @@ func (m *Member) Leave(ctx context.Context) error {
 		return nil
 	}
 	m.leaving = true
+	var ranges []string // the ranges handed off: the others are to hold them
+	for name := range m.held {
+		if m.units[name].isRange {
+			ranges = append(ranges, name)
+		}
+	}
 	m.mu.Unlock()
 	// Tell the others first: they stop counting this member in their
 	// shares (the heartbeat renews the mark with the member's leases, and
@@ -730,27 +756,49 @@ func (m *Member) Leave(ctx context.Context) error {
 	m.left = true
 	m.mu.Unlock()
 	err := m.cfg.Store.Leave(ctx, m.cfg.Cluster, m.me.Holder())
-	// Linger a heartbeat and a half, reading the cluster still, while the
-	// others see this member gone: requests that reach it meanwhile are
+	// Linger, reading the cluster still, while the others see this member
+	// gone, and until the view names the ranges' new owners: requests that
+	// reach it meanwhile, and those it still has when Leave returns, are
 	// forwarded on a current view.
-	linger := time.NewTimer(m.cfg.Heartbeat + m.cfg.Heartbeat/2)
-	defer linger.Stop()
+	start := time.Now()
 	tick := time.NewTicker(m.cfg.Heartbeat / 2)
 	defer tick.Stop()
-	for done := false; !done; {
+	for {
 		select {
 		case <-tick.C:
-			m.readView()
-		case <-linger.C:
-			done = true
 		case <-ctx.Done():
-			done = true
+		}
+		if ctx.Err() != nil {
+			break
+		}
+		m.readView()
+		since := time.Since(start)
+		if since >= m.cfg.LeaseTime || since >= m.cfg.Heartbeat+m.cfg.Heartbeat/2 && m.handedOver(ranges) {
+			break
 		}
 	}
 	if err != nil {
 		return fmt.Errorf("cluster: leave: %w", err)
 	}
 	return nil
+}
+
+// handedOver reports whether the view names another live member as the
+// owner of each of ranges, or names no other member staying (none is to
+// take them).
+func (m *Member) handedOver(ranges []string) bool {
+	m.mu.Lock()
+	others := slices.ContainsFunc(m.view.staying, func(x membership.Member) bool { return x.Holder() != m.me.Holder() })
+	m.mu.Unlock()
+	if !others {
+		return true
+	}
+	for _, name := range ranges {
+		if o, ok := m.ownerOfLease(name); !ok || o.Local {
+			return false
+		}
+	}
+	return true
 }
 
 // Held returns the names of the leases the member holds and serves (not
@@ -802,8 +850,10 @@ func (m *Member) ownerOfLease(name string) (Owner, bool) {
 }
 
 // Changed returns a channel closed the next time the member reads the
-// cluster (every heartbeat): a caller waiting for a range to move waits on
-// it and asks OwnerOf again.
+// cluster (every heartbeat; every half heartbeat while Leave lingers), or,
+// once Leave has stopped its loop, a quarter heartbeat after the next
+// Refresh: a caller waiting for a range to move waits on it and asks
+// OwnerOf again.
 func (m *Member) Changed() <-chan struct{} {
 	m.mu.Lock()
 	defer m.mu.Unlock()

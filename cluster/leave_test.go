@@ -223,3 +223,55 @@ func (w *leaveWatch) Leases(ctx context.Context, c string) ([]membership.Lease, 
 	}
 	return ls, err
 }
+
+// stallsAfterLeave is a membership store whose Members, once the member
+// has left, waits for its call's context to end: a store that stalls while
+// Leave lingers. entered is signalled at each such call.
+type stallsAfterLeave struct {
+	membership.Store
+	left    atomic.Bool
+	entered chan struct{}
+}
+
+func (s *stallsAfterLeave) Leave(ctx context.Context, cl string, m membership.Holder) error {
+	err := s.Store.Leave(ctx, cl, m)
+	s.left.Store(true)
+	return err
+}
+
+func (s *stallsAfterLeave) Members(ctx context.Context, cl string) ([]membership.Member, error) {
+	if !s.left.Load() {
+		return s.Store.Members(ctx, cl)
+	}
+	select {
+	case s.entered <- struct{}{}:
+	default:
+	}
+	<-ctx.Done()
+	return nil, ctx.Err()
+}
+
+// TestLeaveEndsWithItsContext: the reads of the cluster Leave makes while
+// it lingers end with Leave's context, so that Leave returns when its
+// caller's context ends even while the store stalls (each read would
+// otherwise wait LeaseTime/2: here a minute).
+func TestLeaveEndsWithItsContext(t *testing.T) {
+	st := memory.New()
+	s := &stallsAfterLeave{Store: st.Membership(), entered: make(chan struct{}, 1)}
+	a := join(t, st, s, "a", func(c *cluster.Config) { c.LeaseTime = 2 * time.Minute })
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- a.member.Leave(ctx) }()
+	select {
+	case <-s.entered: // Leave lingers, in a stalled read
+	case <-time.After(time.Minute):
+		t.Fatal("Leave read no view after leaving")
+	}
+	cancel()
+	select {
+	case <-done:
+	case <-time.After(20 * time.Second):
+		t.Fatal("Leave did not return when its context ended: its linger's read ignores it")
+	}
+}

@@ -201,7 +201,7 @@ func (m *Member) loop() {
 // lookNow reads the cluster and acts on it, without a heartbeat.
 func (m *Member) lookNow() {
 	m.lastLook.Store(m.now())
-	if m.readView() {
+	if m.readView(context.Background()) {
 		m.plan()
 	}
 }
@@ -263,15 +263,16 @@ func (m *Member) round() {
 		m.cfg.Logger.Warn("cluster: heartbeat failed", "cluster", m.cfg.Cluster, "member", m.me.Name, "err", err)
 	}
 	m.dropEnded()
-	if m.readView() {
+	if m.readView(context.Background()) {
 		m.plan()
 	}
 }
 
-// readView reads the members and leases into the view; false when the
-// store could not be read.
-func (m *Member) readView() bool {
-	ctx, cancel := m.call()
+// readView reads the members and leases into the view, each read ending
+// after LeaseTime/2 or with parent; false when the store could not be
+// read.
+func (m *Member) readView(parent context.Context) bool {
+	ctx, cancel := context.WithTimeout(parent, m.cfg.LeaseTime/2)
 	members, err := m.cfg.Store.Members(ctx, m.cfg.Cluster)
 	var leases []membership.Lease
 	if err == nil {
@@ -771,10 +772,10 @@ func (m *Member) Leave(ctx context.Context) error {
 		if ctx.Err() != nil {
 			break
 		}
-		m.readView()
+		m.readView(ctx) // ends with ctx: Leave keeps its deadline
 		since := time.Since(start)
-		if since >= m.cfg.LeaseTime || since >= m.cfg.Heartbeat+m.cfg.Heartbeat/2 && m.handedOver(ranges) {
-			break
+		if since >= m.cfg.LeaseTime || since >= m.cfg.Heartbeat+m.cfg.Heartbeat/2 && (err != nil || m.handedOver(ranges)) {
+			break // a member the store kept (err) hands nothing over
 		}
 	}
 	if err != nil {

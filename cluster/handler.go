@@ -81,10 +81,13 @@ type Router interface {
 	// it, or false while it has none (its unit is moving).
 	OwnerOf(persistenceID string) (Owner, bool)
 	// Changed returns a channel closed when the router next learns the
-	// ownership again: a request waiting for a move waits on it.
+	// ownership again, or, once the router has stopped learning it (its
+	// member left), soon after a Refresh, so that those waiting try its
+	// last view again: a request waiting for a move waits on it.
 	Changed() <-chan struct{}
-	// Refresh asks the router to learn the ownership again soon: a
-	// request found the owner it named gone or not owning.
+	// Refresh asks the router to learn the ownership again soon (a router
+	// that has stopped learning it wakes those waiting on Changed soon
+	// instead): a request found the owner it named gone or not owning.
 	Refresh()
 	// MoveWait is how long a failed owner's units take to get a new
 	// owner: HandlerConfig.MoveWait's default.

@@ -159,17 +159,22 @@ func Read(ctx context.Context, j journal.Journal, snaps snapshot.Store, req Requ
 const maxEventsCap = 256
 
 // EventsCap returns the capacity to give the Events of a Result that will
-// hold pid's events numbered from..to, at most maxEvents of them: the size
-// of the range, bounded by maxEvents and by 256, so that a small entity's
-// events are stored without growing the slice (growing it from empty cost
-// a fifth of a SQLite recovery's CPU), while a range with gaps (deleted
-// or missing numbers) reserves no more than 256 events it may not hold.
-// It is 0 when from > to or maxEvents <= 0.
+// hold an id's events numbered from..to, at most maxEvents of them: the
+// size of the range, bounded by maxEvents and by 256, so that a small
+// entity's events are stored without growing the slice (growing it from
+// empty cost a fifth of a SQLite recovery's CPU), while a range with gaps
+// (deleted or missing numbers) reserves no more than 256 events it may
+// not hold. It is 0 when from > to or maxEvents <= 0, and never negative,
+// whatever the numbers.
 func EventsCap(from, to int64, maxEvents int) int {
 	if from > to || maxEvents <= 0 {
 		return 0
 	}
-	return int(min(to-from+1, int64(maxEvents), maxEventsCap))
+	n := uint64(to - from) // the range's size less one; no overflow as unsigned
+	if n >= maxEventsCap {
+		n = maxEventsCap - 1
+	}
+	return int(min(n+1, uint64(maxEvents)))
 }
 
 // ThreeCalls returns a Reader over a journal without the capability: it

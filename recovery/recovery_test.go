@@ -20,6 +20,8 @@ func TestEventsCap(t *testing.T) {
 		{"max events below the range", 1, 10, 4, 4},
 		{"a long journal: at most 256", 1, 1_000_000, recovery.DefaultMaxEvents, 256},
 		{"no bound: at most 256", 1, math.MaxInt64, math.MaxInt, 256},
+		{"the widest range", math.MinInt64, math.MaxInt64, math.MaxInt, 256},
+		{"a range wider than int64 holds, small max", math.MinInt64, 0, 10, 10},
 		{"nothing to read", 11, 10, recovery.DefaultMaxEvents, 0},
 		{"no events wanted", 1, 10, 0, 0},
 	}

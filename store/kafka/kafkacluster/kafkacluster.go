@@ -1019,8 +1019,9 @@ func (m *Member) Members() []string {
 }
 
 // Changed returns a channel closed the next time the member reads the
-// group or gives partitions up: a caller waiting for a partition to move
-// waits on it and asks OwnerOf again.
+// group or gives partitions up, or, once Leave has stopped its reading, a
+// quarter heartbeat after the next Refresh: a caller waiting for a
+// partition to move waits on it and asks OwnerOf again.
 func (m *Member) Changed() <-chan struct{} {
 	m.mu.Lock()
 	defer m.mu.Unlock()

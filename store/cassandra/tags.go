@@ -79,6 +79,9 @@ type idTags struct {
 	clean int64
 	// scanned is the id's tag_scanning mark as last read or written.
 	scanned int64
+	// dropped: the state left tw.ids; whoever locks it looks the id up
+	// again.
+	dropped bool
 }
 
 // tagRow is one tag_views row. Its timeuuid and bucket are given by the
@@ -235,26 +238,46 @@ func (tw *tagWriters) advance(pid string, st *idTags, first, last int64) {
 	tw.mu.Unlock()
 }
 
-// state returns the tag state of pid, locked.
+// state returns the tag state of pid, locked. At most one state of an id
+// exists while any is locked: beyond maxCachedIDs, only states nobody
+// holds are dropped, and a state dropped between its lookup and its lock
+// is looked up again. So every write and recovery of an id holds the same
+// mutex, and the id's rows are never in two flushes at once.
 func (tw *tagWriters) state(pid string) *idTags {
-	tw.mu.Lock()
-	st := tw.ids[pid]
-	if st == nil {
-		if len(tw.ids) >= maxCachedIDs {
-			n := 0
-			for id := range tw.ids { // random order: drop about half
-				delete(tw.ids, id)
-				if n++; n >= maxCachedIDs/2 {
-					break
-				}
+	for {
+		tw.mu.Lock()
+		st := tw.ids[pid]
+		if st == nil {
+			if len(tw.ids) >= maxCachedIDs {
+				tw.dropStates(maxCachedIDs / 2)
 			}
+			st = &idTags{}
+			tw.ids[pid] = st
 		}
-		st = &idTags{}
-		tw.ids[pid] = st
+		tw.mu.Unlock()
+		st.mu.Lock()
+		if !st.dropped {
+			return st
+		}
+		st.mu.Unlock()
 	}
-	tw.mu.Unlock()
-	st.mu.Lock()
-	return st
+}
+
+// dropStates drops up to n states that nobody holds, in the map's random
+// order. tw.mu is held.
+func (tw *tagWriters) dropStates(n int) {
+	for id, st := range tw.ids {
+		if n == 0 {
+			return
+		}
+		if !st.mu.TryLock() {
+			continue // held: dropping it would let a second state of the id be used beside it
+		}
+		st.dropped = true
+		st.mu.Unlock()
+		delete(tw.ids, id)
+		n--
+	}
 }
 
 // writer returns the tag's writer.

@@ -133,10 +133,10 @@ func BenchmarkReplicatorCassandra(b *testing.B) {
 // Annals that had to keep that layout would: each record decoded
 // (wire.DecodeRecord: header and events), per key the journal rows of its
 // appends (all 16 columns, absent ones unset; a logged batch for several,
-// one partition) and its head (inserted at the key's first poll, updated
-// after: what it knows of a key it keeps in memory), 16 keys at once, then
-// the partition's pointer. It skips what the replicator adds: reading a
-// head it has not seen, and the checks of numbers against it.
+// one partition) and its head (read at the key's first sight, as a
+// consumer that may restart must, then inserted or updated; what it knows
+// of a key it keeps in memory), 16 keys at once, then the partition's
+// pointer. It skips the replicator's checks of numbers against the head.
 //
 // first is set to when its first write began (Unix nanoseconds), as the
 // replicator's side is timed from its first InsertRecords.
@@ -146,6 +146,7 @@ func sameRowsWriter(b *testing.B, session *gocql.Session, ks string, first *atom
 	updateHead := `UPDATE ` + ks + `.metajournal SET partition = ?, offset = ?, seq_nr = ?, delete_to = ?, updated = ?, expire_after = ?, expire_on = ? WHERE id = ? AND topic = ? AND segment = ?`
 	insertPointer := `INSERT INTO ` + ks + `.pointer2 (topic, partition, offset, created, updated) VALUES (?, ?, ?, ?, ?)`
 	updatePointer := `UPDATE ` + ks + `.pointer2 SET offset = ?, updated = ? WHERE topic = ? AND partition = ?`
+	selectHead := `SELECT segment, partition, offset, segment_size, seq_nr, delete_to, expire_after, expire_on, record_id FROM ` + ks + `.metajournal WHERE topic = ? AND segment IN (?, ?) AND id = ?`
 	type head struct{ seqNr int64 }
 	var mu sync.Mutex
 	heads := map[string]*head{}
@@ -225,11 +226,24 @@ func sameRowsWriter(b *testing.B, session *gocql.Session, ks string, first *atom
 				last := rs[len(rs)-1]
 				mu.Lock()
 				h := heads[id]
-				if h == nil {
-					heads[id] = &head{}
-				}
 				mu.Unlock()
 				seg := eventual.MetaSegment(id, eventual.MetaSegments)
+				if h == nil {
+					// A key seen the first time: its head, if stored (a
+					// consumer that restarts cannot know otherwise).
+					it := session.Query(selectHead, p.Topic, seg, eventual.MetaSegment(id, eventual.OldMetaSegments), id).WithContext(ctx).Iter()
+					found := it.NumRows() > 0
+					if err := it.Close(); err != nil {
+						return err
+					}
+					known := &head{}
+					mu.Lock()
+					heads[id] = known
+					mu.Unlock()
+					if found {
+						h = known
+					}
+				}
 				if h == nil {
 					date := time.Date(now.Year(), now.Month(), now.Day(), 0, 0, 0, 0, time.UTC)
 					return session.Query(insertHead, p.Topic, seg, id, last.Partition, last.Offset, eventual.DefaultSegmentSize,

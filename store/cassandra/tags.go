@@ -33,11 +33,12 @@ import (
 // recovery of the id repairs: HighestSequenceNr (which every recovery
 // calls) reads the id's progress and tag_scanning rows, replays the events
 // after the scanned mark, writes the tag rows that the progress does not
-// cover (upserts with the event's own timeuuid, so a repeat is harmless),
-// and moves tag_scanning to the highest number. The first write of an id
-// in this process does the same up to the number before it. A repaired row
-// has a timeuuid of the time it is repaired, so that live queries which
-// have passed the event's time still find it.
+// cover, and moves tag_scanning to the highest number. The first write of
+// an id in this process does the same up to the number before it. A
+// repaired row has a timeuuid of the time it is repaired, so that live
+// queries which have passed the event's time still find it; a row written
+// again (its progress was lost with the crash) is a second row of the same
+// tag_pid_sequence_nr, which queries skip (tagCursor.handle).
 //
 // So that a recovery rereads only what may need it, the process keeps per
 // id the number up to which it knows every event's tag rows are stored

@@ -26,6 +26,8 @@ var layers = map[string][]string{
 	"admin":         {"journal", "offsets", "query"},
 
 	"internal/hooks": {},
+	// A wake-up once after a delay, shared by the cluster members.
+	"internal/wake": {},
 	// Finds the interoperability fixtures beside the checkout (a test helper).
 	"internal/fixtures":   {},
 	"internal/clientauth": {},
@@ -42,7 +44,7 @@ var layers = map[string][]string{
 	"projection":          {".", "internal/hooks", "offsets", "query", "restart", "serialization"},
 	"otelannals":          {"cluster", "engine", "entity", "membership", "projection", "query"},
 	"delivery":            {".", "entity"},
-	"cluster":             {".", "internal/hooks", "journal", "membership"},
+	"cluster":             {".", "internal/hooks", "internal/wake", "journal", "membership"},
 
 	"store/memory":             {".", "durable", "journal", "membership", "offsets", "query", "snapshot"},
 	"store/sqlite":             {".", "admin", "durable", "journal", "membership", "offsets", "query", "recovery", "snapshot"},
@@ -58,7 +60,7 @@ var layers = map[string][]string{
 	// (tests only; no code of its own).
 	"store/kafka/clustertest": {},
 	// Entities shared out by the Kafka journal's consumer group.
-	"store/kafka/kafkacluster":      {".", "cluster", "journal", "membership", "store/kafka"},
+	"store/kafka/kafkacluster":      {".", "cluster", "internal/wake", "journal", "membership", "store/kafka"},
 	"store/kafka/wire/wiretest":     {"internal/fixtures", "store/kafka/wire"},
 	"store/postgres/pgtest":         {"store/postgres", "storetest"},
 	"store/cassandra/cassandratest": {"internal/servicescript", "internal/testcerts", "store/cassandra"},
@@ -125,7 +127,7 @@ var levels = [][]string{
 	{"offsets"},
 	{"query", "recovery", "serialization"},
 	{"journal", "snapshot", "durable", "membership"},
-	{".", "restart", "internal/hooks", "internal/fixtures", "internal/clientauth", "internal/testcerts", "internal/servicescript"},
+	{".", "restart", "internal/hooks", "internal/wake", "internal/fixtures", "internal/clientauth", "internal/testcerts", "internal/servicescript"},
 }
 
 // sameLevel lists the imports allowed within a level (test helpers may

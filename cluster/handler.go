@@ -109,13 +109,7 @@ func (m *Member) Refresh() {
 		m.lookSoon()
 		return
 	}
-	if m.wakeSoon.Swap(true) {
-		return // those waiting now are woken by the wake already due
-	}
-	time.AfterFunc(m.cfg.Heartbeat/4, func() {
-		m.wakeSoon.Store(false)
-		m.wakeWaiting()
-	})
+	m.wakeSoon.After(m.cfg.Heartbeat/4, m.wakeWaiting)
 }
 
 // MoveWait is LeaseTime plus three heartbeats: a failed member's ranges

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/annals-go/annals"
+	"github.com/annals-go/annals/internal/wake"
 	"github.com/annals-go/annals/journal"
 	"github.com/annals-go/annals/membership"
 )
@@ -37,9 +38,9 @@ type Member struct {
 	poke     chan struct{} // a round now (capacity 1)
 	look     chan struct{} // a look at the cluster soon (capacity 1; see lookSoon)
 	lastLook atomic.Int64  // when the last look began, after start (nanoseconds)
-	// wakeSoon is set while a wake of those waiting on Changed is due
-	// (Refresh on a member whose loop has stopped: see Refresh).
-	wakeSoon atomic.Bool
+	// wakeSoon wakes those waiting on Changed a while after a Refresh on
+	// a member whose loop has stopped (see Refresh).
+	wakeSoon wake.Later
 	work     sync.WaitGroup
 
 	mu   sync.Mutex

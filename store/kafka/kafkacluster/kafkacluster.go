@@ -84,6 +84,7 @@ import (
 
 	"github.com/annals-go/annals"
 	"github.com/annals-go/annals/cluster"
+	"github.com/annals-go/annals/internal/wake"
 	"github.com/annals-go/annals/journal"
 	"github.com/annals-go/annals/membership"
 	"github.com/annals-go/annals/store/kafka"
@@ -259,9 +260,9 @@ type Member struct {
 	cancel   context.CancelFunc
 	loopDone chan struct{}
 	refresh  chan struct{} // a look at the group soon (capacity 1)
-	// wakeSoon is set while a wake of those waiting on Changed is due
-	// (Refresh on a member that no longer reads the group).
-	wakeSoon atomic.Bool
+	// wakeSoon wakes those waiting on Changed a while after a Refresh on
+	// a member that no longer reads the group.
+	wakeSoon wake.Later
 	// repair asks repairLoop to repair claims (capacity 1); repairDone is
 	// closed when it has ended.
 	repair     chan struct{}
@@ -1043,13 +1044,7 @@ func (m *Member) Refresh() {
 		}
 		return
 	}
-	if m.wakeSoon.Swap(true) {
-		return // those waiting now are woken by the wake already due
-	}
-	time.AfterFunc(m.cfg.Heartbeat/4, func() {
-		m.wakeSoon.Store(false)
-		m.signalChanged()
-	})
+	m.wakeSoon.After(m.cfg.Heartbeat/4, m.signalChanged)
 }
 
 // MoveWait is the longer of SessionTimeout and RebalanceTimeout, plus

@@ -164,9 +164,9 @@ const maxEventsCap = 256
 // entity's events are stored without growing the slice (growing it from
 // empty cost a fifth of a SQLite recovery's CPU), while a range with gaps
 // (deleted or missing numbers) reserves no more than 256 events it may
-// not hold (stores size a replay's page of events by it too). It is 0
-// when from > to or maxEvents <= 0, and never negative, whatever the
-// numbers.
+// not hold. It is 0 when from > to or maxEvents <= 0, and never negative,
+// whatever the numbers. It suits a range bounded by the id's highest
+// number; a replay to math.MaxInt64 would reserve 256 events for any id.
 func EventsCap(from, to int64, maxEvents int) int {
 	if from > to || maxEvents <= 0 {
 		return 0

@@ -13,7 +13,6 @@ import (
 
 	"github.com/annals-go/annals"
 	"github.com/annals-go/annals/journal"
-	"github.com/annals-go/annals/recovery"
 	"github.com/annals-go/annals/snapshot"
 )
 
@@ -296,10 +295,6 @@ func (j *Journal) replay(ctx context.Context, persistenceID string, from, to, li
 			args, err := namedArgs(persistenceID, p.From, p.To, p.Limit)
 			if err != nil {
 				return true, err
-			}
-			if page == nil {
-				// Sized once, as a recovery's events (Limit is at most replayPage).
-				page = make([]journal.Repr, 0, recovery.EventsCap(p.From, p.To, int(p.Limit)))
 			}
 			page = page[:0]
 			err = j.s.readDriver(ctx, replaySQL, args, make([]driver.Value, replayColumns), func(v []driver.Value) error {

@@ -59,19 +59,59 @@
 // # Conflicts
 //
 // A second writer of a stored (persistence id, sequence number) gets a
-// *journal.ConflictError, never a silent overwrite: the first event of
-// every atomic write is inserted IF NOT EXISTS (a lightweight
-// transaction), and the rest of the write is in the same conditional batch
-// of the same partition, so either the whole write is stored or, when the
-// first number is taken, none of it. Writers number an id's events
-// consecutively, so a writer that reuses any stored number reuses the
-// first number of its write too (two writers that start from the same
-// highest number choose the same first number and the same partition).
-// Numbers removed by DeleteTo are not guarded: a writer that recovered
-// before a deletion (or before a mark a far write recorded; see Numbers
-// far apart) and writes below the deleted-to mark afterwards is not
-// detected, and its events stay hidden below the mark. Pekko's writers do not use lightweight transactions; a Pekko
-// writer overwrites silently, as it always has.
+// *journal.ConflictError, never a silent overwrite. Two guards do it
+// (WithWriteGuard); every process writing a keyspace must use the same
+// one, since neither sees the other's writers.
+//
+// GuardClaims, the default, costs one lightweight transaction per id and
+// process rather than one per write. Before its first write of an id, a
+// store claims it (claims.go has the steps): a conditional update of the
+// id's row in annals_claims gives the id a new owner token and a fence
+// (a write timestamp at or above the earlier owner's bound); the store
+// then reads the id's highest number H at a quorum, publishes H with a
+// second conditional update, and writes a range tombstone at the fence's
+// timestamp over the numbers above H. Its writes are then plain batches
+// stamped between the fence and the claim's bound (moved on by a
+// conditional update once half of DefaultClaimLease is used), each
+// acknowledged once a quorum read finds the claim's token still in the
+// row. So:
+//   - A write acknowledged under a claim was stored before any later
+//     claim was taken, and every later claim's H includes it.
+//   - A write a writer sends after its claim was taken (a paused or
+//     partitioned process) is stamped below the new claim's fence, lies
+//     above its H, and the tombstone hides it from every reader, Annals'
+//     and Pekko's alike; the writer is told so (a *journal.ConflictError)
+//     when its rows are hidden, or that they were kept when the new claim
+//     found them, or ErrSuperseded when it cannot tell before its context
+//     ends. From the moment such rows land to the moment the new owner's
+//     tombstone is written (milliseconds), a reader other than the new
+//     owner may see them: the new owner never builds on them, and its own
+//     recovery, which comes before its claim, reads only what its claim
+//     then finds.
+//   - A write of a number at or below the claim's H (a writer that
+//     recovered before another wrote on) is refused before anything is
+//     sent.
+//
+// Writes take a quorum (LOCAL_QUORUM, or QUORUM with SERIAL) whatever the
+// read and write consistency. A claim's timestamps run ahead of the clock
+// by up to DefaultClaimLease after it took an id from a live owner;
+// DeleteTo stamps its range deletions DefaultClaimLease × 4 ahead.
+//
+// GuardConditional puts the first event of every atomic write IF NOT
+// EXISTS (a lightweight transaction), and the rest of the write in the
+// same conditional batch of the same partition, so either the whole
+// write is stored or, when the first number is taken, none of it. Writers
+// number an id's events consecutively, so a writer that reuses any stored
+// number reuses the first number of its write too (two writers that
+// start from the same highest number choose the same first number and the
+// same partition).
+//
+// Numbers removed by DeleteTo are not guarded by GuardConditional: a
+// writer that recovered before a deletion (or before a mark a far write
+// recorded; see Numbers far apart) and writes below the deleted-to mark
+// afterwards is not detected, and its events stay hidden below the mark;
+// GuardClaims refuses such a write. Pekko's writers use neither guard; a
+// Pekko writer overwrites silently, as it always has.
 //
 // # Tags
 //
@@ -170,6 +210,11 @@ type config struct {
 	observer      gocql.QueryObserver
 	sec           security
 	scanFlush     time.Duration // how often tag_scanning marks move (scanningFlushInterval; tests change it)
+	guard         WriteGuard
+	claimLease    time.Duration // DefaultClaimLease; tests change it
+	// afterClaimedRows runs after a claimed write's rows are stored,
+	// before the claim is read again (tests: a writer paused there).
+	afterClaimedRows func(pid string)
 }
 
 func defaultConfig() config {
@@ -180,7 +225,7 @@ func defaultConfig() config {
 		pageSize: DefaultPageSize, timeout: DefaultTimeout, concurrency: DefaultConcurrency,
 		firstBucket: DefaultFirstTimeBucket, ecDelay: DefaultEventualConsistencyDelay,
 		gapTimeout: DefaultGapTimeout, pollInterval: DefaultPollInterval, now: time.Now,
-		scanFlush: scanningFlushInterval,
+		scanFlush: scanningFlushInterval, guard: GuardClaims, claimLease: DefaultClaimLease,
 	}
 }
 
@@ -222,7 +267,8 @@ func WithQueryObserver(o gocql.QueryObserver) Option { return func(c *config) { 
 
 // WithClock replaces time.Now for the store: the time of events written
 // without one, the current time bucket, the eventual-consistency bound and
-// the gap timeout. For tests.
+// the gap timeout, and the write timestamps of claims (see Conflicts).
+// For tests.
 func WithClock(now func() time.Time) Option { return func(c *config) { c.now = now } }
 
 // WithMigrate creates the keyspace and tables on Open when they are
@@ -300,6 +346,7 @@ type Store struct {
 // write_consistency (any, one, two, three, quorum, all, local_quorum,
 // each_quorum, local_one), serial_consistency (of the Paxos rounds of
 // lightweight transactions: serial or local_serial, the default),
+// write_guard (claims, the default, or conditional; see WithWriteGuard),
 // partition_size, page_size, timeout (a Go
 // duration), replication (the keyspace's replication map for Migrate, e.g.
 // "{'class':'NetworkTopologyStrategy','dc1':3}"), or the shorthand
@@ -524,6 +571,10 @@ func (c *config) validate() error {
 		return fmt.Errorf("%w: empty replication", ErrInvalidConfig)
 	case c.serialCL != gocql.Serial && c.serialCL != gocql.LocalSerial:
 		return fmt.Errorf("%w: serial consistency %v (want SERIAL or LOCAL_SERIAL)", ErrInvalidConfig, c.serialCL)
+	case c.guard != GuardClaims && c.guard != GuardConditional:
+		return fmt.Errorf("%w: write guard %v (want GuardClaims or GuardConditional)", ErrInvalidConfig, c.guard)
+	case c.claimLease <= 0:
+		return fmt.Errorf("%w: claim lease %v", ErrInvalidConfig, c.claimLease)
 	}
 	_, err := commonPort(c.hosts)
 	return err
@@ -669,6 +720,15 @@ func parseURL(raw string, cfg *config) error {
 				cfg.serialCL = gocql.LocalSerial
 			default:
 				return bad(errors.New("want serial or local_serial"))
+			}
+		case "write_guard":
+			switch strings.ToLower(v) {
+			case "claims":
+				cfg.guard = GuardClaims
+			case "conditional":
+				cfg.guard = GuardConditional
+			default:
+				return bad(errors.New("want claims or conditional"))
 			}
 		case "partition_size":
 			n, err := strconv.ParseInt(v, 10, 64)

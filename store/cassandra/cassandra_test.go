@@ -16,9 +16,17 @@ import (
 // 1,000 events cross partition boundaries), its recoveries read with
 // three calls (recovery.ThreeCalls: the journal has no one-call read).
 func TestKits(t *testing.T) {
+	for _, guard := range []cassandra.WriteGuard{cassandra.GuardClaims, cassandra.GuardConditional} {
+		t.Run(guard.String(), func(t *testing.T) { runKit(t, guard) })
+	}
+}
+
+// runKit runs the compliance kit on a store of a new keyspace whose
+// writes are guarded by guard.
+func runKit(t *testing.T, guard cassandra.WriteGuard) {
 	u, _ := cassandratest.URL(t)
 	opts := []cassandra.Option{cassandra.WithPartitionSize(2500), cassandra.WithMaxPayloadSize(storetest.KitMaxPayloadSize),
-		cassandra.WithEventualConsistencyDelay(0), cassandra.WithFirstTimeBucket(time.Now().Add(-time.Hour))}
+		cassandra.WithEventualConsistencyDelay(0), cassandra.WithFirstTimeBucket(time.Now().Add(-time.Hour)), cassandra.WithWriteGuard(guard)}
 	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
 	defer cancel()
 	s, err := cassandra.Open(ctx, u, append(opts, cassandra.WithMigrate(true))...)

@@ -280,10 +280,10 @@ func TestDurableStateSchema(t *testing.T) {
 		}
 	}
 
-	// A new keyspace: the keyspace, the ten tables, durable_state and
-	// cluster_membership among them.
+	// A new keyspace: the keyspace, the eleven tables, annals_claims,
+	// durable_state and cluster_membership among them.
 	plan(0, 0, []string{"CREATE KEYSPACE", "CREATE TABLE IF NOT EXISTS " + ks + ".messages (", create,
-		"CREATE TABLE IF NOT EXISTS " + ks + ".cluster_membership ("}, 11)
+		"CREATE TABLE IF NOT EXISTS " + ks + ".cluster_membership (", "CREATE TABLE IF NOT EXISTS " + ks + ".annals_claims ("}, 12)
 	if _, err := m.Migrate(ctx); err != nil {
 		t.Fatal(err)
 	}

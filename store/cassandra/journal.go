@@ -21,6 +21,8 @@ type statements struct {
 	loadSnaps, saveSnap, deleteSnap, deleteSnaps                                             string
 	insertSetting, insertTag, saveProgress, loadProgress, loadScanning, saveScanning         string
 	tagRows, tagRowsFrom, tagProbe, tagRange, allIDs, allIDsAfter                            string
+	claimRead, claimNew, claimTake, claimRenew, claimFar, claimPublish, claimVerify          string
+	claimFence, rowExists                                                                    string
 }
 
 func newStatements(ks string) statements {
@@ -66,6 +68,20 @@ func newStatements(ks string) statements {
 		// A bucket's rows in a time range (inclusive).
 		tagRange: q(`SELECT timestamp, persistence_id, tag_pid_sequence_nr, sequence_nr, writer_uuid, ser_id, ser_manifest, event_manifest, event, meta, ` + tagViewsTags + `, ` + tagViewsTime + `
 	FROM %s.tag_views WHERE tag_name = ? AND timebucket = ? AND timestamp >= ? AND timestamp <= ?`),
+		// The claims (claims.go): a takeover is conditioned on the record's
+		// rev, the owner's changes on its token and rev.
+		claimRead:  q(`SELECT owner, rev, fence, until, far, base, done, prior FROM %s.` + claimsTable + ` WHERE persistence_id = ?`),
+		claimNew:   q(`INSERT INTO %s.` + claimsTable + ` (persistence_id, owner, rev, fence, until) VALUES (?, ?, ?, ?, ?) IF NOT EXISTS`),
+		claimTake:  q(`UPDATE %s.` + claimsTable + ` SET owner = ?, rev = ?, fence = ?, until = ? WHERE persistence_id = ? IF rev = ?`),
+		claimRenew: q(`UPDATE %s.` + claimsTable + ` SET until = ?, rev = ? WHERE persistence_id = ? IF owner = ? AND rev = ?`),
+		claimFar:   q(`UPDATE %s.` + claimsTable + ` SET far = ?, rev = ? WHERE persistence_id = ? IF owner = ? AND rev = ?`),
+		// A completed claim: its highest number, its fence, the previous
+		// completed claim's fence; the far mark it recorded is cleared.
+		claimPublish: q(`UPDATE %s.` + claimsTable + ` SET base = ?, done = ?, prior = ?, far = null, rev = ? WHERE persistence_id = ? IF owner = ? AND rev = ?`),
+		claimVerify:  q(`SELECT owner FROM %s.` + claimsTable + ` WHERE persistence_id = ?`),
+		claimFence:   q(`DELETE FROM %s.messages WHERE persistence_id = ? AND partition_nr IN ? AND sequence_nr > ?`),
+		rowExists:    q(`SELECT sequence_nr FROM %s.messages WHERE persistence_id = ? AND partition_nr = ? AND sequence_nr = ? AND timestamp = ?`),
+
 		allIDs:      q(`SELECT persistence_id FROM %s.all_persistence_ids`),
 		allIDsAfter: q(`SELECT persistence_id FROM %s.all_persistence_ids WHERE token(persistence_id) > token(?)`),
 	}
@@ -216,7 +232,6 @@ func (j *Journal) writeOne(ctx context.Context, w journal.AtomicWrite) (rejected
 	pnr := s.partition(first)
 	st := s.tags.state(w.PersistenceID)
 	defer st.mu.Unlock()
-	uuids := s.eventUUIDs(w, st)
 	// all_persistence_ids gets the id at its first write in this process
 	// (an upsert), so that an id whose first events were written elsewhere,
 	// or copied from a store where they were deleted, is listed too.
@@ -226,6 +241,10 @@ func (j *Journal) writeOne(ctx context.Context, w journal.AtomicWrite) (rejected
 		}
 		st.listed = true
 	}
+	if s.cfg.guard == GuardClaims {
+		return j.writeClaimed(ctx, w, st)
+	}
+	uuids := s.eventUUIDs(w, st)
 	guards := []string{s.sql.guard, s.sql.guardNew}
 	if first == 1 {
 		// An id's first write: its partition has no guard, unless another
@@ -310,13 +329,7 @@ func (s *Store) reachable(ctx context.Context, pid string, first, last, pnr int6
 		if pnr <= r.pnr+1 {
 			return nil, nil // replays read on from the partition of the highest
 		}
-		gap := fmt.Sprintf("partition %d", r.pnr+1)
-		if pnr-1 > r.pnr+1 {
-			gap = fmt.Sprintf("partitions %d–%d", r.pnr+1, pnr-1)
-		}
-		return journal.Reject("%w: %s %d–%d would be stored in partition %d, and the id's highest number, %d, is in partition %d: "+
-			"%s would be empty between them, and a replay stops at the first empty partition (of %d numbers)",
-			journal.ErrInvalidArgument, pid, first, last, pnr, r.kept, r.pnr, gap, s.cfg.partitionSize), nil
+		return farRejection(pid, first, last, pnr, r.kept, r.pnr, s.cfg.partitionSize), nil
 	}
 	// No events are kept: the mark at first-1 hides none, and makes
 	// every replay (Annals' and Pekko's) start at first.
@@ -325,8 +338,13 @@ func (s *Store) reachable(ctx context.Context, pid string, first, last, pnr int6
 
 // deletedTo reads the id's deleted-to mark, 0 when none.
 func (s *Store) deletedTo(ctx context.Context, pid string) (int64, error) {
+	return s.deletedToAt(ctx, pid, s.cfg.readCL)
+}
+
+// deletedToAt reads the id's deleted-to mark at consistency cl.
+func (s *Store) deletedToAt(ctx context.Context, pid string, cl gocql.Consistency) (int64, error) {
 	var to int64
-	err := s.session.Query(s.sql.deletedTo, pid).WithContext(ctx).Consistency(s.cfg.readCL).Scan(&to)
+	err := s.session.Query(s.sql.deletedTo, pid).WithContext(ctx).Consistency(cl).Scan(&to)
 	if errors.Is(err, gocql.ErrNotFound) {
 		return 0, nil
 	}
@@ -526,7 +544,12 @@ type reach struct {
 // partitions a replay reads: from the one before the mark's (or the
 // hint's) to the first empty one after it.
 func (s *Store) scan(ctx context.Context, persistenceID string, from int64) (reach, error) {
-	deleted, err := s.deletedTo(ctx, persistenceID)
+	return s.scanAt(ctx, persistenceID, from, s.cfg.readCL)
+}
+
+// scanAt is scan reading at consistency cl.
+func (s *Store) scanAt(ctx context.Context, persistenceID string, from int64, cl gocql.Consistency) (reach, error) {
+	deleted, err := s.deletedToAt(ctx, persistenceID, cl)
 	if err != nil {
 		return reach{}, s.errs.Map(ctx, "highest sequence number", err, journal.ErrClosed)
 	}
@@ -534,7 +557,7 @@ func (s *Store) scan(ctx context.Context, persistenceID string, from int64) (rea
 	home := s.partition(max(from, deleted+1))
 	for pnr := max(home-1, 0); ; pnr++ {
 		var seq int64
-		err := s.session.Query(s.sql.highest, persistenceID, pnr).WithContext(ctx).Consistency(s.cfg.readCL).Scan(&seq)
+		err := s.session.Query(s.sql.highest, persistenceID, pnr).WithContext(ctx).Consistency(cl).Scan(&seq)
 		if errors.Is(err, gocql.ErrNotFound) {
 			if pnr > home {
 				return r, nil
@@ -582,9 +605,13 @@ func (j *Journal) DeleteTo(ctx context.Context, persistenceID string, to int64) 
 		return s.errs.Map(ctx, "delete", err, journal.ErrClosed)
 	}
 	// Events ≤ to live in partitions up to to's, or the next one (akka puts
-	// a write that crosses a boundary in its last event's partition).
+	// a write that crosses a boundary in its last event's partition). The
+	// range deletions are stamped ahead of the clock: a claim's writes may
+	// carry timestamps up to a few leases ahead of it (see Conflicts), and
+	// no event at or below the mark is ever written again.
+	ts := s.micros() + deleteAhead*s.cfg.claimLease.Microseconds()
 	for pnr := max(s.partition(deleted+1)-1, 0); pnr <= s.partition(to)+1; pnr++ {
-		if err := s.session.Query(s.sql.deleteRange, persistenceID, pnr, to).WithContext(ctx).Consistency(s.cfg.writeCL).Exec(); err != nil {
+		if err := s.session.Query(s.sql.deleteRange, persistenceID, pnr, to).WithTimestamp(ts).WithContext(ctx).Consistency(s.cfg.writeCL).Exec(); err != nil {
 			return s.errs.Map(ctx, "delete", err, journal.ErrClosed)
 		}
 	}

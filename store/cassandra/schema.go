@@ -176,6 +176,16 @@ func (s *Store) pending(ctx context.Context) (required, optional []string, err e
 			out = append(out, strings.ReplaceAll(t.cql, "{ks}", s.cfg.keyspace))
 		}
 	}
+	if !have[claimsTable] {
+		// Required by the claims guard; Migrate creates it for the
+		// conditional guard too, so that a store may change guards.
+		stmt := strings.ReplaceAll(claimsTableCQL, "{ks}", s.cfg.keyspace)
+		if s.cfg.guard == GuardClaims {
+			out = append(out, stmt)
+		} else {
+			optional = append(optional, stmt)
+		}
+	}
 	if have["messages"] && !msgCols[messagesGuard] {
 		out = append(out, fmt.Sprintf("ALTER TABLE %s.messages ADD %s bigint static", s.cfg.keyspace, messagesGuard))
 	}

@@ -80,6 +80,10 @@ type idTags struct {
 	clean int64
 	// scanned is the id's tag_scanning mark as last read or written.
 	scanned int64
+	// claim is this process's claim of the id (GuardClaims), nil when it
+	// has none or its state is in doubt; dropping the state drops it, and
+	// the id's next write claims it again.
+	claim *claim
 	// dropped: the state left tw.ids; whoever locks it looks the id up
 	// again.
 	dropped bool

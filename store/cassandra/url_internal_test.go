@@ -1,6 +1,7 @@
 package cassandra
 
 import (
+	"cmp"
 	"errors"
 	"slices"
 	"strings"
@@ -21,6 +22,7 @@ func TestURLContactPointsAndConsistency(t *testing.T) {
 		url                 string
 		hosts               []string
 		read, write, serial gocql.Consistency
+		guard               WriteGuard // GuardClaims when zero
 		invalid             bool
 	}{
 		{name: "one host", url: "cassandra://h1/ks",
@@ -49,6 +51,11 @@ func TestURLContactPointsAndConsistency(t *testing.T) {
 		{name: "ports that differ", url: "cassandra://h1:9042,h2:9043/ks", invalid: true},
 		{name: "a port on some hosts only", url: "cassandra://h1,h2:9043/ks", invalid: true},
 		{name: "serial consistency quorum", url: "cassandra://h1/ks?serial_consistency=quorum", invalid: true},
+		{name: "the conditional guard", url: "cassandra://h1/ks?write_guard=Conditional",
+			hosts: []string{"h1:9042"}, read: gocql.LocalQuorum, write: gocql.LocalQuorum, serial: gocql.LocalSerial, guard: GuardConditional},
+		{name: "the claims guard", url: "cassandra://h1/ks?write_guard=claims",
+			hosts: []string{"h1:9042"}, read: gocql.LocalQuorum, write: gocql.LocalQuorum, serial: gocql.LocalSerial, guard: GuardClaims},
+		{name: "an unknown guard", url: "cassandra://h1/ks?write_guard=lwt", invalid: true},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -71,6 +78,9 @@ func TestURLContactPointsAndConsistency(t *testing.T) {
 			}
 			if cfg.readCL != c.read || cfg.writeCL != c.write || cfg.serialCL != c.serial {
 				t.Errorf("consistency read %v write %v serial %v, want %v, %v, %v", cfg.readCL, cfg.writeCL, cfg.serialCL, c.read, c.write, c.serial)
+			}
+			if want := cmp.Or(c.guard, GuardClaims); cfg.guard != want {
+				t.Errorf("write guard %v, want %v", cfg.guard, want)
 			}
 		})
 	}

@@ -1,0 +1,310 @@
+package cassandra_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	gocql "github.com/apache/cassandra-gocql-driver/v2"
+
+	"github.com/annals-go/annals/journal"
+	"github.com/annals-go/annals/store/cassandra"
+	"github.com/annals-go/annals/store/cassandra/cassandratest"
+)
+
+// claimStores opens n stores on one new keyspace, each a writer of its own
+// (as n processes), with opts[i] added to store i's options.
+func claimStores(t *testing.T, n int, opts map[int][]cassandra.Option) ([]*cassandra.Store, string) {
+	t.Helper()
+	u, ks := cassandratest.URL(t)
+	stores := make([]*cassandra.Store, n)
+	for i := range stores {
+		s, err := cassandra.Open(t.Context(), u, append([]cassandra.Option{cassandra.WithMigrate(true), cassandra.WithPartitionSize(10)}, opts[i]...)...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { s.Close() })
+		stores[i] = s
+	}
+	return stores, ks
+}
+
+// writeOne writes w alone and returns its outcome: nil (stored), its
+// rejection, or the call's error.
+func writeOne(ctx context.Context, j journal.Journal, w journal.AtomicWrite) error {
+	res, err := j.Write(ctx, []journal.AtomicWrite{w})
+	if err != nil {
+		return err
+	}
+	if len(res) > 0 {
+		return res[0]
+	}
+	return nil
+}
+
+// payloaded is events(pid, from, to) with each payload "<seq>" and the
+// writer's name as writer id.
+func payloaded(pid, writer string, from, to int64) journal.AtomicWrite {
+	w := events(pid, from, to)
+	for i := range w.Events {
+		w.Events[i].WriterID = writer
+	}
+	return w
+}
+
+// writers replays pid and returns each event's writer id by number.
+func writers(t *testing.T, j journal.Journal, pid string) map[int64]string {
+	t.Helper()
+	got := map[int64]string{}
+	for r, err := range j.Replay(t.Context(), pid, 1, 1<<62, 1<<62) {
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, dup := got[r.SequenceNr]; dup {
+			t.Errorf("%s: event %d replayed twice", pid, r.SequenceNr)
+		}
+		got[r.SequenceNr] = r.WriterID
+	}
+	return got
+}
+
+// rowsAt counts the messages rows of pid at seq that a read returns, in
+// every partition a write of it may be in (a row hidden by a tombstone is
+// not returned).
+func rowsAt(t *testing.T, ks, pid string, seq int64) int {
+	t.Helper()
+	cluster := gocql.NewCluster(cassandratest.Address())
+	cluster.Keyspace = ks
+	session, err := cluster.CreateSession()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer session.Close()
+	var n int
+	if err := session.Query(`SELECT count(*) FROM messages WHERE persistence_id = ? AND partition_nr IN ? AND sequence_nr = ?`,
+		pid, []int64{(seq-1)/10 - 1, (seq - 1) / 10}, seq).Consistency(gocql.Quorum).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// claimRev reads the rev of pid's claim record.
+func claimRev(t *testing.T, ks, pid string) int64 {
+	t.Helper()
+	cluster := gocql.NewCluster(cassandratest.Address())
+	cluster.Keyspace = ks
+	session, err := cluster.CreateSession()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer session.Close()
+	var rev int64
+	if err := session.Query(`SELECT rev FROM annals_claims WHERE persistence_id = ?`, pid).Consistency(gocql.Quorum).Scan(&rev); err != nil {
+		t.Fatal(err)
+	}
+	return rev
+}
+
+// TestStaleOwnerIsRefused: a writer whose claim of an id another writer
+// took writes as if it still owned the id; its rows are stored but hidden
+// by the new owner's tombstone, so its write is refused with a conflict
+// and nothing of it is ever read, whether or not the new owner wrote at
+// those numbers; its next write claims the id again and is stored.
+func TestStaleOwnerIsRefused(t *testing.T) {
+	stores, ks := claimStores(t, 2, nil)
+	a, b := stores[0].Journal(), stores[1].Journal()
+	tests := []struct {
+		name     string
+		bWrites  bool // the new owner writes at the stale owner's numbers first
+		wantLast int64
+	}{
+		{"the new owner wrote the numbers", true, 3},
+		{"the numbers are still free", false, 2},
+	}
+	for i, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			pid := fmt.Sprintf("Stale|%d", i)
+			if err := writeOne(t.Context(), a, payloaded(pid, "a", 1, 2)); err != nil {
+				t.Fatal(err)
+			}
+			// b claims the id: by its write of 3, or by a write refused
+			// as a conflict (a claim comes before the numbers are checked).
+			bw := payloaded(pid, "b", 3, 3)
+			if !tt.bWrites {
+				bw = payloaded(pid, "b", 2, 2)
+			}
+			err := writeOne(t.Context(), b, bw)
+			if tt.bWrites && err != nil || !tt.bWrites && !errors.Is(err, journal.ErrSequenceConflict) {
+				t.Fatalf("b's write: %v", err)
+			}
+			var ce *journal.ConflictError
+			if err := writeOne(t.Context(), a, payloaded(pid, "a", 3, 4)); !errors.As(err, &ce) || !errors.Is(err, journal.ErrRejected) {
+				t.Fatalf("the stale owner's write: %v, want a *ConflictError", err)
+			}
+			want := map[int64]string{1: "a", 2: "a"}
+			if tt.bWrites {
+				want[3] = "b"
+			}
+			for name, j := range map[string]journal.Journal{"a": a, "b": b} {
+				if got := writers(t, j, pid); fmt.Sprint(got) != fmt.Sprint(want) {
+					t.Errorf("replay through %s: writers %v, want %v", name, got, want)
+				}
+			}
+			wantRows := map[int64]int{3: 0, 4: 0} // a's rows are hidden
+			if tt.bWrites {
+				wantRows[3] = 1 // b's
+			}
+			for seq, want := range wantRows {
+				if n := rowsAt(t, ks, pid, seq); n != want {
+					t.Errorf("%d rows of %d read, want %d", n, seq, want)
+				}
+			}
+			// a's next write claims the id again and goes on after its
+			// highest number.
+			next := tt.wantLast + 1
+			if err := writeOne(t.Context(), a, payloaded(pid, "a", next, next)); err != nil {
+				t.Fatalf("a's write of %d after claiming again: %v", next, err)
+			}
+			want[next] = "a"
+			if got := writers(t, b, pid); fmt.Sprint(got) != fmt.Sprint(want) {
+				t.Errorf("replay: writers %v, want %v", got, want)
+			}
+		})
+	}
+}
+
+// TestSupersededWriteSettles: a writer paused after its rows are stored,
+// before it reads its claim again, while another writer takes the id over.
+// When the new owner's claim found the rows, they are kept and the paused
+// write is acknowledged; the new owner goes on after them.
+func TestSupersededWriteSettles(t *testing.T) {
+	pause := map[string]chan chan struct{}{}
+	var mu sync.Mutex
+	hook := cassandra.WithAfterClaimedRows(func(pid string) {
+		mu.Lock()
+		p := pause[pid]
+		mu.Unlock()
+		if p != nil {
+			resume := make(chan struct{})
+			p <- resume
+			<-resume
+		}
+	})
+	stores, _ := claimStores(t, 2, map[int][]cassandra.Option{0: {hook}})
+	a, b := stores[0].Journal(), stores[1].Journal()
+	pid := "Settles|1"
+	if err := writeOne(t.Context(), a, payloaded(pid, "a", 1, 2)); err != nil {
+		t.Fatal(err)
+	}
+	paused := make(chan chan struct{})
+	mu.Lock()
+	pause[pid] = paused
+	mu.Unlock()
+	done := make(chan error, 1)
+	go func() { done <- writeOne(t.Context(), a, payloaded(pid, "a", 3, 4)) }()
+	resume := <-paused // a's rows 3–4 are stored; a has not read its claim
+	if err := writeOne(t.Context(), b, payloaded(pid, "b", 5, 5)); err != nil {
+		t.Fatalf("b's write after a's rows: %v", err)
+	}
+	close(resume)
+	if err := <-done; err != nil {
+		t.Fatalf("a's write, found by b's claim: %v, want it stored", err)
+	}
+	want := map[int64]string{1: "a", 2: "a", 3: "a", 4: "a", 5: "b"}
+	if got := writers(t, a, pid); fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("writers %v, want %v", got, want)
+	}
+}
+
+// TestClaimRenewal: a claim whose lease is half used moves it on before
+// its next write; an owner whose claim was taken cannot, and its write is
+// refused without being stored.
+func TestClaimRenewal(t *testing.T) {
+	var mu sync.Mutex
+	now := time.Now()
+	clock := func() time.Time {
+		mu.Lock()
+		defer mu.Unlock()
+		return now
+	}
+	advance := func(d time.Duration) {
+		mu.Lock()
+		now = now.Add(d)
+		mu.Unlock()
+	}
+	lease := cassandra.WithClaimLease(time.Second)
+	stores, ks := claimStores(t, 2, map[int][]cassandra.Option{0: {lease, cassandra.WithClock(clock)}, 1: {lease}})
+	a, b := stores[0].Journal(), stores[1].Journal()
+	pid := "Renew|1"
+	for seq := int64(1); seq <= 4; seq++ {
+		if err := writeOne(t.Context(), a, payloaded(pid, "a", seq, seq)); err != nil {
+			t.Fatalf("write %d: %v", seq, err)
+		}
+		advance(700 * time.Millisecond) // past half the lease: the next write renews
+	}
+	// The claim's record changed five times: taken, published, and
+	// renewed before writes 2, 3 and 4.
+	if rev := claimRev(t, ks, pid); rev != 5 {
+		t.Errorf("the claim's rev is %d after four writes, want 5", rev)
+	}
+	if err := writeOne(t.Context(), b, payloaded(pid, "b", 5, 5)); err != nil {
+		t.Fatalf("b's write: %v", err)
+	}
+	var ce *journal.ConflictError
+	if err := writeOne(t.Context(), a, payloaded(pid, "a", 5, 5)); !errors.As(err, &ce) {
+		t.Fatalf("a's write after b took the id: %v, want a *ConflictError", err)
+	}
+	want := map[int64]string{1: "a", 2: "a", 3: "a", 4: "a", 5: "b"}
+	if got := writers(t, b, pid); fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("writers %v, want %v", got, want)
+	}
+	if n := rowsAt(t, ks, pid, 5); n != 1 {
+		t.Errorf("%d rows of 5, want 1", n)
+	}
+}
+
+// TestFarMarkOfAStaleOwner: an owner of an id that keeps no events writes
+// far above its deleted-to mark (announcing the mark in its claim) and
+// pauses after its rows; the writer taking the id over records the mark
+// before it reads, finds the rows, and goes on after them.
+func TestFarMarkOfAStaleOwner(t *testing.T) {
+	pause := make(chan chan struct{})
+	var once sync.Once
+	hook := cassandra.WithAfterClaimedRows(func(pid string) {
+		if pid != "Far|1" {
+			return
+		}
+		var first bool
+		once.Do(func() { first = true })
+		if first {
+			resume := make(chan struct{})
+			pause <- resume
+			<-resume
+		}
+	})
+	stores, _ := claimStores(t, 2, map[int][]cassandra.Option{0: {hook}})
+	a, b := stores[0].Journal(), stores[1].Journal()
+	pid := "Far|1"
+	done := make(chan error, 1)
+	go func() { done <- writeOne(t.Context(), a, payloaded(pid, "a", 1001, 1002)) }()
+	resume := <-pause
+	if err := writeOne(t.Context(), b, payloaded(pid, "b", 1003, 1003)); err != nil {
+		t.Fatalf("b's write after a's far rows: %v", err)
+	}
+	close(resume)
+	if err := <-done; err != nil {
+		t.Fatalf("a's far write: %v, want it stored", err)
+	}
+	want := map[int64]string{1001: "a", 1002: "a", 1003: "b"}
+	for name, j := range map[string]journal.Journal{"a": a, "b": b} {
+		if got := writers(t, j, pid); fmt.Sprint(got) != fmt.Sprint(want) {
+			t.Errorf("replay through %s: writers %v, want %v", name, got, want)
+		}
+		if h, err := j.HighestSequenceNr(t.Context(), pid, 0); err != nil || h != 1003 {
+			t.Errorf("highest through %s: %d, %v; want 1003", name, h, err)
+		}
+	}
+}

@@ -42,7 +42,7 @@ func ifaceOf[T any]() reflect.Type { return reflect.TypeFor[T]() }
 
 // capabilities is the index of what a store may implement.
 var capabilities = []capability{
-	{"journal.Journal", ifaceOf[journal.Journal](), "journal"},
+	{"journal.Journal", ifaceOf[journal.Journal](), "journal, RunJournalAcross"},
 	{"journal.FencedWriter", ifaceOf[journal.FencedWriter](), "fenced-writes"},
 	{"snapshot.Store", ifaceOf[snapshot.Store](), "snapshots"},
 	{"recovery.Reader", ifaceOf[recovery.Reader](), "recovery"},

@@ -49,4 +49,12 @@ func runKit(t *testing.T, guard cassandra.WriteGuard) {
 		IDsInStoreOrder: true,
 		MaxPayloadSize:  storetest.KitMaxPayloadSize,
 	})
+	t.Run("across", func(t *testing.T) {
+		o, err := cassandra.Open(t.Context(), u, opts...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { o.Close() })
+		storetest.RunJournalAcross(t, j, o.Journal())
+	})
 }

@@ -79,6 +79,13 @@ func TestKit(t *testing.T) {
 				k.Exceptions["snapshots"] = "run on the store"
 			}
 			storetest.Run(t, k)
+			// A second pool on the schema, as another process's.
+			o, err := k.Open(t.Context())
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = o.Close() })
+			t.Run("across", func(t *testing.T) { storetest.RunJournalAcross(t, k.Journal, o.Journal) })
 		})
 	}
 }

@@ -58,6 +58,18 @@ func TestKit(t *testing.T) {
 	storetest.Run(t, k)
 }
 
+// TestJournalAcross runs the kit's rules between two stores on one file,
+// as two processes open it.
+func TestJournalAcross(t *testing.T) {
+	_, k := kitStore(t)
+	o, err := k.Open(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = o.Close() })
+	storetest.RunJournalAcross(t, k.Journal, o.Journal)
+}
+
 // TestKitThroughFront runs the journal, snapshot and recovery suites
 // through a journal front before the store (which waits for an id's
 // writes, then reads its recoveries through the store's reader).

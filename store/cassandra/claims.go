@@ -151,8 +151,8 @@ const maxClaimAttempts = 8
 //     earlier owner acknowledged is in it (the owner read its token after
 //     storing the write, so before this claim took the id, and H is read
 //     after), and no row it finds is hidden later (the tombstone of step
-//     2 is in place, and an earlier claim that did not complete writes
-//     none).
+//     2 is in place, and a claim that did not complete step 4 writes no
+//     tombstone).
 //  4. Publish: one lightweight transaction conditioned on its own owner
 //     and rev records H and its fence as the latest completed claim; then
 //     it writes, at the fence's timestamp, a range tombstone over the
@@ -163,16 +163,25 @@ const maxClaimAttempts = 8
 //     Annals' or Pekko's, sees it. The claim's own writes have timestamps
 //     above the fence.
 //
-// A claim that loses the id before step 4 completes writes nothing.
-func (s *Store) claimID(ctx context.Context, pid string) (*claim, error) {
+// A claim that loses the id before its publication completes writes
+// nothing.
+//
+// A claim that creates the id's record (IF NOT EXISTS applied) skips the
+// rest of step 2 and step 4: no claim came before it, so no earlier
+// claimed writer has rows to hide, and a later claim finds no completed
+// claim to write the tombstone of. fresh (the write starts at number 1)
+// tries that first, without reading the record.
+func (s *Store) claimID(ctx context.Context, pid string, fresh bool) (*claim, error) {
 	token, err := gocql.RandomUUID()
 	if err != nil {
 		return nil, fmt.Errorf("claim %s: %w", pid, err)
 	}
 	cl := s.cfg.guardCL()
-	rec, err := s.readClaim(ctx, pid)
-	if err != nil {
-		return nil, err
+	var rec claimRecord
+	if !fresh {
+		if rec, err = s.readClaim(ctx, pid); err != nil {
+			return nil, err
+		}
 	}
 	c := &claim{token: token}
 	for attempt := 1; ; attempt++ {
@@ -229,6 +238,9 @@ func (s *Store) claimID(ctx context.Context, pid string) (*claim, error) {
 		return nil, err
 	}
 	c.deleted, c.kept, c.keptPnr = r.deleted, r.kept, r.pnr
+	if !rec.exists {
+		return c, nil // the id's first claim
+	}
 	applied, err := s.changeClaim(ctx, pid, c, s.sql.claimPublish, c.highest(), c.fence, rec.done)
 	if err != nil {
 		return nil, err
@@ -286,7 +298,7 @@ func (j *Journal) writeClaimed(ctx context.Context, w journal.AtomicWrite, st *i
 	first, last := w.Events[0].SequenceNr, w.Events[len(w.Events)-1].SequenceNr
 	pnr := s.partition(first)
 	if st.claim == nil {
-		c, err := s.claimID(ctx, pid)
+		c, err := s.claimID(ctx, pid, first == 1)
 		if err != nil {
 			return nil, err
 		}

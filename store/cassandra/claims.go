@@ -413,22 +413,23 @@ func (j *Journal) writeClaimed(ctx context.Context, w journal.AtomicWrite, st *i
 //   - Its rows (one mutation of one partition: all or none, found by the
 //     first one's timeuuid) not visible: a later claim's tombstone hides
 //     them, for good.
-//   - Visible, once a claim after c completed: kept if that claim's
-//     highest number covers them, or if a second claim completed after it
-//     (which wrote the first one's tombstone before reading, so what is
-//     still visible was below it); else the first one's tombstone hides
-//     them.
+//   - Visible, once a claim after c completed: kept if the latest
+//     completed claim's highest number covers them. Else, when a second
+//     claim completed after the first one after c, that second one wrote
+//     the first one's tombstone before reading: whether the rows are
+//     visible no longer changes, and a second look at them decides (the
+//     first look may have come before that tombstone). Else the first
+//     one's tombstone hides them.
 //   - Visible, and no claim after c completed yet: it reads the record
 //     again until one does.
 func (s *Store) superseded(ctx context.Context, pid string, c *claim, first, last, pnr int64, uuid gocql.UUID) (rejected, unknown error) {
 	conflict := &journal.ConflictError{PersistenceID: pid, SequenceNr: first}
-	var seq int64
-	err := s.session.Query(s.sql.rowExists, pid, pnr, first, uuid).WithContext(ctx).Consistency(s.cfg.guardCL()).Scan(&seq)
-	if errors.Is(err, gocql.ErrNotFound) {
-		return conflict, nil
-	}
+	visible, err := s.rowVisible(ctx, pid, pnr, first, uuid)
 	if err != nil {
 		return nil, err
+	}
+	if !visible {
+		return conflict, nil
 	}
 	wait := time.NewTimer(0)
 	defer wait.Stop()
@@ -444,13 +445,32 @@ func (s *Store) superseded(ctx context.Context, pid string, c *claim, first, las
 		}
 		switch {
 		case rec.done <= c.fence: // no claim after c completed yet
-		case rec.prior > c.fence, rec.base >= last:
+		case rec.base >= last:
 			return nil, nil
+		case rec.prior > c.fence:
+			if visible, err = s.rowVisible(ctx, pid, pnr, first, uuid); err != nil {
+				return nil, err
+			}
+			if visible {
+				return nil, nil
+			}
+			return conflict, nil
 		default:
 			return conflict, nil
 		}
 		wait.Reset(pause)
 	}
+}
+
+// rowVisible reports whether a read finds pid's row first with timeuuid
+// uuid in partition pnr.
+func (s *Store) rowVisible(ctx context.Context, pid string, pnr, first int64, uuid gocql.UUID) (bool, error) {
+	var seq int64
+	err := s.session.Query(s.sql.rowExists, pid, pnr, first, uuid).WithContext(ctx).Consistency(s.cfg.guardCL()).Scan(&seq)
+	if errors.Is(err, gocql.ErrNotFound) {
+		return false, nil
+	}
+	return err == nil, err
 }
 
 // farRejection is the rejection of a write whose first number lies beyond

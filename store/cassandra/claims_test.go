@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -306,5 +308,88 @@ func TestFarMarkOfAStaleOwner(t *testing.T) {
 		if h, err := j.HighestSequenceNr(t.Context(), pid, 0); err != nil || h != 1003 {
 			t.Errorf("highest through %s: %d, %v; want 1003", name, h, err)
 		}
+	}
+}
+
+// observeFunc is a gocql.QueryObserver: the driver calls it after each
+// query attempt, in the query's goroutine, so that blocking in it holds the
+// caller there.
+type observeFunc func(context.Context, gocql.ObservedQuery)
+
+func (f observeFunc) ObserveQuery(ctx context.Context, q gocql.ObservedQuery) { f(ctx, q) }
+
+// pauseAfter returns an option that, the first time a query of pid whose
+// statement holds stmt returns, sends a channel on paused and waits until
+// it is closed.
+func pauseAfter(pid, stmt string, paused chan<- chan struct{}) cassandra.Option {
+	var once sync.Once
+	return cassandra.WithQueryObserver(observeFunc(func(_ context.Context, q gocql.ObservedQuery) {
+		if !strings.Contains(q.Statement, stmt) || !slices.Contains(q.Values, any(pid)) {
+			return
+		}
+		once.Do(func() {
+			resume := make(chan struct{})
+			paused <- resume
+			<-resume
+		})
+	}))
+}
+
+// receive returns the next value of ch, failing t after 30 s.
+func receive[T any](t *testing.T, ch <-chan T, what string) T {
+	t.Helper()
+	select {
+	case v := <-ch:
+		return v
+	case <-time.After(30 * time.Second):
+		t.Fatalf("timed out waiting for %s", what)
+		panic("unreachable")
+	}
+}
+
+// Statements the tests below pause after (see newStatements).
+const (
+	stmtPublish   = "SET base = ?"      // a claim's publication
+	stmtRowExists = "AND timestamp = ?" // superseded's read of a write's first row
+)
+
+// TestSupersededWriteHiddenAfterItsCheck: a's write lands after b's claim
+// read the id's highest number, so b's tombstone hides it; a finds its rows
+// still visible (b paused between its publication and its tombstone), and
+// while a waits, b writes its tombstone and c completes a claim after b.
+// a's write was not kept: it must be refused, not acknowledged.
+func TestSupersededWriteHiddenAfterItsCheck(t *testing.T) {
+	const pid = "HiddenLate|1"
+	bPublished, aChecked := make(chan chan struct{}), make(chan chan struct{})
+	stores, _ := claimStores(t, 3, map[int][]cassandra.Option{
+		0: {pauseAfter(pid, stmtRowExists, aChecked)},
+		1: {pauseAfter(pid, stmtPublish, bPublished)},
+	})
+	a, b, c := stores[0].Journal(), stores[1].Journal(), stores[2].Journal()
+	if err := writeOne(t.Context(), a, payloaded(pid, "a", 1, 2)); err != nil {
+		t.Fatal(err)
+	}
+	bDone := make(chan error, 1)
+	go func() { bDone <- writeOne(t.Context(), b, payloaded(pid, "b", 3, 3)) }()
+	resumeB := receive(t, bPublished, "b's publication") // b read 2 and published it, no tombstone yet
+	aDone := make(chan error, 1)
+	go func() { aDone <- writeOne(t.Context(), a, payloaded(pid, "a", 3, 4)) }()
+	resumeA := receive(t, aChecked, "a's check of its rows") // a's rows are stored, and visible
+	close(resumeB)
+	if err := receive(t, bDone, "b's write"); err != nil {
+		t.Fatalf("b's write: %v", err)
+	}
+	if err := writeOne(t.Context(), c, payloaded(pid, "c", 4, 4)); err != nil {
+		t.Fatalf("c's write: %v", err)
+	}
+	close(resumeA)
+	aErr := receive(t, aDone, "a's write")
+	want := map[int64]string{1: "a", 2: "a", 3: "b", 4: "c"}
+	if got := writers(t, c, pid); fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("writers %v, want %v", got, want)
+	}
+	var ce *journal.ConflictError
+	if !errors.As(aErr, &ce) {
+		t.Errorf("a's write of 3–4, hidden by b's tombstone: %v, want a *ConflictError", aErr)
 	}
 }

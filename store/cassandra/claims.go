@@ -419,7 +419,9 @@ func (j *Journal) writeClaimed(ctx context.Context, w journal.AtomicWrite, st *i
 //     the first one's tombstone before reading: whether the rows are
 //     visible no longer changes, and a second look at them decides (the
 //     first look may have come before that tombstone). Else the first
-//     one's tombstone hides them.
+//     one's tombstone hides them: it is written again before the writer
+//     is told, since that claim's owner may have stopped before writing
+//     it, and no reader may find rows of a refused write.
 //   - Visible, and no claim after c completed yet: it reads the record
 //     again until one does.
 func (s *Store) superseded(ctx context.Context, pid string, c *claim, first, last, pnr int64, uuid gocql.UUID) (rejected, unknown error) {
@@ -456,6 +458,9 @@ func (s *Store) superseded(ctx context.Context, pid string, c *claim, first, las
 			}
 			return conflict, nil
 		default:
+			if err := s.fenceAbove(ctx, pid, rec.base, rec.done); err != nil {
+				return nil, err
+			}
 			return conflict, nil
 		}
 		wait.Reset(pause)

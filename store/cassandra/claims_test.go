@@ -393,3 +393,43 @@ func TestSupersededWriteHiddenAfterItsCheck(t *testing.T) {
 		t.Errorf("a's write of 3–4, hidden by b's tombstone: %v, want a *ConflictError", aErr)
 	}
 }
+
+// TestSupersededConflictHidesRows: b takes the id and publishes its claim,
+// then fails before its tombstone (its context ends there); a's write,
+// landing after b's read, is refused as a conflict. Once a is told so,
+// no reader may find its rows.
+func TestSupersededConflictHidesRows(t *testing.T) {
+	const pid = "HiddenConflict|1"
+	bCtx, bCancel := context.WithCancel(t.Context())
+	defer bCancel()
+	var once sync.Once
+	bFails := cassandra.WithQueryObserver(observeFunc(func(_ context.Context, q gocql.ObservedQuery) {
+		if strings.Contains(q.Statement, stmtPublish) && slices.Contains(q.Values, any(pid)) {
+			once.Do(bCancel)
+		}
+	}))
+	stores, ks := claimStores(t, 3, map[int][]cassandra.Option{1: {bFails}})
+	a, b, c := stores[0].Journal(), stores[1].Journal(), stores[2].Journal()
+	if err := writeOne(t.Context(), a, payloaded(pid, "a", 1, 2)); err != nil {
+		t.Fatal(err)
+	}
+	if err := writeOne(bCtx, b, payloaded(pid, "b", 3, 3)); err == nil {
+		t.Fatal("b's write succeeded; want it failed after its claim's publication")
+	}
+	var ce *journal.ConflictError
+	if err := writeOne(t.Context(), a, payloaded(pid, "a", 3, 4)); !errors.As(err, &ce) {
+		t.Fatalf("a's write after b's claim: %v, want a *ConflictError", err)
+	}
+	for seq := int64(3); seq <= 4; seq++ {
+		if n := rowsAt(t, ks, pid, seq); n != 0 {
+			t.Errorf("%d rows of %d read after a's write was refused, want 0", n, seq)
+		}
+	}
+	if h, err := c.HighestSequenceNr(t.Context(), pid, 0); err != nil || h != 2 {
+		t.Errorf("highest through c: %d, %v; want 2", h, err)
+	}
+	want := map[int64]string{1: "a", 2: "a"}
+	if got := writers(t, c, pid); fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("writers %v, want %v", got, want)
+	}
+}

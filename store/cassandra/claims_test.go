@@ -433,3 +433,29 @@ func TestSupersededConflictHidesRows(t *testing.T) {
 		t.Errorf("writers %v, want %v", got, want)
 	}
 }
+
+// TestClaimAfterRecovery: a wrote the id, b took it over and wrote on, and
+// the id moved back to a, which recovered it (reading b's events). a's
+// next write is the only writer's and follows the highest number: it must
+// be stored, not refused under a's old claim.
+func TestClaimAfterRecovery(t *testing.T) {
+	const pid = "Back|1"
+	stores, _ := claimStores(t, 2, nil)
+	a, b := stores[0].Journal(), stores[1].Journal()
+	if err := writeOne(t.Context(), a, payloaded(pid, "a", 1, 2)); err != nil {
+		t.Fatal(err)
+	}
+	if err := writeOne(t.Context(), b, payloaded(pid, "b", 3, 3)); err != nil {
+		t.Fatal(err)
+	}
+	if h, err := a.HighestSequenceNr(t.Context(), pid, 0); err != nil || h != 3 {
+		t.Fatalf("a's recovery: highest %d, %v; want 3", h, err)
+	}
+	if err := writeOne(t.Context(), a, payloaded(pid, "a", 4, 4)); err != nil {
+		t.Fatalf("a's write of 4 after its recovery: %v, want it stored", err)
+	}
+	want := map[int64]string{1: "a", 2: "a", 3: "b", 4: "a"}
+	if got := writers(t, b, pid); fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("writers %v, want %v", got, want)
+	}
+}

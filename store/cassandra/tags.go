@@ -379,10 +379,17 @@ func (tw *tagWriters) written(ctx context.Context, w journal.AtomicWrite, uuids 
 // loads its state: what HighestSequenceNr does for every recovery. An id
 // whose every event up to highest this process knows to have its tag
 // rows (its state's clean mark) needs no repair: no other process wrote
-// it since, as that would have raised its highest number.
+// it since, as that would have raised its highest number. A claim of the
+// id (GuardClaims) whose highest number is below highest is dropped.
 func (tw *tagWriters) recovered(ctx context.Context, pid string, highest int64) error {
 	st := tw.state(pid)
 	defer st.mu.Unlock()
+	if st.claim != nil && highest > st.claim.highest() {
+		// Another writer wrote the id after this process's claim, so it
+		// took the claim: the next write claims the id again, rather than
+		// write under the old claim and be refused as its stale owner.
+		st.claim = nil
+	}
 	if st.loaded && st.clean == highest {
 		return nil
 	}

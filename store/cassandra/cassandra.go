@@ -94,8 +94,10 @@
 //
 // Writes take a quorum (LOCAL_QUORUM, or QUORUM with SERIAL) whatever the
 // read and write consistency. A claim's timestamps run ahead of the clock
-// by up to DefaultClaimLease after it took an id from a live owner;
-// DeleteTo stamps its range deletions DefaultClaimLease × 4 ahead.
+// by up to DefaultClaimLease after it took an id from a live owner, and a
+// lease more for each such takeover in a row; DeleteTo stamps its range
+// deletions DefaultClaimLease × 4 ahead, or at the bound of the id's
+// claim when that is further.
 //
 // GuardConditional puts the first event of every atomic write IF NOT
 // EXISTS (a lightweight transaction), and the rest of the write in the

@@ -459,3 +459,35 @@ func TestClaimAfterRecovery(t *testing.T) {
 		t.Errorf("writers %v, want %v", got, want)
 	}
 }
+
+// TestDeleteToAfterTakeovers: each writer taking the id from a live owner
+// stamps its writes at or above that owner's bound, so a few takeovers in
+// a row stamp them several leases ahead of the clock. DeleteTo must still
+// remove the events, not only hide them behind the mark.
+func TestDeleteToAfterTakeovers(t *testing.T) {
+	const pid, n = "DeleteAhead|1", 7
+	lease := cassandra.WithClaimLease(2 * time.Second)
+	opts := map[int][]cassandra.Option{}
+	for i := range n {
+		opts[i] = []cassandra.Option{lease}
+	}
+	stores, ks := claimStores(t, n, opts)
+	for i, s := range stores {
+		seq := int64(i + 1)
+		if err := writeOne(t.Context(), s.Journal(), payloaded(pid, fmt.Sprint(i), seq, seq)); err != nil {
+			t.Fatalf("write %d: %v", seq, err)
+		}
+	}
+	j := stores[0].Journal()
+	if err := j.DeleteTo(t.Context(), pid, n); err != nil {
+		t.Fatal(err)
+	}
+	if got := writers(t, j, pid); len(got) != 0 {
+		t.Errorf("replay after DeleteTo: %v, want nothing", got)
+	}
+	for seq := int64(1); seq <= n; seq++ {
+		if c := rowsAt(t, ks, pid, seq); c != 0 {
+			t.Errorf("%d rows of %d left in messages after DeleteTo", c, seq)
+		}
+	}
+}

@@ -607,9 +607,18 @@ func (j *Journal) DeleteTo(ctx context.Context, persistenceID string, to int64) 
 	// Events ≤ to live in partitions up to to's, or the next one (akka puts
 	// a write that crosses a boundary in its last event's partition). The
 	// range deletions are stamped ahead of the clock: a claim's writes may
-	// carry timestamps up to a few leases ahead of it (see Conflicts), and
-	// no event at or below the mark is ever written again.
+	// carry timestamps ahead of it (see Conflicts), and no event at or below
+	// the mark is ever written again. Every takeover of a live owner moves
+	// them a lease further, so they are stamped at least at the bound of
+	// the id's claim, above every timestamp a claim of it wrote.
 	ts := s.micros() + deleteAhead*s.cfg.claimLease.Microseconds()
+	if s.cfg.guard == GuardClaims {
+		rec, err := s.readClaim(ctx, persistenceID)
+		if err != nil {
+			return s.errs.Map(ctx, "delete", err, journal.ErrClosed)
+		}
+		ts = max(ts, rec.until)
+	}
 	for pnr := max(s.partition(deleted+1)-1, 0); pnr <= s.partition(to)+1; pnr++ {
 		if err := s.session.Query(s.sql.deleteRange, persistenceID, pnr, to).WithTimestamp(ts).WithContext(ctx).Consistency(s.cfg.writeCL).Exec(); err != nil {
 			return s.errs.Map(ctx, "delete", err, journal.ErrClosed)

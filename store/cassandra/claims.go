@@ -325,6 +325,12 @@ func (j *Journal) writeClaimed(ctx context.Context, w journal.AtomicWrite, st *i
 				st.claim = nil
 				return nil, err
 			}
+			if r.kept > c.kept {
+				// Another writer wrote beyond the claim: it took the id.
+				// Rows stored further on, past the partition after its
+				// highest number, would lie beyond its tombstone.
+				return lost()
+			}
 			c.deleted, c.kept, c.keptPnr = r.deleted, r.kept, r.pnr
 			if first <= c.highest() {
 				return &journal.ConflictError{PersistenceID: pid, SequenceNr: first}, nil

@@ -491,3 +491,39 @@ func TestDeleteToAfterTakeovers(t *testing.T) {
 		}
 	}
 }
+
+// TestStaleOwnerWritesBeyondTheNewOwner: a's claim was taken by b, which
+// wrote on into the next partition; a, still holding its old claim,
+// writes further on, in the partition after b's (a gap a's claim reads
+// the id again for). b's tombstone covers only the two partitions from
+// its highest number on, so a's rows there are not hidden: a's write must
+// be refused with nothing visible, and b's later write of those numbers
+// must be the only one read.
+func TestStaleOwnerWritesBeyondTheNewOwner(t *testing.T) {
+	const pid = "Beyond|1"
+	stores, ks := claimStores(t, 2, nil)
+	a, b := stores[0].Journal(), stores[1].Journal()
+	if err := writeOne(t.Context(), a, payloaded(pid, "a", 1, 10)); err != nil {
+		t.Fatal(err)
+	}
+	if err := writeOne(t.Context(), b, payloaded(pid, "b", 11, 20)); err != nil {
+		t.Fatal(err)
+	}
+	var ce *journal.ConflictError
+	if err := writeOne(t.Context(), a, payloaded(pid, "a", 25, 25)); !errors.As(err, &ce) {
+		t.Errorf("a's write of 25 under its taken claim: %v, want a *ConflictError", err)
+	}
+	if n := rowsAt(t, ks, pid, 25); n != 0 {
+		t.Errorf("%d rows of 25 read after a's write was refused, want 0", n)
+	}
+	if err := writeOne(t.Context(), b, payloaded(pid, "b", 21, 25)); err != nil {
+		t.Fatalf("b's write of 21–25: %v", err)
+	}
+	if n := rowsAt(t, ks, pid, 25); n != 1 {
+		t.Errorf("%d rows of 25 read, want 1 (b's)", n)
+	}
+	got := writers(t, b, pid)
+	if got[25] != "b" || len(got) != 25 {
+		t.Errorf("writers %v, want 1–10 a's, 11–25 b's", got)
+	}
+}

@@ -104,7 +104,7 @@ func claimRev(t *testing.T, ks, pid string) int64 {
 	}
 	defer session.Close()
 	var rev int64
-	if err := session.Query(`SELECT rev FROM annals_claims WHERE persistence_id = ?`, pid).Consistency(gocql.Quorum).Scan(&rev); err != nil {
+	if err := session.Query(`SELECT rev FROM `+ks+`.annals_claims WHERE persistence_id = ?`, pid).Consistency(gocql.Quorum).Scan(&rev); err != nil {
 		t.Fatal(err)
 	}
 	return rev
@@ -525,5 +525,54 @@ func TestStaleOwnerWritesBeyondTheNewOwner(t *testing.T) {
 	got := writers(t, b, pid)
 	if got[25] != "b" || len(got) != 25 {
 		t.Errorf("writers %v, want 1–10 a's, 11–25 b's", got)
+	}
+}
+
+// TestRecoveryOfRowsHiddenLater: a's write lands after b's claim read the
+// id and before b's tombstone; c recovers the id in between (reading a's
+// rows, which every reader then sees), and writes on from them. c's claim
+// writes b's tombstone again before it reads, hiding the rows c's entity
+// was built on: c's write must not be stored on top of events that are
+// gone. (Today it is: the write is a gap within the partition, which
+// Write stores as written; see Numbers far apart.)
+func TestRecoveryOfRowsHiddenLater(t *testing.T) {
+	t.Skip("known defect, not fixed: a fresh claim stores a write that follows rows its tombstone hid (remove this line to see it fail)")
+	const pid = "HiddenRecovered|1"
+	bPublished, aStored := make(chan chan struct{}), make(chan chan struct{})
+	var once sync.Once
+	aHook := cassandra.WithAfterClaimedRows(func(p string) {
+		if p != pid {
+			return
+		}
+		var first bool
+		once.Do(func() { first = true })
+		if !first {
+			resume := make(chan struct{})
+			aStored <- resume
+			<-resume
+		}
+	})
+	stores, _ := claimStores(t, 3, map[int][]cassandra.Option{0: {aHook}, 1: {pauseAfter(pid, stmtPublish, bPublished)}})
+	a, b, c := stores[0].Journal(), stores[1].Journal(), stores[2].Journal()
+	if err := writeOne(t.Context(), a, payloaded(pid, "a", 1, 2)); err != nil {
+		t.Fatal(err)
+	}
+	bDone := make(chan error, 1)
+	go func() { bDone <- writeOne(t.Context(), b, payloaded(pid, "b", 3, 3)) }()
+	resumeB := receive(t, bPublished, "b's publication")
+	aDone := make(chan error, 1)
+	go func() { aDone <- writeOne(t.Context(), a, payloaded(pid, "a", 3, 4)) }()
+	resumeA := receive(t, aStored, "a's rows")
+	if h, err := c.HighestSequenceNr(t.Context(), pid, 0); err != nil || h != 4 {
+		t.Fatalf("c's recovery: %d, %v; want a's rows, 4", h, err)
+	}
+	cErr := writeOne(t.Context(), c, payloaded(pid, "c", 5, 5))
+	close(resumeA)
+	close(resumeB)
+	receive(t, aDone, "a's write")
+	receive(t, bDone, "b's write")
+	got := writers(t, a, pid) // not c: its replay would take what its recovery read
+	if cErr == nil && (got[3] != "a" || got[4] != "a") {
+		t.Errorf("c's write of 5, after recovering a's 3–4, was stored; the id now reads %v", got)
 	}
 }

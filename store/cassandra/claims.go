@@ -419,15 +419,16 @@ func (j *Journal) writeClaimed(ctx context.Context, w journal.AtomicWrite, st *i
 //   - Its rows (one mutation of one partition: all or none, found by the
 //     first one's timeuuid) not visible: a later claim's tombstone hides
 //     them, for good.
-//   - Visible, once a claim after c completed: kept if the latest
-//     completed claim's highest number covers them. Else, when a second
-//     claim completed after the first one after c, that second one wrote
-//     the first one's tombstone before reading: whether the rows are
-//     visible no longer changes, and a second look at them decides (the
-//     first look may have come before that tombstone). Else the first
-//     one's tombstone hides them: it is written again before the writer
-//     is told, since that claim's owner may have stopped before writing
-//     it, and no reader may find rows of a refused write.
+//   - Visible, once a second claim completed after the first one after
+//     c: that second one wrote the first one's tombstone before reading,
+//     so whether the rows are visible no longer changes, and a second
+//     look at them decides (the first look may have come before that
+//     tombstone).
+//   - Visible, once only the first claim after c completed: kept if its
+//     highest number covers them; else its tombstone hides them. That
+//     tombstone is written again before the writer is told, since that
+//     claim's owner may have stopped before writing it, and no reader may
+//     find rows of a refused write.
 //   - Visible, and no claim after c completed yet: it reads the record
 //     again until one does.
 func (s *Store) superseded(ctx context.Context, pid string, c *claim, first, last, pnr int64, uuid gocql.UUID) (rejected, unknown error) {
@@ -453,9 +454,9 @@ func (s *Store) superseded(ctx context.Context, pid string, c *claim, first, las
 		}
 		switch {
 		case rec.done <= c.fence: // no claim after c completed yet
-		case rec.base >= last:
-			return nil, nil
 		case rec.prior > c.fence:
+			// Not rec.base: the later claim's highest number may cover
+			// the numbers because the first one's owner wrote them.
 			if visible, err = s.rowVisible(ctx, pid, pnr, first, uuid); err != nil {
 				return nil, err
 			}
@@ -463,6 +464,8 @@ func (s *Store) superseded(ctx context.Context, pid string, c *claim, first, las
 				return nil, nil
 			}
 			return conflict, nil
+		case rec.base >= last:
+			return nil, nil
 		default:
 			if err := s.fenceAbove(ctx, pid, rec.base, rec.done); err != nil {
 				return nil, err

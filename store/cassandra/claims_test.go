@@ -356,41 +356,50 @@ const (
 // TestSupersededWriteHiddenAfterItsCheck: a's write lands after b's claim
 // read the id's highest number, so b's tombstone hides it; a finds its rows
 // still visible (b paused between its publication and its tombstone), and
-// while a waits, b writes its tombstone and c completes a claim after b.
-// a's write was not kept: it must be refused, not acknowledged.
+// while a waits, b writes its tombstone and writes on, and c completes a
+// claim after b (whose highest number is below a's last number, or, when b
+// wrote a's numbers too, covers it). a's write was not kept: it must be
+// refused, not acknowledged.
 func TestSupersededWriteHiddenAfterItsCheck(t *testing.T) {
-	const pid = "HiddenLate|1"
-	bPublished, aChecked := make(chan chan struct{}), make(chan chan struct{})
-	stores, _ := claimStores(t, 3, map[int][]cassandra.Option{
-		0: {pauseAfter(pid, stmtRowExists, aChecked)},
-		1: {pauseAfter(pid, stmtPublish, bPublished)},
-	})
-	a, b, c := stores[0].Journal(), stores[1].Journal(), stores[2].Journal()
-	if err := writeOne(t.Context(), a, payloaded(pid, "a", 1, 2)); err != nil {
-		t.Fatal(err)
-	}
-	bDone := make(chan error, 1)
-	go func() { bDone <- writeOne(t.Context(), b, payloaded(pid, "b", 3, 3)) }()
-	resumeB := receive(t, bPublished, "b's publication") // b read 2 and published it, no tombstone yet
-	aDone := make(chan error, 1)
-	go func() { aDone <- writeOne(t.Context(), a, payloaded(pid, "a", 3, 4)) }()
-	resumeA := receive(t, aChecked, "a's check of its rows") // a's rows are stored, and visible
-	close(resumeB)
-	if err := receive(t, bDone, "b's write"); err != nil {
-		t.Fatalf("b's write: %v", err)
-	}
-	if err := writeOne(t.Context(), c, payloaded(pid, "c", 4, 4)); err != nil {
-		t.Fatalf("c's write: %v", err)
-	}
-	close(resumeA)
-	aErr := receive(t, aDone, "a's write")
-	want := map[int64]string{1: "a", 2: "a", 3: "b", 4: "c"}
-	if got := writers(t, c, pid); fmt.Sprint(got) != fmt.Sprint(want) {
-		t.Fatalf("writers %v, want %v", got, want)
-	}
-	var ce *journal.ConflictError
-	if !errors.As(aErr, &ce) {
-		t.Errorf("a's write of 3–4, hidden by b's tombstone: %v, want a *ConflictError", aErr)
+	for _, bLast := range []int64{3, 4} {
+		t.Run(fmt.Sprintf("b writes 3-%d", bLast), func(t *testing.T) {
+			pid := fmt.Sprintf("HiddenLate|%d", bLast)
+			bPublished, aChecked := make(chan chan struct{}), make(chan chan struct{})
+			stores, _ := claimStores(t, 3, map[int][]cassandra.Option{
+				0: {pauseAfter(pid, stmtRowExists, aChecked)},
+				1: {pauseAfter(pid, stmtPublish, bPublished)},
+			})
+			a, b, c := stores[0].Journal(), stores[1].Journal(), stores[2].Journal()
+			if err := writeOne(t.Context(), a, payloaded(pid, "a", 1, 2)); err != nil {
+				t.Fatal(err)
+			}
+			bDone := make(chan error, 1)
+			go func() { bDone <- writeOne(t.Context(), b, payloaded(pid, "b", 3, bLast)) }()
+			resumeB := receive(t, bPublished, "b's publication") // b read 2 and published it, no tombstone yet
+			aDone := make(chan error, 1)
+			go func() { aDone <- writeOne(t.Context(), a, payloaded(pid, "a", 3, 4)) }()
+			resumeA := receive(t, aChecked, "a's check of its rows") // a's rows are stored, and visible
+			close(resumeB)
+			if err := receive(t, bDone, "b's write"); err != nil {
+				t.Fatalf("b's write: %v", err)
+			}
+			if err := writeOne(t.Context(), c, payloaded(pid, "c", bLast+1, bLast+1)); err != nil {
+				t.Fatalf("c's write: %v", err)
+			}
+			close(resumeA)
+			aErr := receive(t, aDone, "a's write")
+			want := map[int64]string{1: "a", 2: "a", 3: "b", 4: "b", 5: "c"}
+			if bLast == 3 {
+				want = map[int64]string{1: "a", 2: "a", 3: "b", 4: "c"}
+			}
+			if got := writers(t, c, pid); fmt.Sprint(got) != fmt.Sprint(want) {
+				t.Fatalf("writers %v, want %v", got, want)
+			}
+			var ce *journal.ConflictError
+			if !errors.As(aErr, &ce) {
+				t.Errorf("a's write of 3–4, hidden by b's tombstone: %v, want a *ConflictError", aErr)
+			}
+		})
 	}
 }
 

@@ -299,6 +299,11 @@ func (j *Journal) writeClaimed(ctx context.Context, w journal.AtomicWrite, st *i
 	pnr := s.partition(first)
 	if st.claim == nil {
 		c, err := s.claimID(ctx, pid, first == 1)
+		var re gocql.RequestError
+		if errors.As(err, &re) && re.Code() == gocql.ErrCodeInvalid && missingTable(re.Message(), claimsTable) {
+			return journal.Reject("%w: keyspace %s has no %s table, which the claims guard needs; create it with Migrator.Migrate, WithMigrate or `annals migrate --store URL` (or write with WithWriteGuard(GuardConditional)): %w",
+				ErrSchemaMissing, s.cfg.keyspace, claimsTable, err), nil
+		}
 		if err != nil {
 			return nil, err
 		}
@@ -306,6 +311,15 @@ func (j *Journal) writeClaimed(ctx context.Context, w journal.AtomicWrite, st *i
 			return &journal.ConflictError{PersistenceID: pid, SequenceNr: first}, nil
 		}
 		st.claim = c
+		if st.recoveredTo > c.highest() {
+			// This process's recovery of the id read rows that the claim
+			// no longer finds (an earlier owner's, landed after the claim
+			// before this one read and hidden by its tombstone): the
+			// writer built on events that are gone, and recovers again.
+			st.recoveredTo = 0
+			s.tags.dropHandoff(pid)
+			return &journal.ConflictError{PersistenceID: pid, SequenceNr: first}, nil
+		}
 	}
 	c := st.claim
 	if first <= c.highest() {
@@ -440,6 +454,9 @@ func (s *Store) superseded(ctx context.Context, pid string, c *claim, first, las
 	if !visible {
 		return conflict, nil
 	}
+	// The wait holds the id's state: bounded by the store's timeout too.
+	ctx, cancel := context.WithTimeout(ctx, s.cfg.timeout)
+	defer cancel()
 	wait := time.NewTimer(0)
 	defer wait.Stop()
 	for pause := 5 * time.Millisecond; ; pause = min(2*pause, 200*time.Millisecond) {

@@ -103,9 +103,11 @@ var tables = []struct{ name, cql string }{
 // Open does not require, so keyspaces of earlier Annals versions and of
 // Pekko services open without them; a call that needs a missing one fails
 // with ErrSchemaMissing. Pekko Persistence Cassandra has no durable state
-// and no membership: durable_state (see DurableState) and
-// cluster_membership (see Membership) are Annals' alone.
+// and no membership: durable_state (see DurableState),
+// cluster_membership (see Membership) and annals_claims (the claims
+// guard's, see WithWriteGuard) are Annals' alone.
 var optionalTables = []struct{ name, cql string }{
+	{claimsTable, claimsTableCQL},
 	{durableStateTable, `CREATE TABLE IF NOT EXISTS {ks}.durable_state (
   persistence_id text,
   revision bigint,
@@ -174,16 +176,6 @@ func (s *Store) pending(ctx context.Context) (required, optional []string, err e
 	for _, t := range tables {
 		if !have[t.name] {
 			out = append(out, strings.ReplaceAll(t.cql, "{ks}", s.cfg.keyspace))
-		}
-	}
-	if !have[claimsTable] {
-		// Required by the claims guard; Migrate creates it for the
-		// conditional guard too, so that a store may change guards.
-		stmt := strings.ReplaceAll(claimsTableCQL, "{ks}", s.cfg.keyspace)
-		if s.cfg.guard == GuardClaims {
-			out = append(out, stmt)
-		} else {
-			optional = append(optional, stmt)
 		}
 	}
 	if have["messages"] && !msgCols[messagesGuard] {

@@ -84,6 +84,9 @@ type idTags struct {
 	// has none or its state is in doubt; dropping the state drops it, and
 	// the id's next write claims it again.
 	claim *claim
+	// recoveredTo is the highest number this process's last recovery of
+	// the id read (HighestSequenceNr), until a claim checks it.
+	recoveredTo int64
 	// dropped: the state left tw.ids; whoever locks it looks the id up
 	// again.
 	dropped bool
@@ -384,6 +387,7 @@ func (tw *tagWriters) written(ctx context.Context, w journal.AtomicWrite, uuids 
 func (tw *tagWriters) recovered(ctx context.Context, pid string, highest int64) error {
 	st := tw.state(pid)
 	defer st.mu.Unlock()
+	st.recoveredTo = highest
 	if st.claim != nil && highest > st.claim.highest() {
 		// Another writer wrote the id after this process's claim, so it
 		// took the claim: the next write claims the id again, rather than

@@ -48,6 +48,14 @@ func writeOne(ctx context.Context, j journal.Journal, w journal.AtomicWrite) err
 	return nil
 }
 
+// mustWriteOne writes w alone and fails t unless it is stored.
+func mustWriteOne(t *testing.T, j journal.Journal, w journal.AtomicWrite) {
+	t.Helper()
+	if err := writeOne(t.Context(), j, w); err != nil {
+		t.Fatalf("write of %s %d–%d: %v", w.PersistenceID, w.Events[0].SequenceNr, w.Events[len(w.Events)-1].SequenceNr, err)
+	}
+}
+
 // payloaded is events(pid, from, to) with each payload "<seq>" and the
 // writer's name as writer id.
 func payloaded(pid, writer string, from, to int64) journal.AtomicWrite {
@@ -74,10 +82,17 @@ func writers(t *testing.T, j journal.Journal, pid string) map[int64]string {
 	return got
 }
 
-// rowsAt counts the messages rows of pid at seq that a read returns, in
-// every partition a write of it may be in (a row hidden by a tombstone is
-// not returned).
-func rowsAt(t *testing.T, ks, pid string, seq int64) int {
+// wantWriters fails t unless pid replays through j with want's writers.
+func wantWriters(t *testing.T, j journal.Journal, pid string, want map[int64]string) {
+	t.Helper()
+	if got := writers(t, j, pid); !maps.Equal(got, want) {
+		t.Errorf("%s: writers %v, want %v", pid, got, want)
+	}
+}
+
+// scanKeyspace reads one row of stmt in keyspace ks at quorum, through a
+// session of its own, into dest.
+func scanKeyspace(t *testing.T, ks, stmt string, dest any, args ...any) {
 	t.Helper()
 	cluster := gocql.NewCluster(cassandratest.Address())
 	cluster.Keyspace = ks
@@ -86,28 +101,27 @@ func rowsAt(t *testing.T, ks, pid string, seq int64) int {
 		t.Fatal(err)
 	}
 	defer session.Close()
-	var n int
-	if err := session.Query(`SELECT count(*) FROM messages WHERE persistence_id = ? AND partition_nr IN ? AND sequence_nr = ?`,
-		pid, []int64{(seq-1)/10 - 1, (seq - 1) / 10}, seq).Consistency(gocql.Quorum).Scan(&n); err != nil {
+	if err := session.Query(stmt, args...).Consistency(gocql.Quorum).Scan(dest); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// rowsAt counts the messages rows of pid at seq that a read returns, in
+// every partition a write of it may be in (a row hidden by a tombstone is
+// not returned).
+func rowsAt(t *testing.T, ks, pid string, seq int64) int {
+	t.Helper()
+	var n int
+	scanKeyspace(t, ks, `SELECT count(*) FROM messages WHERE persistence_id = ? AND partition_nr IN ? AND sequence_nr = ?`, &n,
+		pid, []int64{(seq-1)/10 - 1, (seq - 1) / 10}, seq)
 	return n
 }
 
 // claimRev reads the rev of pid's claim record.
 func claimRev(t *testing.T, ks, pid string) int64 {
 	t.Helper()
-	cluster := gocql.NewCluster(cassandratest.Address())
-	cluster.Keyspace = ks
-	session, err := cluster.CreateSession()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer session.Close()
 	var rev int64
-	if err := session.Query(`SELECT rev FROM `+ks+`.annals_claims WHERE persistence_id = ?`, pid).Consistency(gocql.Quorum).Scan(&rev); err != nil {
-		t.Fatal(err)
-	}
+	scanKeyspace(t, ks, `SELECT rev FROM annals_claims WHERE persistence_id = ?`, &rev, pid)
 	return rev
 }
 
@@ -184,28 +198,11 @@ func TestStaleOwnerIsRefused(t *testing.T) {
 // When the new owner's claim found the rows, they are kept and the paused
 // write is acknowledged; the new owner goes on after them.
 func TestSupersededWriteSettles(t *testing.T) {
-	pause := map[string]chan chan struct{}{}
-	var mu sync.Mutex
-	hook := cassandra.WithAfterClaimedRows(func(pid string) {
-		mu.Lock()
-		p := pause[pid]
-		mu.Unlock()
-		if p != nil {
-			resume := make(chan struct{})
-			p <- resume
-			<-resume
-		}
-	})
-	stores, _ := claimStores(t, 2, map[int][]cassandra.Option{0: {hook}})
-	a, b := stores[0].Journal(), stores[1].Journal()
-	pid := "Settles|1"
-	if err := writeOne(t.Context(), a, payloaded(pid, "a", 1, 2)); err != nil {
-		t.Fatal(err)
-	}
+	const pid = "Settles|1"
 	paused := make(chan chan struct{})
-	mu.Lock()
-	pause[pid] = paused
-	mu.Unlock()
+	stores, _ := claimStores(t, 2, map[int][]cassandra.Option{0: {pauseRows(pid, 2, paused)}})
+	a, b := stores[0].Journal(), stores[1].Journal()
+	mustWriteOne(t, a, payloaded(pid, "a", 1, 2))
 	done := make(chan error, 1)
 	go func() { done <- writeOne(t.Context(), a, payloaded(pid, "a", 3, 4)) }()
 	resume := <-paused // a's rows 3–4 are stored; a has not read its claim
@@ -217,9 +214,7 @@ func TestSupersededWriteSettles(t *testing.T) {
 		t.Fatalf("a's write, found by b's claim: %v, want it stored", err)
 	}
 	want := map[int64]string{1: "a", 2: "a", 3: "a", 4: "a", 5: "b"}
-	if got := writers(t, a, pid); fmt.Sprint(got) != fmt.Sprint(want) {
-		t.Errorf("writers %v, want %v", got, want)
-	}
+	wantWriters(t, a, pid, want)
 }
 
 // TestClaimRenewal: a claim whose lease is half used moves it on before
@@ -261,9 +256,7 @@ func TestClaimRenewal(t *testing.T) {
 		t.Fatalf("a's write after b took the id: %v, want a *ConflictError", err)
 	}
 	want := map[int64]string{1: "a", 2: "a", 3: "a", 4: "a", 5: "b"}
-	if got := writers(t, b, pid); fmt.Sprint(got) != fmt.Sprint(want) {
-		t.Errorf("writers %v, want %v", got, want)
-	}
+	wantWriters(t, b, pid, want)
 	if n := rowsAt(t, ks, pid, 5); n != 1 {
 		t.Errorf("%d rows of 5, want 1", n)
 	}
@@ -274,23 +267,10 @@ func TestClaimRenewal(t *testing.T) {
 // pauses after its rows; the writer taking the id over records the mark
 // before it reads, finds the rows, and goes on after them.
 func TestFarMarkOfAStaleOwner(t *testing.T) {
+	const pid = "Far|1"
 	pause := make(chan chan struct{})
-	var once sync.Once
-	hook := cassandra.WithAfterClaimedRows(func(pid string) {
-		if pid != "Far|1" {
-			return
-		}
-		var first bool
-		once.Do(func() { first = true })
-		if first {
-			resume := make(chan struct{})
-			pause <- resume
-			<-resume
-		}
-	})
-	stores, _ := claimStores(t, 2, map[int][]cassandra.Option{0: {hook}})
+	stores, _ := claimStores(t, 2, map[int][]cassandra.Option{0: {pauseRows(pid, 1, pause)}})
 	a, b := stores[0].Journal(), stores[1].Journal()
-	pid := "Far|1"
 	done := make(chan error, 1)
 	go func() { done <- writeOne(t.Context(), a, payloaded(pid, "a", 1001, 1002)) }()
 	resume := <-pause
@@ -334,6 +314,30 @@ func pauseAfter(pid, stmt string, paused chan<- chan struct{}) cassandra.Option 
 			<-resume
 		})
 	}))
+}
+
+// pauseRows pauses the nth claimed write of pid (counting from 1) after
+// its rows are stored, before it reads its claim again: it sends paused a
+// channel and waits until that channel is closed.
+func pauseRows(pid string, nth int, paused chan<- chan struct{}) cassandra.Option {
+	var (
+		mu sync.Mutex
+		n  int
+	)
+	return cassandra.WithAfterClaimedRows(func(p string) {
+		if p != pid {
+			return
+		}
+		mu.Lock()
+		n++
+		now := n == nth
+		mu.Unlock()
+		if now {
+			resume := make(chan struct{})
+			paused <- resume
+			<-resume
+		}
+	})
 }
 
 // receive returns the next value of ch, failing t after 30 s.
@@ -420,9 +424,7 @@ func TestSupersededConflictHidesRows(t *testing.T) {
 	}))
 	stores, ks := claimStores(t, 3, map[int][]cassandra.Option{1: {bFails}})
 	a, b, c := stores[0].Journal(), stores[1].Journal(), stores[2].Journal()
-	if err := writeOne(t.Context(), a, payloaded(pid, "a", 1, 2)); err != nil {
-		t.Fatal(err)
-	}
+	mustWriteOne(t, a, payloaded(pid, "a", 1, 2))
 	if err := writeOne(bCtx, b, payloaded(pid, "b", 3, 3)); err == nil {
 		t.Fatal("b's write succeeded; want it failed after its claim's publication")
 	}
@@ -439,9 +441,7 @@ func TestSupersededConflictHidesRows(t *testing.T) {
 		t.Errorf("highest through c: %d, %v; want 2", h, err)
 	}
 	want := map[int64]string{1: "a", 2: "a"}
-	if got := writers(t, c, pid); fmt.Sprint(got) != fmt.Sprint(want) {
-		t.Errorf("writers %v, want %v", got, want)
-	}
+	wantWriters(t, c, pid, want)
 }
 
 // TestClaimAfterRecovery: a wrote the id, b took it over and wrote on, and
@@ -452,12 +452,8 @@ func TestClaimAfterRecovery(t *testing.T) {
 	const pid = "Back|1"
 	stores, _ := claimStores(t, 2, nil)
 	a, b := stores[0].Journal(), stores[1].Journal()
-	if err := writeOne(t.Context(), a, payloaded(pid, "a", 1, 2)); err != nil {
-		t.Fatal(err)
-	}
-	if err := writeOne(t.Context(), b, payloaded(pid, "b", 3, 3)); err != nil {
-		t.Fatal(err)
-	}
+	mustWriteOne(t, a, payloaded(pid, "a", 1, 2))
+	mustWriteOne(t, b, payloaded(pid, "b", 3, 3))
 	if h, err := a.HighestSequenceNr(t.Context(), pid, 0); err != nil || h != 3 {
 		t.Fatalf("a's recovery: highest %d, %v; want 3", h, err)
 	}
@@ -465,9 +461,7 @@ func TestClaimAfterRecovery(t *testing.T) {
 		t.Fatalf("a's write of 4 after its recovery: %v, want it stored", err)
 	}
 	want := map[int64]string{1: "a", 2: "a", 3: "b", 4: "a"}
-	if got := writers(t, b, pid); fmt.Sprint(got) != fmt.Sprint(want) {
-		t.Errorf("writers %v, want %v", got, want)
-	}
+	wantWriters(t, b, pid, want)
 }
 
 // TestDeleteToAfterTakeovers: each writer taking the id from a live owner
@@ -513,12 +507,8 @@ func TestStaleOwnerWritesBeyondTheNewOwner(t *testing.T) {
 	const pid = "Beyond|1"
 	stores, ks := claimStores(t, 2, nil)
 	a, b := stores[0].Journal(), stores[1].Journal()
-	if err := writeOne(t.Context(), a, payloaded(pid, "a", 1, 10)); err != nil {
-		t.Fatal(err)
-	}
-	if err := writeOne(t.Context(), b, payloaded(pid, "b", 11, 20)); err != nil {
-		t.Fatal(err)
-	}
+	mustWriteOne(t, a, payloaded(pid, "a", 1, 10))
+	mustWriteOne(t, b, payloaded(pid, "b", 11, 20))
 	var ce *journal.ConflictError
 	if err := writeOne(t.Context(), a, payloaded(pid, "a", 25, 25)); !errors.As(err, &ce) {
 		t.Errorf("a's write of 25 under its taken claim: %v, want a *ConflictError", err)
@@ -547,24 +537,9 @@ func TestStaleOwnerWritesBeyondTheNewOwner(t *testing.T) {
 func TestRecoveryOfRowsHiddenLater(t *testing.T) {
 	const pid = "HiddenRecovered|1"
 	bPublished, aStored := make(chan chan struct{}), make(chan chan struct{})
-	var once sync.Once
-	aHook := cassandra.WithAfterClaimedRows(func(p string) {
-		if p != pid {
-			return
-		}
-		var first bool
-		once.Do(func() { first = true })
-		if !first {
-			resume := make(chan struct{})
-			aStored <- resume
-			<-resume
-		}
-	})
-	stores, _ := claimStores(t, 3, map[int][]cassandra.Option{0: {aHook}, 1: {pauseAfter(pid, stmtPublish, bPublished)}})
+	stores, _ := claimStores(t, 3, map[int][]cassandra.Option{0: {pauseRows(pid, 2, aStored)}, 1: {pauseAfter(pid, stmtPublish, bPublished)}})
 	a, b, c := stores[0].Journal(), stores[1].Journal(), stores[2].Journal()
-	if err := writeOne(t.Context(), a, payloaded(pid, "a", 1, 2)); err != nil {
-		t.Fatal(err)
-	}
+	mustWriteOne(t, a, payloaded(pid, "a", 1, 2))
 	bDone := make(chan error, 1)
 	go func() { bDone <- writeOne(t.Context(), b, payloaded(pid, "b", 3, 3)) }()
 	resumeB := receive(t, bPublished, "b's publication")

@@ -607,3 +607,97 @@ func TestClaimsTableMissing(t *testing.T) {
 		t.Fatalf("write after the migration: %v", err)
 	}
 }
+
+// hiddenWindow sets up the window of TestRecoveryOfRowsHiddenLater on pid
+// with stores a, b and further stores: a writes 1–2, b's claim of 3 reads
+// 2 and publishes it, then pauses before its tombstone; a's write of 3–4
+// (tags given) lands and pauses before a reads its claim again. It
+// returns the stores and resume, which lets b write its tombstone and
+// 3, then lets a settle, and returns a's and b's outcomes.
+func hiddenWindow(t *testing.T, pid string, n int, tags []string, opts ...cassandra.Option) ([]*cassandra.Store, func() (aErr, bErr error)) {
+	t.Helper()
+	bPublished, aStored := make(chan chan struct{}), make(chan chan struct{})
+	var once sync.Once
+	aHook := cassandra.WithAfterClaimedRows(func(p string) {
+		if p != pid {
+			return
+		}
+		var first bool
+		once.Do(func() { first = true })
+		if !first {
+			resume := make(chan struct{})
+			aStored <- resume
+			<-resume
+		}
+	})
+	all := map[int][]cassandra.Option{}
+	for i := range n {
+		all[i] = append([]cassandra.Option{}, opts...)
+	}
+	all[0] = append(all[0], aHook)
+	all[1] = append(all[1], pauseAfter(pid, stmtPublish, bPublished))
+	stores, _ := claimStores(t, n, all)
+	a, b := stores[0].Journal(), stores[1].Journal()
+	withTags := func(w journal.AtomicWrite) journal.AtomicWrite {
+		for i := range w.Events {
+			w.Events[i].Tags = tags
+		}
+		return w
+	}
+	if err := writeOne(t.Context(), a, withTags(payloaded(pid, "a", 1, 2))); err != nil {
+		t.Fatal(err)
+	}
+	bDone := make(chan error, 1)
+	go func() { bDone <- writeOne(t.Context(), b, withTags(payloaded(pid, "b", 3, 3))) }()
+	resumeB := receive(t, bPublished, "b's publication")
+	aDone := make(chan error, 1)
+	go func() { aDone <- writeOne(t.Context(), a, withTags(payloaded(pid, "a", 3, 4))) }()
+	resumeA := receive(t, aStored, "a's rows")
+	return stores, func() (error, error) {
+		close(resumeB)
+		bErr := receive(t, bDone, "b's write")
+		close(resumeA)
+		return receive(t, aDone, "a's write"), bErr
+	}
+}
+
+// TestHiddenRowsRecoveredThenQueried: c's entity recovers a's rows 3–4
+// in the window before b's tombstone hides them; then something else in
+// c's process (a projection, a query, the console) asks the id's highest
+// number, which now reads b's 3. c's entity, built on a's 3–4, writes 5:
+// it must be refused, not stored after b's 3 (the id would read 1–3 then
+// 5, and c's state would hold events no reader finds).
+func TestHiddenRowsRecoveredThenQueried(t *testing.T) {
+	const pid = "HiddenQueried|1"
+	stores, resume := hiddenWindow(t, pid, 3, nil)
+	c := stores[2].Journal()
+	if h, err := c.HighestSequenceNr(t.Context(), pid, 0); err != nil || h != 4 {
+		t.Fatalf("c's recovery: %d, %v; want a's rows, 4", h, err)
+	}
+	aErr, bErr := resume()
+	if bErr != nil {
+		t.Fatalf("b's write of 3: %v", bErr)
+	}
+	var ce *journal.ConflictError
+	if !errors.As(aErr, &ce) {
+		t.Fatalf("a's write of 3–4: %v, want a *ConflictError", aErr)
+	}
+	if h, err := c.HighestSequenceNr(t.Context(), pid, 0); err != nil || h != 3 {
+		t.Fatalf("a query in c's process: highest %d, %v; want 3", h, err)
+	}
+	if err := writeOne(t.Context(), c, payloaded(pid, "c", 5, 5)); !errors.As(err, &ce) {
+		t.Fatalf("c's write of 5, built on a's hidden 3–4: %v, want a *ConflictError; the id reads %v", err, writers(t, c, pid))
+	}
+	// c's entity recovers again and goes on from b's 3.
+	h, err := c.HighestSequenceNr(t.Context(), pid, 0)
+	if err != nil || h != 3 {
+		t.Fatalf("c's second recovery: %d, %v; want 3", h, err)
+	}
+	if err := writeOne(t.Context(), c, payloaded(pid, "c", 4, 4)); err != nil {
+		t.Fatalf("c's write of 4 after recovering again: %v", err)
+	}
+	want := map[int64]string{1: "a", 2: "a", 3: "b", 4: "c"}
+	if got := writers(t, stores[0].Journal(), pid); fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("writers %v, want %v", got, want)
+	}
+}

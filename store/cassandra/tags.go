@@ -84,8 +84,11 @@ type idTags struct {
 	// has none or its state is in doubt; dropping the state drops it, and
 	// the id's next write claims it again.
 	claim *claim
-	// recoveredTo is the highest number this process's last recovery of
-	// the id read (HighestSequenceNr), until a claim checks it.
+	// recoveredTo is the highest number this process's recoveries of the
+	// id read (HighestSequenceNr, whoever called it) since a claim last
+	// refused a write for it: the highest, not the last, since a later
+	// call (a query, a projection, the console) may read fewer events once
+	// a tombstone hid rows an entity of this process was built on.
 	recoveredTo int64
 	// dropped: the state left tw.ids; whoever locks it looks the id up
 	// again.
@@ -387,7 +390,7 @@ func (tw *tagWriters) written(ctx context.Context, w journal.AtomicWrite, uuids 
 func (tw *tagWriters) recovered(ctx context.Context, pid string, highest int64) error {
 	st := tw.state(pid)
 	defer st.mu.Unlock()
-	st.recoveredTo = highest
+	st.recoveredTo = max(st.recoveredTo, highest)
 	if st.claim != nil && highest > st.claim.highest() {
 		// Another writer wrote the id after this process's claim, so it
 		// took the claim: the next write claims the id again, rather than

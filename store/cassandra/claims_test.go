@@ -701,3 +701,35 @@ func TestHiddenRowsRecoveredThenQueried(t *testing.T) {
 		t.Errorf("writers %v, want %v", got, want)
 	}
 }
+
+// TestStaleHandoffAfterHiddenRows: in the window of hiddenWindow, a
+// projection in c's process asks the id's highest number (reading a's
+// 3–4, whose events its repair keeps for a replay that never comes); the
+// rows are then hidden and b writes 3. c's entity then recovers: highest
+// 3, and its replay must return b's 3, not a's refused 3 from the
+// earlier call's handoff.
+func TestStaleHandoffAfterHiddenRows(t *testing.T) {
+	const pid = "HiddenHandoff|1"
+	stores, resume := hiddenWindow(t, pid, 3, nil)
+	c := stores[2].Journal()
+	if h, err := c.HighestSequenceNr(t.Context(), pid, 0); err != nil || h != 4 {
+		t.Fatalf("the projection's read: %d, %v; want a's rows, 4", h, err)
+	}
+	if _, bErr := resume(); bErr != nil {
+		t.Fatalf("b's write of 3: %v", bErr)
+	}
+	h, err := c.HighestSequenceNr(t.Context(), pid, 0)
+	if err != nil || h != 3 {
+		t.Fatalf("c's recovery: %d, %v; want 3", h, err)
+	}
+	got := map[int64]string{}
+	for r, err := range c.Replay(t.Context(), pid, 1, h, 1<<62) {
+		if err != nil {
+			t.Fatal(err)
+		}
+		got[r.SequenceNr] = r.WriterID
+	}
+	if want := map[int64]string{1: "a", 2: "a", 3: "b"}; fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("c's recovery replays %v, want %v", got, want)
+	}
+}

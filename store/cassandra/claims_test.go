@@ -733,3 +733,33 @@ func TestStaleHandoffAfterHiddenRows(t *testing.T) {
 		t.Errorf("c's recovery replays %v, want %v", got, want)
 	}
 }
+
+// TestDeleteToOfHiddenRows: in the window of hiddenWindow, c deletes the
+// id up to the highest number it reads, a's 4. b's claim read 2, so b
+// then writes 3 and is told it is stored; it must be read, not hidden
+// below a deleted-to mark of 4 that b's claim never saw ("GuardClaims
+// refuses a write below the mark").
+func TestDeleteToOfHiddenRows(t *testing.T) {
+	const pid = "HiddenDeleted|1"
+	stores, resume := hiddenWindow(t, pid, 3, nil)
+	a, b, c := stores[0].Journal(), stores[1].Journal(), stores[2].Journal()
+	if err := c.DeleteTo(t.Context(), pid, 4); err != nil {
+		t.Fatal(err)
+	}
+	aErr, bErr := resume()
+	if bErr != nil {
+		t.Fatalf("b's write of 3: %v", bErr)
+	}
+	var ce *journal.ConflictError
+	if !errors.As(aErr, &ce) {
+		t.Errorf("a's write of 3–4: %v, want a *ConflictError", aErr)
+	}
+	if err := writeOne(t.Context(), b, payloaded(pid, "b", 4, 4)); err != nil {
+		t.Fatalf("b's write of 4: %v", err)
+	}
+	for name, j := range map[string]journal.Journal{"a": a, "b": b, "c": c} {
+		if got := writers(t, j, pid); got[3] != "b" || got[4] != "b" {
+			t.Errorf("replay through %s: writers %v, want b's acknowledged 3 and 4", name, got)
+		}
+	}
+}

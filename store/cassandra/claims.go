@@ -417,6 +417,13 @@ func (j *Journal) writeClaimed(ctx context.Context, w journal.AtomicWrite, st *i
 		if rejected, err := s.superseded(ctx, pid, c, first, last, pnr, uuids[0]); rejected != nil || err != nil {
 			return rejected, err
 		}
+		// Kept. The new owner may have written these events' tag rows
+		// already (the repair before its first write) and moved the id's
+		// tag progress past them: this process's tag state is older than
+		// that. It is read again (a repair up to first-1), so that the rows
+		// are written only where the progress does not cover them, and the
+		// progress is not set back.
+		st.loaded = false
 	} else {
 		c.kept, c.keptPnr = last, pnr
 	}

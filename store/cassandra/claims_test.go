@@ -14,6 +14,7 @@ import (
 	gocql "github.com/apache/cassandra-gocql-driver/v2"
 
 	"github.com/annals-go/annals/journal"
+	"github.com/annals-go/annals/query"
 	"github.com/annals-go/annals/store/cassandra"
 	"github.com/annals-go/annals/store/cassandra/cassandratest"
 )
@@ -761,5 +762,71 @@ func TestDeleteToOfHiddenRows(t *testing.T) {
 		if got := writers(t, j, pid); got[3] != "b" || got[4] != "b" {
 			t.Errorf("replay through %s: writers %v, want b's acknowledged 3 and 4", name, got)
 		}
+	}
+}
+
+// TestKeptSupersededWriteTagProgress: a's tagged write of 3–4 is paused
+// after its rows; b takes the id (its claim finds them), and its tagged
+// write of 5 repairs their tag rows and stores its own, with the id's tag
+// progress at 5. a's write is then kept: its tag rows must not set the
+// id's progress back to 4, or the next writer, c (after b's process
+// moved the scanning mark to 5 and closed), numbers its 6 as b's 5 was,
+// and queries by tag skip it as a copy.
+func TestKeptSupersededWriteTagProgress(t *testing.T) {
+	const pid, tag = "KeptTagged|1", "kept-tag"
+	aStored := make(chan chan struct{})
+	var once sync.Once
+	aHook := cassandra.WithAfterClaimedRows(func(p string) {
+		if p != pid {
+			return
+		}
+		var first bool
+		once.Do(func() { first = true })
+		if !first {
+			resume := make(chan struct{})
+			aStored <- resume
+			<-resume
+		}
+	})
+	stores, _ := claimStores(t, 3, map[int][]cassandra.Option{0: quick(aHook), 1: quick(), 2: quick()})
+	a, b, c := stores[0].Journal(), stores[1].Journal(), stores[2].Journal()
+	w := func(writer string, from, to int64) journal.AtomicWrite {
+		x := payloaded(pid, writer, from, to)
+		for i := range x.Events {
+			x.Events[i].Tags = []string{tag}
+		}
+		return x
+	}
+	if err := writeOne(t.Context(), a, w("a", 1, 2)); err != nil {
+		t.Fatal(err)
+	}
+	aDone := make(chan error, 1)
+	go func() { aDone <- writeOne(t.Context(), a, w("a", 3, 4)) }()
+	resumeA := receive(t, aStored, "a's rows")
+	if err := writeOne(t.Context(), b, w("b", 5, 5)); err != nil {
+		t.Fatalf("b's write of 5: %v", err)
+	}
+	close(resumeA)
+	if err := receive(t, aDone, "a's write"); err != nil {
+		t.Fatalf("a's write of 3–4, found by b's claim: %v, want it stored", err)
+	}
+	if err := stores[1].Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := writeOne(t.Context(), c, w("c", 6, 6)); err != nil {
+		t.Fatalf("c's write of 6: %v", err)
+	}
+	got := map[int64][]string{}
+	for env, err := range stores[2].ReadJournal().CurrentEventsByTag(t.Context(), tag, query.NoOffset()) {
+		if err != nil {
+			t.Fatal(err)
+		}
+		if env.PersistenceID == pid {
+			got[env.SequenceNr] = append(got[env.SequenceNr], env.WriterID)
+		}
+	}
+	want := map[int64][]string{1: {"a"}, 2: {"a"}, 3: {"a"}, 4: {"a"}, 5: {"b"}, 6: {"c"}}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("events by tag: writers %v, want %v", got, want)
 	}
 }

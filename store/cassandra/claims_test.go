@@ -830,3 +830,62 @@ func TestKeptSupersededWriteTagProgress(t *testing.T) {
 		t.Errorf("events by tag: writers %v, want %v", got, want)
 	}
 }
+
+// TestTagRepairOfHiddenRows: in the window of hiddenWindow (every event
+// tagged), c's recovery of the id repairs its events by tag up to a's 4,
+// writing tag rows, progress and scanning mark for a's 3–4. The rows are
+// then hidden and a's write refused, and b's acknowledged 3 follows: the
+// query by tag must return 1–2 (a's) and 3 (b's), not a's refused 3–4
+// in place of b's.
+func TestTagRepairOfHiddenRows(t *testing.T) {
+	t.Skip("known defect: a recovery's tag repair writes the tag rows and progress of rows a claim's tombstone hides later; see the review-claims2 report")
+	const pid, tag = "HiddenTagged|1", "hidden-tag"
+	stores, resume := hiddenWindow(t, pid, 3, []string{tag}, quick()...)
+	c := stores[2].Journal()
+	if h, err := c.HighestSequenceNr(t.Context(), pid, 0); err != nil || h != 4 {
+		t.Fatalf("c's recovery: %d, %v; want a's rows, 4", h, err)
+	}
+	aErr, bErr := resume()
+	if bErr != nil {
+		t.Fatalf("b's write of 3: %v", bErr)
+	}
+	var ce *journal.ConflictError
+	if !errors.As(aErr, &ce) {
+		t.Fatalf("a's write of 3–4: %v, want a *ConflictError", aErr)
+	}
+	got := map[int64][]string{}
+	for env, err := range stores[1].ReadJournal().CurrentEventsByTag(t.Context(), tag, query.NoOffset()) {
+		if err != nil {
+			t.Fatal(err)
+		}
+		if env.PersistenceID == pid {
+			got[env.SequenceNr] = append(got[env.SequenceNr], env.WriterID)
+		}
+	}
+	want := map[int64][]string{1: {"a"}, 2: {"a"}, 3: {"b"}}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("events by tag: writers %v, want %v", got, want)
+	}
+}
+
+// TestHiddenRowsRecoveredThenEvicted: as TestHiddenRowsRecoveredThenQueried,
+// but what c's process knows of its recovery is dropped with the id's
+// state (beyond maxCachedIDs ids) before c's entity writes 5 on a's hidden
+// 3–4: the write must still be refused.
+func TestHiddenRowsRecoveredThenEvicted(t *testing.T) {
+	t.Skip("known defect: the recovery's highest number is kept only in the id's state, which eviction drops; see the review-claims2 report")
+	const pid = "HiddenEvicted|1"
+	stores, resume := hiddenWindow(t, pid, 3, nil)
+	c := stores[2].Journal()
+	if h, err := c.HighestSequenceNr(t.Context(), pid, 0); err != nil || h != 4 {
+		t.Fatalf("c's recovery: %d, %v; want a's rows, 4", h, err)
+	}
+	if _, bErr := resume(); bErr != nil {
+		t.Fatalf("b's write of 3: %v", bErr)
+	}
+	cassandra.DropIDStates(stores[2])
+	var ce *journal.ConflictError
+	if err := writeOne(t.Context(), c, payloaded(pid, "c", 5, 5)); !errors.As(err, &ce) {
+		t.Fatalf("c's write of 5, built on a's hidden 3–4: %v, want a *ConflictError; the id reads %v", err, writers(t, c, pid))
+	}
+}

@@ -18,3 +18,11 @@ func WithClaimLease(d time.Duration) Option { return func(c *config) { c.claimLe
 func WithAfterClaimedRows(f func(pid string)) Option {
 	return func(c *config) { c.afterClaimedRows = f }
 }
+
+// DropIDStates drops every id state of s that nobody holds, as the store
+// does beyond maxCachedIDs.
+func DropIDStates(s *Store) {
+	s.tags.mu.Lock()
+	defer s.tags.mu.Unlock()
+	s.tags.dropStates(len(s.tags.ids))
+}

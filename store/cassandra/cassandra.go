@@ -63,7 +63,8 @@
 // (WithWriteGuard); every process writing a keyspace must use the same
 // one, since neither sees the other's writers.
 //
-// GuardClaims, the default, costs one lightweight transaction per id and
+// GuardConditional is the default. GuardClaims (write_guard=claims)
+// costs one lightweight transaction per id and
 // process rather than one per write. Before its first write of an id, a
 // store claims it (claims.go has the steps): a conditional update of the
 // id's row in annals_claims gives the id a new owner token and a fence
@@ -83,11 +84,16 @@
 //     and Pekko's alike; the writer is told so (a *journal.ConflictError)
 //     when its rows are hidden, or that they were kept when the new claim
 //     found them, or ErrSuperseded when it cannot tell before its context
-//     ends. From the moment such rows land to the moment the new owner's
-//     tombstone is written (milliseconds), a reader other than the new
-//     owner may see them: the new owner never builds on them, and its own
-//     recovery, which comes before its claim, reads only what its claim
-//     then finds.
+//     ends.
+//   - The window that keeps it from being the default: rows of such a
+//     write that land after the new owner read H and before its tombstone
+//     (milliseconds; until the next claim when the new owner stops in
+//     between) are visible to every reader until then. A writer that
+//     recovered them is refused and recovers again, but a tag repair by a
+//     recovery in that window writes their tag rows, so events by tag can
+//     then deliver the refused events and skip acknowledged ones, and a
+//     process that evicts the id's state (past 100,000 ids) loses the
+//     check.
 //   - A write of a number at or below the claim's H (a writer that
 //     recovered before another wrote on) is refused before anything is
 //     sent.
@@ -227,7 +233,7 @@ func defaultConfig() config {
 		pageSize: DefaultPageSize, timeout: DefaultTimeout, concurrency: DefaultConcurrency,
 		firstBucket: DefaultFirstTimeBucket, ecDelay: DefaultEventualConsistencyDelay,
 		gapTimeout: DefaultGapTimeout, pollInterval: DefaultPollInterval, now: time.Now,
-		scanFlush: scanningFlushInterval, guard: GuardClaims, claimLease: DefaultClaimLease,
+		scanFlush: scanningFlushInterval, guard: GuardConditional, claimLease: DefaultClaimLease,
 	}
 }
 
@@ -348,7 +354,7 @@ type Store struct {
 // write_consistency (any, one, two, three, quorum, all, local_quorum,
 // each_quorum, local_one), serial_consistency (of the Paxos rounds of
 // lightweight transactions: serial or local_serial, the default),
-// write_guard (claims, the default, or conditional; see WithWriteGuard),
+// write_guard (conditional, the default, or claims; see WithWriteGuard),
 // partition_size, page_size, timeout (a Go
 // duration), replication (the keyspace's replication map for Migrate, e.g.
 // "{'class':'NetworkTopologyStrategy','dc1':3}"), or the shorthand

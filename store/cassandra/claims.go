@@ -16,15 +16,15 @@ import (
 type WriteGuard int
 
 const (
-	// GuardClaims, the default: a writer claims an id with one
-	// lightweight transaction before its first write, then writes plain
-	// batches, each acknowledged once a read finds the claim still its
-	// own; an earlier owner's later rows are shadowed by the claim's
-	// tombstone.
+	// GuardClaims: a writer claims an id with one lightweight
+	// transaction before its first write, then writes plain batches, each
+	// acknowledged once a read finds the claim still its own; an earlier
+	// owner's later rows are shadowed by the claim's tombstone. It has a
+	// window the conditional guard has not (see "Conflicts").
 	GuardClaims WriteGuard = iota + 1
-	// GuardConditional: every atomic write is a conditional batch (a
-	// Paxos round per write), as Annals wrote before claims. Processes
-	// writing one keyspace must all use the same guard.
+	// GuardConditional, the default: every atomic write is a conditional
+	// batch (a Paxos round per write). Processes writing one keyspace
+	// must all use the same guard.
 	GuardConditional
 )
 
@@ -40,7 +40,7 @@ func (g WriteGuard) String() string {
 }
 
 // WithWriteGuard sets how the store refuses a second writer of an id
-// (default GuardClaims). Every process writing a keyspace must use the
+// (default GuardConditional). Every process writing a keyspace must use the
 // same guard: neither sees the other's writers.
 func WithWriteGuard(g WriteGuard) Option { return func(c *config) { c.guard = g } }
 

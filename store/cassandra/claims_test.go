@@ -26,7 +26,7 @@ func claimStores(t *testing.T, n int, opts map[int][]cassandra.Option) ([]*cassa
 	u, ks := cassandratest.URL(t)
 	stores := make([]*cassandra.Store, n)
 	for i := range stores {
-		s, err := cassandra.Open(t.Context(), u, append([]cassandra.Option{cassandra.WithMigrate(true), cassandra.WithPartitionSize(10)}, opts[i]...)...)
+		s, err := cassandra.Open(t.Context(), u, append([]cassandra.Option{cassandra.WithMigrate(true), cassandra.WithPartitionSize(10), cassandra.WithWriteGuard(cassandra.GuardClaims)}, opts[i]...)...)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -587,7 +587,7 @@ func TestClaimsTableMissing(t *testing.T) {
 		t.Fatal(err)
 	}
 	migrated.Close()
-	s, err := cassandra.Open(t.Context(), u)
+	s, err := cassandra.Open(t.Context(), u, cassandra.WithWriteGuard(cassandra.GuardClaims))
 	if err != nil {
 		t.Fatalf("open without annals_claims: %v", err)
 	}

@@ -82,7 +82,9 @@ type besidePekko struct {
 // rows, when not nil, counts the rows read from messages.
 func (bp *besidePekko) store(b *testing.B, rows *atomic.Int64) *cassandra.Store {
 	b.Helper()
-	var opts []cassandra.Option
+	// The claims guard (write_guard=claims): the conditional guard's
+	// figures are in docs/performance.md.
+	opts := []cassandra.Option{cassandra.WithWriteGuard(cassandra.GuardClaims)}
 	if rows != nil {
 		opts = append(opts, cassandra.WithQueryObserver(rowCounter{rows}))
 	}

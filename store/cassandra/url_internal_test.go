@@ -22,7 +22,7 @@ func TestURLContactPointsAndConsistency(t *testing.T) {
 		url                 string
 		hosts               []string
 		read, write, serial gocql.Consistency
-		guard               WriteGuard // GuardClaims when zero
+		guard               WriteGuard // GuardConditional when zero
 		invalid             bool
 	}{
 		{name: "one host", url: "cassandra://h1/ks",
@@ -79,7 +79,7 @@ func TestURLContactPointsAndConsistency(t *testing.T) {
 			if cfg.readCL != c.read || cfg.writeCL != c.write || cfg.serialCL != c.serial {
 				t.Errorf("consistency read %v write %v serial %v, want %v, %v, %v", cfg.readCL, cfg.writeCL, cfg.serialCL, c.read, c.write, c.serial)
 			}
-			if want := cmp.Or(c.guard, GuardClaims); cfg.guard != want {
+			if want := cmp.Or(c.guard, GuardConditional); cfg.guard != want {
 				t.Errorf("write guard %v, want %v", cfg.guard, want)
 			}
 		})

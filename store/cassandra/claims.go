@@ -276,9 +276,9 @@ func (s *Store) readClaim(ctx context.Context, pid string) (claimRecord, error) 
 	return recordFrom(m), nil
 }
 
-// changeClaim applies one of the owner's changes of its record (renewal,
-// a far mark), conditioned on the claim's token and rev: applied false
-// means another writer took the id.
+// changeClaim applies one of the owner's changes of its record (its
+// publication, a renewal, a far mark), conditioned on the claim's token and
+// rev: applied false means another writer took the id.
 func (s *Store) changeClaim(ctx context.Context, pid string, c *claim, stmt string, values ...any) (applied bool, err error) {
 	args := append(values, c.rev+1, pid, c.token, c.rev)
 	applied, err = s.session.Query(stmt, args...).WithContext(ctx).Consistency(s.cfg.guardCL()).SerialConsistency(s.cfg.serialCL).
@@ -291,12 +291,19 @@ func (s *Store) changeClaim(ctx context.Context, pid string, c *claim, stmt stri
 
 // writeClaimed stores one atomic write under st's claim of the id (taking
 // the claim first when st has none): the rejection when it was refused, or
-// an error when the outcome is unknown. st is locked.
+// an error when the outcome is unknown, which leaves the claim in doubt
+// (dropped: the next write claims the id again). st is locked.
 func (j *Journal) writeClaimed(ctx context.Context, w journal.AtomicWrite, st *idTags) (rejected, unknown error) {
 	s := j.s
 	pid := w.PersistenceID
 	first, last := w.Events[0].SequenceNr, w.Events[len(w.Events)-1].SequenceNr
 	pnr := s.partition(first)
+	conflict := &journal.ConflictError{PersistenceID: pid, SequenceNr: first}
+	defer func() {
+		if unknown != nil {
+			st.claim = nil
+		}
+	}()
 	if st.claim == nil {
 		c, err := s.claimID(ctx, pid, first == 1)
 		var re gocql.RequestError
@@ -308,7 +315,7 @@ func (j *Journal) writeClaimed(ctx context.Context, w journal.AtomicWrite, st *i
 			return nil, err
 		}
 		if c == nil { // another writer took the id while this one claimed it
-			return &journal.ConflictError{PersistenceID: pid, SequenceNr: first}, nil
+			return conflict, nil
 		}
 		st.claim = c
 		if st.recoveredTo > c.highest() {
@@ -318,16 +325,16 @@ func (j *Journal) writeClaimed(ctx context.Context, w journal.AtomicWrite, st *i
 			// writer built on events that are gone, and recovers again.
 			st.recoveredTo = 0
 			s.tags.dropHandoff(pid)
-			return &journal.ConflictError{PersistenceID: pid, SequenceNr: first}, nil
+			return conflict, nil
 		}
 	}
 	c := st.claim
 	if first <= c.highest() {
-		return &journal.ConflictError{PersistenceID: pid, SequenceNr: first}, nil
+		return conflict, nil
 	}
-	lost := func() (error, error) {
+	lost := func() (error, error) { // another writer took the id
 		st.claim = nil
-		return &journal.ConflictError{PersistenceID: pid, SequenceNr: first}, nil
+		return conflict, nil
 	}
 	if first-1 > c.highest() {
 		// Numbers far apart (see the package documentation).
@@ -336,7 +343,6 @@ func (j *Journal) writeClaimed(ctx context.Context, w journal.AtomicWrite, st *i
 			// another process: read the id again before refusing.
 			r, err := s.scanAt(ctx, pid, 0, s.cfg.guardCL())
 			if err != nil {
-				st.claim = nil
 				return nil, err
 			}
 			if r.kept > c.kept {
@@ -347,7 +353,7 @@ func (j *Journal) writeClaimed(ctx context.Context, w journal.AtomicWrite, st *i
 			}
 			c.deleted, c.kept, c.keptPnr = r.deleted, r.kept, r.pnr
 			if first <= c.highest() {
-				return &journal.ConflictError{PersistenceID: pid, SequenceNr: first}, nil
+				return conflict, nil
 			}
 		}
 		if c.kept > c.deleted {
@@ -360,14 +366,12 @@ func (j *Journal) writeClaimed(ctx context.Context, w journal.AtomicWrite, st *i
 			// records it too before it reads the highest number.
 			applied, err := s.changeClaim(ctx, pid, c, s.sql.claimFar, first-1)
 			if err != nil {
-				st.claim = nil
 				return nil, err
 			}
 			if !applied {
 				return lost()
 			}
 			if err := s.session.Query(s.sql.setDeletedTo, pid, first-1).WithContext(ctx).Consistency(s.cfg.guardCL()).Exec(); err != nil {
-				st.claim = nil
 				return nil, err
 			}
 			c.deleted = first - 1
@@ -378,7 +382,6 @@ func (j *Journal) writeClaimed(ctx context.Context, w journal.AtomicWrite, st *i
 		until := ts + s.cfg.claimLease.Microseconds()
 		applied, err := s.changeClaim(ctx, pid, c, s.sql.claimRenew, until)
 		if err != nil {
-			st.claim = nil
 			return nil, err
 		}
 		if !applied {
@@ -389,19 +392,9 @@ func (j *Journal) writeClaimed(ctx context.Context, w journal.AtomicWrite, st *i
 	uuids := s.eventUUIDs(w, st)
 	b := s.session.Batch(gocql.UnloggedBatch).WithContext(ctx).WithTimestamp(ts)
 	b.SetConsistency(s.cfg.guardCL())
-	for i := range w.Events {
-		e := &w.Events[i]
-		payload, metaID, metaManifest := eventColumns(e)
-		b.Query(s.sql.insert, pid, pnr, e.SequenceNr, uuids[i], s.bucketText(uuids[i].Time()),
-			e.WriterID, e.SerializerID, e.Manifest, payload, metaID, metaManifest, e.Metadata, e.Tags)
-	}
+	s.addEventRows(b, w, pnr, uuids)
 	if err := b.Exec(); err != nil {
-		var re gocql.RequestError
-		if errors.As(err, &re) && re.Code() == gocql.ErrCodeInvalid {
-			return journal.Reject("%s %d–%d: %s", pid, first, last, re.Message()), nil
-		}
-		st.claim = nil
-		return nil, err
+		return invalidWrite(err, w)
 	}
 	c.last = ts
 	if s.cfg.afterClaimedRows != nil {
@@ -409,7 +402,6 @@ func (j *Journal) writeClaimed(ctx context.Context, w journal.AtomicWrite, st *i
 	}
 	var owner gocql.UUID
 	if err := s.session.Query(s.sql.claimVerify, pid).WithContext(ctx).Consistency(s.cfg.guardCL()).Scan(&owner); err != nil {
-		st.claim = nil
 		return nil, err
 	}
 	if owner != c.token {

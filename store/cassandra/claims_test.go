@@ -49,6 +49,14 @@ func writeOne(ctx context.Context, j journal.Journal, w journal.AtomicWrite) err
 	return nil
 }
 
+// withTags returns w with tags on each of its events.
+func withTags(w journal.AtomicWrite, tags []string) journal.AtomicWrite {
+	for i := range w.Events {
+		w.Events[i].Tags = tags
+	}
+	return w
+}
+
 // mustWriteOne writes w alone and fails t unless it is stored.
 func mustWriteOne(t *testing.T, j journal.Journal, w journal.AtomicWrite) {
 	t.Helper()
@@ -537,24 +545,11 @@ func TestStaleOwnerWritesBeyondTheNewOwner(t *testing.T) {
 // again), not stored on top of events that are gone.
 func TestRecoveryOfRowsHiddenLater(t *testing.T) {
 	const pid = "HiddenRecovered|1"
-	bPublished, aStored := make(chan chan struct{}), make(chan chan struct{})
-	stores, _ := claimStores(t, 3, map[int][]cassandra.Option{0: {pauseRows(pid, 2, aStored)}, 1: {pauseAfter(pid, stmtPublish, bPublished)}})
+	stores, resume := hiddenWindow(t, pid, 3, nil)
 	a, b, c := stores[0].Journal(), stores[1].Journal(), stores[2].Journal()
-	mustWriteOne(t, a, payloaded(pid, "a", 1, 2))
-	bDone := make(chan error, 1)
-	go func() { bDone <- writeOne(t.Context(), b, payloaded(pid, "b", 3, 3)) }()
-	resumeB := receive(t, bPublished, "b's publication")
-	aDone := make(chan error, 1)
-	go func() { aDone <- writeOne(t.Context(), a, payloaded(pid, "a", 3, 4)) }()
-	resumeA := receive(t, aStored, "a's rows")
-	if h, err := c.HighestSequenceNr(t.Context(), pid, 0); err != nil || h != 4 {
-		t.Fatalf("c's recovery: %d, %v; want a's rows, 4", h, err)
-	}
+	wantHighest(t, c, pid, 4, "c's recovery (a's rows)")
 	cErr := writeOne(t.Context(), c, payloaded(pid, "c", 5, 5))
-	close(resumeA)
-	close(resumeB)
-	receive(t, aDone, "a's write")
-	receive(t, bDone, "b's write")
+	resume()                  // c's claim took the id from b: b's and a's outcomes are not this test's
 	got := writers(t, a, pid) // not c: its replay would take what its recovery read
 	var ce *journal.ConflictError
 	if !errors.As(cErr, &ce) {
@@ -613,52 +608,69 @@ func TestClaimsTableMissing(t *testing.T) {
 // with stores a, b and further stores: a writes 1–2, b's claim of 3 reads
 // 2 and publishes it, then pauses before its tombstone; a's write of 3–4
 // (tags given) lands and pauses before a reads its claim again. It
-// returns the stores and resume, which lets b write its tombstone and
-// 3, then lets a settle, and returns a's and b's outcomes.
+// returns the stores and settle, which lets b write its tombstone and 3,
+// then lets a settle, and returns a's and b's outcomes (see wantSettled).
 func hiddenWindow(t *testing.T, pid string, n int, tags []string, opts ...cassandra.Option) ([]*cassandra.Store, func() (aErr, bErr error)) {
 	t.Helper()
 	bPublished, aStored := make(chan chan struct{}), make(chan chan struct{})
-	var once sync.Once
-	aHook := cassandra.WithAfterClaimedRows(func(p string) {
-		if p != pid {
-			return
-		}
-		var first bool
-		once.Do(func() { first = true })
-		if !first {
-			resume := make(chan struct{})
-			aStored <- resume
-			<-resume
-		}
-	})
 	all := map[int][]cassandra.Option{}
 	for i := range n {
 		all[i] = append([]cassandra.Option{}, opts...)
 	}
-	all[0] = append(all[0], aHook)
+	all[0] = append(all[0], pauseRows(pid, 2, aStored))
 	all[1] = append(all[1], pauseAfter(pid, stmtPublish, bPublished))
 	stores, _ := claimStores(t, n, all)
 	a, b := stores[0].Journal(), stores[1].Journal()
-	withTags := func(w journal.AtomicWrite) journal.AtomicWrite {
-		for i := range w.Events {
-			w.Events[i].Tags = tags
-		}
-		return w
-	}
-	if err := writeOne(t.Context(), a, withTags(payloaded(pid, "a", 1, 2))); err != nil {
-		t.Fatal(err)
-	}
+	mustWriteOne(t, a, withTags(payloaded(pid, "a", 1, 2), tags))
 	bDone := make(chan error, 1)
-	go func() { bDone <- writeOne(t.Context(), b, withTags(payloaded(pid, "b", 3, 3))) }()
+	go func() { bDone <- writeOne(t.Context(), b, withTags(payloaded(pid, "b", 3, 3), tags)) }()
 	resumeB := receive(t, bPublished, "b's publication")
 	aDone := make(chan error, 1)
-	go func() { aDone <- writeOne(t.Context(), a, withTags(payloaded(pid, "a", 3, 4))) }()
+	go func() { aDone <- writeOne(t.Context(), a, withTags(payloaded(pid, "a", 3, 4), tags)) }()
 	resumeA := receive(t, aStored, "a's rows")
 	return stores, func() (error, error) {
 		close(resumeB)
 		bErr := receive(t, bDone, "b's write")
 		close(resumeA)
 		return receive(t, aDone, "a's write"), bErr
+	}
+}
+
+// wantSettled settles hiddenWindow's writes and fails t unless b's write
+// was stored and a's refused as a conflict (its rows hidden).
+func wantSettled(t *testing.T, settle func() (aErr, bErr error)) {
+	t.Helper()
+	aErr, bErr := settle()
+	if bErr != nil {
+		t.Fatalf("b's write of 3: %v", bErr)
+	}
+	var ce *journal.ConflictError
+	if !errors.As(aErr, &ce) {
+		t.Fatalf("a's write of 3–4: %v, want a *ConflictError", aErr)
+	}
+}
+
+// tagWriters reads events by tag through s from no offset and returns,
+// per number of pid, the writer ids of the envelopes delivered.
+func tagWriters(t *testing.T, s *cassandra.Store, tag, pid string) map[int64][]string {
+	t.Helper()
+	got := map[int64][]string{}
+	for env, err := range s.ReadJournal().CurrentEventsByTag(t.Context(), tag, query.NoOffset()) {
+		if err != nil {
+			t.Fatal(err)
+		}
+		if env.PersistenceID == pid {
+			got[env.SequenceNr] = append(got[env.SequenceNr], env.WriterID)
+		}
+	}
+	return got
+}
+
+// wantHighest fails t unless j reads want as pid's highest number.
+func wantHighest(t *testing.T, j journal.Journal, pid string, want int64, what string) {
+	t.Helper()
+	if h, err := j.HighestSequenceNr(t.Context(), pid, 0); err != nil || h != want {
+		t.Fatalf("%s: highest %d, %v; want %d", what, h, err, want)
 	}
 }
 
@@ -672,17 +684,9 @@ func TestHiddenRowsRecoveredThenQueried(t *testing.T) {
 	const pid = "HiddenQueried|1"
 	stores, resume := hiddenWindow(t, pid, 3, nil)
 	c := stores[2].Journal()
-	if h, err := c.HighestSequenceNr(t.Context(), pid, 0); err != nil || h != 4 {
-		t.Fatalf("c's recovery: %d, %v; want a's rows, 4", h, err)
-	}
-	aErr, bErr := resume()
-	if bErr != nil {
-		t.Fatalf("b's write of 3: %v", bErr)
-	}
+	wantHighest(t, c, pid, 4, "c's recovery (a's rows)")
+	wantSettled(t, resume)
 	var ce *journal.ConflictError
-	if !errors.As(aErr, &ce) {
-		t.Fatalf("a's write of 3–4: %v, want a *ConflictError", aErr)
-	}
 	if h, err := c.HighestSequenceNr(t.Context(), pid, 0); err != nil || h != 3 {
 		t.Fatalf("a query in c's process: highest %d, %v; want 3", h, err)
 	}
@@ -713,12 +717,8 @@ func TestStaleHandoffAfterHiddenRows(t *testing.T) {
 	const pid = "HiddenHandoff|1"
 	stores, resume := hiddenWindow(t, pid, 3, nil)
 	c := stores[2].Journal()
-	if h, err := c.HighestSequenceNr(t.Context(), pid, 0); err != nil || h != 4 {
-		t.Fatalf("the projection's read: %d, %v; want a's rows, 4", h, err)
-	}
-	if _, bErr := resume(); bErr != nil {
-		t.Fatalf("b's write of 3: %v", bErr)
-	}
+	wantHighest(t, c, pid, 4, "the projection's read (a's rows)")
+	wantSettled(t, resume)
 	h, err := c.HighestSequenceNr(t.Context(), pid, 0)
 	if err != nil || h != 3 {
 		t.Fatalf("c's recovery: %d, %v; want 3", h, err)
@@ -747,14 +747,7 @@ func TestDeleteToOfHiddenRows(t *testing.T) {
 	if err := c.DeleteTo(t.Context(), pid, 4); err != nil {
 		t.Fatal(err)
 	}
-	aErr, bErr := resume()
-	if bErr != nil {
-		t.Fatalf("b's write of 3: %v", bErr)
-	}
-	var ce *journal.ConflictError
-	if !errors.As(aErr, &ce) {
-		t.Errorf("a's write of 3–4: %v, want a *ConflictError", aErr)
-	}
+	wantSettled(t, resume)
 	if err := writeOne(t.Context(), b, payloaded(pid, "b", 4, 4)); err != nil {
 		t.Fatalf("b's write of 4: %v", err)
 	}
@@ -775,31 +768,12 @@ func TestDeleteToOfHiddenRows(t *testing.T) {
 func TestKeptSupersededWriteTagProgress(t *testing.T) {
 	const pid, tag = "KeptTagged|1", "kept-tag"
 	aStored := make(chan chan struct{})
-	var once sync.Once
-	aHook := cassandra.WithAfterClaimedRows(func(p string) {
-		if p != pid {
-			return
-		}
-		var first bool
-		once.Do(func() { first = true })
-		if !first {
-			resume := make(chan struct{})
-			aStored <- resume
-			<-resume
-		}
-	})
-	stores, _ := claimStores(t, 3, map[int][]cassandra.Option{0: quick(aHook), 1: quick(), 2: quick()})
+	stores, _ := claimStores(t, 3, map[int][]cassandra.Option{0: quick(pauseRows(pid, 2, aStored)), 1: quick(), 2: quick()})
 	a, b, c := stores[0].Journal(), stores[1].Journal(), stores[2].Journal()
 	w := func(writer string, from, to int64) journal.AtomicWrite {
-		x := payloaded(pid, writer, from, to)
-		for i := range x.Events {
-			x.Events[i].Tags = []string{tag}
-		}
-		return x
+		return withTags(payloaded(pid, writer, from, to), []string{tag})
 	}
-	if err := writeOne(t.Context(), a, w("a", 1, 2)); err != nil {
-		t.Fatal(err)
-	}
+	mustWriteOne(t, a, w("a", 1, 2))
 	aDone := make(chan error, 1)
 	go func() { aDone <- writeOne(t.Context(), a, w("a", 3, 4)) }()
 	resumeA := receive(t, aStored, "a's rows")
@@ -816,15 +790,7 @@ func TestKeptSupersededWriteTagProgress(t *testing.T) {
 	if err := writeOne(t.Context(), c, w("c", 6, 6)); err != nil {
 		t.Fatalf("c's write of 6: %v", err)
 	}
-	got := map[int64][]string{}
-	for env, err := range stores[2].ReadJournal().CurrentEventsByTag(t.Context(), tag, query.NoOffset()) {
-		if err != nil {
-			t.Fatal(err)
-		}
-		if env.PersistenceID == pid {
-			got[env.SequenceNr] = append(got[env.SequenceNr], env.WriterID)
-		}
-	}
+	got := tagWriters(t, stores[2], tag, pid)
 	want := map[int64][]string{1: {"a"}, 2: {"a"}, 3: {"a"}, 4: {"a"}, 5: {"b"}, 6: {"c"}}
 	if fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Errorf("events by tag: writers %v, want %v", got, want)
@@ -842,26 +808,9 @@ func TestTagRepairOfHiddenRows(t *testing.T) {
 	const pid, tag = "HiddenTagged|1", "hidden-tag"
 	stores, resume := hiddenWindow(t, pid, 3, []string{tag}, quick()...)
 	c := stores[2].Journal()
-	if h, err := c.HighestSequenceNr(t.Context(), pid, 0); err != nil || h != 4 {
-		t.Fatalf("c's recovery: %d, %v; want a's rows, 4", h, err)
-	}
-	aErr, bErr := resume()
-	if bErr != nil {
-		t.Fatalf("b's write of 3: %v", bErr)
-	}
-	var ce *journal.ConflictError
-	if !errors.As(aErr, &ce) {
-		t.Fatalf("a's write of 3–4: %v, want a *ConflictError", aErr)
-	}
-	got := map[int64][]string{}
-	for env, err := range stores[1].ReadJournal().CurrentEventsByTag(t.Context(), tag, query.NoOffset()) {
-		if err != nil {
-			t.Fatal(err)
-		}
-		if env.PersistenceID == pid {
-			got[env.SequenceNr] = append(got[env.SequenceNr], env.WriterID)
-		}
-	}
+	wantHighest(t, c, pid, 4, "c's recovery (a's rows)")
+	wantSettled(t, resume)
+	got := tagWriters(t, stores[1], tag, pid)
 	want := map[int64][]string{1: {"a"}, 2: {"a"}, 3: {"b"}}
 	if fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Errorf("events by tag: writers %v, want %v", got, want)
@@ -877,12 +826,8 @@ func TestHiddenRowsRecoveredThenEvicted(t *testing.T) {
 	const pid = "HiddenEvicted|1"
 	stores, resume := hiddenWindow(t, pid, 3, nil)
 	c := stores[2].Journal()
-	if h, err := c.HighestSequenceNr(t.Context(), pid, 0); err != nil || h != 4 {
-		t.Fatalf("c's recovery: %d, %v; want a's rows, 4", h, err)
-	}
-	if _, bErr := resume(); bErr != nil {
-		t.Fatalf("b's write of 3: %v", bErr)
-	}
+	wantHighest(t, c, pid, 4, "c's recovery (a's rows)")
+	wantSettled(t, resume)
 	cassandra.DropIDStates(stores[2])
 	var ce *journal.ConflictError
 	if err := writeOne(t.Context(), c, payloaded(pid, "c", 5, 5)); !errors.As(err, &ce) {

@@ -269,23 +269,14 @@ func (j *Journal) writeOne(ctx context.Context, w journal.AtomicWrite) (rejected
 		} else {
 			b.Query(guard, last, w.PersistenceID, pnr)
 		}
-		for i := range w.Events {
-			e := &w.Events[i]
-			payload, metaID, metaManifest := eventColumns(e)
-			b.Query(s.sql.insert, w.PersistenceID, pnr, e.SequenceNr, uuids[i], s.bucketText(uuids[i].Time()),
-				e.WriterID, e.SerializerID, e.Manifest, payload, metaID, metaManifest, e.Metadata, e.Tags)
-		}
+		s.addEventRows(b, w, pnr, uuids)
 		prev := map[string]any{}
 		applied, iter, err := b.MapExecCAS(prev)
 		if iter != nil {
 			_ = iter.Close()
 		}
 		if err != nil {
-			var re gocql.RequestError
-			if errors.As(err, &re) && re.Code() == gocql.ErrCodeInvalid {
-				return journal.Reject("%s %d–%d: %s", w.PersistenceID, first, last, re.Message()), nil
-			}
-			return nil, err
+			return invalidWrite(err, w)
 		}
 		if applied {
 			if err := s.tags.written(ctx, w, uuids, st); err != nil {
@@ -303,6 +294,29 @@ func (j *Journal) writeOne(ctx context.Context, w journal.AtomicWrite) (rejected
 		// Pekko wrote): try again with the condition that it has none.
 	}
 	return &journal.ConflictError{PersistenceID: w.PersistenceID, SequenceNr: first}, nil
+}
+
+// addEventRows adds the messages rows of w's events, in partition pnr with
+// timeuuids uuids, to b.
+func (s *Store) addEventRows(b *gocql.Batch, w journal.AtomicWrite, pnr int64, uuids []gocql.UUID) {
+	for i := range w.Events {
+		e := &w.Events[i]
+		payload, metaID, metaManifest := eventColumns(e)
+		b.Query(s.sql.insert, w.PersistenceID, pnr, e.SequenceNr, uuids[i], s.bucketText(uuids[i].Time()),
+			e.WriterID, e.SerializerID, e.Manifest, payload, metaID, metaManifest, e.Metadata, e.Tags)
+	}
+}
+
+// invalidWrite sorts the error of w's batch: a batch the server refused as
+// invalid (too large, a bad value) is a rejection with the server's
+// message, and nothing of it is stored; any other error leaves the
+// outcome unknown.
+func invalidWrite(err error, w journal.AtomicWrite) (rejected, unknown error) {
+	var re gocql.RequestError
+	if errors.As(err, &re) && re.Code() == gocql.ErrCodeInvalid {
+		return journal.Reject("%s %d–%d: %s", w.PersistenceID, w.Events[0].SequenceNr, w.Events[len(w.Events)-1].SequenceNr, re.Message()), nil
+	}
+	return nil, err
 }
 
 // reachable checks, before the first write by Annals into partition pnr of
@@ -573,32 +587,33 @@ func (s *Store) scanAt(ctx context.Context, persistenceID string, from int64, cl
 	}
 }
 
-// highestToDelete reads the highest number DeleteTo may delete up to.
-// With GuardClaims, rows a stale owner stored after the latest claim read
+// deletionReach reads what DeleteTo deletes from and up to (the id's
+// deleted-to mark, and its highest number, the most the mark may move
+// to), and with GuardClaims the bound of the id's claim (every timestamp a
+// claim of the id wrote is below it; 0 otherwise). With GuardClaims, rows a
+// stale owner stored after the latest claim read
 // the id's highest number are hidden by that claim's tombstone, which its
 // owner may not have written yet, and the owner writes those numbers
 // next: the tombstone is written again first, and the id read at the
 // guard's quorum, so that the mark never covers them. (A claim that has
 // read the id and not yet published what it read is not seen: rows landing
 // then may still be read here.)
-func (s *Store) highestToDelete(ctx context.Context, pid string) (int64, error) {
+func (s *Store) deletionReach(ctx context.Context, pid string) (r reach, until int64, err error) {
 	if s.cfg.guard != GuardClaims {
-		return s.highest(ctx, pid, 0)
+		r, err = s.scan(ctx, pid, 0)
+		return r, 0, err
 	}
 	rec, err := s.readClaim(ctx, pid)
 	if err != nil {
-		return 0, s.errs.Map(ctx, "delete", err, journal.ErrClosed)
+		return reach{}, 0, s.errs.Map(ctx, "delete", err, journal.ErrClosed)
 	}
 	if rec.done > 0 {
 		if err := s.fenceAbove(ctx, pid, rec.base, rec.done); err != nil {
-			return 0, s.errs.Map(ctx, "delete", err, journal.ErrClosed)
+			return reach{}, 0, s.errs.Map(ctx, "delete", err, journal.ErrClosed)
 		}
 	}
-	r, err := s.scanAt(ctx, pid, 0, s.cfg.guardCL())
-	if err != nil {
-		return 0, err
-	}
-	return max(r.deleted, r.kept), nil
+	r, err = s.scanAt(ctx, pid, 0, s.cfg.guardCL())
+	return r, rec.until, err
 }
 
 // DeleteTo implements journal.Journal: it records the deleted-to mark
@@ -614,15 +629,12 @@ func (j *Journal) DeleteTo(ctx context.Context, persistenceID string, to int64) 
 		return journal.ErrClosed
 	}
 	s := j.s
-	highest, err := s.highestToDelete(ctx, persistenceID)
+	r, until, err := s.deletionReach(ctx, persistenceID)
 	if err != nil {
 		return err
 	}
-	deleted, err := s.deletedTo(ctx, persistenceID)
-	if err != nil {
-		return s.errs.Map(ctx, "delete", err, journal.ErrClosed)
-	}
-	to = min(to, highest)
+	deleted := r.deleted
+	to = min(to, max(r.deleted, r.kept))
 	if to <= deleted {
 		return nil
 	}
@@ -639,14 +651,7 @@ func (j *Journal) DeleteTo(ctx context.Context, persistenceID string, to int64) 
 	// the mark is ever written again. Every takeover of a live owner moves
 	// them a lease further, so they are stamped at least at the bound of
 	// the id's claim, above every timestamp a claim of it wrote.
-	ts := s.micros() + deleteAhead*s.cfg.claimLease.Microseconds()
-	if s.cfg.guard == GuardClaims {
-		rec, err := s.readClaim(ctx, persistenceID)
-		if err != nil {
-			return s.errs.Map(ctx, "delete", err, journal.ErrClosed)
-		}
-		ts = max(ts, rec.until)
-	}
+	ts := max(s.micros()+deleteAhead*s.cfg.claimLease.Microseconds(), until)
 	for pnr := max(s.partition(deleted+1)-1, 0); pnr <= s.partition(to)+1; pnr++ {
 		if err := s.session.Query(s.sql.deleteRange, persistenceID, pnr, to).WithTimestamp(ts).WithContext(ctx).Consistency(s.cfg.writeCL).Exec(); err != nil {
 			return s.errs.Map(ctx, "delete", err, journal.ErrClosed)

@@ -390,12 +390,16 @@ func (tw *tagWriters) written(ctx context.Context, w journal.AtomicWrite, uuids 
 func (tw *tagWriters) recovered(ctx context.Context, pid string, highest int64) error {
 	st := tw.state(pid)
 	defer st.mu.Unlock()
-	// A handoff serves only the replay that follows the recovery which
-	// read it: one left by an earlier call (a projection's, which replays
-	// nothing) may hold rows a claim's tombstone hid since (GuardClaims),
-	// and this recovery may keep none of its own (no repair, or a highest
-	// number below the scanned mark).
-	tw.dropHandoff(pid)
+	if tw.s.cfg.guard == GuardClaims {
+		// Under claims a handoff serves only the replay that follows the
+		// recovery which read it: one left by an earlier call (a
+		// projection's, which replays nothing) may hold rows a claim's
+		// tombstone hid since, and this recovery may keep none of its own
+		// (no repair, or a highest number below the scanned mark). Under
+		// the conditional guard stored events never change, and DeleteTo
+		// drops the id's handoff.
+		tw.dropHandoff(pid)
+	}
 	st.recoveredTo = max(st.recoveredTo, highest)
 	if st.claim != nil && highest > st.claim.highest() {
 		// Another writer wrote the id after this process's claim, so it

@@ -463,3 +463,80 @@ func BenchmarkCatchUp1M(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkRecoveryStatement: the server's side of a recovery of a small
+// entity. 1,000 ids of 10 events written through the store; then, in
+// turns on one pooled connection, the store's recovery statement (the
+// highest number, the latest snapshot and the events, in one statement)
+// and a plain select of the same events ("raw"), once per id each turn;
+// reports the wall time per round trip of each (the rows read, not
+// decoded):
+//
+//	go test -run '^$' -bench RecoveryStatement -benchtime 5x ./store/postgres/
+func BenchmarkRecoveryStatement(b *testing.B) {
+	const ids, events = 1000, 10
+	s := open(b)
+	ctx := context.Background()
+	for from := 0; from < ids; from += 100 {
+		var ws []journal.AtomicWrite
+		for e := from; e < from+100; e++ {
+			w := journal.AtomicWrite{PersistenceID: fmt.Sprint("Account|rec-", e)}
+			for seq := int64(1); seq <= events; seq++ {
+				w.Events = append(w.Events, benchEvent(w.PersistenceID, seq))
+			}
+			ws = append(ws, w)
+		}
+		if res, err := s.Journal().Write(ctx, ws); err != nil || journal.Results(res) != nil {
+			b.Fatalf("seed: %v %v", res, err)
+		}
+	}
+	conn, err := s.Pool().Acquire(ctx)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer conn.Release()
+	plain := `SELECT seq_nr, write_timestamp, event_ser_id, event_ser_manifest, event_payload, writer, tags, meta_payload FROM ` +
+		postgres.JournalTable(s) + ` WHERE persistence_id = $1 AND seq_nr >= 1 ORDER BY seq_nr`
+	statements := []struct {
+		name string
+		sql  func(pid string) (string, []any)
+	}{
+		{"recovery", func(pid string) (string, []any) { return postgres.RecoveryStatement(s, pid) }},
+		{"raw", func(pid string) (string, []any) { return plain, []any{pid} }},
+	}
+	var took [2]time.Duration
+	run := func(k int) {
+		start := time.Now()
+		for e := range ids {
+			q, args := statements[k].sql(fmt.Sprint("Account|rec-", e))
+			rows, err := conn.Query(ctx, q, args...)
+			if err != nil {
+				b.Fatal(err)
+			}
+			n := 0
+			for rows.Next() {
+				n++
+			}
+			if rows.Close(); rows.Err() != nil || n < events {
+				b.Fatalf("%s of id %d: %d rows, %v", statements[k].name, e, n, rows.Err())
+			}
+		}
+		took[k] += time.Since(start)
+	}
+	for k := range statements { // prepared, and the plan settled, outside the timing
+		for range 2 {
+			run(k)
+		}
+	}
+	took = [2]time.Duration{}
+	i := 0
+	for b.Loop() {
+		for k := range statements {
+			run((k + i) % len(statements))
+		}
+		i++
+	}
+	for k, st := range statements {
+		b.ReportMetric(float64(took[k].Microseconds())/float64(i*ids), st.name+"-µs/op")
+	}
+}

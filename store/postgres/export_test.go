@@ -1,6 +1,11 @@
 package postgres
 
-import "time"
+import (
+	"time"
+
+	"github.com/annals-go/annals/recovery"
+	"github.com/annals-go/annals/snapshot"
+)
 
 // WithBeforeCommitSQL runs stmt inside every write transaction after its
 // inserts, before its commit (tests: a slow or killed writer).
@@ -36,3 +41,15 @@ func KnownStamp(s *Store, persistenceID string) (int64, time.Time, bool) {
 // StampReads returns how many ids the store's TimestampOrder writes read
 // the previous event of, rather than knowing it.
 func StampReads(s *Store) int64 { return s.known.reads.Load() }
+
+// RecoveryStatement returns the store's recovery statement (recoverySQL)
+// and its arguments for a recovery of persistenceID from the latest
+// snapshot to its end.
+func RecoveryStatement(s *Store, persistenceID string) (string, []any) {
+	crit := snapshot.Latest()
+	req, _ := recovery.Check(recovery.Request{PersistenceID: persistenceID, Snapshot: &crit})
+	return s.sql.recovery, recoveryArgs(req)
+}
+
+// JournalTable returns the quoted name of the store's event journal table.
+func JournalTable(s *Store) string { return table(s.cfg.schema, "event_journal") }

@@ -69,7 +69,11 @@ const deleteAhead = 4
 //   - far: a deleted-to mark the owner announced before writing it;
 //   - base, done and prior: the latest completed claim (one that read the
 //     id's highest number and published it): its highest number, its
-//     fence, and the fence of the completed claim before it.
+//     fence, and the fence of the completed claim before it. base is -1
+//     while the record's first claim was never taken: no earlier claimed
+//     writer exists, and rows below its fence were written before claims
+//     (settled relies on it); a takeover sets it to 0 until a claim
+//     completes.
 const claimsTable = "annals_claims"
 
 const claimsTableCQL = `CREATE TABLE IF NOT EXISTS {ks}.annals_claims (
@@ -94,6 +98,9 @@ type claim struct {
 	// What the claim knows of the id: its deleted-to mark, its highest
 	// number above the mark (0 when none) and that number's partition.
 	deleted, kept, keptPnr int64
+	// afterHidden: a claim completed before this one took the id, so
+	// rows of an earlier owner may have been hidden by its tombstone.
+	afterHidden bool
 }
 
 // highest is the id's highest number as the claim knows it.
@@ -192,7 +199,7 @@ func (s *Store) claimID(ctx context.Context, pid string, fresh bool) (*claim, er
 		c.until, c.rev, c.last = c.fence+s.cfg.claimLease.Microseconds(), rec.rev+1, c.fence
 		var q *gocql.Query
 		if rec.exists {
-			q = s.session.Query(s.sql.claimTake, token, c.rev, c.fence, c.until, pid, rec.rev)
+			q = s.session.Query(s.sql.claimTake, token, c.rev, c.fence, c.until, max(rec.base, 0), pid, rec.rev)
 		} else {
 			q = s.session.Query(s.sql.claimNew, pid, token, c.rev, c.fence, c.until)
 		}
@@ -237,7 +244,7 @@ func (s *Store) claimID(ctx context.Context, pid string, fresh bool) (*claim, er
 	if err != nil {
 		return nil, err
 	}
-	c.deleted, c.kept, c.keptPnr = r.deleted, r.kept, r.pnr
+	c.deleted, c.kept, c.keptPnr, c.afterHidden = r.deleted, r.kept, r.pnr, rec.done > 0
 	if !rec.exists {
 		return c, nil // the id's first claim
 	}
@@ -318,11 +325,16 @@ func (j *Journal) writeClaimed(ctx context.Context, w journal.AtomicWrite, st *i
 			return conflict, nil
 		}
 		st.claim = c
-		if st.recoveredTo > c.highest() {
+		if st.recoveredTo > c.highest() || st.recoveredTo == 0 && c.afterHidden && first-1 > c.highest() {
 			// This process's recovery of the id read rows that the claim
 			// no longer finds (an earlier owner's, landed after the claim
 			// before this one read and hidden by its tombstone): the
 			// writer built on events that are gone, and recovers again.
+			// When this process no longer knows what it recovered (the
+			// id's state was dropped, or it never recovered the id), a
+			// write that leaves numbers free below it, after a claim that
+			// may have hidden rows, is taken for one built on hidden rows:
+			// a writer that recovered writes the next number.
 			st.recoveredTo = 0
 			s.tags.dropHandoff(pid)
 			return conflict, nil
@@ -513,4 +525,53 @@ func farRejection(pid string, first, last, pnr, kept, keptPnr, size int64) error
 	return journal.Reject("%w: %s %d–%d would be stored in partition %d, and the id's highest number, %d, is in partition %d: "+
 		"%s would be empty between them, and a replay stops at the first empty partition (of %d numbers)",
 		journal.ErrInvalidArgument, pid, first, last, pnr, kept, keptPnr, gap, size)
+}
+
+// rowStamp is a row's number and write timestamp, what settled reads.
+type rowStamp struct{ seq, written int64 }
+
+// settled returns the highest number up to which the rows a repair of pid
+// read (ascending, from the number after from up to upTo) are rows that no
+// claim hides later, so that their tag rows and the tag_scanning mark may
+// be written: upTo when all are, from when the first row is not. A row is
+// settled when, read after it, the id's claim record shows
+//
+//   - no claim: no claimed writer ever wrote the id;
+//   - a completed claim whose highest number covers the row: later
+//     claims' tombstones lie above their own highest numbers, which are
+//     no lower;
+//   - the row stamped above the current claim's fence: the current
+//     owner's write, stored before any later claim took the id, so within
+//     that claim's highest number;
+//   - the record's first claim, never taken: the row was written by its
+//     owner or before claims.
+//
+// Any other row is an earlier owner's, above the latest completed claim's
+// highest number: hidden once the current claim completes, if not
+// already, or kept if that claim's read found it; not known until then.
+// Rows up to what this process's claim knows (its own read or writes) are
+// settled without a read.
+func (s *Store) settled(ctx context.Context, pid string, st *idTags, from, upTo int64, rows []rowStamp) (int64, error) {
+	if len(rows) == 0 {
+		return upTo, nil
+	}
+	if c := st.claim; c != nil && rows[len(rows)-1].seq <= c.highest() {
+		return upTo, nil
+	}
+	rec, err := s.readClaim(ctx, pid)
+	if err != nil || !rec.exists {
+		return upTo, err
+	}
+	to := from
+	for _, r := range rows {
+		switch {
+		case rec.done > 0 && r.seq <= rec.base:
+		case r.written > rec.fence:
+		case rec.base < 0:
+		default:
+			return to, nil
+		}
+		to = r.seq
+	}
+	return upTo, nil
 }

@@ -36,7 +36,7 @@ func newStatements(ks string) statements {
 		insert: q(`INSERT INTO %s.messages (persistence_id, partition_nr, sequence_nr, timestamp, timebucket, writer_uuid,
 	ser_id, ser_manifest, event_manifest, event, meta_ser_id, meta_ser_manifest, meta, tags) VALUES (?, ?, ?, ?, ?, ?, ?, ?, '', ?, ?, ?, ?, ?)`),
 		insertID: q(`INSERT INTO %s.all_persistence_ids (persistence_id) VALUES (?)`),
-		replay: q(`SELECT sequence_nr, timestamp, writer_uuid, ser_id, ser_manifest, event, meta, tags FROM %s.messages
+		replay: q(`SELECT sequence_nr, timestamp, writer_uuid, ser_id, ser_manifest, event, meta, tags, WRITETIME(event) FROM %s.messages
 	WHERE persistence_id = ? AND partition_nr = ? AND sequence_nr >= ? AND sequence_nr <= ?`),
 		highest:      q(`SELECT sequence_nr FROM %s.messages WHERE persistence_id = ? AND partition_nr = ? ORDER BY sequence_nr DESC LIMIT 1`),
 		deletedTo:    q(`SELECT deleted_to FROM %s.metadata WHERE persistence_id = ?`),
@@ -71,8 +71,8 @@ func newStatements(ks string) statements {
 		// The claims (claims.go): a takeover is conditioned on the record's
 		// rev, the owner's changes on its token and rev.
 		claimRead:  q(`SELECT owner, rev, fence, until, far, base, done, prior FROM %s.` + claimsTable + ` WHERE persistence_id = ?`),
-		claimNew:   q(`INSERT INTO %s.` + claimsTable + ` (persistence_id, owner, rev, fence, until) VALUES (?, ?, ?, ?, ?) IF NOT EXISTS`),
-		claimTake:  q(`UPDATE %s.` + claimsTable + ` SET owner = ?, rev = ?, fence = ?, until = ? WHERE persistence_id = ? IF rev = ?`),
+		claimNew:   q(`INSERT INTO %s.` + claimsTable + ` (persistence_id, owner, rev, fence, until, base) VALUES (?, ?, ?, ?, ?, -1) IF NOT EXISTS`),
+		claimTake:  q(`UPDATE %s.` + claimsTable + ` SET owner = ?, rev = ?, fence = ?, until = ?, base = ? WHERE persistence_id = ? IF rev = ?`),
 		claimRenew: q(`UPDATE %s.` + claimsTable + ` SET until = ?, rev = ? WHERE persistence_id = ? IF owner = ? AND rev = ?`),
 		claimFar:   q(`UPDATE %s.` + claimsTable + ` SET far = ?, rev = ? WHERE persistence_id = ? IF owner = ? AND rev = ?`),
 		// A completed claim: its highest number, its fence, the previous
@@ -441,6 +441,9 @@ func (s *Store) replay(ctx context.Context, pid string, from, to, max int64) ite
 type storedEvent struct {
 	repr journal.Repr
 	uuid gocql.UUID
+	// written is the row's write timestamp (µs), which the claims guard
+	// compares with claims' fences (settled).
+	written int64
 }
 
 // events reads pid's events from..to (at most max of them, after the
@@ -480,7 +483,7 @@ func (s *Store) events(ctx context.Context, persistenceID string, from, to, max 
 					n             int
 				)
 				r := &ev.repr
-				for iter.Scan(&r.SequenceNr, &ev.uuid, &r.WriterID, &r.SerializerID, &r.Manifest, &payload, &meta, &tags) {
+				for iter.Scan(&r.SequenceNr, &ev.uuid, &r.WriterID, &r.SerializerID, &r.Manifest, &payload, &meta, &tags, &ev.written) {
 					r.PersistenceID, r.Slice, r.EntityType = persistenceID, slice, entityType
 					r.Timestamp = ev.uuid.Time().UTC()
 					r.Metadata, r.Tags = nil, nil

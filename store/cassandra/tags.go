@@ -438,37 +438,74 @@ func (tw *tagWriters) repair(ctx context.Context, pid string, st *idTags, upTo i
 	}
 	if upTo > scanned {
 		var (
-			tagged []journal.Repr
-			uuids  []gocql.UUID
-			read   = &handoff{from: scanned + 1, to: upTo}
+			events []storedEvent // tagged, or every one with keep
+			stamps []rowStamp
+			claims = s.cfg.guard == GuardClaims
+			read   = &handoff{from: scanned + 1}
 		)
 		for ev, err := range s.events(ctx, pid, scanned+1, upTo, upTo) {
 			if err != nil {
 				return err
 			}
 			tw.repairReads.Add(1)
-			if len(ev.repr.Tags) > 0 {
-				tagged, uuids = append(tagged, ev.repr), append(uuids, ev.uuid)
+			if claims {
+				stamps = append(stamps, rowStamp{ev.repr.SequenceNr, ev.written})
 			}
 			if compareTimeUUID(ev.uuid, st.last) > 0 {
 				st.last = ev.uuid
 			}
 			if keep {
-				read.events = append(read.events, ev)
 				if read.bytes += eventBytes(&ev.repr); read.bytes > maxHandoffBytes {
-					keep, read.events = false, nil // too large: the replay reads them
+					// Too large: the replay reads them.
+					keep, read.bytes = false, 0
+					events = slices.DeleteFunc(events, func(ev storedEvent) bool { return len(ev.repr.Tags) == 0 })
 				}
 			}
+			if len(ev.repr.Tags) > 0 || keep {
+				events = append(events, ev)
+			}
 		}
+		to := upTo
+		if claims {
+			// Rows a claim may still hide get no tag rows, and the marks
+			// stay below them: a later repair (the new owner's, before
+			// its first write) decides.
+			var err error
+			if to, err = s.settled(ctx, pid, st, scanned, upTo, stamps); err != nil {
+				return s.errs.Map(ctx, "read the id's claim", err, journal.ErrClosed)
+			}
+		}
+		var (
+			tagged []journal.Repr
+			uuids  []gocql.UUID
+		)
+		for i, ev := range events {
+			if ev.repr.SequenceNr > to {
+				events = events[:i]
+				break
+			}
+			if len(ev.repr.Tags) > 0 {
+				tagged, uuids = append(tagged, ev.repr), append(uuids, ev.uuid)
+			}
+		}
+		read.to, read.events = to, events
 		if err := tw.write(ctx, rowsOf(tagged, uuids, progress)); err != nil {
 			return err
 		}
-		if err := s.session.Query(s.sql.saveScanning, pid, upTo).WithContext(ctx).Consistency(s.cfg.writeCL).Exec(); err != nil {
-			return s.errs.Map(ctx, "write tag scanning", err, journal.ErrClosed)
+		if to > scanned {
+			if err := s.session.Query(s.sql.saveScanning, pid, to).WithContext(ctx).Consistency(s.cfg.writeCL).Exec(); err != nil {
+				return s.errs.Map(ctx, "write tag scanning", err, journal.ErrClosed)
+			}
+			scanned = to
 		}
-		scanned = upTo
 		if keep {
 			tw.keepHandoff(pid, read)
+		}
+		if to < upTo {
+			// Not loaded: the id's next write or recovery repairs again,
+			// rather than number its tag rows after rows not yet written.
+			st.loaded, st.scanned = false, scanned
+			return nil
 		}
 	}
 	st.progress, st.loaded, st.clean, st.scanned = progress, true, upTo, scanned

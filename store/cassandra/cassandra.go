@@ -59,13 +59,14 @@
 // # Conflicts
 //
 // A second writer of a stored (persistence id, sequence number) gets a
-// *journal.ConflictError, never a silent overwrite. Two guards do it
-// (WithWriteGuard); every process writing a keyspace must use the same
-// one, since neither sees the other's writers.
+// *journal.ConflictError, never a silent overwrite. Two guards do it;
+// every process writing a keyspace must use the same one, since neither
+// sees the other's writers, so the keyspace records its guard at its
+// first open (WithWriteGuard): GuardClaims for a keyspace Annals creates,
+// GuardConditional for one that already held events.
 //
-// GuardConditional is the default. GuardClaims (write_guard=claims)
-// costs one lightweight transaction per id and
-// process rather than one per write. Before its first write of an id, a
+// GuardClaims costs one lightweight transaction per id and process rather
+// than one per write. Before its first write of an id, a
 // store claims it (claims.go has the steps): a conditional update of the
 // id's row in annals_claims gives the id a new owner token and a fence
 // (a write timestamp at or above the earlier owner's bound); the store
@@ -85,15 +86,17 @@
 //     when its rows are hidden, or that they were kept when the new claim
 //     found them, or ErrSuperseded when it cannot tell before its context
 //     ends.
-//   - The window that keeps it from being the default: rows of such a
-//     write that land after the new owner read H and before its tombstone
-//     (milliseconds; until the next claim when the new owner stops in
-//     between) are visible to every reader until then. A writer that
-//     recovered them is refused and recovers again, but a tag repair by a
-//     recovery in that window writes their tag rows, so events by tag can
-//     then deliver the refused events and skip acknowledged ones, and a
-//     process that evicts the id's state (past 100,000 ids) loses the
-//     check.
+//   - Rows of such a write that land after the new owner read H and
+//     before its tombstone (milliseconds; until the next claim when the
+//     new owner stops in between) are visible to every reader until then.
+//     A writer that recovered them is refused and recovers again; a
+//     process that no longer knows what it recovered (it dropped the id's
+//     state) has its first write after the takeover refused when it
+//     leaves numbers free below it. A tag repair writes tag rows only for
+//     rows no claim can hide later: read after the rows, the id's claim
+//     record and each row's write timestamp tell which (rows covered by a
+//     completed claim's H, or stamped above the current claim's fence);
+//     the rest wait for a later repair.
 //   - A write of a number at or below the claim's H (a writer that
 //     recovered before another wrote on) is refused before anything is
 //     sent.
@@ -233,7 +236,7 @@ func defaultConfig() config {
 		pageSize: DefaultPageSize, timeout: DefaultTimeout, concurrency: DefaultConcurrency,
 		firstBucket: DefaultFirstTimeBucket, ecDelay: DefaultEventualConsistencyDelay,
 		gapTimeout: DefaultGapTimeout, pollInterval: DefaultPollInterval, now: time.Now,
-		scanFlush: scanningFlushInterval, guard: GuardConditional, claimLease: DefaultClaimLease,
+		scanFlush: scanningFlushInterval, claimLease: DefaultClaimLease,
 	}
 }
 
@@ -354,7 +357,8 @@ type Store struct {
 // write_consistency (any, one, two, three, quorum, all, local_quorum,
 // each_quorum, local_one), serial_consistency (of the Paxos rounds of
 // lightweight transactions: serial or local_serial, the default),
-// write_guard (conditional, the default, or claims; see WithWriteGuard),
+// write_guard (claims or conditional; the keyspace's by default, see
+// WithWriteGuard),
 // partition_size, page_size, timeout (a Go
 // duration), replication (the keyspace's replication map for Migrate, e.g.
 // "{'class':'NetworkTopologyStrategy','dc1':3}"), or the shorthand
@@ -395,6 +399,10 @@ func Open(ctx context.Context, rawURL string, opts ...Option) (*Store, error) {
 		return nil, err
 	}
 	if err := s.fixBucketSize(ctx); err != nil {
+		session.Close()
+		return nil, err
+	}
+	if err := s.fixWriteGuard(ctx); err != nil {
 		session.Close()
 		return nil, err
 	}
@@ -579,7 +587,7 @@ func (c *config) validate() error {
 		return fmt.Errorf("%w: empty replication", ErrInvalidConfig)
 	case c.serialCL != gocql.Serial && c.serialCL != gocql.LocalSerial:
 		return fmt.Errorf("%w: serial consistency %v (want SERIAL or LOCAL_SERIAL)", ErrInvalidConfig, c.serialCL)
-	case c.guard != GuardClaims && c.guard != GuardConditional:
+	case c.guard != 0 && c.guard != GuardClaims && c.guard != GuardConditional:
 		return fmt.Errorf("%w: write guard %v (want GuardClaims or GuardConditional)", ErrInvalidConfig, c.guard)
 	case c.claimLease <= 0:
 		return fmt.Errorf("%w: claim lease %v", ErrInvalidConfig, c.claimLease)
@@ -730,14 +738,11 @@ func parseURL(raw string, cfg *config) error {
 				return bad(errors.New("want serial or local_serial"))
 			}
 		case "write_guard":
-			switch strings.ToLower(v) {
-			case "claims":
-				cfg.guard = GuardClaims
-			case "conditional":
-				cfg.guard = GuardConditional
-			default:
-				return bad(errors.New("want claims or conditional"))
+			g, err := parseWriteGuard(strings.ToLower(v))
+			if err != nil {
+				return bad(err)
 			}
+			cfg.guard = g
 		case "partition_size":
 			n, err := strconv.ParseInt(v, 10, 64)
 			if err != nil {

@@ -11,39 +11,6 @@ import (
 	"github.com/annals-go/annals/journal"
 )
 
-// WriteGuard selects how the store refuses a second writer of an id; see
-// "Conflicts" in the package documentation.
-type WriteGuard int
-
-const (
-	// GuardClaims: a writer claims an id with one lightweight
-	// transaction before its first write, then writes plain batches, each
-	// acknowledged once a read finds the claim still its own; an earlier
-	// owner's later rows are shadowed by the claim's tombstone. It has a
-	// window the conditional guard has not (see "Conflicts").
-	GuardClaims WriteGuard = iota + 1
-	// GuardConditional, the default: every atomic write is a conditional
-	// batch (a Paxos round per write). Processes writing one keyspace
-	// must all use the same guard.
-	GuardConditional
-)
-
-// String returns the guard's name.
-func (g WriteGuard) String() string {
-	switch g {
-	case GuardClaims:
-		return "claims"
-	case GuardConditional:
-		return "conditional"
-	}
-	return fmt.Sprintf("WriteGuard(%d)", int(g))
-}
-
-// WithWriteGuard sets how the store refuses a second writer of an id
-// (default GuardConditional). Every process writing a keyspace must use the
-// same guard: neither sees the other's writers.
-func WithWriteGuard(g WriteGuard) Option { return func(c *config) { c.guard = g } }
-
 // ErrSuperseded reports an atomic write sent by a writer whose claim of the
 // id another writer took while the write was being stored. Its outcome is
 // unknown: the events are kept when the new owner's claim found them, and

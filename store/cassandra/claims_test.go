@@ -99,9 +99,9 @@ func wantWriters(t *testing.T, j journal.Journal, pid string, want map[int64]str
 	}
 }
 
-// scanKeyspace reads one row of stmt in keyspace ks at quorum, through a
-// session of its own, into dest.
-func scanKeyspace(t *testing.T, ks, stmt string, dest any, args ...any) {
+// keyspaceSession returns a session of its own on keyspace ks, closed
+// when t ends.
+func keyspaceSession(t *testing.T, ks string) *gocql.Session {
 	t.Helper()
 	cluster := gocql.NewCluster(cassandratest.Address())
 	cluster.Keyspace = ks
@@ -109,8 +109,15 @@ func scanKeyspace(t *testing.T, ks, stmt string, dest any, args ...any) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer session.Close()
-	if err := session.Query(stmt, args...).Consistency(gocql.Quorum).Scan(dest); err != nil {
+	t.Cleanup(session.Close)
+	return session
+}
+
+// scanKeyspace reads one row of stmt in keyspace ks at quorum, through a
+// session of its own, into dest.
+func scanKeyspace(t *testing.T, ks, stmt string, dest any, args ...any) {
+	t.Helper()
+	if err := keyspaceSession(t, ks).Query(stmt, args...).Consistency(gocql.Quorum).Scan(dest); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -862,10 +869,26 @@ func TestHiddenRowsRecoveredThenEvicted(t *testing.T) {
 // what it knew of the id) reads no event again.
 func TestRowsBeforeClaimsSettle(t *testing.T) {
 	const pid, tag = "BeforeClaims|1", "before-claims"
-	stores, _ := claimStores(t, 3, map[int][]cassandra.Option{0: {cassandra.WithWriteGuard(cassandra.GuardConditional)}})
-	mustWriteOne(t, stores[0].Journal(), withTags(payloaded(pid, "x", 1, 2), []string{tag}))
-	mustWriteOne(t, stores[1].Journal(), payloaded(pid, "y", 3, 3)) // untagged: no repair in y
-	z := stores[2]
+	u, ks := cassandratest.URL(t)
+	opts := []cassandra.Option{cassandra.WithMigrate(true), cassandra.WithPartitionSize(10)}
+	x, err := cassandra.Open(t.Context(), u, append(opts, cassandra.WithWriteGuard(cassandra.GuardConditional))...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer x.Close()
+	mustWriteOne(t, x.Journal(), withTags(payloaded(pid, "x", 1, 2), []string{tag}))
+	// The keyspace moves to claims (x writes no more; its tag_scanning
+	// mark stays at 0 until it closes).
+	switchToClaims(t, ks)
+	var claimed [2]*cassandra.Store
+	for i := range claimed {
+		if claimed[i], err = cassandra.Open(t.Context(), u, opts...); err != nil {
+			t.Fatal(err)
+		}
+		defer claimed[i].Close()
+	}
+	y, z := claimed[0], claimed[1]
+	mustWriteOne(t, y.Journal(), payloaded(pid, "y", 3, 3)) // untagged: no repair in y
 	wantHighest(t, z.Journal(), pid, 3, "z's recovery")
 	if n := cassandra.RepairReads(z); n != 3 {
 		t.Fatalf("z's first recovery read %d events for tags, want 3", n)

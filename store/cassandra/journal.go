@@ -20,6 +20,7 @@ type statements struct {
 	guard, guardNew, insert, insertID, replay, highest, deletedTo, setDeletedTo, deleteRange string
 	loadSnaps, saveSnap, deleteSnap, deleteSnaps                                             string
 	insertSetting, insertTag, saveProgress, loadProgress, loadScanning, saveScanning         string
+	readSetting, anyEvent                                                                    string
 	tagRows, tagRowsFrom, tagProbe, tagRange, allIDs, allIDsAfter                            string
 	claimRead, claimNew, claimTake, claimRenew, claimFar, claimPublish, claimVerify          string
 	claimFence, rowExists                                                                    string
@@ -51,6 +52,8 @@ func newStatements(ks string) statements {
 		deleteSnaps: q(`DELETE FROM %s.snapshots WHERE persistence_id = ? AND sequence_nr >= ? AND sequence_nr <= ?`),
 
 		insertSetting: q(`INSERT INTO %s.annals_settings (name, value) VALUES (?, ?) IF NOT EXISTS`),
+		readSetting:   q(`SELECT value FROM %s.annals_settings WHERE name = ?`),
+		anyEvent:      q(`SELECT persistence_id FROM %s.messages LIMIT 1`),
 		insertTag: q(`INSERT INTO %s.tag_views (tag_name, timebucket, timestamp, persistence_id, tag_pid_sequence_nr, sequence_nr, writer_uuid,
 	ser_id, ser_manifest, event_manifest, event, meta_ser_id, meta_ser_manifest, meta, ` + tagViewsTags + `, ` + tagViewsTime + `) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, '', ?, ?, ?, ?, ?, ?)`),
 		saveProgress: q(`INSERT INTO %s.tag_write_progress (persistence_id, tag, sequence_nr, tag_pid_sequence_nr, offset) VALUES (?, ?, ?, ?, ?)`),

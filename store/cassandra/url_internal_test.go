@@ -1,7 +1,6 @@
 package cassandra
 
 import (
-	"cmp"
 	"errors"
 	"slices"
 	"strings"
@@ -22,7 +21,7 @@ func TestURLContactPointsAndConsistency(t *testing.T) {
 		url                 string
 		hosts               []string
 		read, write, serial gocql.Consistency
-		guard               WriteGuard // GuardConditional when zero
+		guard               WriteGuard // 0: none configured (the keyspace's)
 		invalid             bool
 	}{
 		{name: "one host", url: "cassandra://h1/ks",
@@ -79,8 +78,8 @@ func TestURLContactPointsAndConsistency(t *testing.T) {
 			if cfg.readCL != c.read || cfg.writeCL != c.write || cfg.serialCL != c.serial {
 				t.Errorf("consistency read %v write %v serial %v, want %v, %v, %v", cfg.readCL, cfg.writeCL, cfg.serialCL, c.read, c.write, c.serial)
 			}
-			if want := cmp.Or(c.guard, GuardConditional); cfg.guard != want {
-				t.Errorf("write guard %v, want %v", cfg.guard, want)
+			if cfg.guard != c.guard {
+				t.Errorf("write guard %v, want %v", cfg.guard, c.guard)
 			}
 		})
 	}

@@ -110,14 +110,14 @@ func (r *rawWriter) write(b *testing.B, pid string, seq int64, first bool, tags 
 // second writer is the difference between the two), "raw-verify" without
 // it but each write followed by a quorum read of the partition's static
 // column (a claim's cost per write). "conditional-events/s" is Annals
-// again, through a store of the conditional guard (GuardConditional, the
-// default), on the same ids of a keyspace of its own; "events/s" is the
-// claims guard (write_guard=claims).
+// again, through a store of the conditional guard (GuardConditional, a
+// keyspace that held events before), on the same ids of a keyspace of its
+// own; "events/s" is the claims guard (a new keyspace's).
 func BenchmarkWrite1000IDs(b *testing.B) {
 	const ids, turns = 1000, 5
 	for _, tags := range [][]string{nil, {"bench"}} {
 		b.Run(fmt.Sprintf("tags=%d", len(tags)), func(b *testing.B) {
-			s := cassandratest.Open(b, cassandra.WithWriteGuard(cassandra.GuardClaims))
+			s := cassandratest.Open(b)
 			var annalsTime, condTime time.Duration
 			f := enginetest.MeteredFront(b, s.Journal(), engine.Config{}, func() time.Duration { return annalsTime })
 			// The same through a store of the conditional guard (a Paxos

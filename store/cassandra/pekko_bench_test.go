@@ -82,9 +82,9 @@ type besidePekko struct {
 // rows, when not nil, counts the rows read from messages.
 func (bp *besidePekko) store(b *testing.B, rows *atomic.Int64) *cassandra.Store {
 	b.Helper()
-	// The claims guard (write_guard=claims): the conditional guard's
-	// figures are in docs/performance.md.
-	opts := []cassandra.Option{cassandra.WithWriteGuard(cassandra.GuardClaims)}
+	// The keyspace's guard, claims (checked by BenchmarkBesidePekko): the
+	// conditional guard's figures are in docs/performance.md.
+	var opts []cassandra.Option
 	if rows != nil {
 		opts = append(opts, cassandra.WithQueryObserver(rowCounter{rows}))
 	}
@@ -219,6 +219,9 @@ func BenchmarkBesidePekko(b *testing.B) {
 	// node and the entities stop).
 	run := pekkoWith(b, 10*time.Minute, "-Xmx1g", "-Ddatastax-java-driver.basic.request.timeout=10s")
 	s := cassandratest.Open(b)
+	if g := s.WriteGuard(); g != cassandra.GuardClaims {
+		b.Fatalf("a new keyspace's write guard: %v, want claims", g)
+	}
 	bp := &besidePekko{
 		run: run,
 		url: "cassandra://" + cassandratest.Address() + "/" + s.Keyspace(),

@@ -36,11 +36,13 @@ const deleteAhead = 4
 //   - far: a deleted-to mark the owner announced before writing it;
 //   - base, done and prior: the latest completed claim (one that read the
 //     id's highest number and published it): its highest number, its
-//     fence, and the fence of the completed claim before it. base is -1
-//     while the record's first claim was never taken: no earlier claimed
-//     writer exists, and rows below its fence were written before claims
-//     (settled relies on it); a takeover sets it to 0 until a claim
-//     completes.
+//     fence, and the fence of the completed claim before it. base is
+//     minus the fence while the record's first claim was never taken: no
+//     earlier claimed writer exists, and rows below its fence were
+//     written before claims (settled relies on it). A takeover moves the
+//     fence, so the mark no longer holds, whatever sets base (an Annals
+//     version before the mark leaves it); this one sets it to 0 until a
+//     claim completes.
 const claimsTable = "annals_claims"
 
 const claimsTableCQL = `CREATE TABLE IF NOT EXISTS {ks}.annals_claims (
@@ -65,9 +67,9 @@ type claim struct {
 	// What the claim knows of the id: its deleted-to mark, its highest
 	// number above the mark (0 when none) and that number's partition.
 	deleted, kept, keptPnr int64
-	// afterHidden: a claim completed before this one took the id, so
-	// rows of an earlier owner may have been hidden by its tombstone.
-	afterHidden bool
+	// keptUUID is the timeuuid of the row at kept as the claim's read
+	// found it (before the claim's own writes).
+	keptUUID gocql.UUID
 }
 
 // highest is the id's highest number as the claim knows it.
@@ -168,7 +170,7 @@ func (s *Store) claimID(ctx context.Context, pid string, fresh bool) (*claim, er
 		if rec.exists {
 			q = s.session.Query(s.sql.claimTake, token, c.rev, c.fence, c.until, max(rec.base, 0), pid, rec.rev)
 		} else {
-			q = s.session.Query(s.sql.claimNew, pid, token, c.rev, c.fence, c.until)
+			q = s.session.Query(s.sql.claimNew, pid, token, c.rev, c.fence, c.until, -c.fence)
 		}
 		prev := map[string]any{}
 		applied, err := q.WithContext(ctx).Consistency(cl).SerialConsistency(s.cfg.serialCL).MapScanCAS(prev)
@@ -211,7 +213,7 @@ func (s *Store) claimID(ctx context.Context, pid string, fresh bool) (*claim, er
 	if err != nil {
 		return nil, err
 	}
-	c.deleted, c.kept, c.keptPnr, c.afterHidden = r.deleted, r.kept, r.pnr, rec.done > 0
+	c.deleted, c.kept, c.keptPnr, c.keptUUID = r.deleted, r.kept, r.pnr, r.uuid
 	if !rec.exists {
 		return c, nil // the id's first claim
 	}
@@ -292,17 +294,16 @@ func (j *Journal) writeClaimed(ctx context.Context, w journal.AtomicWrite, st *i
 			return conflict, nil
 		}
 		st.claim = c
-		if st.recoveredTo > c.highest() || st.recoveredTo == 0 && c.afterHidden && first-1 > c.highest() {
+		renumbered := st.recoveredTo == c.kept && c.kept > c.deleted &&
+			st.recoveredUUID != (gocql.UUID{}) && c.keptUUID != (gocql.UUID{}) && st.recoveredUUID != c.keptUUID
+		if st.recoveredTo > c.highest() || renumbered {
 			// This process's recovery of the id read rows that the claim
 			// no longer finds (an earlier owner's, landed after the claim
-			// before this one read and hidden by its tombstone): the
-			// writer built on events that are gone, and recovers again.
-			// When this process no longer knows what it recovered (the
-			// id's state was dropped, or it never recovered the id), a
-			// write that leaves numbers free below it, after a claim that
-			// may have hidden rows, is taken for one built on hidden rows:
-			// a writer that recovered writes the next number.
-			st.recoveredTo = 0
+			// before this one read and hidden by its tombstone), or
+			// another row at the number it read last (the new owner wrote
+			// the hidden rows' numbers again): the writer built on events
+			// that are gone, and recovers again.
+			st.recoveredTo, st.recoveredUUID = 0, gocql.UUID{}
 			s.tags.dropHandoff(pid)
 			return conflict, nil
 		}
@@ -494,51 +495,90 @@ func farRejection(pid string, first, last, pnr, kept, keptPnr, size int64) error
 		journal.ErrInvalidArgument, pid, first, last, pnr, kept, keptPnr, gap, size)
 }
 
-// rowStamp is a row's number and write timestamp, what settled reads.
-type rowStamp struct{ seq, written int64 }
+// rowStamp is what settled reads of a row: its number, write timestamp
+// and timeuuid.
+type rowStamp struct {
+	seq, written int64
+	uuid         gocql.UUID
+}
+
+// settlement is what settled found of a repair's rows.
+type settlement int
+
+const (
+	// allSettled: every row is settled.
+	allSettled settlement = iota
+	// rowsHidden: the first row not settled is an earlier owner's that
+	// the id's completed claim hides (its tombstone is written again).
+	rowsHidden
+	// rowsUnknown: the first row not settled belongs to a claim being
+	// taken, or a claim completed while the rows were read.
+	rowsUnknown
+	// claimTaken: the rows belonged to a claim taken and abandoned (its
+	// bound passed before it completed), and this store took the id to
+	// settle them: the rows read may be gone, and are read again.
+	claimTaken
+)
 
 // settled returns the highest number up to which the rows a repair of pid
 // read (ascending, from the number after from up to upTo) are rows that no
 // claim hides later, so that their tag rows and the tag_scanning mark may
-// be written: upTo when all are, from when the first row is not. A row is
-// settled when, read after it, the id's claim record shows
+// be written: upTo when all are, from when the first row is not. before is
+// the id's claim record as read before the rows. A row is settled when
+// the record read after it shows, with no claim completed since before:
 //
 //   - no claim: no claimed writer ever wrote the id;
-//   - a completed claim whose highest number covers the row: later
-//     claims' tombstones lie above their own highest numbers, which are
-//     no lower;
+//   - a completed claim whose highest number covers the row: no claim
+//     completed since the row was read, later claims' tombstones lie
+//     above their own highest numbers, which are no lower, and the
+//     earlier ones were written before this one read the id;
 //   - the row stamped above the current claim's fence: the current
 //     owner's write, stored before any later claim took the id, so within
 //     that claim's highest number;
-//   - the record's first claim, never taken: the row was written by its
-//     owner or before claims.
+//   - the record's first claim, never taken (base is minus its fence):
+//     the row was written by its owner or before claims.
 //
 // Any other row is an earlier owner's, above the latest completed claim's
-// highest number: hidden once the current claim completes, if not
-// already, or kept if that claim's read found it; not known until then.
-// Rows up to what this process's claim knows (its own read or writes) are
-// settled without a read.
-func (s *Store) settled(ctx context.Context, pid string, st *idTags, from, upTo int64, rows []rowStamp) (int64, error) {
+// highest number: hidden when the current claim completed (settled then
+// writes that claim's tombstone again, as its owner may have stopped
+// before it), or not known while it is being taken; a take whose bound
+// passed is abandoned, and settled takes the id itself (st.claim).
+func (s *Store) settled(ctx context.Context, pid string, st *idTags, before claimRecord, from, upTo int64, rows []rowStamp) (int64, settlement, error) {
 	if len(rows) == 0 {
-		return upTo, nil
-	}
-	if c := st.claim; c != nil && rows[len(rows)-1].seq <= c.highest() {
-		return upTo, nil
+		return upTo, allSettled, nil
 	}
 	rec, err := s.readClaim(ctx, pid)
-	if err != nil || !rec.exists {
-		return upTo, err
+	if err != nil {
+		return 0, 0, err
+	}
+	if !rec.exists {
+		return upTo, allSettled, nil
+	}
+	if rec.done != before.done {
+		return from, rowsUnknown, nil
 	}
 	to := from
 	for _, r := range rows {
 		switch {
 		case rec.done > 0 && r.seq <= rec.base:
 		case r.written > rec.fence:
-		case rec.base < 0:
+		case rec.base == -rec.fence:
+		case rec.done == rec.fence:
+			return to, rowsHidden, s.fenceAbove(ctx, pid, rec.base, rec.done)
+		case s.micros() > rec.until:
+			c, err := s.claimID(ctx, pid, false)
+			if err != nil {
+				return 0, 0, err
+			}
+			if c == nil {
+				return to, rowsUnknown, nil // another writer took it first
+			}
+			st.claim = c
+			return from, claimTaken, nil
 		default:
-			return to, nil
+			return to, rowsUnknown, nil
 		}
 		to = r.seq
 	}
-	return upTo, nil
+	return upTo, allSettled, nil
 }

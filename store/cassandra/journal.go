@@ -39,7 +39,7 @@ func newStatements(ks string) statements {
 		insertID: q(`INSERT INTO %s.all_persistence_ids (persistence_id) VALUES (?)`),
 		replay: q(`SELECT sequence_nr, timestamp, writer_uuid, ser_id, ser_manifest, event, meta, tags, WRITETIME(event) FROM %s.messages
 	WHERE persistence_id = ? AND partition_nr = ? AND sequence_nr >= ? AND sequence_nr <= ?`),
-		highest:      q(`SELECT sequence_nr FROM %s.messages WHERE persistence_id = ? AND partition_nr = ? ORDER BY sequence_nr DESC LIMIT 1`),
+		highest:      q(`SELECT sequence_nr, timestamp FROM %s.messages WHERE persistence_id = ? AND partition_nr = ? ORDER BY sequence_nr DESC LIMIT 1`),
 		deletedTo:    q(`SELECT deleted_to FROM %s.metadata WHERE persistence_id = ?`),
 		setDeletedTo: q(`INSERT INTO %s.metadata (persistence_id, deleted_to) VALUES (?, ?)`),
 		deleteRange:  q(`DELETE FROM %s.messages WHERE persistence_id = ? AND partition_nr = ? AND sequence_nr >= 0 AND sequence_nr <= ?`),
@@ -74,7 +74,7 @@ func newStatements(ks string) statements {
 		// The claims (claims.go): a takeover is conditioned on the record's
 		// rev, the owner's changes on its token and rev.
 		claimRead:  q(`SELECT owner, rev, fence, until, far, base, done, prior FROM %s.` + claimsTable + ` WHERE persistence_id = ?`),
-		claimNew:   q(`INSERT INTO %s.` + claimsTable + ` (persistence_id, owner, rev, fence, until, base) VALUES (?, ?, ?, ?, ?, -1) IF NOT EXISTS`),
+		claimNew:   q(`INSERT INTO %s.` + claimsTable + ` (persistence_id, owner, rev, fence, until, base) VALUES (?, ?, ?, ?, ?, ?) IF NOT EXISTS`),
 		claimTake:  q(`UPDATE %s.` + claimsTable + ` SET owner = ?, rev = ?, fence = ?, until = ?, base = ? WHERE persistence_id = ? IF rev = ?`),
 		claimRenew: q(`UPDATE %s.` + claimsTable + ` SET until = ?, rev = ? WHERE persistence_id = ? IF owner = ? AND rev = ?`),
 		claimFar:   q(`UPDATE %s.` + claimsTable + ` SET far = ?, rev = ? WHERE persistence_id = ? IF owner = ? AND rev = ?`),
@@ -534,30 +534,27 @@ func (j *Journal) HighestSequenceNr(ctx context.Context, persistenceID string, f
 	if j.s.isClosed() {
 		return 0, journal.ErrClosed
 	}
-	highest, err := j.s.highest(ctx, persistenceID, from)
-	if err != nil {
-		return 0, err
+	for range 2 {
+		r, err := j.s.scan(ctx, persistenceID, from)
+		if err != nil {
+			return 0, err
+		}
+		highest, retry, err := j.s.tags.recovered(ctx, persistenceID, r)
+		if err != nil || !retry {
+			return highest, err
+		}
+		// The repair took the id to settle an abandoned claim: the rows
+		// it read may be gone.
 	}
-	if err := j.s.tags.recovered(ctx, persistenceID, highest); err != nil {
-		return 0, err
-	}
-	return highest, nil
-}
-
-// highest reads pid's highest sequence number; see HighestSequenceNr.
-func (s *Store) highest(ctx context.Context, persistenceID string, from int64) (int64, error) {
-	r, err := s.scan(ctx, persistenceID, from)
-	if err != nil {
-		return 0, err
-	}
-	return max(r.deleted, r.kept), nil
+	return 0, fmt.Errorf("highest sequence number of %s: the id's claim kept changing while its rows were settled", persistenceID)
 }
 
 // reach is what a scan of an id's partitions found.
 type reach struct {
-	deleted int64 // the deleted-to mark, 0 when none
-	kept    int64 // the highest number above the mark, 0 when none
-	pnr     int64 // the partition holding kept
+	deleted int64      // the deleted-to mark, 0 when none
+	kept    int64      // the highest number above the mark, 0 when none
+	pnr     int64      // the partition holding kept
+	uuid    gocql.UUID // kept's row's timeuuid
 }
 
 // scan reads pid's deleted-to mark and the highest number of the
@@ -576,8 +573,11 @@ func (s *Store) scanAt(ctx context.Context, persistenceID string, from int64, cl
 	r := reach{deleted: deleted}
 	home := s.partition(max(from, deleted+1))
 	for pnr := max(home-1, 0); ; pnr++ {
-		var seq int64
-		err := s.session.Query(s.sql.highest, persistenceID, pnr).WithContext(ctx).Consistency(cl).Scan(&seq)
+		var (
+			seq  int64
+			uuid gocql.UUID
+		)
+		err := s.session.Query(s.sql.highest, persistenceID, pnr).WithContext(ctx).Consistency(cl).Scan(&seq, &uuid)
 		if errors.Is(err, gocql.ErrNotFound) {
 			if pnr > home {
 				return r, nil
@@ -588,7 +588,7 @@ func (s *Store) scanAt(ctx context.Context, persistenceID string, from int64, cl
 			return reach{}, s.errs.Map(ctx, "highest sequence number", err, journal.ErrClosed)
 		}
 		if seq > deleted && seq > r.kept {
-			r.kept, r.pnr = seq, pnr
+			r.kept, r.pnr, r.uuid = seq, pnr, uuid
 		}
 	}
 }

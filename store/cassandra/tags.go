@@ -88,8 +88,12 @@ type idTags struct {
 	// id read (HighestSequenceNr, whoever called it) since a claim last
 	// refused a write for it: the highest, not the last, since a later
 	// call (a query, a projection, the console) may read fewer events once
-	// a tombstone hid rows an entity of this process was built on.
-	recoveredTo int64
+	// a tombstone hid rows an entity of this process was built on;
+	// recoveredUUID is the timeuuid of the row the first such recovery
+	// read there (zero when unknown), against another row written at the
+	// number since.
+	recoveredTo   int64
+	recoveredUUID gocql.UUID
 	// dropped: the state left tw.ids; whoever locks it looks the id up
 	// again.
 	dropped bool
@@ -363,8 +367,16 @@ func (tw *tagWriters) written(ctx context.Context, w journal.AtomicWrite, uuids 
 		return nil
 	}
 	if !st.loaded {
-		if err := tw.repair(ctx, w.PersistenceID, st, w.Events[0].SequenceNr-1, false); err != nil {
+		if _, err := tw.repair(ctx, w.PersistenceID, st, w.Events[0].SequenceNr-1, false); err != nil {
 			return err
+		}
+		if !st.loaded {
+			// Earlier rows are not settled yet (GuardClaims): numbering
+			// this write's tag rows after them could give two events one
+			// tag number. The write is stored; a later repair writes its
+			// tag rows.
+			return fmt.Errorf("%s %d: the events are stored; their tag rows wait for the id's earlier rows, which another writer's claim has not settled yet",
+				w.PersistenceID, w.Events[0].SequenceNr)
 		}
 	}
 	progress := maps.Clone(st.progress)
@@ -381,15 +393,26 @@ func (tw *tagWriters) written(ctx context.Context, w journal.AtomicWrite, uuids 
 	return nil
 }
 
-// recovered repairs the tag rows of pid up to its highest number, and
-// loads its state: what HighestSequenceNr does for every recovery. An id
-// whose every event up to highest this process knows to have its tag
-// rows (its state's clean mark) needs no repair: no other process wrote
-// it since, as that would have raised its highest number. A claim of the
-// id (GuardClaims) whose highest number is below highest is dropped.
-func (tw *tagWriters) recovered(ctx context.Context, pid string, highest int64) error {
+// recovered repairs the tag rows of pid, whose scan found r, up to its
+// highest number, and loads its state: what HighestSequenceNr does for
+// every recovery. It returns the highest number the recovery reads: r's,
+// or under claims the last settled row's when the rows above it are
+// hidden by a completed claim. retry: the repair took the id's claim to
+// settle its rows, which may be gone; the recovery reads again.
+//
+// An id whose every event up to the highest number this process knows to
+// have its tag rows (its state's clean mark) needs no repair: no other
+// process wrote it since, as that would have raised its highest number. A
+// claim of the id (GuardClaims) whose highest number is below it is
+// dropped.
+func (tw *tagWriters) recovered(ctx context.Context, pid string, r reach) (highest int64, retry bool, err error) {
 	st := tw.state(pid)
 	defer st.mu.Unlock()
+	highest = max(r.deleted, r.kept)
+	var uuid gocql.UUID // of the row at highest, when it is a row
+	if r.kept > r.deleted {
+		uuid = r.uuid
+	}
 	if tw.s.cfg.guard == GuardClaims {
 		// Under claims a handoff serves only the replay that follows the
 		// recovery which read it: one left by an earlier call (a
@@ -400,26 +423,53 @@ func (tw *tagWriters) recovered(ctx context.Context, pid string, highest int64) 
 		// drops the id's handoff.
 		tw.dropHandoff(pid)
 	}
-	st.recoveredTo = max(st.recoveredTo, highest)
 	if st.claim != nil && highest > st.claim.highest() {
 		// Another writer wrote the id after this process's claim, so it
 		// took the claim: the next write claims the id again, rather than
 		// write under the old claim and be refused as its stale owner.
 		st.claim = nil
 	}
-	if st.loaded && st.clean == highest {
-		return nil
+	if !st.loaded || st.clean != highest {
+		st.loaded = false
+		rep, err := tw.repair(ctx, pid, st, highest, true)
+		if err != nil {
+			return 0, false, err
+		}
+		switch rep.how {
+		case claimTaken:
+			return 0, true, nil
+		case rowsHidden:
+			highest, uuid = max(rep.to, r.deleted), rep.uuid
+		}
 	}
-	st.loaded = false
-	return tw.repair(ctx, pid, st, highest, true)
+	// What the writer the recovery is for built on: the write check of
+	// writeClaimed.
+	switch {
+	case highest > st.recoveredTo:
+		st.recoveredTo, st.recoveredUUID = highest, uuid
+	case highest == st.recoveredTo && st.recoveredUUID == (gocql.UUID{}):
+		st.recoveredUUID = uuid
+	}
+	return highest, false, nil
+}
+
+// repaired is what a repair did.
+type repaired struct {
+	to   int64      // the number its marks reached: upTo, or below it the last settled row
+	uuid gocql.UUID // the timeuuid of the row at to, when the repair read it
+	how  settlement // under claims, what settled found
 }
 
 // repair reads pid's tag progress, writes the tag rows of its events after
 // the tag_scanning mark up to upTo that the progress does not cover, and
 // loads the state. With keep (a recovery's repair), the events it read are
-// kept for the recovery's replay (see handoff).
-func (tw *tagWriters) repair(ctx context.Context, pid string, st *idTags, upTo int64, keep bool) error {
+// kept for the recovery's replay (see handoff). Under claims only rows
+// settled (no claim hides them later) get tag rows, the mark and the
+// handoff; when that stops short of upTo the state stays unloaded, so that
+// the id's next write or recovery repairs again.
+func (tw *tagWriters) repair(ctx context.Context, pid string, st *idTags, upTo int64, keep bool) (repaired, error) {
 	s := tw.s
+	res := repaired{to: upTo}
 	progress := map[string]tagProgress{}
 	iter := s.session.Query(s.sql.loadProgress, pid).WithContext(ctx).Consistency(s.cfg.readCL).Iter()
 	var (
@@ -430,26 +480,35 @@ func (tw *tagWriters) repair(ctx context.Context, pid string, st *idTags, upTo i
 		progress[tag] = p
 	}
 	if err := iter.Close(); err != nil {
-		return s.errs.Map(ctx, "read tag progress", err, journal.ErrClosed)
+		return res, s.errs.Map(ctx, "read tag progress", err, journal.ErrClosed)
 	}
 	var scanned int64
 	if err := s.session.Query(s.sql.loadScanning, pid).WithContext(ctx).Consistency(s.cfg.readCL).Scan(&scanned); err != nil && !errors.Is(err, gocql.ErrNotFound) {
-		return s.errs.Map(ctx, "read tag scanning", err, journal.ErrClosed)
+		return res, s.errs.Map(ctx, "read tag scanning", err, journal.ErrClosed)
 	}
 	if upTo > scanned {
 		var (
 			events []storedEvent // tagged, or every one with keep
 			stamps []rowStamp
-			claims = s.cfg.guard == GuardClaims
 			read   = &handoff{from: scanned + 1}
+			// Under claims, rows up to what this process's claim knows
+			// are settled (its own read or writes); others are checked.
+			claims = s.cfg.guard == GuardClaims && (st.claim == nil || upTo > st.claim.highest())
+			before claimRecord
 		)
+		if claims {
+			var err error
+			if before, err = s.readClaim(ctx, pid); err != nil {
+				return res, s.errs.Map(ctx, "read the id's claim", err, journal.ErrClosed)
+			}
+		}
 		for ev, err := range s.events(ctx, pid, scanned+1, upTo, upTo) {
 			if err != nil {
-				return err
+				return res, err
 			}
 			tw.repairReads.Add(1)
 			if claims {
-				stamps = append(stamps, rowStamp{ev.repr.SequenceNr, ev.written})
+				stamps = append(stamps, rowStamp{ev.repr.SequenceNr, ev.written, ev.uuid})
 			}
 			if compareTimeUUID(ev.uuid, st.last) > 0 {
 				st.last = ev.uuid
@@ -465,14 +524,18 @@ func (tw *tagWriters) repair(ctx context.Context, pid string, st *idTags, upTo i
 				events = append(events, ev)
 			}
 		}
-		to := upTo
 		if claims {
-			// Rows a claim may still hide get no tag rows, and the marks
-			// stay below them: a later repair (the new owner's, before
-			// its first write) decides.
 			var err error
-			if to, err = s.settled(ctx, pid, st, scanned, upTo, stamps); err != nil {
-				return s.errs.Map(ctx, "read the id's claim", err, journal.ErrClosed)
+			if res.to, res.how, err = s.settled(ctx, pid, st, before, scanned, upTo, stamps); err != nil {
+				return res, s.errs.Map(ctx, "settle the id's rows", err, journal.ErrClosed)
+			}
+			if res.how == claimTaken {
+				return res, nil
+			}
+			for _, r := range stamps {
+				if r.seq == res.to {
+					res.uuid = r.uuid
+				}
 			}
 		}
 		var (
@@ -480,7 +543,7 @@ func (tw *tagWriters) repair(ctx context.Context, pid string, st *idTags, upTo i
 			uuids  []gocql.UUID
 		)
 		for i, ev := range events {
-			if ev.repr.SequenceNr > to {
+			if ev.repr.SequenceNr > res.to {
 				events = events[:i]
 				break
 			}
@@ -488,28 +551,26 @@ func (tw *tagWriters) repair(ctx context.Context, pid string, st *idTags, upTo i
 				tagged, uuids = append(tagged, ev.repr), append(uuids, ev.uuid)
 			}
 		}
-		read.to, read.events = to, events
+		read.to, read.events = res.to, events
 		if err := tw.write(ctx, rowsOf(tagged, uuids, progress)); err != nil {
-			return err
+			return res, err
 		}
-		if to > scanned {
-			if err := s.session.Query(s.sql.saveScanning, pid, to).WithContext(ctx).Consistency(s.cfg.writeCL).Exec(); err != nil {
-				return s.errs.Map(ctx, "write tag scanning", err, journal.ErrClosed)
+		if res.to > scanned {
+			if err := s.session.Query(s.sql.saveScanning, pid, res.to).WithContext(ctx).Consistency(s.cfg.writeCL).Exec(); err != nil {
+				return res, s.errs.Map(ctx, "write tag scanning", err, journal.ErrClosed)
 			}
-			scanned = to
+			scanned = res.to
 		}
 		if keep {
 			tw.keepHandoff(pid, read)
 		}
-		if to < upTo {
-			// Not loaded: the id's next write or recovery repairs again,
-			// rather than number its tag rows after rows not yet written.
+		if res.to < upTo {
 			st.loaded, st.scanned = false, scanned
-			return nil
+			return res, nil
 		}
 	}
 	st.progress, st.loaded, st.clean, st.scanned = progress, true, upTo, scanned
-	return nil
+	return res, nil
 }
 
 // eventBytes is the memory an event holds, for maxHandoffBytes.

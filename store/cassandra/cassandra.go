@@ -89,14 +89,17 @@
 //   - Rows of such a write that land after the new owner read H and
 //     before its tombstone (milliseconds; until the next claim when the
 //     new owner stops in between) are visible to every reader until then.
-//     A writer that recovered them is refused and recovers again; a
-//     process that no longer knows what it recovered (it dropped the id's
-//     state) has its first write after the takeover refused when it
-//     leaves numbers free below it. A tag repair writes tag rows only for
-//     rows no claim can hide later: read after the rows, the id's claim
-//     record and each row's write timestamp tell which (rows covered by a
-//     completed claim's H, or stamped above the current claim's fence);
-//     the rest wait for a later repair.
+//     A tag repair writes tag rows only for rows no claim can hide later:
+//     the id's claim record, read before and after the rows, and each
+//     row's write timestamp tell which (rows covered by a completed
+//     claim's H, or stamped above the current claim's fence); the rest
+//     wait for a later repair. A recovery stops before rows a completed
+//     claim hides (and writes that claim's tombstone again); rows of a
+//     claim being taken it reads, and a write built on them that the
+//     claim then hid is refused (a lower highest number, or another row
+//     at it), unless the process dropped the id's state in between (past
+//     100,000 ids). A claim being taken whose bound passed is completed
+//     by the recovery that meets it.
 //   - A write of a number at or below the claim's H (a writer that
 //     recovered before another wrote on) is refused before anything is
 //     sent.

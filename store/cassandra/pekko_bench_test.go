@@ -145,7 +145,7 @@ func pekkoTimes(b *testing.B, lines []string, key string) []time.Duration {
 type rowCounter struct{ n *atomic.Int64 }
 
 func (c rowCounter) ObserveQuery(_ context.Context, q gocql.ObservedQuery) {
-	if strings.HasPrefix(q.Statement, "SELECT sequence_nr, timestamp") && strings.Contains(q.Statement, ".messages") {
+	if strings.HasPrefix(q.Statement, "SELECT sequence_nr, timestamp, writer_uuid") && strings.Contains(q.Statement, ".messages") {
 		c.n.Add(int64(q.Rows))
 	}
 }

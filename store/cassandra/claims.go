@@ -67,8 +67,7 @@ type claim struct {
 	// What the claim knows of the id: its deleted-to mark, its highest
 	// number above the mark (0 when none) and that number's partition.
 	deleted, kept, keptPnr int64
-	// keptUUID is the timeuuid of the row at kept as the claim's read
-	// found it (before the claim's own writes).
+	// keptUUID is the timeuuid of the row at kept (zero when unknown).
 	keptUUID gocql.UUID
 }
 
@@ -294,21 +293,23 @@ func (j *Journal) writeClaimed(ctx context.Context, w journal.AtomicWrite, st *i
 			return conflict, nil
 		}
 		st.claim = c
-		renumbered := st.recoveredTo == c.kept && c.kept > c.deleted &&
-			st.recoveredUUID != (gocql.UUID{}) && c.keptUUID != (gocql.UUID{}) && st.recoveredUUID != c.keptUUID
-		if st.recoveredTo > c.highest() || renumbered {
-			// This process's recovery of the id read rows that the claim
-			// no longer finds (an earlier owner's, landed after the claim
-			// before this one read and hidden by its tombstone), or
-			// another row at the number it read last (the new owner wrote
-			// the hidden rows' numbers again): the writer built on events
-			// that are gone, and recovers again.
-			st.recoveredTo, st.recoveredUUID = 0, gocql.UUID{}
-			s.tags.dropHandoff(pid)
-			return conflict, nil
-		}
 	}
 	c := st.claim
+	renumbered := st.recoveredTo == c.kept && c.kept > c.deleted &&
+		st.recoveredUUID != (gocql.UUID{}) && c.keptUUID != (gocql.UUID{}) && st.recoveredUUID != c.keptUUID
+	if st.recoveredTo > c.highest() || renumbered {
+		// This process's recovery of the id read rows that the claim
+		// no longer finds (an earlier owner's, landed after the claim
+		// before this one read and hidden by its tombstone), or another
+		// row at the number it read last (the new owner wrote the hidden
+		// rows' numbers again): the writer built on events that are
+		// gone, and recovers again. Checked at every write, since the
+		// claim may have been taken by a recovery (settled) after the
+		// writer's.
+		st.recoveredTo, st.recoveredUUID = 0, gocql.UUID{}
+		s.tags.dropHandoff(pid)
+		return conflict, nil
+	}
 	if first <= c.highest() {
 		return conflict, nil
 	}
@@ -331,7 +332,7 @@ func (j *Journal) writeClaimed(ctx context.Context, w journal.AtomicWrite, st *i
 				// highest number, would lie beyond its tombstone.
 				return lost()
 			}
-			c.deleted, c.kept, c.keptPnr = r.deleted, r.kept, r.pnr
+			c.deleted, c.kept, c.keptPnr, c.keptUUID = r.deleted, r.kept, r.pnr, r.uuid
 			if first <= c.highest() {
 				return conflict, nil
 			}
@@ -397,7 +398,7 @@ func (j *Journal) writeClaimed(ctx context.Context, w journal.AtomicWrite, st *i
 		// progress is not set back.
 		st.loaded = false
 	} else {
-		c.kept, c.keptPnr = last, pnr
+		c.kept, c.keptPnr, c.keptUUID = last, pnr, uuids[len(uuids)-1]
 	}
 	if err := s.tags.written(ctx, w, uuids, st); err != nil {
 		return nil, err

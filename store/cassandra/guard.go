@@ -113,7 +113,10 @@ func (s *Store) fixWriteGuard(ctx context.Context) error {
 }
 
 // firstGuard is the guard a keyspace with none recorded takes when no
-// guard is configured: claims when it has the claims table and no events.
+// guard is configured: claims when it has the claims table and no events,
+// or when its claims table holds claims (an earlier Annals wrote it with
+// the claims guard, whose writes the conditional guard's column does not
+// track).
 func (s *Store) firstGuard(ctx context.Context) (WriteGuard, error) {
 	tables, _, _, err := s.inspect(ctx)
 	if err != nil {
@@ -122,13 +125,18 @@ func (s *Store) firstGuard(ctx context.Context) (WriteGuard, error) {
 	if !tables[claimsTable] {
 		return GuardConditional, nil
 	}
-	var pid string
-	err = s.session.Query(s.sql.anyEvent).WithContext(ctx).Consistency(s.cfg.guardCL()).Scan(&pid)
-	switch {
-	case errors.Is(err, gocql.ErrNotFound):
-		return GuardClaims, nil
-	case err != nil:
-		return 0, s.errs.Map(ctx, "read whether the keyspace holds events", err, errClosed)
+	for _, stmt := range []string{s.sql.anyClaim, s.sql.anyEvent} {
+		var pid string
+		err = s.session.Query(stmt).WithContext(ctx).Consistency(s.cfg.guardCL()).Scan(&pid)
+		switch {
+		case errors.Is(err, gocql.ErrNotFound):
+			continue
+		case err != nil:
+			return 0, s.errs.Map(ctx, "read whether the keyspace holds claims or events", err, errClosed)
+		case stmt == s.sql.anyClaim:
+			return GuardClaims, nil
+		}
+		return GuardConditional, nil
 	}
-	return GuardConditional, nil
+	return GuardClaims, nil
 }

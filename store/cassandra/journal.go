@@ -20,7 +20,7 @@ type statements struct {
 	guard, guardNew, insert, insertID, replay, highest, deletedTo, setDeletedTo, deleteRange string
 	loadSnaps, saveSnap, deleteSnap, deleteSnaps                                             string
 	insertSetting, insertTag, saveProgress, loadProgress, loadScanning, saveScanning         string
-	readSetting, anyEvent                                                                    string
+	readSetting, anyEvent, anyClaim                                                          string
 	tagRows, tagRowsFrom, tagProbe, tagRange, allIDs, allIDsAfter                            string
 	claimRead, claimNew, claimTake, claimRenew, claimFar, claimPublish, claimVerify          string
 	claimFence, rowExists                                                                    string
@@ -54,6 +54,7 @@ func newStatements(ks string) statements {
 		insertSetting: q(`INSERT INTO %s.annals_settings (name, value) VALUES (?, ?) IF NOT EXISTS`),
 		readSetting:   q(`SELECT value FROM %s.annals_settings WHERE name = ?`),
 		anyEvent:      q(`SELECT persistence_id FROM %s.messages LIMIT 1`),
+		anyClaim:      q(`SELECT persistence_id FROM %s.` + claimsTable + ` LIMIT 1`),
 		insertTag: q(`INSERT INTO %s.tag_views (tag_name, timebucket, timestamp, persistence_id, tag_pid_sequence_nr, sequence_nr, writer_uuid,
 	ser_id, ser_manifest, event_manifest, event, meta_ser_id, meta_ser_manifest, meta, ` + tagViewsTags + `, ` + tagViewsTime + `) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, '', ?, ?, ?, ?, ?, ?)`),
 		saveProgress: q(`INSERT INTO %s.tag_write_progress (persistence_id, tag, sequence_nr, tag_pid_sequence_nr, offset) VALUES (?, ?, ?, ?, ?)`),

@@ -370,14 +370,6 @@ func (tw *tagWriters) written(ctx context.Context, w journal.AtomicWrite, uuids 
 		if _, err := tw.repair(ctx, w.PersistenceID, st, w.Events[0].SequenceNr-1, false); err != nil {
 			return err
 		}
-		if !st.loaded {
-			// Earlier rows are not settled yet (GuardClaims): numbering
-			// this write's tag rows after them could give two events one
-			// tag number. The write is stored; a later repair writes its
-			// tag rows.
-			return fmt.Errorf("%s %d: the events are stored; their tag rows wait for the id's earlier rows, which another writer's claim has not settled yet",
-				w.PersistenceID, w.Events[0].SequenceNr)
-		}
 	}
 	progress := maps.Clone(st.progress)
 	if progress == nil {
@@ -466,7 +458,9 @@ type repaired struct {
 // kept for the recovery's replay (see handoff). Under claims only rows
 // settled (no claim hides them later) get tag rows, the mark and the
 // handoff; when that stops short of upTo the state stays unloaded, so that
-// the id's next write or recovery repairs again.
+// the id's next write or recovery repairs again. A write's repair (without
+// keep) reads rows below a write of this process that is stored for good
+// (written after it): every one of them is settled.
 func (tw *tagWriters) repair(ctx context.Context, pid string, st *idTags, upTo int64, keep bool) (repaired, error) {
 	s := tw.s
 	res := repaired{to: upTo}
@@ -493,7 +487,7 @@ func (tw *tagWriters) repair(ctx context.Context, pid string, st *idTags, upTo i
 			read   = &handoff{from: scanned + 1}
 			// Under claims, rows up to what this process's claim knows
 			// are settled (its own read or writes); others are checked.
-			claims = s.cfg.guard == GuardClaims && (st.claim == nil || upTo > st.claim.highest())
+			claims = s.cfg.guard == GuardClaims && keep && (st.claim == nil || upTo > st.claim.highest())
 			before claimRecord
 		)
 		if claims {

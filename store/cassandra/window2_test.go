@@ -1,6 +1,7 @@
 package cassandra_test
 
-// Review of 8494524 and 7cdc2de (the window's rules): failing tests.
+// The claims window's rules meeting a recovery that takes the id, a kept
+// write's tag repair, and the guard an earlier Annals' keyspace records.
 
 import (
 	"context"
@@ -38,10 +39,9 @@ func stopAt(pid, stmt string, cancel context.CancelFunc) cassandra.Option {
 // stopped during its read of the highest number) whose bound has passed
 // (c's clock is two minutes ahead: the same as a recovery that runs once
 // the bound passed), and settles the rows by taking the id itself (rule 4).
-// c's process now holds a claim, so the write of c's entity, built on a's
-// refused 3–4, goes through writeClaimed without the recovery check
-// (recoveredTo 4 > the claim's highest 3), which only runs when a write
-// takes a claim: 5 is stored after b's 3, leaving 4 empty, on events no
+// c's process now holds a claim; the write of c's entity, built on a's
+// refused 3–4, must still meet the recovery check (recoveredTo 4 > the
+// claim's highest 3) and be refused, not stored after b's 3 on events no
 // reader finds.
 func TestHiddenRowsRecoveredThenClaimTakenByRecovery(t *testing.T) {
 	const pid = "HiddenTakenByRecovery|1"
@@ -94,13 +94,11 @@ func TestHiddenRowsRecoveredThenClaimTakenByRecovery(t *testing.T) {
 // paused after its rows; b's claim finds them (base 4) and b writes 5, so
 // a's write is kept (superseded settles it). a's tag state is then read
 // again by a repair up to 2 (a's own acknowledged 1–2); while that repair
-// reads the rows, d takes the id and its claim completes. settled sees the
-// record's done changed and settles nothing, the state stays unloaded, and
-// tags.written fails with "tag rows wait for the id's earlier rows": the
-// write, stored and kept, is reported with an unknown outcome (Write's
-// error), and a's claim is dropped. Rows 1–2 lie below a write known to be
-// kept (at or below the base of the claim that kept it): nothing can hide
-// them.
+// reads the rows, d takes the id and its claim completes. Rows 1–2 lie
+// below a write known to be kept (at or below the base of the claim that
+// kept it): nothing can hide them, so the repair settles them without the
+// claim record, and the write, stored and kept, is acknowledged (not
+// reported with an unknown outcome because a claim completed meanwhile).
 func TestKeptSupersededWriteReportedUnknown(t *testing.T) {
 	const pid, tag = "KeptUnknown|1", "kept-unknown"
 	aStored, aRepair := make(chan chan struct{}), make(chan chan struct{})
@@ -129,15 +127,13 @@ func TestKeptSupersededWriteReportedUnknown(t *testing.T) {
 // (write_guard=claims in its URL; its record is deleted to stand for it),
 // first opened by this version without a guard configured (a tool such
 // as the console, or a process whose URL left the parameter out now that
-// the keyspace's guard is the default). firstGuard sees events and
-// records conditional, though annals_claims shows they were written
-// under claims: the processes configured with claims then fail Open, and
-// the conditional guard, which relies on messages.annals_highest that
-// claimed writes never set, lets a writer that recovered 2 before another
-// wrote 3–4 store a second row at 3 (IF annals_highest = null applies; the
-// row has another timeuuid, so the id replays 3 twice) instead of getting
-// a conflict ("there is no way back"). annals_claims holds the id's
-// record: firstGuard could tell.
+// the keyspace's guard is the default). annals_claims holds claims, so
+// it records claims, not conditional: otherwise the processes configured
+// with claims would fail Open, and the conditional guard, which relies on
+// messages.annals_highest that claimed writes never set, would let a
+// writer that recovered 2 before another wrote 3–4 store a second row at 3
+// (IF annals_highest = null applies; the row has another timeuuid, so the
+// id would replay 3 twice) instead of getting a conflict.
 func TestFirstGuardOfClaimsWrittenKeyspace(t *testing.T) {
 	const pid = "ClaimsWritten|1"
 	u, ks := cassandratest.URL(t)

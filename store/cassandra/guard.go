@@ -55,9 +55,10 @@ func parseWriteGuard(v string) (WriteGuard, error) {
 //
 //   - Without this option, a store uses the recorded guard. A keyspace
 //     with none records GuardClaims when it has the claims table and no
-//     events yet, and GuardConditional otherwise (events written by
-//     Pekko or by Annals before guards were recorded, whose writers use no
-//     guard or the conditional one).
+//     events yet, or claims in that table (written by an earlier Annals
+//     with the claims guard), and GuardConditional otherwise (events
+//     written by Pekko or by Annals before guards were recorded, whose
+//     writers use no guard or the conditional one).
 //   - With it, a keyspace with no recorded guard records g; one that
 //     records another guard fails Open with ErrInvalidConfig.
 //

@@ -567,9 +567,11 @@ func TestRecoveryOfRowsHiddenLater(t *testing.T) {
 	wantWriters(t, a, pid, map[int64]string{1: "a", 2: "a", 3: "c"})
 }
 
-// TestClaimsTableMissing: a keyspace of an earlier Annals (no
-// annals_claims) opens; its first claimed write is refused with
-// ErrSchemaMissing, nothing stored, and once migrated the id is written.
+// TestClaimsTableMissing: a keyspace of the claims guard without
+// annals_claims (dropped here; a keyspace moved to claims before `annals
+// migrate`) does not open: Open fails with ErrSchemaMissing, naming the
+// fix, rather than every write and recovery failing later; once migrated
+// it opens, and the id is written.
 func TestClaimsTableMissing(t *testing.T) {
 	u, ks := cassandratest.URL(t)
 	migrated, err := cassandra.Open(t.Context(), u, cassandra.WithMigrate(true))
@@ -580,24 +582,18 @@ func TestClaimsTableMissing(t *testing.T) {
 		t.Fatal(err)
 	}
 	migrated.Close()
-	s, err := cassandra.Open(t.Context(), u, cassandra.WithWriteGuard(cassandra.GuardClaims))
-	if err != nil {
-		t.Fatalf("open without annals_claims: %v", err)
+	if s, err := cassandra.Open(t.Context(), u); !errors.Is(err, cassandra.ErrSchemaMissing) {
+		if err == nil {
+			s.Close()
+		}
+		t.Fatalf("open of a claims keyspace without annals_claims: %v, want ErrSchemaMissing", err)
 	}
-	t.Cleanup(func() { s.Close() })
-	pid := "Missing|1"
-	if err := writeOne(t.Context(), s.Journal(), payloaded(pid, "a", 1, 1)); !errors.Is(err, cassandra.ErrSchemaMissing) || !errors.Is(err, journal.ErrRejected) {
-		t.Fatalf("write without annals_claims: %v, want a rejection wrapping ErrSchemaMissing", err)
-	}
-	if h, err := s.Journal().HighestSequenceNr(t.Context(), pid, 0); err != nil || h != 0 {
-		t.Fatalf("highest after the refused write: %d, %v; want 0", h, err)
-	}
-	m, err := cassandra.Open(t.Context(), u, cassandra.WithMigrate(true))
+	s, err := cassandra.Open(t.Context(), u, cassandra.WithMigrate(true))
 	if err != nil {
 		t.Fatal(err)
 	}
-	m.Close()
-	if err := writeOne(t.Context(), s.Journal(), payloaded(pid, "a", 1, 1)); err != nil {
+	t.Cleanup(func() { s.Close() })
+	if err := writeOne(t.Context(), s.Journal(), payloaded("Missing|1", "a", 1, 1)); err != nil {
 		t.Fatalf("write after the migration: %v", err)
 	}
 }
@@ -744,26 +740,48 @@ func TestStaleHandoffAfterHiddenRows(t *testing.T) {
 	}
 }
 
-// TestDeleteToOfHiddenRows: in the window of hiddenWindow, c deletes the
-// id up to the highest number it reads, a's 4. b's claim read 2, so b
-// then writes 3 and is told it is stored; it must be read, not hidden
-// below a deleted-to mark of 4 that b's claim never saw ("GuardClaims
-// refuses a write below the mark").
+// TestDeleteToOfHiddenRows: in the window of hiddenWindowAt (b's claim
+// completed, or still being taken), c deletes the id up to 4 (a's rows,
+// which c may read). The deletion claims the id, so b's claim cannot
+// complete with H = 2 and have writes of 3 acknowledged below a mark of
+// 4 that it never saw, where no reader would find them ("GuardClaims
+// refuses a write below the mark"): whatever b is told, an acknowledged
+// write of b is read, and b, recovering again, writes on above the mark.
 func TestDeleteToOfHiddenRows(t *testing.T) {
-	const pid = "HiddenDeleted|1"
-	stores, resume := hiddenWindow(t, pid, 3, nil)
-	a, b, c := stores[0].Journal(), stores[1].Journal(), stores[2].Journal()
-	if err := c.DeleteTo(t.Context(), pid, 4); err != nil {
-		t.Fatal(err)
-	}
-	wantSettled(t, resume)
-	if err := writeOne(t.Context(), b, payloaded(pid, "b", 4, 4)); err != nil {
-		t.Fatalf("b's write of 4: %v", err)
-	}
-	for name, j := range map[string]journal.Journal{"a": a, "b": b, "c": c} {
-		if got := writers(t, j, pid); got[3] != "b" || got[4] != "b" {
-			t.Errorf("replay through %s: writers %v, want b's acknowledged 3 and 4", name, got)
-		}
+	for _, tc := range []struct{ name, stmt string }{
+		{"claim completed", stmtPublish},
+		{"claim reading", stmtHighest},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			pid := "HiddenDeleted|" + tc.name
+			stores, resume := hiddenWindowAt(t, tc.stmt, pid, 3, nil)
+			a, b, c := stores[0].Journal(), stores[1].Journal(), stores[2].Journal()
+			if err := c.DeleteTo(t.Context(), pid, 4); err != nil {
+				t.Fatal(err)
+			}
+			_, bErr := resume()
+			var ce *journal.ConflictError
+			switch {
+			case bErr == nil:
+				if got := writers(t, a, pid); got[3] != "b" {
+					t.Errorf("b's write of 3 was acknowledged; writers %v, want b's 3", got)
+				}
+			case !errors.As(bErr, &ce):
+				t.Fatalf("b's write of 3: %v, want it stored or a *ConflictError", bErr)
+			}
+			h, err := b.HighestSequenceNr(t.Context(), pid, 0)
+			if err != nil || h < 2 {
+				t.Fatalf("b's recovery: %d, %v", h, err)
+			}
+			if err := writeOne(t.Context(), b, payloaded(pid, "b", h+1, h+1)); err != nil {
+				t.Fatalf("b's write of %d after recovering: %v", h+1, err)
+			}
+			for name, j := range map[string]journal.Journal{"a": a, "b": b, "c": c} {
+				if got := writers(t, j, pid); got[h+1] != "b" {
+					t.Errorf("replay through %s: writers %v, want b's acknowledged %d", name, got, h+1)
+				}
+			}
+		})
 	}
 }
 

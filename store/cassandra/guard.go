@@ -95,7 +95,7 @@ func (s *Store) fixWriteGuard(ctx context.Context) error {
 		}
 		if applied {
 			s.cfg.guard = want
-			return nil
+			return s.checkClaimsTable(ctx)
 		}
 		v, _ = prev["value"].(string)
 	} else if err != nil {
@@ -110,6 +110,24 @@ func (s *Store) fixWriteGuard(ctx context.Context) error {
 			ErrInvalidConfig, s.cfg.keyspace, have, s.cfg.guard)
 	}
 	s.cfg.guard = have
+	return s.checkClaimsTable(ctx)
+}
+
+// checkClaimsTable fails with ErrSchemaMissing when the keyspace's guard is
+// claims and it has no claims table (a keyspace moved to claims before its
+// migration): every write and recovery would fail.
+func (s *Store) checkClaimsTable(ctx context.Context) error {
+	if s.cfg.guard != GuardClaims {
+		return nil
+	}
+	tables, _, _, err := s.inspect(ctx)
+	if err != nil {
+		return err
+	}
+	if !tables[claimsTable] {
+		return fmt.Errorf("%w: keyspace %s is written with the claims guard and has no %s table; create it with `annals migrate --store URL`, Migrator.Migrate or WithMigrate",
+			ErrSchemaMissing, s.cfg.keyspace, claimsTable)
+	}
 	return nil
 }
 

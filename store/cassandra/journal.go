@@ -454,6 +454,11 @@ type storedEvent struct {
 // deleted-to mark) with journal.Pager, a page per partition, each streamed
 // as the driver pages it; see Replay.
 func (s *Store) events(ctx context.Context, persistenceID string, from, to, max int64) iter.Seq2[storedEvent, error] {
+	return s.eventsAt(ctx, persistenceID, from, to, max, s.cfg.readCL)
+}
+
+// eventsAt is events reading at consistency cl.
+func (s *Store) eventsAt(ctx context.Context, persistenceID string, from, to, max int64, cl gocql.Consistency) iter.Seq2[storedEvent, error] {
 	return func(yield func(storedEvent, error) bool) {
 		if s.isClosed() {
 			yield(storedEvent{}, journal.ErrClosed)
@@ -462,7 +467,7 @@ func (s *Store) events(ctx context.Context, persistenceID string, from, to, max 
 		if from > to || max == 0 {
 			return
 		}
-		deleted, err := s.deletedTo(ctx, persistenceID)
+		deleted, err := s.deletedToAt(ctx, persistenceID, cl)
 		if err != nil {
 			yield(storedEvent{}, s.errs.Map(ctx, "replay", err, journal.ErrClosed))
 			return
@@ -477,7 +482,7 @@ func (s *Store) events(ctx context.Context, persistenceID string, from, to, max 
 			// home ends the replay.
 			ReadPage: func(ctx context.Context, p journal.Page, yield func(*storedEvent) bool) (bool, error) {
 				pnr := first + int64(p.Index)
-				iter := s.session.Query(s.sql.replay, persistenceID, pnr, p.From, p.To).WithContext(ctx).Consistency(s.cfg.readCL).Iter()
+				iter := s.session.Query(s.sql.replay, persistenceID, pnr, p.From, p.To).WithContext(ctx).Consistency(cl).Iter()
 				// The driver may scan into the slices it was given: every
 				// yielded slice is a copy of its own.
 				var (
@@ -597,30 +602,42 @@ func (s *Store) scanAt(ctx context.Context, persistenceID string, from int64, cl
 // deletionReach reads what DeleteTo deletes from and up to (the id's
 // deleted-to mark, and its highest number, the most the mark may move
 // to), and with GuardClaims the bound of the id's claim (every timestamp a
-// claim of the id wrote is below it; 0 otherwise). With GuardClaims, rows a
-// stale owner stored after the latest claim read
-// the id's highest number are hidden by that claim's tombstone, which its
-// owner may not have written yet, and the owner writes those numbers
-// next: the tombstone is written again first, and the id read at the
-// guard's quorum, so that the mark never covers them. (A claim that has
-// read the id and not yet published what it read is not seen: rows landing
-// then may still be read here.)
-func (s *Store) deletionReach(ctx context.Context, pid string) (r reach, until int64, err error) {
+// claim of the id wrote is below it; 0 otherwise).
+//
+// With GuardClaims the deletion claims the id as a write does (or keeps
+// this process's claim, once a read shows it is still the id's): rows a
+// stale owner stores after a claim read the id's highest number are
+// hidden by that claim's tombstone, and its owner writes those numbers
+// next, so the mark must lie within what a completed claim read. A claim
+// of another process being taken meanwhile fails to publish, and its
+// write is refused; the mark lies within this claim's highest number. st
+// is locked for the whole deletion.
+func (s *Store) deletionReach(ctx context.Context, pid string, st *idTags) (r reach, until int64, err error) {
 	if s.cfg.guard != GuardClaims {
 		r, err = s.scan(ctx, pid, 0)
 		return r, 0, err
 	}
-	rec, err := s.readClaim(ctx, pid)
-	if err != nil {
-		return reach{}, 0, s.errs.Map(ctx, "delete", err, journal.ErrClosed)
-	}
-	if rec.done > 0 {
-		if err := s.fenceAbove(ctx, pid, rec.base, rec.done); err != nil {
+	if c := st.claim; c != nil {
+		var owner gocql.UUID
+		if err := s.session.Query(s.sql.claimVerify, pid).WithContext(ctx).Consistency(s.cfg.guardCL()).Scan(&owner); err != nil {
 			return reach{}, 0, s.errs.Map(ctx, "delete", err, journal.ErrClosed)
 		}
+		if owner != c.token {
+			st.claim = nil
+		}
 	}
-	r, err = s.scanAt(ctx, pid, 0, s.cfg.guardCL())
-	return r, rec.until, err
+	for attempt := 1; st.claim == nil; attempt++ {
+		c, err := s.claimID(ctx, pid, false)
+		if err != nil {
+			return reach{}, 0, s.errs.Map(ctx, "delete: claim the id", err, journal.ErrClosed)
+		}
+		if c == nil && attempt == maxClaimAttempts {
+			return reach{}, 0, fmt.Errorf("delete %s: other writers kept taking the id while the deletion claimed it", pid)
+		}
+		st.claim = c
+	}
+	c := st.claim
+	return reach{deleted: c.deleted, kept: c.kept, pnr: c.keptPnr}, c.until, nil
 }
 
 // DeleteTo implements journal.Journal: it records the deleted-to mark
@@ -636,7 +653,12 @@ func (j *Journal) DeleteTo(ctx context.Context, persistenceID string, to int64) 
 		return journal.ErrClosed
 	}
 	s := j.s
-	r, until, err := s.deletionReach(ctx, persistenceID)
+	var st *idTags
+	if s.cfg.guard == GuardClaims {
+		st = s.tags.state(persistenceID)
+		defer st.mu.Unlock()
+	}
+	r, until, err := s.deletionReach(ctx, persistenceID, st)
 	if err != nil {
 		return err
 	}
@@ -648,8 +670,18 @@ func (j *Journal) DeleteTo(ctx context.Context, persistenceID string, to int64) 
 	if s.tags != nil {
 		s.tags.dropHandoff(persistenceID)
 	}
-	if err := s.session.Query(s.sql.setDeletedTo, persistenceID, to).WithContext(ctx).Consistency(s.cfg.writeCL).Exec(); err != nil {
+	cl := s.cfg.writeCL
+	if st != nil {
+		cl = s.cfg.guardCL() // a claim's read of the mark meets it
+	}
+	if err := s.session.Query(s.sql.setDeletedTo, persistenceID, to).WithContext(ctx).Consistency(cl).Exec(); err != nil {
+		if st != nil {
+			st.claim = nil // the mark may be written: the claim's view is in doubt
+		}
 		return s.errs.Map(ctx, "delete", err, journal.ErrClosed)
+	}
+	if st != nil {
+		st.claim.deleted = max(st.claim.deleted, to)
 	}
 	// Events ≤ to live in partitions up to to's, or the next one (akka puts
 	// a write that crosses a boundary in its last event's partition). The

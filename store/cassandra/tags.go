@@ -496,7 +496,11 @@ func (tw *tagWriters) repair(ctx context.Context, pid string, st *idTags, upTo i
 				return res, s.errs.Map(ctx, "read the id's claim", err, journal.ErrClosed)
 			}
 		}
-		for ev, err := range s.events(ctx, pid, scanned+1, upTo, upTo) {
+		cl := s.cfg.readCL
+		if claims {
+			cl = s.cfg.guardCL() // settled's rules hold for rows a claim's read meets
+		}
+		for ev, err := range s.eventsAt(ctx, pid, scanned+1, upTo, upTo, cl) {
 			if err != nil {
 				return res, err
 			}

@@ -89,7 +89,9 @@
 //   - Rows of such a write that land after the new owner read H and
 //     before its tombstone (milliseconds; until the next claim when the
 //     new owner stops in between) are visible to every reader until then.
-//     A tag repair writes tag rows only for rows no claim can hide later:
+//     A recovery's tag repair writes tag rows only for rows no claim can
+//     hide later (a write's repair reads rows below that write, stored for
+//     good):
 //     the id's claim record, read before and after the rows, and each
 //     row's write timestamp tell which (rows covered by a completed
 //     claim's H, or stamped above the current claim's fence); the rest
@@ -98,14 +100,17 @@
 //     claim being taken it reads, and a write built on them that the
 //     claim then hid is refused (a lower highest number, or another row
 //     at it), unless the process dropped the id's state in between (past
-//     100,000 ids). A claim being taken whose bound passed is completed
-//     by the recovery that meets it.
+//     100,000 ids). The recovery that meets a claim being taken whose
+//     bound passed (its owner stopped) takes the id itself, which settles
+//     the rows. DeleteTo claims the id as a write does, so the deleted-to
+//     mark lies within what a completed claim read.
 //   - A write of a number at or below the claim's H (a writer that
 //     recovered before another wrote on) is refused before anything is
 //     sent.
 //
-// Writes take a quorum (LOCAL_QUORUM, or QUORUM with SERIAL) whatever the
-// read and write consistency. A claim's timestamps run ahead of the clock
+// The claim protocol, the events' batches, the deleted-to mark and the
+// reads of a repair that settles rows take a quorum (LOCAL_QUORUM, or
+// QUORUM with SERIAL) whatever the read and write consistency. A claim's timestamps run ahead of the clock
 // by up to DefaultClaimLease after it took an id from a live owner, and a
 // lease more for each such takeover in a row; DeleteTo stamps its range
 // deletions DefaultClaimLease × 4 ahead, or at the bound of the id's

@@ -633,7 +633,13 @@ func hiddenWindowAt(t *testing.T, stmt, pid string, n int, tags []string, opts .
 	aDone := make(chan error, 1)
 	go func() { aDone <- writeOne(t.Context(), a, withTags(payloaded(pid, "a", 3, 4), tags)) }()
 	resumeA := receive(t, aStored, "a's rows")
-	return stores, func() (error, error) {
+	return stores, settling(t, resumeB, bDone, resumeA, aDone)
+}
+
+// settling returns the settle function of a window: it lets b go on and
+// takes its write's outcome, then lets a go on and takes a's.
+func settling(t *testing.T, resumeB chan struct{}, bDone <-chan error, resumeA chan struct{}, aDone <-chan error) func() (aErr, bErr error) {
+	return func() (error, error) {
 		close(resumeB)
 		bErr := receive(t, bDone, "b's write")
 		close(resumeA)

@@ -100,3 +100,36 @@ func TestKeyspaceWriteGuard(t *testing.T) {
 		})
 	}
 }
+
+// TestMigratorRecordsWriteGuard: a Migrator opened with a write guard
+// (`annals init --store URL?write_guard=conditional`) records it when it
+// creates the keyspace, so the first Open adopts it rather than choose
+// claims for an empty keyspace; a Migrator with another guard than the
+// recorded one fails.
+func TestMigratorRecordsWriteGuard(t *testing.T) {
+	u, _ := cassandratest.URL(t)
+	m, err := cassandra.NewMigrator(t.Context(), u+"?write_guard=conditional")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	if _, err := m.Migrate(t.Context()); err != nil {
+		t.Fatalf("migrate: %v", err)
+	}
+	s, err := cassandra.Open(t.Context(), u)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if g := s.WriteGuard(); g != cassandra.GuardConditional {
+		t.Errorf("the first open after the migration: guard %v, want conditional (the migrator's)", g)
+	}
+	other, err := cassandra.NewMigrator(t.Context(), u+"?write_guard=claims")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close()
+	if _, err := other.Migrate(t.Context()); !errors.Is(err, cassandra.ErrInvalidConfig) {
+		t.Errorf("migrate with the claims guard in a conditional keyspace: %v, want ErrInvalidConfig", err)
+	}
+}

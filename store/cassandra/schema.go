@@ -322,7 +322,9 @@ func (m *Migrator) PendingMigrations(ctx context.Context) ([]admin.Migration, er
 
 // Migrate implements admin.Migrator: creates what is missing (the keyspace
 // with the configured replication, tables, optional ones included, the
-// columns Annals adds) and waits for schema agreement.
+// columns Annals adds) and waits for schema agreement. A write guard the
+// Migrator was opened with (write_guard, WithWriteGuard) is then recorded
+// as the keyspace's, or must match the recorded one (ErrInvalidConfig).
 func (m *Migrator) Migrate(ctx context.Context) ([]admin.Migration, error) {
 	done, err := m.PendingMigrations(ctx)
 	if err != nil {
@@ -330,6 +332,14 @@ func (m *Migrator) Migrate(ctx context.Context) ([]admin.Migration, error) {
 	}
 	if err := m.s.migrate(ctx); err != nil {
 		return nil, err
+	}
+	if m.s.cfg.guard != 0 {
+		// A guard named in the URL or options is recorded now (or checked
+		// against the recorded one), so that the keyspace's first Open
+		// does not choose another (see WithWriteGuard).
+		if err := m.s.fixWriteGuard(ctx); err != nil {
+			return nil, err
+		}
 	}
 	return done, nil
 }

@@ -82,17 +82,10 @@ func (s *Store) fixBucketSize(ctx context.Context) error {
 	if want == 0 {
 		want = DefaultBucketSize
 	}
-	prev := map[string]any{}
-	applied, err := s.session.Query(s.sql.insertSetting, settingBucketSize, want.String()).
-		WithContext(ctx).SerialConsistency(s.cfg.serialCL).MapScanCAS(prev)
+	v, err := s.recordSetting(ctx, settingBucketSize, want.String())
 	if err != nil {
 		return s.errs.Map(ctx, "record the tag bucket size", err, errClosed)
 	}
-	if applied {
-		s.bucket = want
-		return nil
-	}
-	v, _ := prev["value"].(string)
 	have, err := ParseBucketSize(v)
 	if err != nil {
 		return fmt.Errorf("%w: keyspace %s records an unknown %s: %w", ErrInvalidConfig, s.cfg.keyspace, settingBucketSize, err)
@@ -103,6 +96,20 @@ func (s *Store) fixBucketSize(ctx context.Context) error {
 	}
 	s.bucket = have
 	return nil
+}
+
+// recordSetting records value as the keyspace's setting name unless it has
+// one (a lightweight transaction, so that two first opens agree), and
+// returns the value the keyspace keeps: value, or the one recorded first.
+func (s *Store) recordSetting(ctx context.Context, name, value string) (string, error) {
+	prev := map[string]any{}
+	applied, err := s.session.Query(s.sql.insertSetting, name, value).
+		WithContext(ctx).SerialConsistency(s.cfg.serialCL).MapScanCAS(prev)
+	if err != nil || applied {
+		return value, err
+	}
+	v, _ := prev["value"].(string)
+	return v, nil
 }
 
 // BucketSize returns the keyspace's tag bucket size.

@@ -90,12 +90,11 @@
 //     before its tombstone (milliseconds; until the next claim when the
 //     new owner stops in between) are visible to every reader until then.
 //     A recovery's tag repair writes tag rows only for rows no claim can
-//     hide later (a write's repair reads rows below that write, stored for
-//     good):
-//     the id's claim record, read before and after the rows, and each
-//     row's write timestamp tell which (rows covered by a completed
-//     claim's H, or stamped above the current claim's fence); the rest
-//     wait for a later repair. A recovery stops before rows a completed
+//     hide later: the id's claim record, read before and after the rows,
+//     and each row's write timestamp tell which (rows covered by a
+//     completed claim's H, or stamped above the current claim's fence);
+//     the rest wait for a later repair. (A write's repair reads only rows
+//     below that write, stored for good.) A recovery stops before rows a completed
 //     claim hides (and writes that claim's tombstone again); rows of a
 //     claim being taken it reads, and a write built on them that the
 //     claim then hid is refused (a lower highest number, or another row
@@ -110,11 +109,11 @@
 //
 // The claim protocol, the events' batches, the deleted-to mark and the
 // reads of a repair that settles rows take a quorum (LOCAL_QUORUM, or
-// QUORUM with SERIAL) whatever the read and write consistency. A claim's timestamps run ahead of the clock
-// by up to DefaultClaimLease after it took an id from a live owner, and a
-// lease more for each such takeover in a row; DeleteTo stamps its range
-// deletions DefaultClaimLease × 4 ahead, or at the bound of the id's
-// claim when that is further.
+// QUORUM with SERIAL) whatever the read and write consistency. A claim's
+// timestamps run ahead of the clock by up to DefaultClaimLease after it
+// took an id from a live owner, and a lease more for each such takeover
+// in a row; DeleteTo stamps its range deletions DefaultClaimLease × 4
+// ahead, or at the bound of the id's claim when that is further.
 //
 // GuardConditional puts the first event of every atomic write IF NOT
 // EXISTS (a lightweight transaction), and the rest of the write in the

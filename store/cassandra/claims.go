@@ -251,6 +251,14 @@ func (s *Store) readClaim(ctx context.Context, pid string) (claimRecord, error) 
 	return recordFrom(m), nil
 }
 
+// claimOwner reads the token of pid's current claim at the guard's
+// consistency.
+func (s *Store) claimOwner(ctx context.Context, pid string) (gocql.UUID, error) {
+	var owner gocql.UUID
+	err := s.session.Query(s.sql.claimVerify, pid).WithContext(ctx).Consistency(s.cfg.guardCL()).Scan(&owner)
+	return owner, err
+}
+
 // changeClaim applies one of the owner's changes of its record (its
 // publication, a renewal, a far mark), conditioned on the claim's token and
 // rev: applied false means another writer took the id.
@@ -381,8 +389,8 @@ func (j *Journal) writeClaimed(ctx context.Context, w journal.AtomicWrite, st *i
 	if s.cfg.afterClaimedRows != nil {
 		s.cfg.afterClaimedRows(pid)
 	}
-	var owner gocql.UUID
-	if err := s.session.Query(s.sql.claimVerify, pid).WithContext(ctx).Consistency(s.cfg.guardCL()).Scan(&owner); err != nil {
+	owner, err := s.claimOwner(ctx, pid)
+	if err != nil {
 		return nil, err
 	}
 	if owner != c.token {

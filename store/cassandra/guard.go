@@ -87,17 +87,9 @@ func (s *Store) fixWriteGuard(ctx context.Context) error {
 				return err
 			}
 		}
-		prev := map[string]any{}
-		applied, err := s.session.Query(s.sql.insertSetting, settingWriteGuard, want.String()).
-			WithContext(ctx).SerialConsistency(s.cfg.serialCL).MapScanCAS(prev)
-		if err != nil {
+		if v, err = s.recordSetting(ctx, settingWriteGuard, want.String()); err != nil {
 			return s.errs.Map(ctx, "record the write guard", err, errClosed)
 		}
-		if applied {
-			s.cfg.guard = want
-			return s.checkClaimsTable(ctx)
-		}
-		v, _ = prev["value"].(string)
 	} else if err != nil {
 		return s.errs.Map(ctx, "read the write guard", err, errClosed)
 	}

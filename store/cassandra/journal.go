@@ -17,13 +17,14 @@ import (
 // statements are the store's CQL with the keyspace spliced in (a name that
 // passed ValidKeyspace).
 type statements struct {
-	guard, guardNew, insert, insertID, replay, highest, deletedTo, setDeletedTo, deleteRange string
-	loadSnaps, saveSnap, deleteSnap, deleteSnaps                                             string
-	insertSetting, insertTag, saveProgress, loadProgress, loadScanning, saveScanning         string
-	readSetting, anyEvent, anyClaim                                                          string
-	tagRows, tagRowsFrom, tagProbe, tagRange, allIDs, allIDsAfter                            string
-	claimRead, claimNew, claimTake, claimRenew, claimFar, claimPublish, claimVerify          string
-	claimFence, rowExists                                                                    string
+	guard, guardNew, insert, insertID, replay, replayStamped, highest, deletedTo     string
+	setDeletedTo, deleteRange                                                        string
+	loadSnaps, saveSnap, deleteSnap, deleteSnaps                                     string
+	insertSetting, insertTag, saveProgress, loadProgress, loadScanning, saveScanning string
+	readSetting, anyEvent, anyClaim                                                  string
+	tagRows, tagRowsFrom, tagProbe, tagRange, allIDs, allIDsAfter                    string
+	claimRead, claimNew, claimTake, claimRenew, claimFar, claimPublish, claimVerify  string
+	claimFence, rowExists                                                            string
 }
 
 func newStatements(ks string) statements {
@@ -37,7 +38,11 @@ func newStatements(ks string) statements {
 		insert: q(`INSERT INTO %s.messages (persistence_id, partition_nr, sequence_nr, timestamp, timebucket, writer_uuid,
 	ser_id, ser_manifest, event_manifest, event, meta_ser_id, meta_ser_manifest, meta, tags) VALUES (?, ?, ?, ?, ?, ?, ?, ?, '', ?, ?, ?, ?, ?)`),
 		insertID: q(`INSERT INTO %s.all_persistence_ids (persistence_id) VALUES (?)`),
-		replay: q(`SELECT sequence_nr, timestamp, writer_uuid, ser_id, ser_manifest, event, meta, tags, WRITETIME(event) FROM %s.messages
+		replay: q(`SELECT sequence_nr, timestamp, writer_uuid, ser_id, ser_manifest, event, meta, tags FROM %s.messages
+	WHERE persistence_id = ? AND partition_nr = ? AND sequence_nr >= ? AND sequence_nr <= ?`),
+		// The same with each row's write timestamp: a repair's read that
+		// settled checks (claims.go).
+		replayStamped: q(`SELECT sequence_nr, timestamp, writer_uuid, ser_id, ser_manifest, event, meta, tags, WRITETIME(event) FROM %s.messages
 	WHERE persistence_id = ? AND partition_nr = ? AND sequence_nr >= ? AND sequence_nr <= ?`),
 		highest:      q(`SELECT sequence_nr, timestamp FROM %s.messages WHERE persistence_id = ? AND partition_nr = ? ORDER BY sequence_nr DESC LIMIT 1`),
 		deletedTo:    q(`SELECT deleted_to FROM %s.metadata WHERE persistence_id = ?`),
@@ -445,8 +450,8 @@ func (s *Store) replay(ctx context.Context, pid string, from, to, max int64) ite
 type storedEvent struct {
 	repr journal.Repr
 	uuid gocql.UUID
-	// written is the row's write timestamp (µs), which the claims guard
-	// compares with claims' fences (settled).
+	// written is the row's write timestamp (µs), read only for settled
+	// (eventsAt with stamped).
 	written int64
 }
 
@@ -454,11 +459,16 @@ type storedEvent struct {
 // deleted-to mark) with journal.Pager, a page per partition, each streamed
 // as the driver pages it; see Replay.
 func (s *Store) events(ctx context.Context, persistenceID string, from, to, max int64) iter.Seq2[storedEvent, error] {
-	return s.eventsAt(ctx, persistenceID, from, to, max, s.cfg.readCL)
+	return s.eventsAt(ctx, persistenceID, from, to, max, s.cfg.readCL, false)
 }
 
-// eventsAt is events reading at consistency cl.
-func (s *Store) eventsAt(ctx context.Context, persistenceID string, from, to, max int64, cl gocql.Consistency) iter.Seq2[storedEvent, error] {
+// eventsAt is events reading at consistency cl, and with stamped each
+// event's write timestamp too (storedEvent.written).
+func (s *Store) eventsAt(ctx context.Context, persistenceID string, from, to, max int64, cl gocql.Consistency, stamped bool) iter.Seq2[storedEvent, error] {
+	stmt := s.sql.replay
+	if stamped {
+		stmt = s.sql.replayStamped
+	}
 	return func(yield func(storedEvent, error) bool) {
 		if s.isClosed() {
 			yield(storedEvent{}, journal.ErrClosed)
@@ -482,7 +492,7 @@ func (s *Store) eventsAt(ctx context.Context, persistenceID string, from, to, ma
 			// home ends the replay.
 			ReadPage: func(ctx context.Context, p journal.Page, yield func(*storedEvent) bool) (bool, error) {
 				pnr := first + int64(p.Index)
-				iter := s.session.Query(s.sql.replay, persistenceID, pnr, p.From, p.To).WithContext(ctx).Consistency(cl).Iter()
+				iter := s.session.Query(stmt, persistenceID, pnr, p.From, p.To).WithContext(ctx).Consistency(cl).Iter()
 				// The driver may scan into the slices it was given: every
 				// yielded slice is a copy of its own.
 				var (
@@ -492,7 +502,11 @@ func (s *Store) eventsAt(ctx context.Context, persistenceID string, from, to, ma
 					n             int
 				)
 				r := &ev.repr
-				for iter.Scan(&r.SequenceNr, &ev.uuid, &r.WriterID, &r.SerializerID, &r.Manifest, &payload, &meta, &tags, &ev.written) {
+				dest := []any{&r.SequenceNr, &ev.uuid, &r.WriterID, &r.SerializerID, &r.Manifest, &payload, &meta, &tags}
+				if stamped {
+					dest = append(dest, &ev.written)
+				}
+				for iter.Scan(dest...) {
 					r.PersistenceID, r.Slice, r.EntityType = persistenceID, slice, entityType
 					r.Timestamp = ev.uuid.Time().UTC()
 					r.Metadata, r.Tags = nil, nil
@@ -618,8 +632,8 @@ func (s *Store) deletionReach(ctx context.Context, pid string, st *idTags) (r re
 		return r, 0, err
 	}
 	if c := st.claim; c != nil {
-		var owner gocql.UUID
-		if err := s.session.Query(s.sql.claimVerify, pid).WithContext(ctx).Consistency(s.cfg.guardCL()).Scan(&owner); err != nil {
+		owner, err := s.claimOwner(ctx, pid)
+		if err != nil {
 			return reach{}, 0, s.errs.Map(ctx, "delete", err, journal.ErrClosed)
 		}
 		if owner != c.token {

@@ -490,17 +490,15 @@ func (tw *tagWriters) repair(ctx context.Context, pid string, st *idTags, upTo i
 			claims = s.cfg.guard == GuardClaims && keep && (st.claim == nil || upTo > st.claim.highest())
 			before claimRecord
 		)
+		cl := s.cfg.readCL
 		if claims {
 			var err error
 			if before, err = s.readClaim(ctx, pid); err != nil {
 				return res, s.errs.Map(ctx, "read the id's claim", err, journal.ErrClosed)
 			}
-		}
-		cl := s.cfg.readCL
-		if claims {
 			cl = s.cfg.guardCL() // settled's rules hold for rows a claim's read meets
 		}
-		for ev, err := range s.eventsAt(ctx, pid, scanned+1, upTo, upTo, cl) {
+		for ev, err := range s.eventsAt(ctx, pid, scanned+1, upTo, upTo, cl, claims) {
 			if err != nil {
 				return res, err
 			}

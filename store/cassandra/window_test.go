@@ -23,8 +23,9 @@ import (
 	"github.com/annals-go/annals/store/cassandra/cassandratest"
 )
 
-// stmtReplay is the replay statement (events), which a repair reads with.
-const stmtReplay = "WRITETIME(event)"
+// stmtReplay is in the statements that read events (a replay's and a
+// repair's, with or without write timestamps).
+const stmtReplay = "event, meta, tags"
 
 // TestSettledByBaseOfAnotherRow: a row at or below the latest completed
 // claim's highest number is settled only when no claim completed while

@@ -433,12 +433,7 @@ func TestSupersededConflictHidesRows(t *testing.T) {
 	const pid = "HiddenConflict|1"
 	bCtx, bCancel := context.WithCancel(t.Context())
 	defer bCancel()
-	var once sync.Once
-	bFails := cassandra.WithQueryObserver(observeFunc(func(_ context.Context, q gocql.ObservedQuery) {
-		if strings.Contains(q.Statement, stmtPublish) && slices.Contains(q.Values, any(pid)) {
-			once.Do(bCancel)
-		}
-	}))
+	bFails := stopAt(pid, stmtPublish, bCancel)
 	stores, ks := claimStores(t, 3, map[int][]cassandra.Option{1: {bFails}})
 	a, b, c := stores[0].Journal(), stores[1].Journal(), stores[2].Journal()
 	mustWriteOne(t, a, payloaded(pid, "a", 1, 2))

@@ -212,12 +212,7 @@ func TestRowsUnsettledAfterAbandonedClaim(t *testing.T) {
 	const pid, tag = "Abandoned|1", "abandoned"
 	bCtx, bCancel := context.WithCancel(t.Context())
 	defer bCancel()
-	var once sync.Once
-	bStops := cassandra.WithQueryObserver(observeFunc(func(_ context.Context, q gocql.ObservedQuery) {
-		if strings.Contains(q.Statement, stmtHighest) && slices.Contains(q.Values, any(pid)) {
-			once.Do(bCancel)
-		}
-	}))
+	bStops := stopAt(pid, stmtHighest, bCancel)
 	ahead := func() time.Time { return time.Now().Add(time.Minute) }
 	stores, _ := claimStores(t, 3, map[int][]cassandra.Option{1: {bStops}, 2: {cassandra.WithClock(ahead)}})
 	a, b, z := stores[0].Journal(), stores[1].Journal(), stores[2]

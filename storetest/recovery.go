@@ -169,6 +169,11 @@ func recoveryCases() []recoveryCase {
 			}, req: recovery.Request{Snapshot: &latest}, highest: 10, snapshot: 10},
 		{name: "MaxEventsSetsMore", rule: "at most MaxEvents events, and More when later ones may exist",
 			setup: ten, req: recovery.Request{MaxEvents: 4}, highest: 10, events: seqs(1, 4), more: true},
+		{name: "MaxEventsAfterSnapshot", rule: "MaxEvents counts the events after the snapshot; the highest number is the id's",
+			setup: func(t tb, j journal.Journal, s snapshot.Store, pid string) {
+				ten(t, j, s, pid)
+				saveSnapshot(t, s, pid, 4)
+			}, req: recovery.Request{Snapshot: &latest, MaxEvents: 3}, highest: 10, snapshot: 4, events: seqs(5, 7), more: true},
 		{name: "MaxEventsReachingTheEnd", rule: "no More when the last event read is the last one",
 			setup: ten, req: recovery.Request{MaxEvents: 10}, highest: 10, events: seqs(1, 10)},
 		{name: "MaxEventsReachingTheBound", rule: "no More when the last event read is ToSequenceNr",

@@ -105,11 +105,25 @@ func recoveryArgs(req recovery.Request) []any {
 	return append(criteriaArgs(req.PersistenceID, crit), req.ToSequenceNr, req.MaxEvents)
 }
 
-// Kinds of the rows of recoverySQL.
+// The columns of recoverySQL's rows.
 const (
-	recoveryHighest = iota
-	recoverySnapshot
-	recoveryEvent
+	colSeqNr = iota // the event's columns (recoveryColumns)
+	colTimestamp
+	colSerializerID
+	colManifest
+	colPayload
+	colWriter
+	colTags
+	colMetadata
+	colEntityType
+	colDeleted // the highest deleted number
+	colHighest // the highest number, where the row carries it
+	colSnapSeqNr
+	colSnapNanos
+	colSnapSerializerID
+	colSnapManifest
+	colSnapPayload // on one row only
+	recoveryCols
 )
 
 func (j *Journal) readRecovery(ctx context.Context, req recovery.Request, args []any) (recovery.Result, error) {
@@ -126,77 +140,142 @@ func (j *Journal) readRecovery(ctx context.Context, req recovery.Request, args [
 // Annals or Pekko, derives it so), and its entity type the row's when the
 // layout reads it (the r2dbc layout: a JVM service's rows carry Pekko's),
 // else annals.EntityType of the id (Annals' layout, whose every row has
-// it): one string for every event instead of columns read per row.
+// it): one string for every event instead of columns read per row. The
+// highest number is the one a row carries, else the greater of the last
+// event's and the deleted one (see recoverySQL).
 func scanRecovery(rows pgx.Rows, req recovery.Request) (res recovery.Result, err error) {
-	highest := false
 	pid := req.PersistenceID
 	entityType, slice := annals.EntityType(pid), annals.Slice(pid)
-	var (
-		kind   int
-		e      journal.Repr
-		tags   []string
-		rowTyp *string
-		nanos  int64
-	)
+	v := newRowValues(rows)
+	read, highest, deleted, snapSeq := false, int64(-1), int64(0), int64(0)
 	for rows.Next() {
-		e, tags, rowTyp = journal.Repr{}, nil, nil // a new slice per row: events keep theirs
-		if err := rows.Scan(&kind, &e.SequenceNr, &e.Timestamp, &e.SerializerID, &e.Manifest, &e.Payload, &e.WriterID, &tags, &e.Metadata, &rowTyp, &nanos); err != nil {
-			return res, fmt.Errorf("read row: %w", err)
+		if err := v.next(rows, recoveryCols); err != nil {
+			return res, err
 		}
-		switch kind {
-		case recoveryHighest:
-			res.Highest, highest = e.SequenceNr, true
-		case recoverySnapshot:
-			res.Snapshot = snapshot.Snapshot{
-				Metadata:     snapshot.Metadata{PersistenceID: pid, SequenceNr: e.SequenceNr, Timestamp: time.Unix(0, nanos).UTC()},
-				SerializerID: e.SerializerID, Manifest: e.Manifest, Payload: e.Payload,
+		if !read {
+			read = true
+			if deleted, err = v.int64(colDeleted); err != nil {
+				return res, err
 			}
-			res.HasSnapshot = true
-		case recoveryEvent:
-			e.PersistenceID, e.EntityType, e.Slice = pid, entityType, slice
-			if rowTyp != nil {
-				e.EntityType = *rowTyp
-			}
-			e.Timestamp = e.Timestamp.UTC()
-			if len(tags) > 0 {
-				e.Tags = tags
-			}
-			if res.Events == nil {
-				// Room for the events the highest number and the
-				// snapshot (their rows come first) leave to read, so
-				// that a small entity's are stored without growing the
-				// slice; 16 when they did not come first. A larger
-				// capacity than needed is memory each recovery clears
-				// and the collector sweeps (64 events' worth cost a
-				// tenth of a recovery's CPU).
-				room := min(req.MaxEvents, 16)
-				if highest {
-					room = recovery.EventsCap(res.Snapshot.Metadata.SequenceNr+1, min(req.ToSequenceNr, res.Highest), req.MaxEvents)
+			if !v.null(colSnapSeqNr) {
+				if snapSeq, err = v.int64(colSnapSeqNr); err != nil {
+					return res, err
 				}
-				res.Events = make([]journal.Repr, 0, room)
+				res.HasSnapshot = true
+				meta := snapshot.Metadata{PersistenceID: pid, SequenceNr: snapSeq}
+				nanos, err := v.int64(colSnapNanos)
+				if err != nil {
+					return res, err
+				}
+				meta.Timestamp = time.Unix(0, nanos).UTC()
+				res.Snapshot.Metadata = meta
+				if res.Snapshot.SerializerID, err = v.int32(colSnapSerializerID); err != nil {
+					return res, err
+				}
+				if res.Snapshot.Manifest, err = v.text(colSnapManifest); err != nil {
+					return res, err
+				}
 			}
-			res.Events = append(res.Events, e)
-		default:
-			return res, fmt.Errorf("a row of kind %d", kind)
 		}
+		if !v.null(colHighest) && highest < 0 {
+			if highest, err = v.int64(colHighest); err != nil {
+				return res, err
+			}
+		}
+		if res.HasSnapshot && !v.null(colSnapPayload) {
+			if res.Snapshot.Payload, err = v.bytes(colSnapPayload); err != nil {
+				return res, err
+			}
+		}
+		if v.null(colSeqNr) {
+			continue // the row of a recovery without events
+		}
+		if res.Events == nil {
+			// Room for the events the snapshot leaves to read up to the
+			// highest number where the row carries it, so that an
+			// entity's are stored without growing the slice; 16 where it
+			// does not (a small entity's, whose highest number is its last
+			// event's). A larger capacity than needed is memory each
+			// recovery clears and the collector sweeps (64 events' worth
+			// cost a tenth of a recovery's CPU).
+			room := min(req.MaxEvents, 16)
+			if highest >= 0 {
+				room = recovery.EventsCap(snapSeq+1, min(req.ToSequenceNr, highest), req.MaxEvents)
+			}
+			res.Events = make([]journal.Repr, 0, room)
+		}
+		e, err := scanRecoveryEvent(&v, pid, entityType, slice)
+		if err != nil {
+			return res, err
+		}
+		res.Events = append(res.Events, e)
 	}
 	if err := rows.Err(); err != nil {
 		return res, err
 	}
-	if !highest {
-		return res, errors.New("no highest sequence number read")
+	if !read {
+		return res, errors.New("no recovery row read")
 	}
-	// The statement's branches come in order from every plan PostgreSQL
-	// makes of it; a parallel append may interleave them, so the events
-	// are put in order where they are not.
+	if res.HasSnapshot && res.Snapshot.Payload == nil {
+		return res, fmt.Errorf("the snapshot at %d read without its payload", snapSeq)
+	}
+	// The rows come in order from every plan PostgreSQL makes of the
+	// statement; should a plan return them otherwise, the events are put
+	// in order.
 	if !slices.IsSortedFunc(res.Events, bySequenceNr) {
 		slices.SortFunc(res.Events, bySequenceNr)
 	}
-	if n := len(res.Events); n > 0 {
+	n := len(res.Events)
+	if highest < 0 {
+		// Every event after the snapshot was read (recoverySQL).
+		highest = deleted
+		if n > 0 {
+			highest = max(highest, res.Events[n-1].SequenceNr)
+		}
+	}
+	res.Highest = highest
+	if n > 0 {
 		last := res.Events[n-1].SequenceNr
 		res.More = n == req.MaxEvents && last < req.ToSequenceNr && last < res.Highest
 	}
 	return res, nil
+}
+
+// scanRecoveryEvent reads the event of v's row, of id pid.
+func scanRecoveryEvent(v *rowValues, pid, entityType string, slice int) (e journal.Repr, err error) {
+	e.PersistenceID, e.EntityType, e.Slice = pid, entityType, slice
+	if e.SequenceNr, err = v.int64(colSeqNr); err != nil {
+		return e, err
+	}
+	if e.Timestamp, err = v.time(colTimestamp); err != nil {
+		return e, err
+	}
+	if e.SerializerID, err = v.int32(colSerializerID); err != nil {
+		return e, err
+	}
+	if e.Manifest, err = v.text(colManifest); err != nil {
+		return e, err
+	}
+	if e.Payload, err = v.bytes(colPayload); err != nil {
+		return e, err
+	}
+	if e.WriterID, err = v.text(colWriter); err != nil {
+		return e, err
+	}
+	if tags, err := v.strings(colTags); err != nil {
+		return e, err
+	} else if len(tags) > 0 {
+		e.Tags = tags
+	}
+	if e.Metadata, err = v.bytes(colMetadata); err != nil {
+		return e, err
+	}
+	if !v.null(colEntityType) {
+		if e.EntityType, err = v.text(colEntityType); err != nil {
+			return e, err
+		}
+	}
+	return e, nil
 }
 
 func bySequenceNr(a, b journal.Repr) int { return cmp.Compare(a.SequenceNr, b.SequenceNr) }

@@ -88,14 +88,6 @@ func (l *annalsLayout) statements() statements {
 	st.highest = r.Replace(`SELECT COALESCE(GREATEST(
 	(SELECT max(seq_nr) FROM {journal} WHERE persistence_id = $1),
 	(SELECT seq_nr FROM {meta} WHERE persistence_id = $1)), 0)`)
-	// A recovery that reads every event after its snapshot takes the
-	// highest number from the last one and the deleted number: it reads
-	// the highest stored one only when it read no event, or when its
-	// read may stop before the end (a bound to, or MaxEvents events: the
-	// k-th event after the snapshot's number S has a number of at least
-	// S + k, so the MaxEventsth row meets the condition).
-	st.recoveryDeleted = r.Replace(`(SELECT seq_nr FROM {meta} WHERE persistence_id = $1)`)
-	st.recoveryNeedsHighest = `e.seq_nr IS NULL OR e.seq_nr - COALESCE(s.seq_nr, 0) >= $7 OR $6 < 9223372036854775807`
 	st.saveSnap = r.Replace(`INSERT INTO {snapshot} (slice, entity_type, persistence_id, seq_nr, write_timestamp, ser_id, ser_manifest, snapshot)
 	VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
 	ON CONFLICT (persistence_id, seq_nr) DO UPDATE SET write_timestamp = excluded.write_timestamp, ser_id = excluded.ser_id,

@@ -84,10 +84,6 @@ func (l r2dbcLayout) statements() statements {
 	st.insert = r.Replace(r2dbcInsertSQL(l.s.cfg.writeClock()))
 	st.insertTagged = st.insert // tags live in the tags column only
 	st.highest = r.Replace(`SELECT COALESCE(max(seq_nr), 0) FROM {journal} WHERE persistence_id = $1`)
-	// A recovery reads the highest number in every case: the layout keeps
-	// no deleted number apart, and its hidden rows (the plugin's deletion
-	// marks) are not among the events a recovery reads.
-	st.recoveryDeleted, st.recoveryNeedsHighest = "NULL::bigint", "true"
 	// One row per id, overwritten whatever its sequence number, as the
 	// plugin's upsert does (an older snapshot replaces a younger one); the
 	// metadata columns are cleared, since Annals' snapshots have none.

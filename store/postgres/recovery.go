@@ -116,8 +116,7 @@ const (
 	colTags
 	colMetadata
 	colEntityType
-	colDeleted // the highest deleted number
-	colHighest // the highest number, where the row carries it
+	colHighest
 	colSnapSeqNr
 	colSnapNanos
 	colSnapSerializerID
@@ -140,21 +139,19 @@ func (j *Journal) readRecovery(ctx context.Context, req recovery.Request, args [
 // Annals or Pekko, derives it so), and its entity type the row's when the
 // layout reads it (the r2dbc layout: a JVM service's rows carry Pekko's),
 // else annals.EntityType of the id (Annals' layout, whose every row has
-// it): one string for every event instead of columns read per row. The
-// highest number is the one a row carries, else the greater of the last
-// event's and the deleted one (see recoverySQL).
+// it): one string for every event instead of columns read per row.
 func scanRecovery(rows pgx.Rows, req recovery.Request) (res recovery.Result, err error) {
 	pid := req.PersistenceID
 	entityType, slice := annals.EntityType(pid), annals.Slice(pid)
 	v := newRowValues(rows)
-	read, highest, deleted, snapSeq := false, int64(-1), int64(0), int64(0)
+	read, snapSeq := false, int64(0)
 	for rows.Next() {
 		if err := v.next(rows, recoveryCols); err != nil {
 			return res, err
 		}
 		if !read {
 			read = true
-			if deleted, err = v.int64(colDeleted); err != nil {
+			if res.Highest, err = v.int64(colHighest); err != nil {
 				return res, err
 			}
 			if !v.null(colSnapSeqNr) {
@@ -177,11 +174,6 @@ func scanRecovery(rows pgx.Rows, req recovery.Request) (res recovery.Result, err
 				}
 			}
 		}
-		if !v.null(colHighest) && highest < 0 {
-			if highest, err = v.int64(colHighest); err != nil {
-				return res, err
-			}
-		}
 		if res.HasSnapshot && !v.null(colSnapPayload) {
 			if res.Snapshot.Payload, err = v.bytes(colSnapPayload); err != nil {
 				return res, err
@@ -191,18 +183,12 @@ func scanRecovery(rows pgx.Rows, req recovery.Request) (res recovery.Result, err
 			continue // the row of a recovery without events
 		}
 		if res.Events == nil {
-			// Room for the events the snapshot leaves to read up to the
-			// highest number where the row carries it, so that an
-			// entity's are stored without growing the slice; 16 where it
-			// does not (a small entity's, whose highest number is its last
-			// event's). A larger capacity than needed is memory each
-			// recovery clears and the collector sweeps (64 events' worth
-			// cost a tenth of a recovery's CPU).
-			room := min(req.MaxEvents, 16)
-			if highest >= 0 {
-				room = recovery.EventsCap(snapSeq+1, min(req.ToSequenceNr, highest), req.MaxEvents)
-			}
-			res.Events = make([]journal.Repr, 0, room)
+			// Room for the events the snapshot leaves to read, so that an
+			// entity's are stored without growing the slice. A larger
+			// capacity than needed is memory each recovery clears and the
+			// collector sweeps (64 events' worth cost a tenth of a
+			// recovery's CPU).
+			res.Events = make([]journal.Repr, 0, recovery.EventsCap(snapSeq+1, min(req.ToSequenceNr, res.Highest), req.MaxEvents))
 		}
 		e, err := scanRecoveryEvent(&v, pid, entityType, slice)
 		if err != nil {
@@ -225,16 +211,7 @@ func scanRecovery(rows pgx.Rows, req recovery.Request) (res recovery.Result, err
 	if !slices.IsSortedFunc(res.Events, bySequenceNr) {
 		slices.SortFunc(res.Events, bySequenceNr)
 	}
-	n := len(res.Events)
-	if highest < 0 {
-		// Every event after the snapshot was read (recoverySQL).
-		highest = deleted
-		if n > 0 {
-			highest = max(highest, res.Events[n-1].SequenceNr)
-		}
-	}
-	res.Highest = highest
-	if n > 0 {
+	if n := len(res.Events); n > 0 {
 		last := res.Events[n-1].SequenceNr
 		res.More = n == req.MaxEvents && last < req.ToSequenceNr && last < res.Highest
 	}

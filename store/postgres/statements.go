@@ -10,12 +10,9 @@ import "strings"
 type statements struct {
 	insert, insertTagged                                   string
 	highest, deleteEvents, replay, recoverEvents, recovery string
-	// A recovery's parts (see recoverySQL): the highest deleted number
-	// the layout records (an expression of $1), the condition, over the
-	// aliases e (the event row, NULL when none) and s (the snapshot),
-	// under which a recovery row carries the highest number, and the
-	// first event after the snapshot (an expression).
-	recoveryDeleted, recoveryNeedsHighest, recoveryFirst       string
+	// recoveryFirst is the number of the first event after a recovery's
+	// snapshot (see recoverySQL).
+	recoveryFirst                                              string
 	loadSnap, saveSnap, deleteSnap, deleteSnaps                string
 	bySlices, byTag, byType, byAnyType, earlier, earlierTagged string
 	persistenceIDs                                             string
@@ -146,35 +143,23 @@ const idsSQL = `WITH RECURSIVE ids(pid) AS (
 
 // recoverySQL returns the statement that reads a recovery, made of st's
 // loadSnap (as its CTE s), recoverEvents (its parameters are
-// recoverEvents'), highest and the recovery parts. Its rows are the events
-// after the snapshot, one row each, or one row without an event when
-// there is none; every row has the columns of recoveryColumns (NULL
-// without an event) and then:
+// recoverEvents'), highest and recoveryFirst. Its rows are the events after
+// the snapshot, one row each, or one row without an event when there is
+// none; every row has the columns of recoveryColumns (NULL without an
+// event) and then the highest number, and the snapshot's number, Unix
+// nanoseconds, serializer and manifest (NULL without one), and its
+// payload on one row only: the one without an event, or the first event's.
 //
-//   - the highest deleted number the layout records (recoveryDeleted);
-//   - the highest number (st.highest) where recoveryNeedsHighest holds:
-//     with no event row, when the read may stop before the id's end (the
-//     row at MaxEvents, or a bound ToSequenceNr), or always where the
-//     layout says so; elsewhere NULL, and the highest number is then the
-//     greater of the last event's and the deleted one (every event after
-//     the snapshot was read);
-//   - the snapshot's number, Unix nanoseconds, serializer and manifest
-//     (NULL without one), and its payload on one row only: the one
-//     without an event, or the first event's.
-//
-// The subqueries are PostgreSQL init plans, run once and only when a row
-// needs them: a small entity's recovery makes two index probes (the
-// snapshot and the deleted number) and one scan of its events. One
-// statement reads all of it from one snapshot of the database, so the
-// parts agree without a transaction: on a write between them a batch of
-// statements could read an older snapshot row and events after a younger
-// one. (A statement of three branches, UNION ALL, of rows of a kind each,
-// cost 15–20 µs more of the server's time per recovery.)
+// The subqueries are PostgreSQL init plans, run once, the first event's
+// number only when the first event does not follow the snapshot's
+// number. One statement reads all of it from one snapshot of the
+// database, so the parts agree without a transaction: on a write between
+// them a batch of statements could read an older snapshot row and events
+// after a younger one. (A statement of three branches, UNION ALL, of rows
+// of a kind each, cost 15–20 µs more of the server's time per recovery.)
 func recoverySQL(st statements) string {
 	return `WITH s(seq_nr, nanos, ser_id, ser_manifest, snapshot) AS (` + st.loadSnap + `)
-SELECT e.*, ` + st.recoveryDeleted + `,
-	CASE WHEN ` + st.recoveryNeedsHighest + ` THEN (` + st.highest + `) END,
-	s.seq_nr, s.nanos, s.ser_id, s.ser_manifest,
+SELECT e.*, (` + st.highest + `), s.seq_nr, s.nanos, s.ser_id, s.ser_manifest,
 	CASE WHEN s.seq_nr IS NULL THEN NULL
 		WHEN e.seq_nr IS NULL OR e.seq_nr = s.seq_nr + 1 OR e.seq_nr = ` + st.recoveryFirst + ` THEN s.snapshot END
 FROM (SELECT) o LEFT JOIN s ON true LEFT JOIN LATERAL (` + st.recoverEvents + `) e ON true`

@@ -23,10 +23,14 @@ type rowValues struct {
 	fields []pgconn.FieldDescription
 	types  *pgtype.Map
 	raw    [][]byte
-	// The last string read of each column, returned again while the
-	// column's bytes repeat.
-	last []lastText
+	// The last string read of each of the first columns, returned again
+	// while the column's bytes repeat.
+	last [lastTexts]lastText
 }
+
+// lastTexts is how many of a row's first columns rowValues keeps the last
+// string of.
+const lastTexts = 16
 
 type lastText struct {
 	s   string
@@ -35,8 +39,7 @@ type lastText struct {
 
 // newRowValues returns a decoder of rows' rows.
 func newRowValues(rows pgx.Rows) rowValues {
-	f := rows.FieldDescriptions()
-	return rowValues{fields: f, types: rows.Conn().TypeMap(), last: make([]lastText, len(f))}
+	return rowValues{fields: rows.FieldDescriptions(), types: rows.Conn().TypeMap()}
 }
 
 // next makes the current row of rows the one the decoder reads; it fails
@@ -126,6 +129,9 @@ func (v *rowValues) text(i int) (string, error) {
 	}
 	switch v.fields[i].DataTypeOID {
 	case pgtype.TextOID, pgtype.VarcharOID, pgtype.BPCharOID, pgtype.NameOID:
+		if i >= lastTexts {
+			return string(b), nil
+		}
 		if last := v.last[i]; last.set && last.s == string(b) { // compared without a copy
 			return last.s, nil
 		}

@@ -8,6 +8,7 @@ import (
 
 	"github.com/annals-go/annals/journal"
 	"github.com/annals-go/annals/recovery"
+	"github.com/annals-go/annals/snapshot"
 )
 
 // TestRecoveryTimestampAsReplayed: a recovery's event reads its timestamp
@@ -44,5 +45,30 @@ func TestRecoveryTimestampAsReplayed(t *testing.T) {
 	}
 	if got, want := res.Events[0].Timestamp, replayed[0].Timestamp; !got.Equal(want) {
 		t.Errorf("recovered timestamp %v, replayed %v", got, want)
+	}
+}
+
+// TestRecoveryWithoutCriteriaReadsNoSnapshotAtZero: a recovery without
+// snapshot criteria (Request.Snapshot nil) reads no snapshot (the
+// recovery.Result rule: HasSnapshot never with a nil Request.Snapshot).
+// recoveryArgs passes snapshot.None() = Criteria{} for it, whose bounds
+// (seq_nr >= 0 AND seq_nr <= 0) select a snapshot saved at 0, which
+// Snapshots.Save accepts. (Older than the commit under review: the
+// three-branch statement before it read it too.)
+func TestRecoveryWithoutCriteriaReadsNoSnapshotAtZero(t *testing.T) {
+	t.Parallel()
+	s := open(t)
+	j := s.Journal()
+	const pid = "Review|snap0"
+	writeSeqs(t, j, pid, 1, 2)
+	if err := s.Snapshots().Save(context.Background(), snapshot.Snapshot{Metadata: snapshot.Metadata{PersistenceID: pid, SequenceNr: 0}, Payload: []byte("s")}); err != nil {
+		t.Fatal(err)
+	}
+	res, err := j.ReadRecovery(context.Background(), recovery.Request{PersistenceID: pid})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.HasSnapshot {
+		t.Errorf("a recovery without snapshot criteria read the snapshot at 0")
 	}
 }

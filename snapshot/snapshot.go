@@ -43,8 +43,10 @@ type Snapshot struct {
 // MaxTimestamp.
 //
 // A zero MaxTimestamp means no upper time bound, and a zero MinTimestamp no
-// lower one. MaxSequenceNr is always a bound: 0 matches nothing, which makes
-// the zero Criteria equal to [None]. Use [Latest] for "the youngest of all".
+// lower one. MaxSequenceNr is always a bound: 0 matches only a snapshot
+// saved at sequence number 0 (the state before any event), and a negative
+// one matches nothing, as [None] does. Use [Latest] for "the youngest of
+// all".
 type Criteria struct {
 	MaxSequenceNr int64
 	MaxTimestamp  time.Time
@@ -55,8 +57,9 @@ type Criteria struct {
 // Latest selects the youngest snapshot of all.
 func Latest() Criteria { return Criteria{MaxSequenceNr: math.MaxInt64} }
 
-// None selects no snapshot (recovery then replays every event).
-func None() Criteria { return Criteria{} }
+// None selects no snapshot, not even one saved at sequence number 0
+// (recovery then replays every event).
+func None() Criteria { return Criteria{MaxSequenceNr: -1} }
 
 // Matches reports whether a snapshot with metadata m is selected by c.
 func (c Criteria) Matches(m Metadata) bool {

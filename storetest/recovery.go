@@ -140,7 +140,7 @@ func readRecovery(t tb, s Store, c recoveryCase) {
 
 // recoveryCases are the recovery reads the suite checks.
 func recoveryCases() []recoveryCase {
-	latest, upTo := snapshot.Latest(), func(n int64) *snapshot.Criteria { return &snapshot.Criteria{MaxSequenceNr: n} }
+	latest, none, upTo := snapshot.Latest(), snapshot.None(), func(n int64) *snapshot.Criteria { return &snapshot.Criteria{MaxSequenceNr: n} }
 	tenWithSnapshots := func(t tb, j journal.Journal, s snapshot.Store, pid string) {
 		mustWrite(t, j, atomicRange(pid, 1, 4), atomicRange(pid, 5, 10))
 		saveSnapshot(t, s, pid, 3)
@@ -154,6 +154,16 @@ func recoveryCases() []recoveryCase {
 			setup: func(tb, journal.Journal, snapshot.Store, string) {}, req: recovery.Request{Snapshot: &latest}},
 		{name: "EventsOnly", rule: "without snapshot criteria no snapshot is read and the events start at 1",
 			setup: tenWithSnapshots, req: recovery.Request{}, highest: 10, events: seqs(1, 10)},
+		{name: "NoCriteriaSkipsSnapshotAtZero", rule: "without snapshot criteria, or with None, not even a snapshot saved at 0 is read",
+			setup: func(t tb, j journal.Journal, s snapshot.Store, pid string) {
+				ten(t, j, s, pid)
+				saveSnapshot(t, s, pid, 0)
+			}, req: recovery.Request{}, highest: 10, events: seqs(1, 10)},
+		{name: "NoneSkipsSnapshotAtZero", rule: "with None criteria not even a snapshot saved at 0 is read",
+			setup: func(t tb, j journal.Journal, s snapshot.Store, pid string) {
+				ten(t, j, s, pid)
+				saveSnapshot(t, s, pid, 0)
+			}, req: recovery.Request{Snapshot: &none}, highest: 10, events: seqs(1, 10)},
 		{name: "LatestSnapshot", rule: "the youngest matching snapshot, then the events after it",
 			setup: tenWithSnapshots, req: recovery.Request{Snapshot: &latest}, highest: 10, snapshot: 6, events: seqs(7, 10)},
 		{name: "CriteriaSelectOlderSnapshot", rule: "criteria bound the snapshot; the events follow the one selected",

@@ -138,6 +138,7 @@ func snapshotCases() []snapshotRule {
 	}
 	rules = append(rules,
 		snapshotRule{"InvalidID", "no snapshot is loaded for an id that has none", invalidID},
+		snapshotRule{"NoneSkipsSnapshotAtZero", "None selects no snapshot, not even one saved at sequence number 0; Latest selects that one", noneSkipsSnapshotAtZero},
 		snapshotRule{"DeleteOneByMetadata", "Delete removes the one snapshot its metadata names", deleteOneByMetadata},
 		snapshotRule{"DeleteBySequenceWithZeroTimestamp", "Delete with a zero timestamp removes the snapshot at that sequence number whatever its timestamp", deleteBySequenceWithZeroTimestamp},
 		snapshotRule{"DeleteWithOtherTimestampKeeps", "Delete with a timestamp that differs from the stored one removes nothing", deleteWithOtherTimestampKeeps},
@@ -149,6 +150,19 @@ func snapshotCases() []snapshotRule {
 		snapshotRule{"InvalidArguments", "invalid arguments fail with ErrInvalidArgument and change nothing", snapshotInvalidArguments},
 	)
 	return rules
+}
+
+// noneSkipsSnapshotAtZero: a snapshot saved at 0 (the state before any
+// event) is selected by Latest and not by None.
+func noneSkipsSnapshotAtZero(t tb, s snapshot.Store) {
+	pid := uniqueID(t, "KitSnapshot")
+	save(t, s, snapshot.Snapshot{Metadata: snapshot.Metadata{PersistenceID: pid, SequenceNr: 0, Timestamp: time.Now().Add(-time.Minute)}, Payload: []byte("empty"), SerializerID: 4, Manifest: "s"})
+	if _, ok, err := s.Load(testContext(t), pid, snapshot.None()); err != nil || ok {
+		t.Errorf("Load(None) = found %v, %v; want no snapshot", ok, err)
+	}
+	if got, ok, err := s.Load(testContext(t), pid, snapshot.Latest()); err != nil || !ok || got.Metadata.SequenceNr != 0 || string(got.Payload) != "empty" {
+		t.Errorf("Load(Latest) = %+v, found %v, %v; want the snapshot at 0", got.Metadata, ok, err)
+	}
 }
 
 // invalidID: no snapshot is loaded for an id that has none.

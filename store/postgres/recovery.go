@@ -96,7 +96,8 @@ func (j *Journal) readRecoveries(ctx context.Context, reqs []recovery.Request, b
 	return res, nil
 }
 
-// recoveryArgs returns recoverySQL's arguments for the checked req.
+// recoveryArgs returns recoverySQL's arguments for the checked req: without
+// snapshot criteria, snapshot.None (which selects no snapshot at all).
 func recoveryArgs(req recovery.Request) []any {
 	crit := snapshot.None()
 	if req.Snapshot != nil {

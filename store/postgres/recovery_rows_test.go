@@ -2,7 +2,9 @@ package postgres_test
 
 import (
 	"context"
+	"fmt"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -82,5 +84,51 @@ func TestR2DBCRecoveryEventsAsReplayed(t *testing.T) {
 		if e.EntityType != r.EntityType || e.Slice != r.Slice || e.PersistenceID != r.PersistenceID {
 			t.Errorf("event %d: recovered (%q, slice %d, %q), replayed (%q, slice %d, %q)", e.SequenceNr, e.PersistenceID, e.Slice, e.EntityType, r.PersistenceID, r.Slice, r.EntityType)
 		}
+	}
+}
+
+// TestRecoveryTimestampsAsReplayed: a recovery decodes each event's
+// timestamp from its binary value (microseconds since 2000-01-01) as a
+// replay does through pgx, for times before and after 2000 and up to the
+// end of PostgreSQL's range, where microseconds since 1970 no longer fit
+// an int64. The rows are as another writer (SQL, a JVM service) may
+// store them.
+func TestRecoveryTimestampsAsReplayed(t *testing.T) {
+	t.Parallel()
+	s := open(t)
+	j := s.Journal()
+	conn := connect(t)
+	for i, stored := range []string{
+		"1900-06-15 12:34:56.789012+00",
+		"1970-01-01 00:00:00+00",
+		"1999-12-31 23:59:59.999999+00",
+		"2000-01-01 00:00:00+00",
+		"2026-11-29 17:00:00.123456+00",
+		"294270-06-01 00:00:00.000001+00",
+	} {
+		t.Run(stored, func(t *testing.T) {
+			pid := fmt.Sprint("Review|time-", i)
+			writeSeqs(t, j, pid, 1)
+			if _, err := conn.Exec(context.Background(), `UPDATE `+pgx.Identifier{s.Schema(), "event_journal"}.Sanitize()+` SET write_timestamp = $2::timestamptz WHERE persistence_id = $1`, pid, stored); err != nil {
+				t.Fatal(err)
+			}
+			var replayed []journal.Repr
+			for e, err := range j.Replay(context.Background(), pid, 1, 1, 10) {
+				if err != nil {
+					t.Fatal(err)
+				}
+				replayed = append(replayed, e)
+			}
+			res, err := j.ReadRecovery(context.Background(), recovery.Request{PersistenceID: pid})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(replayed) != 1 || len(res.Events) != 1 {
+				t.Fatalf("replayed %d events, recovered %d; want 1 and 1", len(replayed), len(res.Events))
+			}
+			if got, want := res.Events[0].Timestamp, replayed[0].Timestamp; !got.Equal(want) || got.Location() != time.UTC {
+				t.Errorf("recovered timestamp %v, replayed %v (in UTC)", got, want)
+			}
+		})
 	}
 }

@@ -101,8 +101,8 @@ func (v *rowValues) int32(i int) (int32, error) {
 }
 
 // postgresEpoch is where PostgreSQL's binary timestamps count from, in
-// microseconds.
-var postgresEpoch = time.Date(2000, 1, 1, 0, 0, 0, 0, time.UTC).UnixMicro()
+// Unix seconds.
+const postgresEpoch = 946684800 // 2000-01-01T00:00:00Z
 
 // time returns column i, a timestamp, in UTC (the zero time when NULL).
 func (v *rowValues) time(i int) (time.Time, error) {
@@ -112,7 +112,9 @@ func (v *rowValues) time(i int) (time.Time, error) {
 	}
 	if oid := v.fields[i].DataTypeOID; v.binary(i) && len(b) == 8 && (oid == pgtype.TimestamptzOID || oid == pgtype.TimestampOID) {
 		if us := int64(binary.BigEndian.Uint64(b)); us != math.MaxInt64 && us != math.MinInt64 { // not ±infinity
-			return time.UnixMicro(postgresEpoch + us).UTC(), nil
+			// Seconds and microseconds apart: the microseconds since 1970
+			// of PostgreSQL's latest timestamps overflow an int64.
+			return time.Unix(postgresEpoch+us/1e6, us%1e6*1e3).UTC(), nil
 		}
 	}
 	var t time.Time

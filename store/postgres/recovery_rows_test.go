@@ -3,6 +3,7 @@ package postgres_test
 import (
 	"context"
 	"fmt"
+	"math"
 	"testing"
 	"time"
 
@@ -65,17 +66,7 @@ func TestR2DBCRecoveryEventsAsReplayed(t *testing.T) {
 	if _, err := conn.Exec(context.Background(), `UPDATE `+pgx.Identifier{s.Schema(), "event_journal"}.Sanitize()+` SET entity_type = '' WHERE persistence_id = $1`, pid); err != nil {
 		t.Fatal(err)
 	}
-	var replayed []journal.Repr
-	for e, err := range j.Replay(context.Background(), pid, 1, 2, 10) {
-		if err != nil {
-			t.Fatal(err)
-		}
-		replayed = append(replayed, e)
-	}
-	res, err := j.ReadRecovery(context.Background(), recovery.Request{PersistenceID: pid})
-	if err != nil {
-		t.Fatal(err)
-	}
+	replayed, res := replayedAndRecovered(t, j, pid)
 	if len(res.Events) != len(replayed) {
 		t.Fatalf("recovered %d events, replayed %d", len(res.Events), len(replayed))
 	}
@@ -112,17 +103,7 @@ func TestRecoveryTimestampsAsReplayed(t *testing.T) {
 			if _, err := conn.Exec(context.Background(), `UPDATE `+pgx.Identifier{s.Schema(), "event_journal"}.Sanitize()+` SET write_timestamp = $2::timestamptz WHERE persistence_id = $1`, pid, stored); err != nil {
 				t.Fatal(err)
 			}
-			var replayed []journal.Repr
-			for e, err := range j.Replay(context.Background(), pid, 1, 1, 10) {
-				if err != nil {
-					t.Fatal(err)
-				}
-				replayed = append(replayed, e)
-			}
-			res, err := j.ReadRecovery(context.Background(), recovery.Request{PersistenceID: pid})
-			if err != nil {
-				t.Fatal(err)
-			}
+			replayed, res := replayedAndRecovered(t, j, pid)
 			if len(replayed) != 1 || len(res.Events) != 1 {
 				t.Fatalf("replayed %d events, recovered %d; want 1 and 1", len(replayed), len(res.Events))
 			}
@@ -131,4 +112,22 @@ func TestRecoveryTimestampsAsReplayed(t *testing.T) {
 			}
 		})
 	}
+}
+
+// replayedAndRecovered returns pid's events as a replay reads them and its
+// recovery without snapshot criteria.
+func replayedAndRecovered(t *testing.T, j *postgres.Journal, pid string) ([]journal.Repr, recovery.Result) {
+	t.Helper()
+	var replayed []journal.Repr
+	for e, err := range j.Replay(context.Background(), pid, 1, math.MaxInt64, 1000) {
+		if err != nil {
+			t.Fatal(err)
+		}
+		replayed = append(replayed, e)
+	}
+	res, err := j.ReadRecovery(context.Background(), recovery.Request{PersistenceID: pid})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return replayed, res
 }

@@ -18,7 +18,10 @@ import (
 // timestamp) through the connection's pgtype.Map, which plans a scan per
 // value. pgx's Rows.Scan plans each column again for every statement it
 // reads, and allocates every string: a recovery's rows repeat their
-// manifest and writer, which rowValues keeps once (see text).
+// manifest and writer, which rowValues keeps once (see text). A codec
+// registered on the connection for those types is not consulted for their
+// binary forms; a NULL reads as the zero value (the journal's columns it
+// reads so are NOT NULL).
 type rowValues struct {
 	fields []pgconn.FieldDescription
 	types  *pgtype.Map

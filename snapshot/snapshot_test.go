@@ -17,7 +17,7 @@ func TestCriteriaMatches(t *testing.T) {
 	}{
 		{"latest", snapshot.Latest(), true},
 		{"none", snapshot.None(), false},
-		{"zero value is none", snapshot.Criteria{}, false},
+		{"zero value matches none at 10", snapshot.Criteria{}, false},
 		{"max seq equal", snapshot.Criteria{MaxSequenceNr: 10}, true},
 		{"max seq below", snapshot.Criteria{MaxSequenceNr: 9}, false},
 		{"min seq above", snapshot.Criteria{MaxSequenceNr: 20, MinSequenceNr: 11}, false},
@@ -27,6 +27,27 @@ func TestCriteriaMatches(t *testing.T) {
 		{"min time equal", snapshot.Criteria{MaxSequenceNr: 10, MinTimestamp: t0}, true},
 	}
 	for _, tt := range tests {
+		if got := tt.c.Matches(m); got != tt.want {
+			t.Errorf("%s: Matches = %v, want %v", tt.name, got, tt.want)
+		}
+	}
+}
+
+// TestCriteriaOfSnapshotAtZero: a snapshot saved at sequence number 0 (the
+// state before any event) is matched by criteria whose bounds hold 0, and
+// never by None.
+func TestCriteriaOfSnapshotAtZero(t *testing.T) {
+	m := snapshot.Metadata{PersistenceID: "p", SequenceNr: 0, Timestamp: time.Unix(1, 0)}
+	for _, tt := range []struct {
+		name string
+		c    snapshot.Criteria
+		want bool
+	}{
+		{"latest", snapshot.Latest(), true},
+		{"zero value", snapshot.Criteria{}, true},
+		{"none", snapshot.None(), false},
+		{"min seq 1", snapshot.Criteria{MaxSequenceNr: 10, MinSequenceNr: 1}, false},
+	} {
 		if got := tt.c.Matches(m); got != tt.want {
 			t.Errorf("%s: Matches = %v, want %v", tt.name, got, tt.want)
 		}

@@ -262,9 +262,19 @@ func (s deletesEverything) DeleteMatching(ctx context.Context, pid string, _ sna
 	return s.Store.DeleteMatching(ctx, pid, snapshot.Latest())
 }
 
+// noneAsZero reads a negative upper sequence bound (None's) as 0, the
+// bound of a snapshot saved at 0.
+type noneAsZero struct{ snapshot.Store }
+
+func (s noneAsZero) Load(ctx context.Context, pid string, c snapshot.Criteria) (snapshot.Snapshot, bool, error) {
+	c.MaxSequenceNr = max(c.MaxSequenceNr, 0)
+	return s.Store.Load(ctx, pid, c)
+}
+
 var brokenSnapshots = map[string]func(snapshot.Store) snapshot.Store{
 	"ignoresMaxSequence": func(s snapshot.Store) snapshot.Store { return ignoresMaxSequence{s} },
 	"deletesEverything":  func(s snapshot.Store) snapshot.Store { return deletesEverything{s} },
+	"noneAsZero":         func(s snapshot.Store) snapshot.Store { return noneAsZero{s} },
 }
 
 // TestBrokenSnapshots runs the snapshot suite against one broken store
@@ -289,6 +299,7 @@ func brokenSnapshotStores() []brokenJournal {
 	return []brokenJournal{
 		{"ignoresMaxSequence", []string{"LoadUpperSequenceBound"}, "the youngest snapshot at or below MaxSequenceNr is loaded"},
 		{"deletesEverything", []string{"DeleteMatching"}, "DeleteMatching removes every snapshot within the criteria's upper sequence and timestamp bounds"},
+		{"noneAsZero", []string{"NoneSkipsSnapshotAtZero"}, "None selects no snapshot, not even one saved at sequence number 0; Latest selects that one"},
 	}
 }
 

@@ -154,7 +154,7 @@ func recoveryCases() []recoveryCase {
 			setup: func(tb, journal.Journal, snapshot.Store, string) {}, req: recovery.Request{Snapshot: &latest}},
 		{name: "EventsOnly", rule: "without snapshot criteria no snapshot is read and the events start at 1",
 			setup: tenWithSnapshots, req: recovery.Request{}, highest: 10, events: seqs(1, 10)},
-		{name: "NoCriteriaSkipsSnapshotAtZero", rule: "without snapshot criteria, or with None, not even a snapshot saved at 0 is read",
+		{name: "NoCriteriaSkipsSnapshotAtZero", rule: "without snapshot criteria not even a snapshot saved at 0 is read",
 			setup: func(t tb, j journal.Journal, s snapshot.Store, pid string) {
 				ten(t, j, s, pid)
 				saveSnapshot(t, s, pid, 0)

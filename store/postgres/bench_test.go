@@ -470,7 +470,8 @@ func BenchmarkCatchUp1M(b *testing.B) {
 // highest number, the latest snapshot and the events, in one statement)
 // and a plain select of the same events ("raw"), once per id each turn;
 // reports the wall time per round trip of each (the rows read, not
-// decoded):
+// decoded). The ids have no snapshot, so the statement's snapshot part
+// finds none (its payload and first-event parts are not measured):
 //
 //	go test -run '^$' -bench RecoveryStatement -benchtime 5x ./store/postgres/
 func BenchmarkRecoveryStatement(b *testing.B) {

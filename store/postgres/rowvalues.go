@@ -20,8 +20,8 @@ import (
 // reads, and allocates every string: a recovery's rows repeat their
 // manifest and writer, which rowValues keeps once (see text). A codec
 // registered on the connection for those types is not consulted for their
-// binary forms; a NULL reads as the zero value (the journal's columns it
-// reads so are NOT NULL).
+// binary forms, nor for text in either format; a NULL reads as the zero
+// value (the journal's columns it reads so are NOT NULL).
 type rowValues struct {
 	fields []pgconn.FieldDescription
 	types  *pgtype.Map

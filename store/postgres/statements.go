@@ -150,13 +150,13 @@ const idsSQL = `WITH RECURSIVE ids(pid) AS (
 // nanoseconds, serializer and manifest (NULL without one), and its
 // payload on one row only: the one without an event, or the first event's.
 //
-// The subqueries are PostgreSQL init plans, run once, the first event's
-// number only when the first event does not follow the snapshot's
-// number. One statement reads all of it from one snapshot of the
-// database, so the parts agree without a transaction: on a write between
-// them a batch of statements could read an older snapshot row and events
-// after a younger one. (A statement of three branches, UNION ALL, of rows
-// of a kind each, cost 15–20 µs more of the server's time per recovery.)
+// The subqueries are PostgreSQL init plans, each run at most once: the
+// first event's number (one more index probe) only when a snapshot is
+// selected and a row other than the one right after it is evaluated. One
+// statement reads all of it from one snapshot of the database, so the
+// parts agree without a transaction: on a write between them a batch of
+// statements could read an older snapshot row and events after a younger
+// one.
 func recoverySQL(st statements) string {
 	return `WITH s(seq_nr, nanos, ser_id, ser_manifest, snapshot) AS (` + st.loadSnap + `)
 SELECT e.*, (` + st.highest + `), s.seq_nr, s.nanos, s.ser_id, s.ser_manifest,

@@ -476,7 +476,9 @@ func (inst *instance[C, E, S]) restore(ctx context.Context) (int64, error) {
 		to = b.Recovery.ToSequenceNr
 	}
 	crit.MaxSequenceNr = min(crit.MaxSequenceNr, to)
-	withSnapshot := h.cfg.Snapshots != nil && crit.MaxSequenceNr > 0
+	// A snapshot saved at 0 (a state before any event) is read as its
+	// criteria select it, on both paths; None selects none.
+	withSnapshot := h.cfg.Snapshots != nil && crit.MaxSequenceNr >= 0
 	if h.reader == nil {
 		highest, err := h.cfg.Journal.HighestSequenceNr(ctx, inst.pid, 0)
 		if err != nil {
@@ -484,7 +486,7 @@ func (inst *instance[C, E, S]) restore(ctx context.Context) (int64, error) {
 		}
 		to = min(to, highest)
 		crit.MaxSequenceNr = min(crit.MaxSequenceNr, to)
-		if withSnapshot && crit.MaxSequenceNr > 0 {
+		if withSnapshot {
 			if err := inst.restoreSnapshot(ctx, crit, nil); err != nil {
 				return 0, err
 			}

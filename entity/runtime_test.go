@@ -1659,3 +1659,46 @@ func TestServeUnit(t *testing.T) {
 		t.Errorf("EntityType() = %q, want %q", got, accountBehavior().EntityType)
 	}
 }
+
+// threeCallJournal hides the journal's recovery reader: a host before it
+// recovers with three calls (highest number, snapshot, replay).
+type threeCallJournal struct{ journal.Journal }
+
+// TestSnapshotAtZero: a snapshot saved at sequence number 0 (a state
+// before any event) is read as the recovery's criteria select it, with one
+// read and with three calls alike: Latest reads it, None does not.
+func TestSnapshotAtZero(t *testing.T) {
+	for _, name := range []string{"sqlite", "postgres"} {
+		t.Run(name, func(t *testing.T) {
+			st := entitystores.All()[name](t)
+			payload, ser, manifest, err := registry(t).Serialize(State{Balance: 42})
+			if err != nil {
+				t.Fatal(err)
+			}
+			none := snapshot.None()
+			for _, c := range []struct {
+				name    string
+				journal journal.Journal
+				crit    *snapshot.Criteria
+				want    int64
+			}{
+				{"one read, Latest", st.Journal, nil, 42},
+				{"three calls, Latest", threeCallJournal{st.Journal}, nil, 42},
+				{"one read, None", st.Journal, &none, 0},
+				{"three calls, None", threeCallJournal{st.Journal}, &none, 0},
+			} {
+				t.Run(c.name, func(t *testing.T) {
+					id := strings.ReplaceAll(c.name, " ", "-")
+					snap := snapshot.Snapshot{Metadata: snapshot.Metadata{PersistenceID: "Account|" + id, Timestamp: time.Now()}, Payload: payload, SerializerID: ser, Manifest: manifest}
+					if err := st.Snapshots.Save(t.Context(), snap); err != nil {
+						t.Fatal(err)
+					}
+					b := accountBehavior()
+					b.Recovery.Snapshot = c.crit
+					h := newHost(t, stores{Journal: c.journal, Snapshots: st.Snapshots}, b)
+					mustBalance(t, h, id, c.want)
+				})
+			}
+		})
+	}
+}

@@ -149,21 +149,19 @@ func recoveryCases() []recoveryCase {
 	ten := func(t tb, j journal.Journal, _ snapshot.Store, pid string) {
 		mustWrite(t, j, atomicRange(pid, 1, 10))
 	}
+	tenAfterSnapshotAtZero := func(t tb, j journal.Journal, s snapshot.Store, pid string) {
+		saveSnapshot(t, s, pid, 0)
+		ten(t, j, s, pid)
+	}
 	return []recoveryCase{
 		{name: "UnknownID", rule: "an unknown id reads highest 0, no snapshot, no events",
 			setup: func(tb, journal.Journal, snapshot.Store, string) {}, req: recovery.Request{Snapshot: &latest}},
 		{name: "EventsOnly", rule: "without snapshot criteria no snapshot is read and the events start at 1",
 			setup: tenWithSnapshots, req: recovery.Request{}, highest: 10, events: seqs(1, 10)},
 		{name: "NoCriteriaSkipsSnapshotAtZero", rule: "without snapshot criteria not even a snapshot saved at 0 is read",
-			setup: func(t tb, j journal.Journal, s snapshot.Store, pid string) {
-				ten(t, j, s, pid)
-				saveSnapshot(t, s, pid, 0)
-			}, req: recovery.Request{}, highest: 10, events: seqs(1, 10)},
+			setup: tenAfterSnapshotAtZero, req: recovery.Request{}, highest: 10, events: seqs(1, 10)},
 		{name: "NoneSkipsSnapshotAtZero", rule: "with None criteria not even a snapshot saved at 0 is read",
-			setup: func(t tb, j journal.Journal, s snapshot.Store, pid string) {
-				ten(t, j, s, pid)
-				saveSnapshot(t, s, pid, 0)
-			}, req: recovery.Request{Snapshot: &none}, highest: 10, events: seqs(1, 10)},
+			setup: tenAfterSnapshotAtZero, req: recovery.Request{Snapshot: &none}, highest: 10, events: seqs(1, 10)},
 		{name: "LatestSnapshot", rule: "the youngest matching snapshot, then the events after it",
 			setup: tenWithSnapshots, req: recovery.Request{Snapshot: &latest}, highest: 10, snapshot: 6, events: seqs(7, 10)},
 		{name: "CriteriaSelectOlderSnapshot", rule: "criteria bound the snapshot; the events follow the one selected",

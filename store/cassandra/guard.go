@@ -76,14 +76,21 @@ const settingWriteGuard = "write_guard"
 
 // fixWriteGuard adopts the keyspace's recorded guard, or records one (a
 // lightweight transaction, so that two first opens agree): see
-// WithWriteGuard.
+// WithWriteGuard. A keyspace written with the claims guard and without
+// the claims table (moved to claims before its migration) fails with
+// ErrSchemaMissing: every write and recovery would fail.
 func (s *Store) fixWriteGuard(ctx context.Context) error {
+	tables, _, _, err := s.inspect(ctx)
+	if err != nil {
+		return err
+	}
+	hasClaims := tables[claimsTable]
 	var v string
-	err := s.session.Query(s.sql.readSetting, settingWriteGuard).WithContext(ctx).Consistency(s.cfg.guardCL()).Scan(&v)
+	err = s.session.Query(s.sql.readSetting, settingWriteGuard).WithContext(ctx).Consistency(s.cfg.guardCL()).Scan(&v)
 	if errors.Is(err, gocql.ErrNotFound) {
 		want := s.cfg.guard
 		if want == 0 {
-			if want, err = s.firstGuard(ctx); err != nil {
+			if want, err = s.firstGuard(ctx, hasClaims); err != nil {
 				return err
 			}
 		}
@@ -102,21 +109,7 @@ func (s *Store) fixWriteGuard(ctx context.Context) error {
 			ErrInvalidConfig, s.cfg.keyspace, have, s.cfg.guard)
 	}
 	s.cfg.guard = have
-	return s.checkClaimsTable(ctx)
-}
-
-// checkClaimsTable fails with ErrSchemaMissing when the keyspace's guard is
-// claims and it has no claims table (a keyspace moved to claims before its
-// migration): every write and recovery would fail.
-func (s *Store) checkClaimsTable(ctx context.Context) error {
-	if s.cfg.guard != GuardClaims {
-		return nil
-	}
-	tables, _, _, err := s.inspect(ctx)
-	if err != nil {
-		return err
-	}
-	if !tables[claimsTable] {
+	if have == GuardClaims && !hasClaims {
 		return fmt.Errorf("%w: keyspace %s is written with the claims guard and has no %s table; create it with `annals migrate --store URL`, Migrator.Migrate or WithMigrate",
 			ErrSchemaMissing, s.cfg.keyspace, claimsTable)
 	}
@@ -124,30 +117,33 @@ func (s *Store) checkClaimsTable(ctx context.Context) error {
 }
 
 // firstGuard is the guard a keyspace with none recorded takes when no
-// guard is configured: claims when it has the claims table and no events,
-// or when its claims table holds claims (an earlier Annals wrote it with
-// the claims guard, whose writes the conditional guard's column does not
-// track).
-func (s *Store) firstGuard(ctx context.Context) (WriteGuard, error) {
-	tables, _, _, err := s.inspect(ctx)
-	if err != nil {
-		return 0, err
-	}
-	if !tables[claimsTable] {
+// guard is configured: claims when it has the claims table (hasClaims)
+// and no events, or when its claims table holds claims (an earlier Annals
+// wrote it with the claims guard, whose writes the conditional guard's
+// column does not track).
+func (s *Store) firstGuard(ctx context.Context, hasClaims bool) (WriteGuard, error) {
+	if !hasClaims {
 		return GuardConditional, nil
 	}
-	for _, stmt := range []string{s.sql.anyClaim, s.sql.anyEvent} {
-		var pid string
-		err = s.session.Query(stmt).WithContext(ctx).Consistency(s.cfg.guardCL()).Scan(&pid)
-		switch {
-		case errors.Is(err, gocql.ErrNotFound):
-			continue
-		case err != nil:
-			return 0, s.errs.Map(ctx, "read whether the keyspace holds claims or events", err, errClosed)
-		case stmt == s.sql.anyClaim:
-			return GuardClaims, nil
-		}
-		return GuardConditional, nil
+	if held, err := s.holdsRow(ctx, s.sql.anyClaim); err != nil || held {
+		return GuardClaims, err
+	}
+	if held, err := s.holdsRow(ctx, s.sql.anyEvent); err != nil || held {
+		return GuardConditional, err
 	}
 	return GuardClaims, nil
+}
+
+// holdsRow reports whether stmt, a select of one persistence id, finds a
+// row at the guard's consistency.
+func (s *Store) holdsRow(ctx context.Context, stmt string) (bool, error) {
+	var pid string
+	err := s.session.Query(stmt).WithContext(ctx).Consistency(s.cfg.guardCL()).Scan(&pid)
+	if errors.Is(err, gocql.ErrNotFound) {
+		return false, nil
+	}
+	if err != nil {
+		return false, s.errs.Map(ctx, "read whether the keyspace holds claims or events", err, errClosed)
+	}
+	return true, nil
 }

@@ -73,6 +73,11 @@ func schemaTables(schema, writeTime, entityType string) *strings.Replacer {
 // f; the layout fills the others.
 func sharedStatements(r *strings.Replacer, f fragments) statements {
 	e, j := f.visible("e"), f.visible("j")
+	// afterSnapshot selects the rows of alias a a recovery reads: those
+	// after the snapshot recoverySQL's CTE s selected, up to $6.
+	afterSnapshot := func(a string) string {
+		return a + `.persistence_id = $1 AND ` + a + `.seq_nr > COALESCE((SELECT seq_nr FROM s), 0) AND ` + a + `.seq_nr <= $6` + f.visible(a)
+	}
 	criteria := `persistence_id = $1 AND seq_nr >= $2 AND seq_nr <= $3 AND write_timestamp >= ` + f.snapTime("$4") + ` AND write_timestamp <= ` + f.snapTime("$5")
 	return statements{
 		deleteEvents: r.Replace(`DELETE FROM {journal} WHERE persistence_id = $1 AND seq_nr <= $2`),
@@ -81,12 +86,8 @@ func sharedStatements(r *strings.Replacer, f fragments) statements {
 		// A recovery's events, in recoverySQL: those after the snapshot
 		// its CTE s selected (loadSnap's, by the criteria $2–$5), up to $6,
 		// at most $7.
-		recoverEvents: r.Replace(`SELECT {recoveryColumns} FROM {journal} e WHERE e.persistence_id = $1
-	AND e.seq_nr > COALESCE((SELECT seq_nr FROM s), 0)
-	AND e.seq_nr <= $6` + e + ` ORDER BY e.seq_nr LIMIT $7`),
-		recoveryFirst: r.Replace(`(SELECT min(n.seq_nr) FROM {journal} n WHERE n.persistence_id = $1
-	AND n.seq_nr > COALESCE((SELECT seq_nr FROM s), 0)
-	AND n.seq_nr <= $6` + f.visible("n") + `)`),
+		recoverEvents: r.Replace(`SELECT {recoveryColumns} FROM {journal} e WHERE ` + afterSnapshot("e") + ` ORDER BY e.seq_nr LIMIT $7`),
+		recoveryFirst: r.Replace(`(SELECT min(n.seq_nr) FROM {journal} n WHERE ` + afterSnapshot("n") + `)`),
 
 		loadSnap: r.Replace(`SELECT seq_nr, ` + f.snapNanos + `, ser_id, ser_manifest, snapshot FROM {snapshot}
 	WHERE ` + criteria + `

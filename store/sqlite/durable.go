@@ -204,10 +204,10 @@ const stateColumns = `ordering, persistence_id, revision, timestamp, payload, se
 	CASE WHEN tag IS NULL THEN NULL ELSE json_array(tag) END, NULL, slice, entity_type`
 
 const changesBySlicesSQL = `SELECT ` + stateColumns + ` FROM durable_state INDEXED BY durable_state_type_ordering_idx
-	WHERE entity_type = ? AND slice BETWEEN ? AND ? AND ordering > ? AND ordering <= ? ORDER BY ordering LIMIT ?`
+	WHERE entity_type = ? AND slice BETWEEN ? AND ? AND ordering > ? AND ordering <= ? ORDER BY ordering LIMIT +?`
 
 const changesByTagSQL = `SELECT ` + stateColumns + ` FROM durable_state INDEXED BY durable_state_tag_idx
-	WHERE tag = ? AND ordering > ? AND ordering <= ? ORDER BY ordering LIMIT ?`
+	WHERE tag = ? AND ordering > ? AND ordering <= ? ORDER BY ordering LIMIT +?`
 
 // CurrentChangesBySlices implements query.DurableStateChangesBySlicesQuery.
 func (d *DurableState) CurrentChangesBySlices(ctx context.Context, entityType string, minSlice, maxSlice int, after query.Offset) iter.Seq2[query.Envelope, error] {

@@ -3,8 +3,12 @@ package sqlite
 import (
 	"context"
 	"fmt"
+	"go/ast"
+	"go/parser"
+	"go/token"
 	"iter"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -164,5 +168,58 @@ func TestRecoveryPlansSearchTheKeys(t *testing.T) {
 		if strings.Contains(all, "TEMP B-TREE") || strings.Contains(all, "SCAN event_journal") || strings.Contains(all, "SCAN snapshot") {
 			t.Errorf("%s: plan\n\t%s\nwant no scan and no temporary B-tree", p.name, strings.Join(plan, "\n\t"))
 		}
+	}
+}
+
+// TestNoBareLimitParameter: no statement of the store binds its LIMIT as
+// a bare parameter (LIMIT ? or LIMIT ?N), which SQLite compiles again at
+// every new binding (see readerStmtCache); LIMIT +? keeps it compiled. It
+// reads every string literal of the package's source files, except the
+// statements in compiledPerBinding.
+func TestNoBareLimitParameter(t *testing.T) {
+	t.Parallel()
+	// compiledPerBinding are the statements whose plan needs the limit's
+	// value, with why.
+	compiledPerBinding := map[string]bool{
+		// A page of ids (up to a thousand ids, one probe each): with the
+		// limit unknown SQLite reads journal_metadata through an OR of
+		// two index searches (TestPersistenceIDsPlanProbesTheKey).
+		"persistenceIDsSQL": true,
+	}
+	bare := regexp.MustCompile(`(?i)\bLIMIT\s+\?`)
+	files, err := filepath.Glob("*.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	fset := token.NewFileSet()
+	checked, excepted := 0, 0
+	for _, name := range files {
+		if strings.HasSuffix(name, "_test.go") {
+			continue
+		}
+		f, err := parser.ParseFile(fset, name, nil, parser.SkipObjectResolution)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ast.Inspect(f, func(n ast.Node) bool {
+			if spec, ok := n.(*ast.ValueSpec); ok && len(spec.Names) == 1 && compiledPerBinding[spec.Names[0].Name] {
+				excepted++
+				return false
+			}
+			lit, ok := n.(*ast.BasicLit)
+			if !ok || lit.Kind != token.STRING {
+				return true
+			}
+			if strings.Contains(strings.ToUpper(lit.Value), "LIMIT") {
+				checked++
+			}
+			if loc := bare.FindStringIndex(lit.Value); loc != nil {
+				t.Errorf("%s: %q binds its LIMIT bare; write LIMIT +?", fset.Position(lit.Pos()), lit.Value[loc[0]:loc[1]])
+			}
+			return true
+		})
+	}
+	if checked == 0 || excepted != len(compiledPerBinding) {
+		t.Fatalf("%d statements with a LIMIT found, %d of %d exceptions: the test reads the wrong files", checked, excepted, len(compiledPerBinding))
 	}
 }

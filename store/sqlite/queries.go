@@ -147,10 +147,10 @@ func (q *Queries) follow(ctx context.Context, after query.Offset, current func(c
 }
 
 const byTagSQL = `SELECT ` + envelopeColumns + ` FROM event_tag t JOIN event_journal e ON e.ordering = t.ordering
-	WHERE t.tag = ? AND t.ordering > ? AND t.ordering <= ? ORDER BY t.ordering LIMIT ?`
+	WHERE t.tag = ? AND t.ordering > ? AND t.ordering <= ? ORDER BY t.ordering LIMIT +?`
 
 const bySlicesSQL = `SELECT ` + envelopeColumns + ` FROM event_journal e INDEXED BY event_journal_type_ordering_idx
-	WHERE e.entity_type = ? AND e.slice BETWEEN ? AND ? AND e.ordering > ? AND e.ordering <= ? ORDER BY e.ordering LIMIT ?`
+	WHERE e.entity_type = ? AND e.slice BETWEEN ? AND ? AND e.ordering > ? AND e.ordering <= ? ORDER BY e.ordering LIMIT +?`
 
 // CurrentEventsByTag implements query.EventsByTagQuery.
 func (q *Queries) CurrentEventsByTag(ctx context.Context, tag string, after query.Offset) iter.Seq2[query.Envelope, error] {
@@ -251,7 +251,7 @@ const persistenceIDsSQL = `
 	ORDER BY 1 LIMIT ?3`
 
 const newIDsSQL = `SELECT ` + envelopeColumns + ` FROM event_journal e
-	WHERE (?1 = '' OR e.entity_type = ?1) AND e.ordering > ? AND e.ordering <= ? ORDER BY e.ordering LIMIT ?`
+	WHERE (?1 = '' OR e.entity_type = ?1) AND e.ordering > ? AND e.ordering <= ? ORDER BY e.ordering LIMIT +?`
 
 // PersistenceIDs implements query.PersistenceIDsQuery.
 func (q *Queries) PersistenceIDs(ctx context.Context, entityType string) *query.Stream[string] {

@@ -64,7 +64,7 @@ const recoveryHeadSQL = `
 // has the ones its id gives (the journal's writes store annals.Slice and
 // annals.EntityType of it), which replayID holds.
 const replaySQL = `SELECT ordering, sequence_nr, timestamp, payload, serializer_id, manifest, writer, tags, metadata
-	FROM event_journal WHERE persistence_id = ? AND sequence_nr BETWEEN ? AND ? ORDER BY sequence_nr LIMIT ?`
+	FROM event_journal WHERE persistence_id = ? AND sequence_nr BETWEEN ? AND ? ORDER BY sequence_nr LIMIT +?`
 
 // replayColumns is the number of replaySQL's columns.
 const replayColumns = 9

@@ -77,8 +77,8 @@ func (l *annalsLayout) statements() statements {
 	})
 	// Atomic writes in one statement: rows carry their id, each stamped
 	// with a db_timestamp of its own (see insertSQL), and their tags.
-	st.insert = r.Replace(insertSQL(l.s.cfg.ordering, l.s.cfg.writeClock(), false))
-	st.insertTagged = r.Replace(insertSQL(l.s.cfg.ordering, l.s.cfg.writeClock(), true))
+	st.insert = r.Replace(insertSQL(l.s.cfg.ordering, l.s.cfg.writeClock(), false, l.s.cfg.notify))
+	st.insertTagged = r.Replace(insertSQL(l.s.cfg.ordering, l.s.cfg.writeClock(), true, l.s.cfg.notify))
 	// The highest number: the greater of the highest stored event's and
 	// the highest deleted one's (journal_metadata). Both are read: a
 	// stored event may be below the deleted number (a write of a number a
@@ -113,7 +113,9 @@ func (l *annalsLayout) statements() statements {
 // insertSQL is the statement that inserts the events of atomic writes,
 // given as parallel arrays ($1–$11: id, seq, write time, serializer,
 // manifest, payload, writer, tags as JSON, metadata, slice, entity type);
-// when tagged, it inserts their tags too.
+// when tagged, it inserts their tags too, and otherwise stores no tags
+// (every event of the call has none). With notify it sends the write's
+// NOTIFY (notifySQL; the channel is the parameter after the others).
 //
 // Every row gets a db_timestamp of its own, at least 1µs apart from every
 // other row of the call, so that the rows of a call (up to 1,000 atomic
@@ -133,11 +135,15 @@ func (l *annalsLayout) statements() statements {
 //     see Journal.floors; the events of one id adjacent, in order), $13,
 //     $14: stampSQL's rows before and rows in all. The statement reads no
 //     other row, and returns clock (see stampedInsert).
-func insertSQL(o Ordering, clock string, tagged bool) string {
+func insertSQL(o Ordering, clock string, tagged, notify bool) string {
+	tagsColumn := "NULL"
+	if tagged {
+		tagsColumn = tagsSQL
+	}
 	insert := func(ts, arrays, names string) string {
 		return `INSERT INTO {journal} (slice, entity_type, persistence_id, seq_nr, db_timestamp, write_timestamp, event_ser_id, event_ser_manifest, event_payload, writer, tags, meta_payload)
 	SELECT i.slice, i.entity_type, i.pid, i.seq_nr, ` + ts + `,
-		i.wts, i.ser_id, i.manifest, i.payload, i.writer, ` + tagsSQL + `, i.meta
+		i.wts, i.ser_id, i.manifest, i.payload, i.writer, ` + tagsColumn + `, i.meta
 	` + writesSQL(arrays, names)
 	}
 	const tags = `INSERT INTO {tag} (tag, db_timestamp, seq_nr, persistence_id)
@@ -145,25 +151,33 @@ func insertSQL(o Ordering, clock string, tagged bool) string {
 	if o == TimestampOrder {
 		ins := insert(stampSQL(clock, "$13::bigint", "$14::bigint"), `, $12::timestamptz[]`, `, floor`)
 		if !tagged {
-			return stampedInsert(clock, ins)
+			return stampedInsert(clock, notify, ins)
 		}
-		return stampedInsert(clock, ins+`
+		return stampedInsert(clock, notify, ins+`
 	RETURNING persistence_id, seq_nr, db_timestamp, tags`, tags)
 	}
-	base := `WITH base AS (
+	q := `WITH base AS (
 	UPDATE {clock} SET db_timestamp = GREATEST(statement_timestamp(), db_timestamp + interval '1 microsecond') + (cardinality($1::text[]) - 1) * interval '1 microsecond'
 	WHERE id = 1
 	RETURNING db_timestamp - (cardinality($1::text[]) - 1) * interval '1 microsecond' AS ts
-)`
-	ins := insert(`(SELECT ts FROM base) + (i.n - 1) * interval '1 microsecond'`, ``, ``)
+), ins AS (
+	` + insert(`(SELECT ts FROM base) + (i.n - 1) * interval '1 microsecond'`, ``, ``)
 	if !tagged {
-		return base + "\n" + ins
-	}
-	return base + `, ins AS (
-	` + ins + `
+		q += `
+)`
+	} else {
+		q += `
 	RETURNING persistence_id, seq_nr, db_timestamp, tags
-)
-` + tags
+), more0 AS (
+	` + tags + `
+)`
+	}
+	if !notify {
+		return q + `
+SELECT`
+	}
+	return q + `
+SELECT FROM ` + notifySQL("$12")
 }
 
 // writeArgs returns insertSQL's arguments: the floors in TimestampOrder
@@ -171,7 +185,10 @@ func insertSQL(o Ordering, clock string, tagged bool) string {
 func (l *annalsLayout) writeArgs(writes []journal.AtomicWrite, pending []int, now time.Time, floors []pgtype.Timestamptz, before, total int64) ([]any, bool) {
 	cols, tagged := insertArgs(writes, pending, now)
 	if l.s.cfg.ordering == TimestampOrder {
-		return append(cols, floors, before, total), tagged
+		cols = append(cols, floors, before, total)
+	}
+	if l.s.cfg.notify {
+		cols = append(cols, l.s.channel)
 	}
 	return cols, tagged
 }

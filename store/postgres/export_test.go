@@ -53,3 +53,6 @@ func RecoveryStatement(s *Store, persistenceID string) (string, []any) {
 
 // JournalTable returns the quoted name of the store's event journal table.
 func JournalTable(s *Store) string { return table(s.cfg.schema, "event_journal") }
+
+// Channel returns the NOTIFY channel of the store's writes.
+func Channel(s *Store) string { return s.channel }

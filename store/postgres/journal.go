@@ -49,6 +49,14 @@ func stampSQL(clock, before, total string) string {
 		ELSE ` + at + ` END`
 }
 
+// notifySQL is a FROM item that sends the NOTIFY of a write on the
+// channel given by param, one row: the insert statements end in it, so
+// that a write is one statement. PostgreSQL delivers a notification at
+// commit, once per transaction for one channel and payload however many
+// of its statements send it (a call sent as one statement per atomic
+// write).
+func notifySQL(param string) string { return `pg_notify(` + param + `, '') n` }
+
 // tagsSQL is an inserted row's tags column: NULL, or its tags (JSON, see
 // insertArgs) as text[].
 const tagsSQL = `CASE WHEN i.tags IS NULL THEN NULL ELSE ARRAY(SELECT jsonb_array_elements_text(i.tags::jsonb)) END`
@@ -297,9 +305,6 @@ func (j *Journal) send(ctx context.Context, writes []journal.AtomicWrite, pendin
 		}
 	} else {
 		queue(pending)
-	}
-	if s.cfg.notify {
-		b.Queue(`SELECT pg_notify($1, '')`, s.channel)
 	}
 	if s.cfg.beforeCommitSQL != "" {
 		b.Queue(s.cfg.beforeCommitSQL)

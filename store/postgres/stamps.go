@@ -92,8 +92,9 @@ func (k *knownStamps) forget(persistenceIDs ...string) {
 // INSERT stamping its rows from clock (with RETURNING when others follow),
 // then the data-modifying statements others, which read its rows as ins;
 // it returns one row, clock, the transaction's time (see stampOf), so that
-// a write takes no more statements than in CommitOrder.
-func stampedInsert(clock, ins string, others ...string) string {
+// a write takes no more statements than in CommitOrder. With notify (see
+// notifySQL; the channel is $15) it sends the write's NOTIFY too.
+func stampedInsert(clock string, notify bool, ins string, others ...string) string {
 	q := `WITH ins AS (
 	` + ins + `
 )`
@@ -102,8 +103,12 @@ func stampedInsert(clock, ins string, others ...string) string {
 	%s
 )`, k, o)
 	}
-	return q + `
+	q += `
 SELECT ` + clock
+	if notify {
+		q += ` FROM ` + notifySQL("$15")
+	}
+	return q
 }
 
 // latestBelowSQL reads, for ids $1 and sequence numbers $2 (parallel

@@ -19,9 +19,10 @@ type recoveryCase struct {
 	// setup writes the id's history: events, snapshots, deletions.
 	setup func(t tb, j journal.Journal, s snapshot.Store, pid string)
 	req   recovery.Request // PersistenceID is filled in
-	// want: the highest number, the snapshot's number (0: none), the
-	// events' numbers and More.
+	// want: the highest number, the snapshot's number (0: none, unless
+	// snapshotAtZero: the one saved at 0), the events' numbers and More.
 	highest, snapshot int64
+	snapshotAtZero    bool
 	events            []int64
 	more              bool
 }
@@ -182,6 +183,29 @@ func recoveryCases() []recoveryCase {
 				ten(t, j, s, pid)
 				saveSnapshot(t, s, pid, 4)
 			}, req: recovery.Request{Snapshot: &latest, MaxEvents: 3}, highest: 10, snapshot: 4, events: seqs(5, 7), more: true},
+		{name: "MaxEventsReachingTheEndAfterSnapshot", rule: "no More when MaxEvents events after the snapshot reach the last one",
+			setup: func(t tb, j journal.Journal, s snapshot.Store, pid string) {
+				ten(t, j, s, pid)
+				saveSnapshot(t, s, pid, 4)
+			}, req: recovery.Request{Snapshot: &latest, MaxEvents: 6}, highest: 10, snapshot: 4, events: seqs(5, 10)},
+		{name: "SnapshotAboveTheEvents", rule: "a snapshot numbered above the id's last event leaves no events to read; the highest number stays the events'",
+			setup: func(t tb, j journal.Journal, s snapshot.Store, pid string) {
+				mustWrite(t, j, atomicRange(pid, 1, 3))
+				saveSnapshot(t, s, pid, 5)
+			}, req: recovery.Request{Snapshot: &latest}, highest: 3, snapshot: 5},
+		{name: "SnapshotAtZeroThenEvents", rule: "a snapshot saved at 0 that the criteria select comes with every event",
+			setup: tenAfterSnapshotAtZero, req: recovery.Request{Snapshot: &latest}, highest: 10, snapshot: 0, snapshotAtZero: true, events: seqs(1, 10)},
+		{name: "SnapshotAtZeroFirstEventDeleted", rule: "a snapshot saved at 0 comes with the events kept after a deletion",
+			setup: func(t tb, j journal.Journal, s snapshot.Store, pid string) {
+				tenAfterSnapshotAtZero(t, j, s, pid)
+				deleteTo(t, j, pid, 2)
+			}, req: recovery.Request{Snapshot: &latest}, highest: 10, snapshot: 0, snapshotAtZero: true, events: seqs(3, 10)},
+		{name: "SnapshotsEventDeleted", rule: "a snapshot whose own event was deleted, and nothing after it: the highest number is the deleted one",
+			setup: func(t tb, j journal.Journal, s snapshot.Store, pid string) {
+				mustWrite(t, j, atomicRange(pid, 1, 5))
+				saveSnapshot(t, s, pid, 5)
+				deleteTo(t, j, pid, 5)
+			}, req: recovery.Request{Snapshot: &latest}, highest: 5, snapshot: 5},
 		{name: "MaxEventsReachingTheEnd", rule: "no More when the last event read is the last one",
 			setup: ten, req: recovery.Request{MaxEvents: 10}, highest: 10, events: seqs(1, 10)},
 		{name: "MaxEventsReachingTheBound", rule: "no More when the last event read is ToSequenceNr",
@@ -240,12 +264,13 @@ func checkRecovery(t tb, got recovery.Result, c recoveryCase, pid string) {
 	if got.Highest != c.highest {
 		t.Errorf("Highest = %d, want %d", got.Highest, c.highest)
 	}
+	wantSnapshot := c.snapshot != 0 || c.snapshotAtZero
 	switch {
-	case c.snapshot == 0 && got.HasSnapshot:
+	case !wantSnapshot && got.HasSnapshot:
 		t.Errorf("a snapshot (%d) was read, want none", got.Snapshot.Metadata.SequenceNr)
-	case c.snapshot != 0 && !got.HasSnapshot:
+	case wantSnapshot && !got.HasSnapshot:
 		t.Errorf("no snapshot was read, want snapshot %d", c.snapshot)
-	case c.snapshot != 0:
+	case wantSnapshot:
 		m := got.Snapshot.Metadata
 		if m.PersistenceID != pid || m.SequenceNr != c.snapshot || m.Timestamp.IsZero() ||
 			!bytes.Equal(got.Snapshot.Payload, snapshotPayload(pid, c.snapshot)) || got.Snapshot.SerializerID != 4 || got.Snapshot.Manifest != "state" {

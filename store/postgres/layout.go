@@ -243,6 +243,9 @@ func (s *Store) useLayout(l Layout) error {
 	}
 	s.cfg.layout, s.layout, s.sql = l, lay, lay.statements()
 	s.sql.recovery = recoverySQL(s.sql)
+	if s.sql.deleted != "" {
+		s.sql.recoveryOpen = recoveryOpenSQL(s.sql)
+	}
 	leases := table(s.cfg.schema, "cluster_leases")
 	s.sql.checkLeases, s.sql.heldLeases = checkLeasesSQL(leases), heldLeasesSQL(leases)
 	s.sql.latestBelow = latestBelowSQL(table(s.cfg.schema, "event_journal"))

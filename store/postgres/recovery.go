@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"time"
 
@@ -29,8 +30,11 @@ func (j *Journal) ReadsSnapshotsOf(snaps snapshot.Store) bool {
 }
 
 // ReadRecovery implements recovery.Reader in one round trip: one
-// statement (recoverySQL) reads the highest number, the snapshot and the
-// events after it from one snapshot of the database, so the three agree.
+// statement (recoverySQL, or recoveryOpenSQL without ToSequenceNr in
+// Annals' layout) reads the highest number, the snapshot and the events
+// after it from one snapshot of the database, so the three agree. A read
+// of recoveryOpenSQL that cannot tell the highest number or misses the
+// snapshot's payload takes a second round trip (see recoveryGap).
 func (j *Journal) ReadRecovery(ctx context.Context, req recovery.Request) (recovery.Result, error) {
 	req, err := recovery.Check(req)
 	if err != nil {
@@ -39,7 +43,7 @@ func (j *Journal) ReadRecovery(ctx context.Context, req recovery.Request) (recov
 	if j.s.isClosed() {
 		return recovery.Result{}, journal.ErrClosed
 	}
-	res, err := j.readRecovery(ctx, req, recoveryArgs(req))
+	res, err := j.readRecovery(ctx, req)
 	if err != nil {
 		return recovery.Result{}, j.s.errs.Map(ctx, "read recovery", err, journal.ErrClosed)
 	}
@@ -62,7 +66,8 @@ func (j *Journal) ReadRecoveries(ctx context.Context, reqs []recovery.Request) (
 			return nil, err
 		}
 		checked[i] = req
-		b.Queue(j.s.sql.recovery, recoveryArgs(req)...)
+		sql, args, _ := j.recoveryStatement(req)
+		b.Queue(sql, args...)
 	}
 	if j.s.isClosed() {
 		return nil, journal.ErrClosed
@@ -74,36 +79,121 @@ func (j *Journal) ReadRecoveries(ctx context.Context, reqs []recovery.Request) (
 	return res, nil
 }
 
-func (j *Journal) readRecoveries(ctx context.Context, reqs []recovery.Request, b *pgx.Batch) (_ []recovery.Result, err error) {
-	br := j.s.pool.SendBatch(ctx, b)
-	defer func() {
-		if cerr := br.Close(); err == nil {
-			err = cerr
-		}
-	}()
+func (j *Journal) readRecoveries(ctx context.Context, reqs []recovery.Request, b *pgx.Batch) ([]recovery.Result, error) {
 	res := make([]recovery.Result, len(reqs))
-	for i, req := range reqs {
-		rows, err := br.Query()
-		if err != nil {
-			return nil, err
+	gaps := make([]recoveryGap, len(reqs))
+	err := func() (err error) {
+		br := j.s.pool.SendBatch(ctx, b)
+		defer func() {
+			if cerr := br.Close(); err == nil {
+				err = cerr
+			}
+		}()
+		for i, req := range reqs {
+			rows, err := br.Query()
+			if err != nil {
+				return err
+			}
+			_, _, open := j.recoveryStatement(req)
+			res[i], gaps[i], err = scanRecovery(rows, req, open)
+			rows.Close()
+			if err != nil {
+				return fmt.Errorf("recovery of %s: %w", req.PersistenceID, err)
+			}
 		}
-		res[i], err = scanRecovery(rows, req)
-		rows.Close()
-		if err != nil {
-			return nil, fmt.Errorf("recovery of %s: %w", req.PersistenceID, err)
+		return nil
+	}()
+	if err != nil {
+		return nil, err
+	}
+	for i, gap := range gaps {
+		if res[i], err = j.fillGap(ctx, reqs[i], res[i], gap); err != nil {
+			return nil, err
 		}
 	}
 	return res, nil
 }
 
-// recoveryArgs returns recoverySQL's arguments for the checked req: without
-// snapshot criteria, snapshot.None (which selects no snapshot at all).
+// recoveryStatement returns the statement that reads the checked req and
+// its arguments, and whether it is recoveryOpenSQL (in Annals' layout,
+// without ToSequenceNr) rather than recoverySQL.
+func (j *Journal) recoveryStatement(req recovery.Request) (sql string, args []any, open bool) {
+	if j.s.sql.recoveryOpen == "" || req.ToSequenceNr != math.MaxInt64 {
+		return j.s.sql.recovery, recoveryArgs(req), false
+	}
+	limit := int64(req.MaxEvents)
+	if limit < math.MaxInt64 {
+		limit++ // room for the marker
+	}
+	return j.s.sql.recoveryOpen, append(recoveryCriteria(req), limit), true
+}
+
+// recoveryArgs returns recoverySQL's arguments for the checked req.
 func recoveryArgs(req recovery.Request) []any {
+	return append(recoveryCriteria(req), req.ToSequenceNr, req.MaxEvents)
+}
+
+// recoveryCriteria returns the snapshot criteria arguments of req's
+// statement: without criteria, snapshot.None (which selects no snapshot
+// at all).
+func recoveryCriteria(req recovery.Request) []any {
 	crit := snapshot.None()
 	if req.Snapshot != nil {
 		crit = *req.Snapshot
 	}
-	return append(criteriaArgs(req.PersistenceID, crit), req.ToSequenceNr, req.MaxEvents)
+	return criteriaArgs(req.PersistenceID, crit)
+}
+
+// recoveryGap is what a read of recoveryOpenSQL left unknown.
+type recoveryGap int
+
+const (
+	gapNone recoveryGap = iota
+	// gapHighest: the highest number, when the events read stop at the
+	// read's limit (MaxEvents of them) before the id's end may be
+	// reached. Read afterwards, it is the read's or later: More then
+	// says that events follow, which the caller replays.
+	gapHighest
+	// gapReread: the read cannot stand; recoverySQL reads it again. No
+	// row carried the snapshot's payload (events follow a snapshot whose
+	// own event was deleted), or no event follows a snapshot whose own
+	// event is gone and that is above the deleted number, so the highest
+	// event below it is unknown.
+	gapReread
+)
+
+// fillGap completes res, read by recoveryOpenSQL for the checked req,
+// with what it left unknown: the highest number read now (see
+// gapHighest), or the whole recovery read again with recoverySQL.
+func (j *Journal) fillGap(ctx context.Context, req recovery.Request, res recovery.Result, gap recoveryGap) (recovery.Result, error) {
+	switch gap {
+	case gapHighest:
+		if err := j.s.pool.QueryRow(ctx, j.s.sql.highest, req.PersistenceID).Scan(&res.Highest); err != nil {
+			return res, err
+		}
+		res.More = moreEvents(res.Events, req, res.Highest)
+	case gapReread:
+		rows, err := j.s.pool.Query(ctx, j.s.sql.recovery, recoveryArgs(req)...)
+		if err != nil {
+			return res, err
+		}
+		defer rows.Close()
+		res, _, err = scanRecovery(rows, req, false)
+		if err != nil {
+			return res, fmt.Errorf("recovery of %s: %w", req.PersistenceID, err)
+		}
+	}
+	return res, nil
+}
+
+// moreEvents is Result.More of events read for req, below highest.
+func moreEvents(events []journal.Repr, req recovery.Request, highest int64) bool {
+	n := len(events)
+	if n == 0 {
+		return false
+	}
+	last := events[n-1].SequenceNr
+	return n == req.MaxEvents && last < req.ToSequenceNr && last < highest
 }
 
 // The columns of recoverySQL's rows.
@@ -126,85 +216,113 @@ const (
 	recoveryCols
 )
 
-func (j *Journal) readRecovery(ctx context.Context, req recovery.Request, args []any) (recovery.Result, error) {
-	rows, err := j.s.pool.Query(ctx, j.s.sql.recovery, args...)
+func (j *Journal) readRecovery(ctx context.Context, req recovery.Request) (recovery.Result, error) {
+	sql, args, open := j.recoveryStatement(req)
+	rows, err := j.s.pool.Query(ctx, sql, args...)
 	if err != nil {
 		return recovery.Result{}, err
 	}
-	defer rows.Close()
-	return scanRecovery(rows, req)
+	res, gap, err := scanRecovery(rows, req, open)
+	rows.Close()
+	if err != nil {
+		return recovery.Result{}, err
+	}
+	return j.fillGap(ctx, req, res, gap)
 }
 
-// scanRecovery reads the rows of recoverySQL for req. An event's
+// scanRecovery reads the rows of recoverySQL for req, or of
+// recoveryOpenSQL when open, and what the latter left unknown. An event's
 // persistence id is req's, its slice annals.Slice of it (every writer,
 // Annals or Pekko, derives it so), and its entity type the row's when the
 // layout reads it (the r2dbc layout: a JVM service's rows carry Pekko's),
 // else annals.EntityType of the id (Annals' layout, whose every row has
 // it): one string for every event instead of columns read per row.
-func scanRecovery(rows pgx.Rows, req recovery.Request) (res recovery.Result, err error) {
+func scanRecovery(rows pgx.Rows, req recovery.Request, open bool) (res recovery.Result, gap recoveryGap, err error) {
 	pid := req.PersistenceID
 	entityType, slice := annals.EntityType(pid), annals.Slice(pid)
 	v := newRowValues(rows)
 	read, snapSeq := false, int64(0)
+	var deleted int64   // open: the deleted number
+	marker := false     // open: the snapshot's own event was read
+	gotPayload := false // the snapshot's payload was read
 	for rows.Next() {
 		if err := v.next(rows, recoveryCols); err != nil {
-			return res, err
+			return res, gap, err
 		}
 		if !read {
 			read = true
-			if res.Highest, err = v.int64(colHighest); err != nil {
-				return res, err
+			n, err := v.int64(colHighest)
+			if err != nil {
+				return res, gap, err
+			}
+			if open {
+				deleted = n
+			} else {
+				res.Highest = n
 			}
 			if !v.null(colSnapSeqNr) {
 				if snapSeq, err = v.int64(colSnapSeqNr); err != nil {
-					return res, err
+					return res, gap, err
 				}
 				res.HasSnapshot = true
 				meta := snapshot.Metadata{PersistenceID: pid, SequenceNr: snapSeq}
 				nanos, err := v.int64(colSnapNanos)
 				if err != nil {
-					return res, err
+					return res, gap, err
 				}
 				meta.Timestamp = time.Unix(0, nanos).UTC()
 				res.Snapshot.Metadata = meta
 				if res.Snapshot.SerializerID, err = v.int32(colSnapSerializerID); err != nil {
-					return res, err
+					return res, gap, err
 				}
 				if res.Snapshot.Manifest, err = v.text(colSnapManifest); err != nil {
-					return res, err
+					return res, gap, err
 				}
 			}
 		}
 		if res.HasSnapshot && !v.null(colSnapPayload) {
 			if res.Snapshot.Payload, err = v.bytes(colSnapPayload); err != nil {
-				return res, err
+				return res, gap, err
 			}
+			gotPayload = true
 		}
 		if v.null(colSeqNr) {
 			continue // the row of a recovery without events
+		}
+		if open && res.HasSnapshot {
+			seq, err := v.int64(colSeqNr)
+			if err != nil {
+				return res, gap, err
+			}
+			if seq <= snapSeq {
+				marker = true
+				continue
+			}
 		}
 		if res.Events == nil {
 			// Room for the events the snapshot leaves to read, so that an
 			// entity's are stored without growing the slice. A larger
 			// capacity than needed is memory each recovery clears and the
 			// collector sweeps (64 events' worth cost a tenth of a
-			// recovery's CPU).
-			res.Events = make([]journal.Repr, 0, recovery.EventsCap(snapSeq+1, min(req.ToSequenceNr, res.Highest), req.MaxEvents))
+			// recovery's CPU). Without the highest number (open), room
+			// for 16.
+			to := min(req.ToSequenceNr, res.Highest)
+			if open {
+				to = snapSeq + openEventsCap
+			}
+			res.Events = make([]journal.Repr, 0, recovery.EventsCap(snapSeq+1, to, req.MaxEvents))
 		}
 		e, err := scanRecoveryEvent(&v, pid, entityType, slice)
 		if err != nil {
-			return res, err
+			return res, gap, err
 		}
 		res.Events = append(res.Events, e)
 	}
 	if err := rows.Err(); err != nil {
-		return res, err
+		return res, gap, err
 	}
 	if !read {
-		return res, errors.New("no recovery row read")
-	}
-	if res.HasSnapshot && res.Snapshot.Payload == nil {
-		return res, fmt.Errorf("the snapshot at %d read without its payload", snapSeq)
+		return res, gap, errors.New("no recovery row read")
 	}
 	// The rows come in order from every plan PostgreSQL makes of the
 	// statement; should a plan return them otherwise, the events are put
@@ -212,11 +330,51 @@ func scanRecovery(rows pgx.Rows, req recovery.Request) (res recovery.Result, err
 	if !slices.IsSortedFunc(res.Events, bySequenceNr) {
 		slices.SortFunc(res.Events, bySequenceNr)
 	}
-	if n := len(res.Events); n > 0 {
-		last := res.Events[n-1].SequenceNr
-		res.More = n == req.MaxEvents && last < req.ToSequenceNr && last < res.Highest
+	if open {
+		gap = settleOpen(&res, req, deleted, marker, gotPayload)
+		return res, gap, nil
 	}
-	return res, nil
+	if res.HasSnapshot && !gotPayload {
+		return res, gap, fmt.Errorf("the snapshot at %d read without its payload", snapSeq)
+	}
+	res.More = moreEvents(res.Events, req, res.Highest)
+	return res, gap, nil
+}
+
+// openEventsCap is the events a recoveryOpenSQL read makes room for
+// before it knows how many there are (see recovery.EventsCap).
+const openEventsCap = 15
+
+// settleOpen completes res, read by recoveryOpenSQL for req (no
+// ToSequenceNr, at most MaxEvents + 1 rows of events and the marker):
+// its highest number is the greater of the deleted number and the
+// highest event, which the read saw unless it stopped at its limit; the
+// snapshot's event (marker), when kept, is that event when none follows.
+// It returns what the read could not tell.
+func settleOpen(res *recovery.Result, req recovery.Request, deleted int64, marker, gotPayload bool) recoveryGap {
+	if res.HasSnapshot && !gotPayload {
+		return gapReread
+	}
+	n := len(res.Events)
+	if n > req.MaxEvents { // the limit's row beyond MaxEvents: more follow
+		res.Events = res.Events[:req.MaxEvents]
+		return gapHighest
+	}
+	if n == req.MaxEvents && marker { // at the limit: more may follow
+		return gapHighest
+	}
+	var top int64 // the highest event's number
+	switch snap := res.Snapshot.Metadata.SequenceNr; {
+	case n > 0:
+		top = res.Events[n-1].SequenceNr
+	case marker:
+		top = snap
+	case res.HasSnapshot && snap > deleted:
+		return gapReread // no event from the snapshot's on: one below it may be the highest
+	}
+	res.Highest = max(top, deleted)
+	res.More = moreEvents(res.Events, req, res.Highest)
+	return gapNone
 }
 
 // scanRecoveryEvent reads the event of v's row, of id pid.

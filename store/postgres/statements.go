@@ -12,7 +12,12 @@ type statements struct {
 	highest, deleteEvents, replay, recoverEvents, recovery string
 	// recoveryFirst is the number of the first event after a recovery's
 	// snapshot (see recoverySQL).
-	recoveryFirst                                              string
+	recoveryFirst string
+	// deleted is the highest deleted number of id $1 in a layout that
+	// keeps it apart from the events (Annals': journal_metadata), ""
+	// in one that does not; recoverFrom and recoveryOpen are
+	// recoveryOpenSQL's parts and statement, "" without deleted.
+	deleted, recoverFrom, recoveryOpen                         string
 	loadSnap, saveSnap, deleteSnap, deleteSnaps                string
 	bySlices, byTag, byType, byAnyType, earlier, earlierTagged string
 	persistenceIDs                                             string
@@ -88,6 +93,9 @@ func sharedStatements(r *strings.Replacer, f fragments) statements {
 		// at most $7.
 		recoverEvents: r.Replace(`SELECT {recoveryColumns} FROM {journal} e WHERE ` + afterSnapshot("e") + ` ORDER BY e.seq_nr LIMIT $7`),
 		recoveryFirst: r.Replace(`(SELECT min(n.seq_nr) FROM {journal} n WHERE ` + afterSnapshot("n") + `)`),
+		// The events of recoveryOpenSQL: from the snapshot's number (the
+		// event it was taken at, when it is kept), at most $6.
+		recoverFrom: r.Replace(`SELECT {recoveryColumns} FROM {journal} e WHERE e.persistence_id = $1 AND e.seq_nr >= COALESCE((SELECT seq_nr FROM s), 1)` + e + ` ORDER BY e.seq_nr LIMIT $6`),
 
 		loadSnap: r.Replace(`SELECT seq_nr, ` + f.snapNanos + `, ser_id, ser_manifest, snapshot FROM {snapshot}
 	WHERE ` + criteria + `
@@ -164,4 +172,28 @@ SELECT e.*, (` + st.highest + `), s.seq_nr, s.nanos, s.ser_id, s.ser_manifest,
 	CASE WHEN s.seq_nr IS NULL THEN NULL
 		WHEN e.seq_nr IS NULL OR e.seq_nr = s.seq_nr + 1 OR e.seq_nr = ` + st.recoveryFirst + ` THEN s.snapshot END
 FROM (SELECT) o LEFT JOIN s ON true LEFT JOIN LATERAL (` + st.recoverEvents + `) e ON true`
+}
+
+// recoveryOpenSQL returns the statement of a recovery with no
+// ToSequenceNr, in a layout with st.deleted: recoverySQL's rows, except
+// that they read no highest number. It leaves out two index probes, the
+// highest event's number and the first event's after the snapshot, which
+// the events it reads tell (a tenth of the statement's time on the
+// server: docs/performance.md).
+//   - The events read are recoverFrom's: from the snapshot's number, so
+//     that the event the snapshot was taken at, when it is kept, comes
+//     first (the marker: not an event of the recovery), at most $6
+//     (MaxEvents + 1, the room for the marker).
+//   - The column of the highest number holds the deleted number instead.
+//   - The snapshot's payload is on the row without an event, or on the
+//     marker's (event 1's for a snapshot at 0); with neither (the events
+//     after a snapshot whose own event was deleted), on no row.
+//
+// scanRecovery derives the highest number from the events and the deleted
+// number, and tells when it cannot (see recoveryGaps).
+func recoveryOpenSQL(st statements) string {
+	return `WITH s(seq_nr, nanos, ser_id, ser_manifest, snapshot) AS (` + st.loadSnap + `)
+SELECT e.*, COALESCE((` + st.deleted + `), 0), s.seq_nr, s.nanos, s.ser_id, s.ser_manifest,
+	CASE WHEN e.seq_nr IS NULL OR e.seq_nr <= GREATEST(s.seq_nr, 1) THEN s.snapshot END
+FROM (SELECT) o LEFT JOIN s ON true LEFT JOIN LATERAL (` + st.recoverFrom + `) e ON true`
 }

@@ -466,12 +466,14 @@ func BenchmarkCatchUp1M(b *testing.B) {
 
 // BenchmarkRecoveryStatement: the server's side of a recovery of a small
 // entity. 1,000 ids of 10 events written through the store; then, in
-// turns on one pooled connection, the store's recovery statement (the
-// highest number, the latest snapshot and the events, in one statement)
-// and a plain select of the same events ("raw"), once per id each turn;
-// reports the wall time per round trip of each (the rows read, not
-// decoded). The ids have no snapshot, so the statement's snapshot part
-// finds none (its payload and first-event parts are not measured):
+// turns on one pooled connection, the store's two recovery statements
+// (recoverySQL, "recovery": the highest number, the latest snapshot and
+// the events in one statement, which a recovery with ToSequenceNr sends;
+// recoveryOpenSQL, "open": the one a recovery to the end sends) and a
+// plain select of the same events ("raw"), once per id each turn; reports
+// the wall time per round trip of each (the rows read, not decoded). The
+// ids have no snapshot, so the statements' snapshot parts find none
+// (their payload and first-event parts are not measured):
 //
 //	go test -run '^$' -bench RecoveryStatement -benchtime 5x ./store/postgres/
 func BenchmarkRecoveryStatement(b *testing.B) {
@@ -502,10 +504,11 @@ func BenchmarkRecoveryStatement(b *testing.B) {
 		name string
 		sql  func(pid string) (string, []any)
 	}{
-		{"recovery", func(pid string) (string, []any) { return postgres.RecoveryStatement(s, pid) }},
+		{"recovery", func(pid string) (string, []any) { return postgres.RecoveryStatement(s, pid, false) }},
+		{"open", func(pid string) (string, []any) { return postgres.RecoveryStatement(s, pid, true) }},
 		{"raw", func(pid string) (string, []any) { return plain, []any{pid} }},
 	}
-	var took [2]time.Duration
+	var took [3]time.Duration
 	run := func(k int) {
 		start := time.Now()
 		for e := range ids {
@@ -529,7 +532,7 @@ func BenchmarkRecoveryStatement(b *testing.B) {
 			run(k)
 		}
 	}
-	took = [2]time.Duration{}
+	took = [3]time.Duration{}
 	i := 0
 	for b.Loop() {
 		for k := range statements {

@@ -42,12 +42,20 @@ func KnownStamp(s *Store, persistenceID string) (int64, time.Time, bool) {
 // the previous event of, rather than knowing it.
 func StampReads(s *Store) int64 { return s.known.reads.Load() }
 
-// RecoveryStatement returns the store's recovery statement (recoverySQL)
-// and its arguments for a recovery of persistenceID from the latest
-// snapshot to its end.
-func RecoveryStatement(s *Store, persistenceID string) (string, []any) {
+// RecoveryStatement returns a recovery statement of the store and its
+// arguments for a recovery of persistenceID from the latest snapshot to
+// its end: recoveryOpenSQL when open (empty in a layout without it),
+// else recoverySQL.
+func RecoveryStatement(s *Store, persistenceID string, open bool) (string, []any) {
 	crit := snapshot.Latest()
 	req, _ := recovery.Check(recovery.Request{PersistenceID: persistenceID, Snapshot: &crit})
+	if open {
+		sql, args, ok := (&Journal{s: s}).recoveryStatement(req)
+		if !ok {
+			return "", nil
+		}
+		return sql, args
+	}
 	return s.sql.recovery, recoveryArgs(req)
 }
 

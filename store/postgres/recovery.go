@@ -33,8 +33,9 @@ func (j *Journal) ReadsSnapshotsOf(snaps snapshot.Store) bool {
 // statement (recoverySQL, or recoveryOpenSQL without ToSequenceNr in
 // Annals' layout) reads the highest number, the snapshot and the events
 // after it from one snapshot of the database, so the three agree. A read
-// of recoveryOpenSQL that cannot tell the highest number or misses the
-// snapshot's payload takes a second round trip (see recoveryGap).
+// of recoveryOpenSQL that cannot tell everything takes a second round
+// trip (see recoveryGap): the highest number read after the events, or
+// the read again with recoverySQL.
 func (j *Journal) ReadRecovery(ctx context.Context, req recovery.Request) (recovery.Result, error) {
 	req, err := recovery.Check(req)
 	if err != nil {
@@ -53,7 +54,9 @@ func (j *Journal) ReadRecovery(ctx context.Context, req recovery.Request) (recov
 // ReadRecoveries implements recovery.BatchReader in one round trip: the
 // statement of ReadRecovery once per request, sent together as one pgx
 // batch (a pipeline on one connection). Each statement reads its own
-// request's three parts from one snapshot of the database.
+// request's three parts from one snapshot of the database; what the reads
+// of recoveryOpenSQL left unknown is read in one more batch (see
+// fillGaps).
 func (j *Journal) ReadRecoveries(ctx context.Context, reqs []recovery.Request) ([]recovery.Result, error) {
 	if len(reqs) == 0 {
 		return nil, fmt.Errorf("read recoveries: no request: %w", journal.ErrInvalidArgument)
@@ -106,10 +109,8 @@ func (j *Journal) readRecoveries(ctx context.Context, reqs []recovery.Request, b
 	if err != nil {
 		return nil, err
 	}
-	for i, gap := range gaps {
-		if res[i], err = j.fillGap(ctx, reqs[i], res[i], gap); err != nil {
-			return nil, err
-		}
+	if err := j.fillGaps(ctx, reqs, res, gaps); err != nil {
+		return nil, err
 	}
 	return res, nil
 }
@@ -156,34 +157,61 @@ const (
 	gapHighest
 	// gapReread: the read cannot stand; recoverySQL reads it again. No
 	// row carried the snapshot's payload (events follow a snapshot whose
-	// own event was deleted), or no event follows a snapshot whose own
-	// event is gone and that is above the deleted number, so the highest
-	// event below it is unknown.
+	// own event is gone, and the deleted number does not reach the
+	// snapshot's, or no event follows the deleted number), or no event
+	// follows a snapshot whose own event is gone and that is above the
+	// deleted number, so the highest event below it is unknown.
 	gapReread
 )
 
-// fillGap completes res, read by recoveryOpenSQL for the checked req,
-// with what it left unknown: the highest number read now (see
-// gapHighest), or the whole recovery read again with recoverySQL.
-func (j *Journal) fillGap(ctx context.Context, req recovery.Request, res recovery.Result, gap recoveryGap) (recovery.Result, error) {
-	switch gap {
-	case gapHighest:
-		if err := j.s.pool.QueryRow(ctx, j.s.sql.highest, req.PersistenceID).Scan(&res.Highest); err != nil {
-			return res, err
+// fillGaps completes the results res of the checked reqs, read by
+// recoveryOpenSQL, with what gaps says they left unknown: the highest
+// number read now (see gapHighest), or the whole recovery read again
+// with recoverySQL; all of them in one more round trip (a pgx batch), none
+// when nothing is unknown.
+func (j *Journal) fillGaps(ctx context.Context, reqs []recovery.Request, res []recovery.Result, gaps []recoveryGap) (err error) {
+	var fill []int // the indexes of the results to complete
+	b := &pgx.Batch{}
+	for i, gap := range gaps {
+		switch gap {
+		case gapHighest:
+			b.Queue(j.s.sql.highest, reqs[i].PersistenceID)
+		case gapReread:
+			b.Queue(j.s.sql.recovery, recoveryArgs(reqs[i])...)
+		default:
+			continue
 		}
-		res.More = moreEvents(res.Events, req, res.Highest)
-	case gapReread:
-		rows, err := j.s.pool.Query(ctx, j.s.sql.recovery, recoveryArgs(req)...)
-		if err != nil {
-			return res, err
+		fill = append(fill, i)
+	}
+	if len(fill) == 0 {
+		return nil
+	}
+	br := j.s.pool.SendBatch(ctx, b)
+	defer func() {
+		if cerr := br.Close(); err == nil {
+			err = cerr
 		}
-		defer rows.Close()
-		res, _, err = scanRecovery(rows, req, false)
+	}()
+	for _, i := range fill {
+		req := reqs[i]
+		if gaps[i] == gapHighest {
+			if err := br.QueryRow().Scan(&res[i].Highest); err != nil {
+				return fmt.Errorf("recovery of %s: highest number: %w", req.PersistenceID, err)
+			}
+			res[i].More = moreEvents(res[i].Events, req, res[i].Highest)
+			continue
+		}
+		rows, err := br.Query()
 		if err != nil {
-			return res, fmt.Errorf("recovery of %s: %w", req.PersistenceID, err)
+			return fmt.Errorf("recovery of %s: %w", req.PersistenceID, err)
+		}
+		res[i], _, err = scanRecovery(rows, req, false)
+		rows.Close()
+		if err != nil {
+			return fmt.Errorf("recovery of %s: %w", req.PersistenceID, err)
 		}
 	}
-	return res, nil
+	return nil
 }
 
 // moreEvents is Result.More of events read for req, below highest.
@@ -227,7 +255,11 @@ func (j *Journal) readRecovery(ctx context.Context, req recovery.Request) (recov
 	if err != nil {
 		return recovery.Result{}, err
 	}
-	return j.fillGap(ctx, req, res, gap)
+	results := []recovery.Result{res}
+	if err := j.fillGaps(ctx, []recovery.Request{req}, results, []recoveryGap{gap}); err != nil {
+		return recovery.Result{}, err
+	}
+	return results[0], nil
 }
 
 // scanRecovery reads the rows of recoverySQL for req, or of
@@ -305,7 +337,7 @@ func scanRecovery(rows pgx.Rows, req recovery.Request, open bool) (res recovery.
 			// capacity than needed is memory each recovery clears and the
 			// collector sweeps (64 events' worth cost a tenth of a
 			// recovery's CPU). Without the highest number (open), room
-			// for 16.
+			// for openEventsCap; a longer recovery grows the slice.
 			to := min(req.ToSequenceNr, res.Highest)
 			if open {
 				to = snapSeq + openEventsCap
@@ -343,14 +375,14 @@ func scanRecovery(rows pgx.Rows, req recovery.Request, open bool) (res recovery.
 
 // openEventsCap is the events a recoveryOpenSQL read makes room for
 // before it knows how many there are (see recovery.EventsCap).
-const openEventsCap = 15
+const openEventsCap = 16
 
 // settleOpen completes res, read by recoveryOpenSQL for req (no
-// ToSequenceNr, at most MaxEvents + 1 rows of events and the marker):
-// its highest number is the greater of the deleted number and the
-// highest event, which the read saw unless it stopped at its limit; the
-// snapshot's event (marker), when kept, is that event when none follows.
-// It returns what the read could not tell.
+// ToSequenceNr; at most MaxEvents + 1 rows, the marker's included): its
+// highest number is the greater of the deleted number and the id's
+// highest event, which is the last event read unless the read stopped at
+// its limit, or the marker when no event follows it. It returns what the
+// read could not tell.
 func settleOpen(res *recovery.Result, req recovery.Request, deleted int64, marker, gotPayload bool) recoveryGap {
 	if res.HasSnapshot && !gotPayload {
 		return gapReread

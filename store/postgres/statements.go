@@ -15,8 +15,8 @@ type statements struct {
 	recoveryFirst string
 	// deleted is the highest deleted number of id $1 in a layout that
 	// keeps it apart from the events (Annals': journal_metadata), ""
-	// in one that does not; recoverFrom and recoveryOpen are
-	// recoveryOpenSQL's parts and statement, "" without deleted.
+	// in one that does not; recoverFrom is recoveryOpenSQL's events, and
+	// recoveryOpen its statement, "" without deleted.
 	deleted, recoverFrom, recoveryOpen                         string
 	loadSnap, saveSnap, deleteSnap, deleteSnaps                string
 	bySlices, byTag, byType, byAnyType, earlier, earlierTagged string
@@ -176,24 +176,26 @@ FROM (SELECT) o LEFT JOIN s ON true LEFT JOIN LATERAL (` + st.recoverEvents + `)
 
 // recoveryOpenSQL returns the statement of a recovery with no
 // ToSequenceNr, in a layout with st.deleted: recoverySQL's rows, except
-// that they read no highest number. It leaves out two index probes, the
-// highest event's number and the first event's after the snapshot, which
-// the events it reads tell (a tenth of the statement's time on the
-// server: docs/performance.md).
+// that they read no highest number. It leaves out recoverySQL's probes of
+// the highest event's number and of the first event's after the
+// snapshot, which the events it reads tell (docs/performance.md: a
+// PostgreSQL plan pays for a subquery's nodes whether it runs or not).
 //   - The events read are recoverFrom's: from the snapshot's number, so
 //     that the event the snapshot was taken at, when it is kept, comes
-//     first (the marker: not an event of the recovery), at most $6
-//     (MaxEvents + 1, the room for the marker).
-//   - The column of the highest number holds the deleted number instead.
-//   - The snapshot's payload is on the row without an event, or on the
-//     marker's (event 1's for a snapshot at 0); with neither (the events
-//     after a snapshot whose own event was deleted), on no row.
+//     first (the marker: not an event of the recovery); at most $6 rows,
+//     the marker's included (MaxEvents + 1).
+//   - The column of the highest number holds the deleted number (0 for
+//     none) instead.
+//   - The snapshot's payload is on the row without an event, on the
+//     marker's (event 1's for a snapshot at 0), or, when the deleted
+//     number reaches the snapshot's (its own event was deleted), on the
+//     event after the deleted number; with none of these, on no row.
 //
 // scanRecovery derives the highest number from the events and the deleted
-// number, and tells when it cannot (see recoveryGaps).
+// number, and says what it cannot (see recoveryGap).
 func recoveryOpenSQL(st statements) string {
 	return `WITH s(seq_nr, nanos, ser_id, ser_manifest, snapshot) AS (` + st.loadSnap + `)
-SELECT e.*, COALESCE((` + st.deleted + `), 0), s.seq_nr, s.nanos, s.ser_id, s.ser_manifest,
-	CASE WHEN e.seq_nr IS NULL OR e.seq_nr <= GREATEST(s.seq_nr, 1) THEN s.snapshot END
-FROM (SELECT) o LEFT JOIN s ON true LEFT JOIN LATERAL (` + st.recoverFrom + `) e ON true`
+SELECT e.*, o.deleted, s.seq_nr, s.nanos, s.ser_id, s.ser_manifest,
+	CASE WHEN e.seq_nr IS NULL OR e.seq_nr <= GREATEST(s.seq_nr, 1) OR (e.seq_nr = o.deleted + 1 AND o.deleted >= s.seq_nr) THEN s.snapshot END
+FROM (SELECT COALESCE((` + st.deleted + `), 0) AS deleted) o LEFT JOIN s ON true LEFT JOIN LATERAL (` + st.recoverFrom + `) e ON true`
 }

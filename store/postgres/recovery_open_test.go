@@ -55,7 +55,7 @@ func TestRecoveryAsThreeCallsRandom(t *testing.T) {
 			}
 			var reads []read
 			for id := range ids {
-				pid := fmt.Sprintf("OpenReview|%s-%d", c.name, id)
+				pid := fmt.Sprintf("Recovery|%s-%d", c.name, id)
 				h := randomHistory(t, rng, j, snaps, pid)
 				for range 8 {
 					req := h.randomRequest(rng)
@@ -105,9 +105,9 @@ func TestRecoveryAsThreeCallsRandom(t *testing.T) {
 	}
 }
 
-// reviewHistory is what randomHistory wrote of an id: enough to draw
+// randomIDHistory is what randomHistory wrote of an id: enough to draw
 // requests that reach its numbers.
-type reviewHistory struct {
+type randomIDHistory struct {
 	pid   string
 	top   int64   // the highest number written or deleted to
 	snaps []int64 // the numbers snapshots were saved at
@@ -115,10 +115,10 @@ type reviewHistory struct {
 }
 
 // randomHistory writes a random history of pid through j and snaps.
-func randomHistory(t *testing.T, rng *rand.Rand, j *postgres.Journal, snaps *postgres.Snapshots, pid string) *reviewHistory {
+func randomHistory(t *testing.T, rng *rand.Rand, j *postgres.Journal, snaps *postgres.Snapshots, pid string) *randomIDHistory {
 	t.Helper()
 	ctx := context.Background()
-	h := &reviewHistory{pid: pid}
+	h := &randomIDHistory{pid: pid}
 	var deleted int64 // the highest number deleted to
 	ops := 1 + rng.IntN(9)
 	for op := range ops {
@@ -203,7 +203,7 @@ func randomHistory(t *testing.T, rng *rand.Rand, j *postgres.Journal, snaps *pos
 }
 
 // randomRequest draws a request of h's id.
-func (h *reviewHistory) randomRequest(rng *rand.Rand) recovery.Request {
+func (h *randomIDHistory) randomRequest(rng *rand.Rand) recovery.Request {
 	req := recovery.Request{PersistenceID: h.pid}
 	num := func() int64 { // a number around the history's
 		if len(h.snaps) > 0 && rng.IntN(3) == 0 {
@@ -329,7 +329,7 @@ func TestRecoveryUnderConcurrentWrites(t *testing.T) {
 			const writers, events = 2, 250
 			var wg sync.WaitGroup
 			for w := range writers {
-				pid := fmt.Sprintf("OpenReview|concurrent-%s-%d", c.name, w)
+				pid := fmt.Sprintf("Recovery|concurrent-%s-%d", c.name, w)
 				var acked atomic.Int64
 				done := make(chan struct{})
 				wg.Add(1)

@@ -71,7 +71,7 @@ func TestReadRecoveriesRoundTripsDoNotGrowWithTheBatch(t *testing.T) {
 	latest := snapshot.Latest()
 	var reqs []recovery.Request
 	for i := range 8 {
-		pid := fmt.Sprintf("OpenReview|trips-%d", i)
+		pid := fmt.Sprintf("Recovery|trips-%d", i)
 		writeSeqs(t, j, pid, 1, 2, 3, 4, 5)
 		if err := snaps.Save(ctx, snapshot.Snapshot{Metadata: snapshot.Metadata{PersistenceID: pid, SequenceNr: 3}, Payload: []byte("state"), SerializerID: 1}); err != nil {
 			t.Fatal(err)
@@ -94,5 +94,62 @@ func TestReadRecoveriesRoundTripsDoNotGrowWithTheBatch(t *testing.T) {
 	}
 	if n := rt.trips.Load(); n > 2 {
 		t.Errorf("ReadRecoveries of %d recoveries took %d round trips, want at most 2 (its doc: one)", len(reqs), n)
+	}
+}
+
+// TestRecoveryRoundTrips: a recovery to the end of an id reads in one
+// round trip the histories a service meets (no snapshot; a snapshot with
+// or without events after it; a snapshot whose events were deleted up to
+// it or beyond, with events written after), and in two when its events
+// reach MaxEvents (the highest number read after them).
+func TestRecoveryRoundTrips(t *testing.T) {
+	t.Parallel()
+	rt := &roundTrips{pids: map[string]bool{}}
+	s := open(t, postgres.WithPoolConfig(func(pc *pgxpool.Config) { pc.ConnConfig.Tracer = rt }))
+	j, snaps := s.Journal(), s.Snapshots()
+	ctx := context.Background()
+	latest := snapshot.Latest()
+	for _, c := range []struct {
+		name              string
+		snapshot, deleted int64 // 0: none
+		maxEvents         int
+		trips             int64
+		events            int
+	}{
+		{"events only", 0, 0, 0, 1, 8},
+		{"snapshot, events after", 3, 0, 0, 1, 5},
+		{"snapshot at the end", 8, 0, 0, 1, 0},
+		{"snapshot, deleted to it", 3, 3, 0, 1, 5},
+		{"snapshot, deleted beyond it", 3, 5, 0, 1, 3},
+		{"deleted, no snapshot", 0, 4, 0, 1, 4},
+		{"events reach MaxEvents", 3, 0, 5, 2, 5},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			pid := "Recovery|trips-" + c.name
+			writeSeqs(t, j, pid, 1, 2, 3, 4, 5, 6, 7, 8)
+			if c.snapshot > 0 {
+				if err := snaps.Save(ctx, snapshot.Snapshot{Metadata: snapshot.Metadata{PersistenceID: pid, SequenceNr: c.snapshot}, Payload: []byte("state"), SerializerID: 1}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if c.deleted > 0 {
+				if err := j.DeleteTo(ctx, pid, c.deleted); err != nil {
+					t.Fatal(err)
+				}
+			}
+			rt.pids[pid] = true // no other subtest runs meanwhile
+			defer delete(rt.pids, pid)
+			rt.trips.Store(0)
+			res, err := j.ReadRecovery(ctx, recovery.Request{PersistenceID: pid, Snapshot: &latest, MaxEvents: c.maxEvents})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if res.Highest != 8 || len(res.Events) != c.events || res.HasSnapshot != (c.snapshot > 0) || (res.HasSnapshot && string(res.Snapshot.Payload) != "state") {
+				t.Fatalf("read highest %d, %d events, snapshot %v %q; want 8, %d, %v", res.Highest, len(res.Events), res.HasSnapshot, res.Snapshot.Payload, c.events, c.snapshot > 0)
+			}
+			if n := rt.trips.Load(); n != c.trips {
+				t.Errorf("%d round trips, want %d", n, c.trips)
+			}
+		})
 	}
 }

@@ -85,7 +85,7 @@ func (l *annalsLayout) statements() statements {
 	// deletion freed, or a write of a lower number committing after a
 	// deletion that took a higher one), and the highest number never
 	// decreases (journal.Journal's contract).
-	st.deleted = r.Replace(`SELECT seq_nr FROM {meta} WHERE persistence_id = $1`)
+	st.deletedTable = r.Replace(`{meta}`)
 	st.highest = r.Replace(`SELECT COALESCE(GREATEST(
 	(SELECT max(seq_nr) FROM {journal} WHERE persistence_id = $1),
 	(SELECT seq_nr FROM {meta} WHERE persistence_id = $1)), 0)`)

@@ -243,7 +243,7 @@ func (s *Store) useLayout(l Layout) error {
 	}
 	s.cfg.layout, s.layout, s.sql = l, lay, lay.statements()
 	s.sql.recovery = recoverySQL(s.sql)
-	if s.sql.deleted != "" {
+	if s.sql.deletedTable != "" {
 		s.sql.recoveryOpen = recoveryOpenSQL(s.sql)
 	}
 	leases := table(s.cfg.schema, "cluster_leases")

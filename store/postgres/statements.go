@@ -13,11 +13,12 @@ type statements struct {
 	// recoveryFirst is the number of the first event after a recovery's
 	// snapshot (see recoverySQL).
 	recoveryFirst string
-	// deleted is the highest deleted number of id $1 in a layout that
-	// keeps it apart from the events (Annals': journal_metadata), ""
-	// in one that does not; recoverFrom is recoveryOpenSQL's events, and
-	// recoveryOpen its statement, "" without deleted.
-	deleted, recoverFrom, recoveryOpen                         string
+	// deletedTable is the table of the ids' highest deleted numbers
+	// (persistence_id, seq_nr) in a layout that keeps them apart from the
+	// events (Annals': journal_metadata), "" in one that does not;
+	// recoverFrom is recoveryOpenSQL's events, and recoveryOpen its
+	// statement, "" without deletedTable.
+	deletedTable, recoverFrom, recoveryOpen                    string
 	loadSnap, saveSnap, deleteSnap, deleteSnaps                string
 	bySlices, byTag, byType, byAnyType, earlier, earlierTagged string
 	persistenceIDs                                             string
@@ -93,9 +94,9 @@ func sharedStatements(r *strings.Replacer, f fragments) statements {
 		// at most $7.
 		recoverEvents: r.Replace(`SELECT {recoveryColumns} FROM {journal} e WHERE ` + afterSnapshot("e") + ` ORDER BY e.seq_nr LIMIT $7`),
 		recoveryFirst: r.Replace(`(SELECT min(n.seq_nr) FROM {journal} n WHERE ` + afterSnapshot("n") + `)`),
-		// The events of recoveryOpenSQL: from the snapshot's number (the
-		// event it was taken at, when it is kept), at most $6.
-		recoverFrom: r.Replace(`SELECT {recoveryColumns} FROM {journal} e WHERE e.persistence_id = $1 AND e.seq_nr >= COALESCE((SELECT seq_nr FROM s), 1)` + e + ` ORDER BY e.seq_nr LIMIT $6`),
+		// The events of recoveryOpenSQL: from the number of its snapshot
+		// s (the event it was taken at, when it is kept), at most $6.
+		recoverFrom: r.Replace(`SELECT {recoveryColumns} FROM {journal} e WHERE e.persistence_id = $1 AND e.seq_nr >= COALESCE(s.seq_nr, 1)` + e + ` ORDER BY e.seq_nr LIMIT $6`),
 
 		loadSnap: r.Replace(`SELECT seq_nr, ` + f.snapNanos + `, ser_id, ser_manifest, snapshot FROM {snapshot}
 	WHERE ` + criteria + `
@@ -175,11 +176,13 @@ FROM (SELECT) o LEFT JOIN s ON true LEFT JOIN LATERAL (` + st.recoverEvents + `)
 }
 
 // recoveryOpenSQL returns the statement of a recovery with no
-// ToSequenceNr, in a layout with st.deleted: recoverySQL's rows, except
-// that they read no highest number. It leaves out recoverySQL's probes of
-// the highest event's number and of the first event's after the
-// snapshot, which the events it reads tell (docs/performance.md: a
-// PostgreSQL plan pays for a subquery's nodes whether it runs or not).
+// ToSequenceNr, in a layout with st.deletedTable: recoverySQL's rows,
+// except that they read no highest number. It leaves out recoverySQL's
+// probes of the highest event's number and of the first event's after the
+// snapshot, which the events it reads tell, and joins the snapshot and
+// the deleted number rather than reading them in subqueries
+// (docs/performance.md: a PostgreSQL plan pays for a subquery's nodes
+// whether it runs or not).
 //   - The events read are recoverFrom's: from the snapshot's number, so
 //     that the event the snapshot was taken at, when it is kept, comes
 //     first (the marker: not an event of the recovery); at most $6 rows,
@@ -194,8 +197,9 @@ FROM (SELECT) o LEFT JOIN s ON true LEFT JOIN LATERAL (` + st.recoverEvents + `)
 // scanRecovery derives the highest number from the events and the deleted
 // number, and says what it cannot (see recoveryGap).
 func recoveryOpenSQL(st statements) string {
-	return `WITH s(seq_nr, nanos, ser_id, ser_manifest, snapshot) AS (` + st.loadSnap + `)
-SELECT e.*, o.deleted, s.seq_nr, s.nanos, s.ser_id, s.ser_manifest,
-	CASE WHEN e.seq_nr IS NULL OR e.seq_nr <= GREATEST(s.seq_nr, 1) OR (e.seq_nr = o.deleted + 1 AND o.deleted >= s.seq_nr) THEN s.snapshot END
-FROM (SELECT COALESCE((` + st.deleted + `), 0) AS deleted) o LEFT JOIN s ON true LEFT JOIN LATERAL (` + st.recoverFrom + `) e ON true`
+	return `SELECT e.*, COALESCE(m.seq_nr, 0), s.seq_nr, s.nanos, s.ser_id, s.ser_manifest,
+	CASE WHEN e.seq_nr IS NULL OR e.seq_nr <= GREATEST(s.seq_nr, 1) OR (e.seq_nr = m.seq_nr + 1 AND m.seq_nr >= s.seq_nr) THEN s.snapshot END
+FROM (SELECT) o LEFT JOIN ` + st.deletedTable + ` m ON m.persistence_id = $1
+	LEFT JOIN LATERAL (` + st.loadSnap + `) s(seq_nr, nanos, ser_id, ser_manifest, snapshot) ON true
+	LEFT JOIN LATERAL (` + st.recoverFrom + `) e ON true`
 }

@@ -77,8 +77,9 @@ func (l *annalsLayout) statements() statements {
 	})
 	// Atomic writes in one statement: rows carry their id, each stamped
 	// with a db_timestamp of its own (see insertSQL), and their tags.
-	st.insert = r.Replace(insertSQL(l.s.cfg.ordering, l.s.cfg.writeClock(), false, l.s.cfg.notify))
-	st.insertTagged = r.Replace(insertSQL(l.s.cfg.ordering, l.s.cfg.writeClock(), true, l.s.cfg.notify))
+	notify := l.s.cfg.notifyParam(annalsInsertParams)
+	st.insert = r.Replace(insertSQL(l.s.cfg.ordering, l.s.cfg.writeClock(), false, notify))
+	st.insertTagged = r.Replace(insertSQL(l.s.cfg.ordering, l.s.cfg.writeClock(), true, notify))
 	// The highest number: the greater of the highest stored event's and
 	// the highest deleted one's (journal_metadata). Both are read: a
 	// stored event may be below the deleted number (a write of a number a
@@ -136,49 +137,30 @@ func (l *annalsLayout) statements() statements {
 //     see Journal.floors; the events of one id adjacent, in order), $13,
 //     $14: stampSQL's rows before and rows in all. The statement reads no
 //     other row, and returns clock (see stampedInsert).
-func insertSQL(o Ordering, clock string, tagged, notify bool) string {
-	tagsColumn := "NULL"
-	if tagged {
-		tagsColumn = tagsSQL
-	}
+func insertSQL(o Ordering, clock string, tagged bool, notify string) string {
 	insert := func(ts, arrays, names string) string {
 		return `INSERT INTO {journal} (slice, entity_type, persistence_id, seq_nr, db_timestamp, write_timestamp, event_ser_id, event_ser_manifest, event_payload, writer, tags, meta_payload)
 	SELECT i.slice, i.entity_type, i.pid, i.seq_nr, ` + ts + `,
-		i.wts, i.ser_id, i.manifest, i.payload, i.writer, ` + tagsColumn + `, i.meta
+		i.wts, i.ser_id, i.manifest, i.payload, i.writer, ` + tagsColumn(tagged) + `, i.meta
 	` + writesSQL(arrays, names)
 	}
-	const tags = `INSERT INTO {tag} (tag, db_timestamp, seq_nr, persistence_id)
-	SELECT DISTINCT t.tag, ins.db_timestamp, ins.seq_nr, ins.persistence_id FROM ins, unnest(ins.tags) AS t(tag)`
-	if o == TimestampOrder {
-		ins := insert(stampSQL(clock, "$13::bigint", "$14::bigint"), `, $12::timestamptz[]`, `, floor`)
-		if !tagged {
-			return stampedInsert(clock, notify, ins)
-		}
-		return stampedInsert(clock, notify, ins+`
-	RETURNING persistence_id, seq_nr, db_timestamp, tags`, tags)
+	var others []string // the tags' insert, reading ins's rows
+	returning := ""
+	if tagged {
+		others = []string{`INSERT INTO {tag} (tag, db_timestamp, seq_nr, persistence_id)
+	SELECT DISTINCT t.tag, ins.db_timestamp, ins.seq_nr, ins.persistence_id FROM ins, unnest(ins.tags) AS t(tag)`}
+		returning = `
+	RETURNING persistence_id, seq_nr, db_timestamp, tags`
 	}
-	q := `WITH base AS (
+	if o == TimestampOrder {
+		return stampedInsert(clock, notify, insert(stampSQL(clock, "$13::bigint", "$14::bigint"), `, $12::timestamptz[]`, `, floor`)+returning, others...)
+	}
+	base := `base AS (
 	UPDATE {clock} SET db_timestamp = GREATEST(statement_timestamp(), db_timestamp + interval '1 microsecond') + (cardinality($1::text[]) - 1) * interval '1 microsecond'
 	WHERE id = 1
 	RETURNING db_timestamp - (cardinality($1::text[]) - 1) * interval '1 microsecond' AS ts
-), ins AS (
-	` + insert(`(SELECT ts FROM base) + (i.n - 1) * interval '1 microsecond'`, ``, ``)
-	if !tagged {
-		q += `
 )`
-	} else {
-		q += `
-	RETURNING persistence_id, seq_nr, db_timestamp, tags
-), more0 AS (
-	` + tags + `
-)`
-	}
-	if !notify {
-		return q + `
-SELECT`
-	}
-	return q + `
-SELECT FROM ` + notifySQL("$12")
+	return chainedInsert([]string{base}, insert(`(SELECT ts FROM base) + (i.n - 1) * interval '1 microsecond'`, ``, ``)+returning, others, "", notify)
 }
 
 // writeArgs returns insertSQL's arguments: the floors in TimestampOrder
@@ -188,10 +170,17 @@ func (l *annalsLayout) writeArgs(writes []journal.AtomicWrite, pending []int, no
 	if l.s.cfg.ordering == TimestampOrder {
 		cols = append(cols, floors, before, total)
 	}
-	if l.s.cfg.notify {
-		cols = append(cols, l.s.channel)
-	}
 	return cols, tagged
+}
+
+// annalsInsertParams is how many parameters insertSQL's statements take
+// before the NOTIFY channel's: insertArgs' eleven, and TimestampOrder's
+// floors, rows before and rows in all.
+func annalsInsertParams(o Ordering) int {
+	if o == TimestampOrder {
+		return 14
+	}
+	return 11
 }
 
 // deleteTo deletes the events up to to and their tags, and records the

@@ -229,7 +229,7 @@ func (d *DurableState) Apply(ctx context.Context, changes []durable.Change) ([]e
 		return errs, nil
 	}
 	if d.s.cfg.notify {
-		b.Queue(`SELECT pg_notify($1, '')`, d.s.channel)
+		b.Queue(`SELECT FROM `+notifySQL("$1"), d.s.channel) // a statement of its own: the batch's statements each return their changes
 	}
 	if err := d.s.pool.SendBatch(ctx, b).Close(); err != nil {
 		var pgErr *pgconn.PgError

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"iter"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -56,6 +57,36 @@ func stampSQL(clock, before, total string) string {
 // of its statements send it (a call sent as one statement per atomic
 // write).
 func notifySQL(param string) string { return `pg_notify(` + param + `, '') n` }
+
+// chainedInsert is a write's insert statement: the CTEs before (each
+// "name AS (...)"), ins as the CTE ins, each of others as a CTE more0,
+// more1, ... (they read ins's RETURNING rows), then one row of list (""
+// for none), which sends the write's NOTIFY on the channel parameter
+// notify unless notify is "". Data-modifying CTEs run to their end
+// whether or not the SELECT reads them.
+func chainedInsert(before []string, ins string, others []string, list, notify string) string {
+	ctes := append(slices.Clone(before), "ins AS (\n\t"+ins+"\n)")
+	for k, o := range others {
+		ctes = append(ctes, fmt.Sprintf("more%d AS (\n\t%s\n)", k, o))
+	}
+	q := "WITH " + strings.Join(ctes, ", ") + "\nSELECT"
+	if list != "" {
+		q += " " + list
+	}
+	if notify != "" {
+		q += " FROM " + notifySQL(notify)
+	}
+	return q
+}
+
+// tagsColumn is an inserted row's tags column: tagsSQL when the call's
+// events have tags (tagged), else NULL for every row.
+func tagsColumn(tagged bool) string {
+	if tagged {
+		return tagsSQL
+	}
+	return "NULL"
+}
 
 // tagsSQL is an inserted row's tags column: NULL, or its tags (JSON, see
 // insertArgs) as text[].
@@ -291,6 +322,9 @@ func (j *Journal) send(ctx context.Context, writes []journal.AtomicWrite, pendin
 			stmtFloors = floors[before : before+rows]
 		}
 		args, tagged := s.layout.writeArgs(writes, pending, now, stmtFloors, before, total)
+		if s.cfg.notify {
+			args = append(args, s.channel) // the statements' last parameter (config.notifyParam)
+		}
 		if tagged {
 			b.Queue(s.sql.insertTagged, args...)
 		} else {

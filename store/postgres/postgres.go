@@ -10,8 +10,12 @@
 // goes backwards, and queries by slices and by tag read in (db_timestamp,
 // seq_nr) order with timestamp offsets (query.TimestampOffset).
 //
-// Every Write call is one transaction sent in one round trip (a pgx batch:
-// one INSERT per atomic write, run as one implicit transaction). A write
+// Every Write call is one transaction sent in one round trip: one insert
+// statement for all its atomic writes, which also sends the NOTIFY (one
+// statement per atomic write when the server refuses data it cannot
+// attribute to one of them; after a lease check when fenced). In
+// TimestampOrder a read of the ids' previous timestamps comes first when
+// the store does not know them (see Journal.floors). A write
 // that collides with another writer's (persistence id, sequence number)
 // fails alone with a *journal.ConflictError; its neighbours are sent again
 // without it.
@@ -355,6 +359,16 @@ func tlsRefused(err error) bool {
 
 // writeClock is the SQL of the time TimestampOrder's writes stamp their
 // rows from: transaction_timestamp(), unless a test set another.
+// notifyParam is the parameter of the NOTIFY channel in the insert
+// statements of a layout whose statements take params(ordering)
+// parameters before it: the one after them, "" without notify.
+func (c *config) notifyParam(params func(Ordering) int) string {
+	if !c.notify {
+		return ""
+	}
+	return fmt.Sprintf("$%d", params(c.ordering)+1)
+}
+
 func (c *config) writeClock() string {
 	if c.clock != "" {
 		return c.clock

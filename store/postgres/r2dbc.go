@@ -81,8 +81,9 @@ func (l r2dbcLayout) statements() statements {
 		snapTime:  r2dbcMillis,
 		snapNanos: "write_timestamp * 1000000",
 	})
-	st.insert = r.Replace(r2dbcInsertSQL(l.s.cfg.writeClock(), false, l.s.cfg.notify))
-	st.insertTagged = r.Replace(r2dbcInsertSQL(l.s.cfg.writeClock(), true, l.s.cfg.notify)) // tags live in the tags column only
+	notify := l.s.cfg.notifyParam(r2dbcInsertParams)
+	st.insert = r.Replace(r2dbcInsertSQL(l.s.cfg.writeClock(), false, notify))
+	st.insertTagged = r.Replace(r2dbcInsertSQL(l.s.cfg.writeClock(), true, notify)) // tags live in the tags column only
 	st.highest = r.Replace(`SELECT COALESCE(max(seq_nr), 0) FROM {journal} WHERE persistence_id = $1`)
 	// One row per id, overwritten whatever its sequence number, as the
 	// plugin's upsert does (an older snapshot replaces a younger one); the
@@ -128,31 +129,28 @@ func r2dbcMillis(param string) string { return `floor(` + param + `::numeric / 1
 // whole atomic batch shares one timestamp; group commit puts up to 1,000
 // ids in one statement, and Pekko's by-slices query fails when more rows
 // than its buffer share one timestamp.) It returns clock (see
-// stampedInsert), and sends the write's NOTIFY with notify ($15: the
-// channel). Unless tagged, it stores no tags (no event of the call has
-// any).
-func r2dbcInsertSQL(clock string, tagged, notify bool) string {
-	tagsColumn := "NULL"
-	if tagged {
-		tagsColumn = tagsSQL
-	}
+// stampedInsert), and sends the write's NOTIFY on the channel parameter
+// notify unless it is "". Unless tagged, it stores no tags (no event of
+// the call has any).
+func r2dbcInsertSQL(clock string, tagged bool, notify string) string {
 	return stampedInsert(clock, notify, `INSERT INTO {journal} (slice, entity_type, persistence_id, seq_nr, db_timestamp, event_ser_id, event_ser_manifest, event_payload,
 	deleted, writer, adapter_manifest, tags, meta_ser_id, meta_ser_manifest, meta_payload)
 SELECT i.slice, i.entity_type, i.pid, i.seq_nr,
 	`+stampSQL(clock, "$13::bigint", "$14::bigint")+`,
-	i.ser_id, i.manifest, i.payload, false, i.writer, '', `+tagsColumn+`,
+	i.ser_id, i.manifest, i.payload, false, i.writer, '', `+tagsColumn(tagged)+`,
 	CASE WHEN i.meta IS NULL THEN NULL ELSE `+r2dbcMetaSerializerIDText+` END, CASE WHEN i.meta IS NULL THEN NULL ELSE '' END, i.meta
 `+writesSQL(`, $12::timestamptz[]`, `, floor`))
 }
 
+// r2dbcInsertParams is how many parameters r2dbcInsertSQL takes before
+// the NOTIFY channel's: insertArgs' eleven, the floors, rows before and
+// rows in all (the layout writes in TimestampOrder only).
+func r2dbcInsertParams(Ordering) int { return 14 }
+
 // writeArgs returns r2dbcInsertSQL's arguments.
 func (l r2dbcLayout) writeArgs(writes []journal.AtomicWrite, pending []int, now time.Time, floors []pgtype.Timestamptz, before, total int64) ([]any, bool) {
 	cols, tagged := insertArgs(writes, pending, now)
-	cols = append(cols, floors, before, total)
-	if l.s.cfg.notify {
-		cols = append(cols, l.s.channel)
-	}
-	return cols, tagged
+	return append(cols, floors, before, total), tagged
 }
 
 // deleteTo deletes as the plugin does: in

@@ -29,13 +29,14 @@ func (j *Journal) ReadsSnapshotsOf(snaps snapshot.Store) bool {
 	return ok && ss.s == j.s
 }
 
-// ReadRecovery implements recovery.Reader in one round trip: one
-// statement (recoverySQL, or recoveryOpenSQL without ToSequenceNr in
+// ReadRecovery implements recovery.Reader, in one round trip as a rule:
+// one statement (recoverySQL, or recoveryOpenSQL without ToSequenceNr in
 // Annals' layout) reads the highest number, the snapshot and the events
 // after it from one snapshot of the database, so the three agree. A read
 // of recoveryOpenSQL that cannot tell everything takes a second round
-// trip (see recoveryGap): the highest number read after the events, or
-// the read again with recoverySQL.
+// trip (see recoveryGap): the highest number read after the events (then
+// possibly later than them, as recovery.Result allows), or the read again
+// with recoverySQL.
 func (j *Journal) ReadRecovery(ctx context.Context, req recovery.Request) (recovery.Result, error) {
 	req, err := recovery.Check(req)
 	if err != nil {
@@ -51,17 +52,18 @@ func (j *Journal) ReadRecovery(ctx context.Context, req recovery.Request) (recov
 	return res, nil
 }
 
-// ReadRecoveries implements recovery.BatchReader in one round trip: the
-// statement of ReadRecovery once per request, sent together as one pgx
-// batch (a pipeline on one connection). Each statement reads its own
-// request's three parts from one snapshot of the database; what the reads
-// of recoveryOpenSQL left unknown is read in one more batch (see
-// fillGaps).
+// ReadRecoveries implements recovery.BatchReader, in one round trip as a
+// rule: the statement of ReadRecovery once per request, sent together as
+// one pgx batch (a pipeline on one connection). Each statement reads its
+// own request's three parts from one snapshot of the database; what the
+// reads of recoveryOpenSQL left unknown is read in one more batch, a
+// second round trip (see fillGaps).
 func (j *Journal) ReadRecoveries(ctx context.Context, reqs []recovery.Request) ([]recovery.Result, error) {
 	if len(reqs) == 0 {
 		return nil, fmt.Errorf("read recoveries: no request: %w", journal.ErrInvalidArgument)
 	}
 	checked := make([]recovery.Request, len(reqs))
+	open := make([]bool, len(reqs)) // read by recoveryOpenSQL
 	b := &pgx.Batch{QueuedQueries: make([]*pgx.QueuedQuery, 0, len(reqs))}
 	for i, req := range reqs {
 		req, err := recovery.Check(req)
@@ -69,20 +71,22 @@ func (j *Journal) ReadRecoveries(ctx context.Context, reqs []recovery.Request) (
 			return nil, err
 		}
 		checked[i] = req
-		sql, args, _ := j.recoveryStatement(req)
+		var sql string
+		var args []any
+		sql, args, open[i] = j.recoveryStatement(req)
 		b.Queue(sql, args...)
 	}
 	if j.s.isClosed() {
 		return nil, journal.ErrClosed
 	}
-	res, err := j.readRecoveries(ctx, checked, b)
+	res, err := j.readRecoveries(ctx, checked, open, b)
 	if err != nil {
 		return nil, j.s.errs.Map(ctx, "read recoveries", err, journal.ErrClosed)
 	}
 	return res, nil
 }
 
-func (j *Journal) readRecoveries(ctx context.Context, reqs []recovery.Request, b *pgx.Batch) ([]recovery.Result, error) {
+func (j *Journal) readRecoveries(ctx context.Context, reqs []recovery.Request, open []bool, b *pgx.Batch) ([]recovery.Result, error) {
 	res := make([]recovery.Result, len(reqs))
 	gaps := make([]recoveryGap, len(reqs))
 	err := func() (err error) {
@@ -97,8 +101,7 @@ func (j *Journal) readRecoveries(ctx context.Context, reqs []recovery.Request, b
 			if err != nil {
 				return err
 			}
-			_, _, open := j.recoveryStatement(req)
-			res[i], gaps[i], err = scanRecovery(rows, req, open)
+			res[i], gaps[i], err = scanRecovery(rows, req, open[i])
 			rows.Close()
 			if err != nil {
 				return fmt.Errorf("recovery of %s: %w", req.PersistenceID, err)
@@ -158,9 +161,10 @@ const (
 	// gapReread: the read cannot stand; recoverySQL reads it again. No
 	// row carried the snapshot's payload (events follow a snapshot whose
 	// own event is gone, and the deleted number does not reach the
-	// snapshot's, or no event follows the deleted number), or no event
-	// follows a snapshot whose own event is gone and that is above the
-	// deleted number, so the highest event below it is unknown.
+	// snapshot's, or the event right after the deleted number is missing
+	// while later ones exist), or no event follows a snapshot whose own
+	// event is gone and that is above the deleted number, so the highest
+	// event below it is unknown.
 	gapReread
 )
 
@@ -252,8 +256,8 @@ func (j *Journal) readRecovery(ctx context.Context, req recovery.Request) (recov
 	}
 	res, gap, err := scanRecovery(rows, req, open)
 	rows.Close()
-	if err != nil {
-		return recovery.Result{}, err
+	if err != nil || gap == gapNone {
+		return res, err
 	}
 	results := []recovery.Result{res}
 	if err := j.fillGaps(ctx, []recovery.Request{req}, results, []recoveryGap{gap}); err != nil {

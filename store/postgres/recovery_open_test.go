@@ -302,7 +302,8 @@ func diffResults(got, want recovery.Result) string {
 // TestRecoveryUnderConcurrentWrites: while a writer appends an id's
 // events one at a time, saves a snapshot at every seventh and deletes the
 // events up to an earlier snapshot's number or to the latest one's (its
-// own event: recoveryOpenSQL then reads again), readers read its recovery
+// own event: recoveryOpenSQL then carries the snapshot on the event after
+// the deleted number), readers read its recovery
 // from its latest snapshot, one at a time and in batches, with MaxEvents
 // small enough that reads stop at their limit (the highest number read
 // after the events). Every result keeps Result's rules as an entity

@@ -2,7 +2,6 @@ package postgres
 
 import (
 	"context"
-	"fmt"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -92,23 +91,10 @@ func (k *knownStamps) forget(persistenceIDs ...string) {
 // INSERT stamping its rows from clock (with RETURNING when others follow),
 // then the data-modifying statements others, which read its rows as ins;
 // it returns one row, clock, the transaction's time (see stampOf), so that
-// a write takes no more statements than in CommitOrder. With notify (see
-// notifySQL; the channel is $15) it sends the write's NOTIFY too.
-func stampedInsert(clock string, notify bool, ins string, others ...string) string {
-	q := `WITH ins AS (
-	` + ins + `
-)`
-	for k, o := range others {
-		q += fmt.Sprintf(`, more%d AS (
-	%s
-)`, k, o)
-	}
-	q += `
-SELECT ` + clock
-	if notify {
-		q += ` FROM ` + notifySQL("$15")
-	}
-	return q
+// a write takes no more statements than in CommitOrder. It sends the
+// write's NOTIFY on the channel parameter notify unless notify is "".
+func stampedInsert(clock, notify, ins string, others ...string) string {
+	return chainedInsert(nil, ins, others, clock, notify)
 }
 
 // latestBelowSQL reads, for ids $1 and sequence numbers $2 (parallel

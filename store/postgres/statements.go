@@ -16,8 +16,9 @@ type statements struct {
 	// deletedTable is the table of the ids' highest deleted numbers
 	// (persistence_id, seq_nr) in a layout that keeps them apart from the
 	// events (Annals': journal_metadata), "" in one that does not;
-	// recoverFrom is recoveryOpenSQL's events, and recoveryOpen its
-	// statement, "" without deletedTable.
+	// recoverFrom is recoveryOpenSQL's events (built for both layouts,
+	// read only with deletedTable), and recoveryOpen its statement, ""
+	// without deletedTable.
 	deletedTable, recoverFrom, recoveryOpen                    string
 	loadSnap, saveSnap, deleteSnap, deleteSnaps                string
 	bySlices, byTag, byType, byAnyType, earlier, earlierTagged string

@@ -49,9 +49,9 @@ func openPool(path string, mode string, sync Synchronous, busyMillis int64, conn
 // statements here write their limit as LIMIT +?: the unary plus keeps the
 // value out of the plan and the statement compiled once. A recovery's
 // replay of 10 events cost 19 µs with LIMIT ? and 11 µs with LIMIT +?
-// (the driver alone, rows not decoded). The page of persistence ids keeps
-// LIMIT ?3, whose value its plan needs. TestNoBareLimitParameter holds the
-// rule.
+// (the driver alone, rows not decoded: BenchmarkLimitParameter). The page
+// of persistence ids keeps LIMIT ?3, whose value its plan needs.
+// TestNoBareLimitParameter holds the rule.
 const readerStmtCache = 16
 
 // readDriver runs the select text on a reader connection through the

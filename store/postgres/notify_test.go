@@ -23,14 +23,7 @@ import (
 // the probe are the call's.
 func TestWriteNotifies(t *testing.T) {
 	t.Parallel()
-	for _, c := range []struct {
-		name string
-		opts []postgres.Option
-	}{
-		{"annals/commit", []postgres.Option{postgres.WithOrdering(postgres.CommitOrder)}},
-		{"annals/timestamp", []postgres.Option{postgres.WithOrdering(postgres.TimestampOrder)}},
-		{"r2dbc", []postgres.Option{postgres.WithLayout(postgres.LayoutR2DBC)}},
-	} {
+	for _, c := range layoutsAndOrderings {
 		for _, notify := range []bool{true, false} {
 			t.Run(fmt.Sprintf("%s/notify=%t", c.name, notify), func(t *testing.T) {
 				t.Parallel()

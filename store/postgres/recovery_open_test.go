@@ -32,16 +32,20 @@ import (
 // (recovery.Read), on Annals' layout in both orderings (recoveryOpenSQL
 // and its second reads) and on the r2dbc layout (recoverySQL). The seed
 // is fixed: a failure names the id, its history and the request.
+// layoutsAndOrderings are the store's write paths: Annals' layout in each
+// ordering, and the r2dbc layout (TimestampOrder only).
+var layoutsAndOrderings = []struct {
+	name string
+	opts []postgres.Option
+}{
+	{"commit", []postgres.Option{postgres.WithOrdering(postgres.CommitOrder)}},
+	{"timestamp", []postgres.Option{postgres.WithOrdering(postgres.TimestampOrder)}},
+	{"r2dbc", []postgres.Option{postgres.WithLayout(postgres.LayoutR2DBC)}},
+}
+
 func TestRecoveryAsThreeCallsRandom(t *testing.T) {
 	t.Parallel()
-	for ci, c := range []struct {
-		name string
-		opts []postgres.Option
-	}{
-		{"commit", []postgres.Option{postgres.WithOrdering(postgres.CommitOrder)}},
-		{"timestamp", []postgres.Option{postgres.WithOrdering(postgres.TimestampOrder)}},
-		{"r2dbc", []postgres.Option{postgres.WithLayout(postgres.LayoutR2DBC)}},
-	} {
+	for ci, c := range layoutsAndOrderings {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
 			s := open(t, c.opts...)
@@ -314,14 +318,7 @@ func diffResults(got, want recovery.Result) string {
 // Highest is skipped).
 func TestRecoveryUnderConcurrentWrites(t *testing.T) {
 	t.Parallel()
-	for _, c := range []struct {
-		name string
-		opts []postgres.Option
-	}{
-		{"commit", []postgres.Option{postgres.WithOrdering(postgres.CommitOrder)}},
-		{"timestamp", []postgres.Option{postgres.WithOrdering(postgres.TimestampOrder)}},
-		{"r2dbc", []postgres.Option{postgres.WithLayout(postgres.LayoutR2DBC)}},
-	} {
+	for _, c := range layoutsAndOrderings {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
 			s := open(t, c.opts...)

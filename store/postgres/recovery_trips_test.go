@@ -53,6 +53,15 @@ func (r *roundTrips) TraceBatchQuery(context.Context, *pgx.Conn, pgx.TraceBatchQ
 
 func (r *roundTrips) TraceBatchEnd(context.Context, *pgx.Conn, pgx.TraceBatchEndData) {}
 
+// openCounted opens a store whose round trips for the ids rt.pids holds
+// rt counts.
+func openCounted(t *testing.T) (*postgres.Journal, *postgres.Snapshots, *roundTrips) {
+	t.Helper()
+	rt := &roundTrips{pids: map[string]bool{}}
+	s := open(t, postgres.WithPoolConfig(func(pc *pgxpool.Config) { pc.ConnConfig.Tracer = rt }))
+	return s.Journal(), s.Snapshots(), rt
+}
+
 // TestReadRecoveriesRoundTripsDoNotGrowWithTheBatch: ReadRecoveries
 // reads a group of recoveries in one round trip, and what recoveryOpenSQL
 // left unknown of several of them in one more, not one each: a group of
@@ -63,9 +72,7 @@ func (r *roundTrips) TraceBatchEnd(context.Context, *pgx.Conn, pgx.TraceBatchEnd
 // takes two.
 func TestReadRecoveriesRoundTripsDoNotGrowWithTheBatch(t *testing.T) {
 	t.Parallel()
-	rt := &roundTrips{pids: map[string]bool{}}
-	s := open(t, postgres.WithPoolConfig(func(pc *pgxpool.Config) { pc.ConnConfig.Tracer = rt }))
-	j, snaps := s.Journal(), s.Snapshots()
+	j, snaps, rt := openCounted(t)
 	ctx := context.Background()
 	latest := snapshot.Latest()
 	save := func(pid string, seq int64) {
@@ -136,9 +143,7 @@ func TestReadRecoveriesRoundTripsDoNotGrowWithTheBatch(t *testing.T) {
 // reach MaxEvents (the highest number read after them).
 func TestRecoveryRoundTrips(t *testing.T) {
 	t.Parallel()
-	rt := &roundTrips{pids: map[string]bool{}}
-	s := open(t, postgres.WithPoolConfig(func(pc *pgxpool.Config) { pc.ConnConfig.Tracer = rt }))
-	j, snaps := s.Journal(), s.Snapshots()
+	j, snaps, rt := openCounted(t)
 	ctx := context.Background()
 	latest := snapshot.Latest()
 	for _, c := range []struct {

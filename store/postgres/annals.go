@@ -77,7 +77,7 @@ func (l *annalsLayout) statements() statements {
 	})
 	// Atomic writes in one statement: rows carry their id, each stamped
 	// with a db_timestamp of its own (see insertSQL), and their tags.
-	notify := l.s.cfg.notifyParam(annalsInsertParams)
+	notify := l.s.cfg.notifyParam(annalsInsertParams(l.s.cfg.ordering))
 	st.insert = r.Replace(insertSQL(l.s.cfg.ordering, l.s.cfg.writeClock(), false, notify))
 	st.insertTagged = r.Replace(insertSQL(l.s.cfg.ordering, l.s.cfg.writeClock(), true, notify))
 	// The highest number: the greater of the highest stored event's and
@@ -87,6 +87,9 @@ func (l *annalsLayout) statements() statements {
 	// deletion that took a higher one), and the highest number never
 	// decreases (journal.Journal's contract).
 	st.deletedTable = r.Replace(`{meta}`)
+	// The events of recoveryOpenSQL: from the number of its snapshot s
+	// (the event it was taken at, when it is kept), at most $6.
+	st.recoverFrom = r.Replace(`SELECT {recoveryColumns} FROM {journal} e WHERE e.persistence_id = $1 AND e.seq_nr >= COALESCE(s.seq_nr, 1) ORDER BY e.seq_nr LIMIT $6`)
 	st.highest = r.Replace(`SELECT COALESCE(GREATEST(
 	(SELECT max(seq_nr) FROM {journal} WHERE persistence_id = $1),
 	(SELECT seq_nr FROM {meta} WHERE persistence_id = $1)), 0)`)

@@ -357,18 +357,18 @@ func tlsRefused(err error) bool {
 		errors.As(err, &hostname) || errors.As(err, &invalid) || (errors.As(err, &remote) && remote.Op == "remote error")
 }
 
-// writeClock is the SQL of the time TimestampOrder's writes stamp their
-// rows from: transaction_timestamp(), unless a test set another.
-// notifyParam is the parameter of the NOTIFY channel in the insert
-// statements of a layout whose statements take params(ordering)
-// parameters before it: the one after them, "" without notify.
-func (c *config) notifyParam(params func(Ordering) int) string {
+// notifyParam is the parameter of the NOTIFY channel in insert
+// statements that take before parameters ahead of it (send appends the
+// channel last): the one after them, "" without notify.
+func (c *config) notifyParam(before int) string {
 	if !c.notify {
 		return ""
 	}
-	return fmt.Sprintf("$%d", params(c.ordering)+1)
+	return fmt.Sprintf("$%d", before+1)
 }
 
+// writeClock is the SQL of the time TimestampOrder's writes stamp their
+// rows from: transaction_timestamp(), unless a test set another.
 func (c *config) writeClock() string {
 	if c.clock != "" {
 		return c.clock

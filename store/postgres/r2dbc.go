@@ -145,7 +145,7 @@ SELECT i.slice, i.entity_type, i.pid, i.seq_nr,
 // r2dbcInsertParams is how many parameters r2dbcInsertSQL takes before
 // the NOTIFY channel's: insertArgs' eleven, the floors, rows before and
 // rows in all (the layout writes in TimestampOrder only).
-func r2dbcInsertParams(Ordering) int { return 14 }
+const r2dbcInsertParams = 14
 
 // writeArgs returns r2dbcInsertSQL's arguments.
 func (l r2dbcLayout) writeArgs(writes []journal.AtomicWrite, pending []int, now time.Time, floors []pgtype.Timestamptz, before, total int64) ([]any, bool) {

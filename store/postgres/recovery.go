@@ -325,15 +325,13 @@ func scanRecovery(rows pgx.Rows, req recovery.Request, open bool) (res recovery.
 		if v.null(colSeqNr) {
 			continue // the row of a recovery without events
 		}
-		if open && res.HasSnapshot {
-			seq, err := v.int64(colSeqNr)
-			if err != nil {
-				return res, gap, err
-			}
-			if seq <= snapSeq {
-				marker = true
-				continue
-			}
+		seq, err := v.int64(colSeqNr)
+		if err != nil {
+			return res, gap, err
+		}
+		if open && res.HasSnapshot && seq <= snapSeq {
+			marker = true
+			continue
 		}
 		if res.Events == nil {
 			// Room for the events the snapshot leaves to read, so that an
@@ -348,7 +346,7 @@ func scanRecovery(rows pgx.Rows, req recovery.Request, open bool) (res recovery.
 			}
 			res.Events = make([]journal.Repr, 0, recovery.EventsCap(snapSeq+1, to, req.MaxEvents))
 		}
-		e, err := scanRecoveryEvent(&v, pid, entityType, slice)
+		e, err := scanRecoveryEvent(&v, pid, entityType, slice, seq)
 		if err != nil {
 			return res, gap, err
 		}
@@ -413,12 +411,9 @@ func settleOpen(res *recovery.Result, req recovery.Request, deleted int64, marke
 	return gapNone
 }
 
-// scanRecoveryEvent reads the event of v's row, of id pid.
-func scanRecoveryEvent(v *rowValues, pid, entityType string, slice int) (e journal.Repr, err error) {
-	e.PersistenceID, e.EntityType, e.Slice = pid, entityType, slice
-	if e.SequenceNr, err = v.int64(colSeqNr); err != nil {
-		return e, err
-	}
+// scanRecoveryEvent reads the event of v's row, of id pid, numbered seq.
+func scanRecoveryEvent(v *rowValues, pid, entityType string, slice int, seq int64) (e journal.Repr, err error) {
+	e.PersistenceID, e.EntityType, e.Slice, e.SequenceNr = pid, entityType, slice, seq
 	if e.Timestamp, err = v.time(colTimestamp); err != nil {
 		return e, err
 	}

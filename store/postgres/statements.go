@@ -16,9 +16,8 @@ type statements struct {
 	// deletedTable is the table of the ids' highest deleted numbers
 	// (persistence_id, seq_nr) in a layout that keeps them apart from the
 	// events (Annals': journal_metadata), "" in one that does not;
-	// recoverFrom is recoveryOpenSQL's events (built for both layouts,
-	// read only with deletedTable), and recoveryOpen its statement, ""
-	// without deletedTable.
+	// recoverFrom is recoveryOpenSQL's events, and recoveryOpen its
+	// statement, "" without deletedTable.
 	deletedTable, recoverFrom, recoveryOpen                    string
 	loadSnap, saveSnap, deleteSnap, deleteSnaps                string
 	bySlices, byTag, byType, byAnyType, earlier, earlierTagged string
@@ -95,9 +94,6 @@ func sharedStatements(r *strings.Replacer, f fragments) statements {
 		// at most $7.
 		recoverEvents: r.Replace(`SELECT {recoveryColumns} FROM {journal} e WHERE ` + afterSnapshot("e") + ` ORDER BY e.seq_nr LIMIT $7`),
 		recoveryFirst: r.Replace(`(SELECT min(n.seq_nr) FROM {journal} n WHERE ` + afterSnapshot("n") + `)`),
-		// The events of recoveryOpenSQL: from the number of its snapshot
-		// s (the event it was taken at, when it is kept), at most $6.
-		recoverFrom: r.Replace(`SELECT {recoveryColumns} FROM {journal} e WHERE e.persistence_id = $1 AND e.seq_nr >= COALESCE(s.seq_nr, 1)` + e + ` ORDER BY e.seq_nr LIMIT $6`),
 
 		loadSnap: r.Replace(`SELECT seq_nr, ` + f.snapNanos + `, ser_id, ser_manifest, snapshot FROM {snapshot}
 	WHERE ` + criteria + `

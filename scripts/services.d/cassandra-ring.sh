@@ -80,11 +80,12 @@ cr_start() {
 	jv_remember "$jv_portfile" "$cr_port"
 	jv_remember "$cs_sportfile" "$cr_sport"
 
-	local jvm=() o
+	local jvm=() o extra=()
+	cs_paxos_rebuild
 	while IFS= read -r o; do
 		case $o in -Xms* | -Xmx*) ;; *) jvm+=("$o") ;; esac
 	done < <(cs_jvm_options)
-	jvm+=(-Xms512m -Xmx512m -javaagent:"$cr_jamm"
+	jvm+=(${extra[@]+"${extra[@]}"} -Xms512m -Xmx512m -javaagent:"$cr_jamm"
 		-Dcassandra.config="file://$jv_conf/cassandra.yaml"
 		-Dlogback.configurationFile="$jv_conf/logback.xml"
 		-Dcassandra.storagedir="$jv_data"

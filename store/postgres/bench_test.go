@@ -17,6 +17,7 @@ import (
 	"fmt"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -469,13 +470,17 @@ func BenchmarkCatchUp1M(b *testing.B) {
 // turns on one pooled connection, the store's two recovery statements
 // (recoverySQL, "recovery": the highest number, the latest snapshot and
 // the events in one statement, which a recovery with ToSequenceNr sends;
-// recoveryOpenSQL, "open": the one a recovery to the end sends) and a
-// plain select of the same events ("raw"), once per id each turn; reports
-// the wall time per round trip of each (the rows read, not decoded). The
-// ids have no snapshot, so the statements' snapshot parts find none
-// (their payload and first-event parts are not measured):
+// recoveryOpenSQL, "open": the one a recovery to the end sends), a plain
+// select of the same events ("raw"), and that select with seven more
+// columns of constants, as many columns as the open statement's ("wide"),
+// once per id each turn; reports the wall time per round trip of each
+// (the rows read, not decoded) and this process's CPU time per round trip
+// ("-cpu-"). The ids have no snapshot, so the statements' snapshot parts
+// find none (their payload and first-event parts are not measured). The
+// client's CPU follows the server's time more than the columns: see
+// BenchmarkRoundTripCPU.
 //
-//	go test -run '^$' -bench RecoveryStatement -benchtime 5x ./store/postgres/
+//	go test -run '^$' -bench RecoveryStatement -benchtime 10x -count 2 ./store/postgres/
 func BenchmarkRecoveryStatement(b *testing.B) {
 	const ids, events = 1000, 10
 	s := open(b)
@@ -500,6 +505,8 @@ func BenchmarkRecoveryStatement(b *testing.B) {
 	defer conn.Release()
 	plain := `SELECT seq_nr, write_timestamp, event_ser_id, event_ser_manifest, event_payload, writer, tags, meta_payload FROM ` +
 		postgres.JournalTable(s) + ` WHERE persistence_id = $1 AND seq_nr >= 1 ORDER BY seq_nr`
+	wide := `SELECT seq_nr, write_timestamp, event_ser_id, event_ser_manifest, event_payload, writer, tags, meta_payload, NULL::text, 7::bigint, 5::bigint, 1234567::bigint, 4, 'snapmanifest'::text, NULL::bytea FROM ` +
+		postgres.JournalTable(s) + ` WHERE persistence_id = $1 AND seq_nr >= 1 ORDER BY seq_nr`
 	statements := []struct {
 		name string
 		sql  func(pid string) (string, []any)
@@ -507,10 +514,11 @@ func BenchmarkRecoveryStatement(b *testing.B) {
 		{"recovery", func(pid string) (string, []any) { return postgres.RecoveryStatement(s, pid, false) }},
 		{"open", func(pid string) (string, []any) { return postgres.RecoveryStatement(s, pid, true) }},
 		{"raw", func(pid string) (string, []any) { return plain, []any{pid} }},
+		{"wide", func(pid string) (string, []any) { return wide, []any{pid} }},
 	}
-	var took [3]time.Duration
+	var took, cpu [4]time.Duration
 	run := func(k int) {
-		start := time.Now()
+		start, cpu0 := time.Now(), processCPU()
 		for e := range ids {
 			q, args := statements[k].sql(fmt.Sprint("Account|rec-", e))
 			rows, err := conn.Query(ctx, q, args...)
@@ -526,13 +534,14 @@ func BenchmarkRecoveryStatement(b *testing.B) {
 			}
 		}
 		took[k] += time.Since(start)
+		cpu[k] += processCPU() - cpu0
 	}
 	for k := range statements { // prepared, and the plan settled, outside the timing
 		for range 2 {
 			run(k)
 		}
 	}
-	took = [3]time.Duration{}
+	took, cpu = [4]time.Duration{}, [4]time.Duration{}
 	i := 0
 	for b.Loop() {
 		for k := range statements {
@@ -542,5 +551,55 @@ func BenchmarkRecoveryStatement(b *testing.B) {
 	}
 	for k, st := range statements {
 		b.ReportMetric(float64(took[k].Microseconds())/float64(i*ids), st.name+"-µs/op")
+		b.ReportMetric(float64(cpu[k].Nanoseconds())/1e3/float64(i*ids), st.name+"-cpu-µs/op")
+	}
+}
+
+// processCPU is this process's CPU time (user and system) so far.
+func processCPU() time.Duration {
+	var ru syscall.Rusage
+	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// BenchmarkRoundTripCPU: what one round trip costs this process in CPU
+// while the server works for it. On one pooled connection, a statement
+// whose server time grows with n (the count of n generated rows; n=0:
+// SELECT 1), one row back; reports the wall time and this process's CPU
+// time (user and system, getrusage) per round trip. While a goroutine
+// waits for the server, the Go runtime parks and wakes threads and polls
+// the network, and the kernel switches between them, so the client's CPU
+// per round trip grows with the server's time: the reason a statement that
+// keeps the server longer costs the client more CPU even for the same
+// rows.
+//
+//	go test -run '^$' -bench RoundTripCPU -benchtime 5000x -count 2 ./store/postgres/
+func BenchmarkRoundTripCPU(b *testing.B) {
+	s := open(b)
+	ctx := context.Background()
+	conn, err := s.Pool().Acquire(ctx)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer conn.Release()
+	for _, n := range []int{0, 500, 1500, 3000} {
+		b.Run(fmt.Sprint("n=", n), func(b *testing.B) {
+			q := fmt.Sprintf("SELECT count(*) FROM generate_series(1, %d)", n)
+			if n == 0 {
+				q = "SELECT 1"
+			}
+			start, cpu0 := time.Now(), processCPU()
+			for b.Loop() {
+				var got int64
+				if err := conn.QueryRow(ctx, q).Scan(&got); err != nil {
+					b.Fatal(err)
+				}
+				if want := int64(max(n, 1)); got != want {
+					b.Fatalf("%s: %d, want %d", q, got, want)
+				}
+			}
+			b.ReportMetric(float64((processCPU()-cpu0).Nanoseconds())/1e3/float64(b.N), "cpu-µs/op")
+			b.ReportMetric(float64(time.Since(start).Nanoseconds())/1e3/float64(b.N), "wall-µs/op")
+		})
 	}
 }

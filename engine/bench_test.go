@@ -1,7 +1,12 @@
 package engine_test
 
 import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/annals-go/annals/engine"
 	"github.com/annals-go/annals/journal"
@@ -48,3 +53,80 @@ func BenchmarkPersistOverhead(b *testing.B) {
 type noopHook struct{}
 
 func (noopHook) OnWriteCall(engine.WriteCall) {}
+
+// slowJournal is the memory store's journal whose Write takes a
+// millisecond more, as a database's round trip and commit do. It counts
+// its calls and the time at least one call was in flight.
+type slowJournal struct {
+	journal.Journal
+	calls atomic.Int64
+
+	mu     sync.Mutex
+	flying int
+	since  time.Time     // when flying last became 1
+	busy   time.Duration // time with a call in flight, calls ended
+}
+
+func (s *slowJournal) Write(ctx context.Context, writes []journal.AtomicWrite) ([]error, error) {
+	s.mu.Lock()
+	if s.flying++; s.flying == 1 {
+		s.since = time.Now()
+	}
+	s.mu.Unlock()
+	res, err := s.Journal.Write(ctx, writes)
+	time.Sleep(time.Millisecond)
+	s.mu.Lock()
+	if s.flying--; s.flying == 0 {
+		s.busy += time.Since(s.since)
+	}
+	s.mu.Unlock()
+	s.calls.Add(1)
+	return res, err
+}
+
+// BenchmarkHandOffGap measures what the front costs between two store
+// calls when every writer waits for its write: ids goroutines, one per
+// id, persist their own events one at a time (b.N in all) through a front
+// before the memory store slowed by a millisecond per call. While a call
+// is in flight no writer can write again, so between calls the front
+// answers every writer and each writes its next event: the store then
+// waits. It reports the share of the time with a call in flight ("busy"),
+// the time without one per call ("gap-µs/call") and the writes per call:
+//
+//	go test -run '^$' -bench HandOffGap -benchtime 50000x -count 3 ./engine/
+func BenchmarkHandOffGap(b *testing.B) {
+	for _, ids := range []int{100, 1000} {
+		for _, calls := range []int{1, 2} {
+			b.Run(fmt.Sprintf("ids=%d/calls=%d", ids, calls), func(b *testing.B) {
+				sj := &slowJournal{Journal: memory.New().Journal()}
+				f, err := engine.NewFront(sj, engine.Config{MaxCalls: calls})
+				if err != nil {
+					b.Fatal(err)
+				}
+				defer f.Close()
+				per := (b.N + ids - 1) / ids
+				start := time.Now()
+				var wg sync.WaitGroup
+				for i := range ids {
+					pid := fmt.Sprint("p-", i)
+					wg.Go(func() {
+						for seq := int64(1); seq <= int64(per); seq++ {
+							if err := f.Persist(b.Context(), one(pid, seq)); err != nil {
+								b.Error(err)
+								return
+							}
+						}
+					})
+				}
+				wg.Wait()
+				wall, n := time.Since(start), sj.calls.Load()
+				sj.mu.Lock()
+				busy := sj.busy
+				sj.mu.Unlock()
+				b.ReportMetric(float64(per*ids)/float64(n), "writes/call")
+				b.ReportMetric(float64(wall-busy)/float64(n)/1e3, "gap-µs/call")
+				b.ReportMetric(float64(busy)/float64(wall), "busy")
+			})
+		}
+	}
+}

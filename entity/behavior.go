@@ -147,15 +147,26 @@ func (b *Behavior[C, E, S]) DecodeEvent(reg *serialization.Registry, r journal.R
 		}
 		return events, nil
 	}
-	v, err := reg.DeserializeRepr(r)
+	e, err := b.decodeRegistered(reg, r)
 	if err != nil {
 		return nil, err
 	}
+	return []E{e}, nil
+}
+
+// decodeRegistered decodes r, whose manifest has no adapter, through reg:
+// DecodeEvent's one event, without the slice that carries it.
+func (b *Behavior[C, E, S]) decodeRegistered(reg *serialization.Registry, r journal.Repr) (E, error) {
+	var zero E
+	v, err := reg.DeserializeRepr(r)
+	if err != nil {
+		return zero, err
+	}
 	e, ok := v.(E)
 	if !ok {
-		return nil, fmt.Errorf("event %d of %s (manifest %q) decodes to %T, not the behavior's event type", r.SequenceNr, r.PersistenceID, r.Manifest, v)
+		return zero, fmt.Errorf("event %d of %s (manifest %q) decodes to %T, not the behavior's event type", r.SequenceNr, r.PersistenceID, r.Manifest, v)
 	}
-	return []E{e}, nil
+	return e, nil
 }
 
 // SnapshotPolicy decides when a snapshot of the state is saved and which are

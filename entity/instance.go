@@ -625,12 +625,21 @@ func (inst *instance[C, E, S]) apply(events iter.Seq2[journal.Repr, error]) erro
 		if inst.firstReplayed == 0 {
 			inst.firstReplayed = r.SequenceNr
 		}
-		decoded, err := inst.decode(r)
-		if err != nil {
-			return fmt.Errorf("%w of %s: %w", ErrRecovery, inst.pid, err)
-		}
-		for _, e := range decoded {
+		if _, adapted := b.Adapters[r.Manifest]; !adapted {
+			// The common case, decoded without DecodeEvent's slice.
+			e, err := b.decodeRegistered(inst.h.cfg.Registry, r)
+			if err != nil {
+				return fmt.Errorf("%w of %s: %w", ErrRecovery, inst.pid, err)
+			}
 			inst.state = b.Event(inst.state, e)
+		} else {
+			events, err := b.DecodeEvent(inst.h.cfg.Registry, r)
+			if err != nil {
+				return fmt.Errorf("%w of %s: %w", ErrRecovery, inst.pid, err)
+			}
+			for _, e := range events {
+				inst.state = b.Event(inst.state, e)
+			}
 		}
 		inst.seq = r.SequenceNr
 		inst.replayed++
@@ -652,12 +661,6 @@ func (inst *instance[C, E, S]) useSnapshot(snap snapshot.Snapshot) error {
 	inst.state, inst.seq = s, snap.Metadata.SequenceNr
 	inst.fromSnapshot = snap.Metadata.SequenceNr
 	return nil
-}
-
-// decode turns a stored event into current events, through the adapter of
-// its manifest or the registry.
-func (inst *instance[C, E, S]) decode(r journal.Repr) ([]E, error) {
-	return inst.h.b.DecodeEvent(inst.h.cfg.Registry, r)
 }
 
 // serve handles commands until the entity is idle, passivates, stops or

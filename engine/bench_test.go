@@ -86,12 +86,15 @@ func (s *slowJournal) Write(ctx context.Context, writes []journal.AtomicWrite) (
 
 // BenchmarkHandOffGap measures what the front costs between two store
 // calls when every writer waits for its write: ids goroutines, one per
-// id, persist their own events one at a time (b.N in all) through a front
-// before the memory store slowed by a millisecond per call. While a call
-// is in flight no writer can write again, so between calls the front
-// answers every writer and each writes its next event: the store then
-// waits. It reports the share of the time with a call in flight ("busy"),
-// the time without one per call ("gap-µs/call") and the writes per call:
+// id, persist their own events one at a time (b.N rounded up to a
+// multiple of ids, in all) through a front before the memory store slowed
+// by a millisecond per call. The writers of a call in flight cannot write
+// again until it ends, so with one call in flight (MaxCalls 1, or too few
+// writers to split) the front answers every writer between calls and each
+// writes its next event while the store waits; with two, one call's
+// writers come back while the other is in flight. It reports the share of
+// the time with a call in flight ("busy"), the time without one per call
+// ("gap-µs/call") and the writes per call:
 //
 //	go test -run '^$' -bench HandOffGap -benchtime 50000x -count 3 ./engine/
 func BenchmarkHandOffGap(b *testing.B) {

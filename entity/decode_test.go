@@ -19,7 +19,8 @@ type stray struct{ N int }
 
 // TestRecoveryDecodesEachEvent recovers entities whose stored events
 // decode in every way a recovery meets: through the registry, through an
-// adapter to several events or to none, and failing in the adapter or as a
+// adapter to several events or to none, and failing in the adapter, in the
+// registry (a manifest it does not know, a payload it refuses) or as a
 // registered value that is not the behavior's event type.
 func TestRecoveryDecodesEachEvent(t *testing.T) {
 	type stored struct {
@@ -36,6 +37,8 @@ func TestRecoveryDecodesEachEvent(t *testing.T) {
 		{name: "adapted to none", events: []stored{{"test.Nothing", `0`}, {"test.Deposited", `{"Amount":4}`}}, want: 4},
 		{name: "adapter fails", events: []stored{{"test.Deposited", `{"Amount":4}`}, {"test.DepositedTwice", `"x"`}}, wantErr: `adapter for manifest "test.DepositedTwice", event 2`},
 		{name: "not an event", events: []stored{{"test.Stray", `{"N":1}`}}, wantErr: "not the behavior's event type"},
+		{name: "unknown manifest", events: []stored{{"test.Deposited", `{"Amount":2}`}, {"test.Unknown", `{}`}}, wantErr: `"test.Unknown"`},
+		{name: "payload the registry refuses", events: []stored{{"test.Deposited", `"x"`}}, wantErr: "test.Deposited"},
 	}
 	b := accountBehavior()
 	b.Adapters = map[string]func([]byte) ([]Event, error){

@@ -129,23 +129,23 @@ func (j *Journal) recoveryStatement(req recovery.Request) (sql string, args []an
 	if limit < math.MaxInt64 {
 		limit++ // room for the marker
 	}
-	return j.s.sql.recoveryOpen, append(recoveryCriteria(req), limit), true
+	return j.s.sql.recoveryOpen, recoveryCriteria(req, limit), true
 }
 
 // recoveryArgs returns recoverySQL's arguments for the checked req.
 func recoveryArgs(req recovery.Request) []any {
-	return append(recoveryCriteria(req), req.ToSequenceNr, req.MaxEvents)
+	return recoveryCriteria(req, req.ToSequenceNr, req.MaxEvents)
 }
 
 // recoveryCriteria returns the snapshot criteria arguments of req's
-// statement: without criteria, snapshot.None (which selects no snapshot
-// at all).
-func recoveryCriteria(req recovery.Request) []any {
+// statement (without criteria, snapshot.None, which selects no snapshot
+// at all), then more.
+func recoveryCriteria(req recovery.Request, more ...any) []any {
 	crit := snapshot.None()
 	if req.Snapshot != nil {
 		crit = *req.Snapshot
 	}
-	return criteriaArgs(req.PersistenceID, crit)
+	return criteriaArgs(req.PersistenceID, crit, more...)
 }
 
 // recoveryGap is what a read of recoveryOpenSQL left unknown.
@@ -175,20 +175,21 @@ const (
 // when nothing is unknown.
 func (j *Journal) fillGaps(ctx context.Context, reqs []recovery.Request, res []recovery.Result, gaps []recoveryGap) (err error) {
 	var fill []int // the indexes of the results to complete
-	b := &pgx.Batch{}
 	for i, gap := range gaps {
-		switch gap {
-		case gapHighest:
-			b.Queue(j.s.sql.highest, reqs[i].PersistenceID)
-		case gapReread:
-			b.Queue(j.s.sql.recovery, recoveryArgs(reqs[i])...)
-		default:
-			continue
+		if gap != gapNone {
+			fill = append(fill, i)
 		}
-		fill = append(fill, i)
 	}
 	if len(fill) == 0 {
 		return nil
+	}
+	b := &pgx.Batch{}
+	for _, i := range fill {
+		if gaps[i] == gapHighest {
+			b.Queue(j.s.sql.highest, reqs[i].PersistenceID)
+		} else {
+			b.Queue(j.s.sql.recovery, recoveryArgs(reqs[i])...)
+		}
 	}
 	br := j.s.pool.SendBatch(ctx, b)
 	defer func() {

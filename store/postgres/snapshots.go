@@ -26,9 +26,11 @@ func (s *Store) Snapshots() *Snapshots { return &Snapshots{s: s} }
 // Close closes the store.
 func (ss *Snapshots) Close() error { return ss.s.Close() }
 
-func criteriaArgs(pid string, c snapshot.Criteria) []any {
+// criteriaArgs returns the arguments of criteria c for id pid ($1–$5 of
+// the snapshot statements), then more, in one slice.
+func criteriaArgs(pid string, c snapshot.Criteria, more ...any) []any {
 	minTS, maxTS := c.UnixNanoBounds()
-	return []any{pid, c.MinSequenceNr, c.MaxSequenceNr, minTS, maxTS}
+	return append(append(make([]any, 0, 5+len(more)), pid, c.MinSequenceNr, c.MaxSequenceNr, minTS, maxTS), more...)
 }
 
 // Load implements snapshot.Store.

@@ -111,6 +111,12 @@ func (s *Store) Journal() *Journal { return &Journal{s: s} }
 // Close closes the store.
 func (j *Journal) Close() error { return j.s.Close() }
 
+// insertArgCap is the most arguments an insert statement takes: the most
+// parameters before the NOTIFY channel (the r2dbc layout's, as many as
+// TimestampOrder's in Annals' layout: see annalsInsertParams), and the
+// channel.
+const insertArgCap = r2dbcInsertParams + 1
+
 // insertArgs returns the eleven column arrays of the insert statements for
 // the atomic writes writes[pending...], in their order, and whether an
 // event has tags.
@@ -146,7 +152,10 @@ func insertArgs(writes []journal.AtomicWrite, pending []int, now time.Time) ([]a
 			tags, metas, slices, types = append(tags, tag), append(metas, e.Metadata), append(slices, slice), append(types, et)
 		}
 	}
-	return []any{pids, seqs, wts, serIDs, manifests, payloads, writers, tags, metas, slices, types}, tagged
+	// Room for what the layouts and the NOTIFY channel add after these
+	// (writeArgs, send), so that the call's arguments are one slice.
+	args := make([]any, 0, insertArgCap)
+	return append(args, pids, seqs, wts, serIDs, manifests, payloads, writers, tags, metas, slices, types), tagged
 }
 
 // groupByID returns pending (indexes into writes) with the writes of each

@@ -39,41 +39,72 @@ type recoveryBenchStore struct {
 	front    *engine.Front
 	snaps    snapshot.Store
 	baseline admin.Baseline
+	closers  []func() error // the baseline, the front, the store
 }
 
-func openRecoveryBenchStore(b *testing.B, kind string) recoveryBenchStore {
+// close closes what the store opened, once.
+func (st *recoveryBenchStore) close() {
+	for _, c := range st.closers {
+		_ = c()
+	}
+	st.closers = nil
+}
+
+func openRecoveryBenchStore(b *testing.B, kind string) *recoveryBenchStore {
+	return openRecoveryBenchStoreAt(b, kind, recoveryBenchLocation(b, kind))
+}
+
+// recoveryBenchLocation returns where a new store of kind for the
+// benchmark is kept: a file in a directory of the test's for SQLite, a
+// schema of the test's own (dropped at its end) for PostgreSQL.
+func recoveryBenchLocation(tb testing.TB, kind string) string {
+	if kind == "postgres" {
+		dsn, _ := pgtest.Schema(tb)
+		return dsn
+	}
+	return filepath.Join(tb.TempDir(), "recovery.db")
+}
+
+// openRecoveryBenchStoreAt opens the store of kind at where (a file for
+// SQLite, a DSN for PostgreSQL), creating its tables when missing; it is
+// closed at the test's end.
+func openRecoveryBenchStoreAt(tb testing.TB, kind, where string) *recoveryBenchStore {
+	tb.Helper()
 	ctx := context.Background()
-	var j journal.Journal
-	var snaps snapshot.Store
+	st := &recoveryBenchStore{}
+	tb.Cleanup(st.close)
 	var opener admin.BaselineOpener
 	switch kind {
 	case "sqlite":
-		s, err := sqlite.Open(ctx, filepath.Join(b.TempDir(), "recovery.db"))
+		s, err := sqlite.Open(ctx, where)
 		if err != nil {
-			b.Fatal(err)
+			tb.Fatal(err)
 		}
-		b.Cleanup(func() { _ = s.Close() })
-		j, snaps, opener = s.Journal(), s.Snapshots(), s
+		st.closers = append(st.closers, s.Close)
+		st.journal, st.snaps, opener = s.Journal(), s.Snapshots(), s
 	case "postgres":
-		dsn, _ := pgtest.Schema(b)
-		s, err := postgres.Open(ctx, dsn, postgres.WithMigrate(true))
+		s, err := postgres.Open(ctx, where, postgres.WithMigrate(true))
 		if err != nil {
-			b.Fatal(err)
+			tb.Fatal(err)
 		}
-		b.Cleanup(func() { _ = s.Close() })
-		j, snaps, opener = s.Journal(), s.Snapshots(), s
+		st.closers = append(st.closers, s.Close)
+		st.journal, st.snaps, opener = s.Journal(), s.Snapshots(), s
+	default:
+		tb.Fatalf("no store of kind %q", kind)
 	}
-	f, err := engine.NewFront(j, engine.Config{})
+	f, err := engine.NewFront(st.journal, engine.Config{})
 	if err != nil {
-		b.Fatal(err)
+		tb.Fatal(err)
 	}
-	b.Cleanup(func() { _ = f.Close() })
+	st.front = f
 	bl, err := opener.OpenBaseline(ctx)
 	if err != nil {
-		b.Fatal(err)
+		tb.Fatal(err)
 	}
-	b.Cleanup(func() { _ = bl.Close() })
-	return recoveryBenchStore{journal: j, front: f, snaps: snaps, baseline: bl}
+	st.baseline = bl
+	// Closed in the order opposite to their opening.
+	st.closers = append([]func() error{bl.Close, f.Close}, st.closers...)
+	return st
 }
 
 // BenchmarkRecoverOneAfterAnother recovers 1,000 entities of 10 events one
@@ -177,59 +208,9 @@ func BenchmarkRecoveryLayers(b *testing.B) {
 	for _, kind := range []string{"sqlite", "postgres"} {
 		b.Run(kind, func(b *testing.B) {
 			st, reg := seededRecoveryBenchStore(b, kind, entities, events)
-			ctx := context.Background()
-			reader, ok := st.journal.(recovery.Reader)
-			if !ok {
-				b.Fatalf("the %s journal reads no recovery", kind)
-			}
-			crit := snapshot.Latest()
-			read := func(r recovery.Reader) func(e int) error {
-				return func(e int) error {
-					res, err := r.ReadRecovery(ctx, recovery.Request{PersistenceID: fmt.Sprint("Account|rec-", e), Snapshot: &crit})
-					if err == nil && len(res.Events) != events {
-						err = fmt.Errorf("entity %d: %d events read, want %d", e, len(res.Events), events)
-					}
-					return err
-				}
-			}
-			var h *entity.Host[Command, Event, State]
-			layers := []struct {
-				name string
-				one  func(e int) error
-			}{
-				{"raw", func(e int) error {
-					n, err := st.baseline.ReplayRaw(ctx, fmt.Sprint("Account|rec-", e), math.MaxInt64)
-					if err == nil && n != events {
-						err = fmt.Errorf("raw read of entity %d: %d events", e, n)
-					}
-					return err
-				}},
-				{"store", read(reader)},
-				{"front", read(st.front)},
-				{"host", func(e int) error {
-					got, err := balance(ctx, h, fmt.Sprint("rec-", e))
-					if err == nil && got != events {
-						err = fmt.Errorf("entity %d recovered to %d, want %d", e, got, events)
-					}
-					return err
-				}},
-			}
-			run := func(k int) (wall, cpu time.Duration, err error) {
-				h, err = entity.NewHost(accountBehavior(), entity.HostConfig{Journal: st.front, Snapshots: st.snaps, Registry: reg, Logger: slog.New(slog.DiscardHandler)})
-				if err != nil {
-					return 0, 0, err
-				}
-				defer func() { _ = h.Shutdown(ctx) }()
-				start, cpu0 := time.Now(), processCPU()
-				for e := range entities {
-					if err := layers[k].one(e); err != nil {
-						return 0, 0, err
-					}
-				}
-				return time.Since(start), processCPU() - cpu0, nil
-			}
-			for k := range layers { // a first round outside the timing
-				if _, _, err := run(k); err != nil {
+			layers := recoveryLayers(b, st, reg, events)
+			for _, l := range layers { // a first round outside the timing
+				if _, _, err := l.round(entities); err != nil {
 					b.Fatal(err)
 				}
 			}
@@ -239,7 +220,7 @@ func BenchmarkRecoveryLayers(b *testing.B) {
 			for b.Loop() {
 				for k := range layers {
 					layer := (k + i) % len(layers)
-					w, c, err := run(layer)
+					w, c, err := layers[layer].round(entities)
 					if err != nil {
 						b.Fatal(err)
 					}
@@ -257,10 +238,80 @@ func BenchmarkRecoveryLayers(b *testing.B) {
 	}
 }
 
+// recoveryLayer is one layer a recovery passes (see
+// BenchmarkRecoveryLayers): round recovers entities 0 to n-1 through it,
+// each on a host of its own, and returns the wall and client CPU time the
+// recoveries took.
+type recoveryLayer struct {
+	name  string
+	round func(n int) (wall, cpu time.Duration, err error)
+}
+
+// recoveryLayers returns the layers of a recovery over st, whose entities
+// have events events each, from the raw select to the host's Ask.
+func recoveryLayers(tb testing.TB, st *recoveryBenchStore, reg *serialization.Registry, events int) []recoveryLayer {
+	tb.Helper()
+	ctx := context.Background()
+	reader, ok := st.journal.(recovery.Reader)
+	if !ok {
+		tb.Fatalf("the journal %T reads no recovery", st.journal)
+	}
+	crit := snapshot.Latest()
+	read := func(r recovery.Reader) func(e int) error {
+		return func(e int) error {
+			res, err := r.ReadRecovery(ctx, recovery.Request{PersistenceID: fmt.Sprint("Account|rec-", e), Snapshot: &crit})
+			if err == nil && len(res.Events) != events {
+				err = fmt.Errorf("entity %d: %d events read, want %d", e, len(res.Events), events)
+			}
+			return err
+		}
+	}
+	var h *entity.Host[Command, Event, State]
+	layers := []struct {
+		name string
+		one  func(e int) error
+	}{
+		{"raw", func(e int) error {
+			n, err := st.baseline.ReplayRaw(ctx, fmt.Sprint("Account|rec-", e), math.MaxInt64)
+			if err == nil && n != int64(events) {
+				err = fmt.Errorf("raw read of entity %d: %d events", e, n)
+			}
+			return err
+		}},
+		{"store", read(reader)},
+		{"front", read(st.front)},
+		{"host", func(e int) error {
+			got, err := balance(ctx, h, fmt.Sprint("rec-", e))
+			if err == nil && got != int64(events) {
+				err = fmt.Errorf("entity %d recovered to %d, want %d", e, got, events)
+			}
+			return err
+		}},
+	}
+	out := make([]recoveryLayer, len(layers))
+	for k, l := range layers {
+		out[k] = recoveryLayer{name: l.name, round: func(n int) (wall, cpu time.Duration, err error) {
+			h, err = entity.NewHost(accountBehavior(), entity.HostConfig{Journal: st.front, Snapshots: st.snaps, Registry: reg, Logger: slog.New(slog.DiscardHandler)})
+			if err != nil {
+				return 0, 0, err
+			}
+			defer func() { _ = h.Shutdown(ctx) }()
+			start, cpu0 := time.Now(), processCPU()
+			for e := range n {
+				if err := l.one(e); err != nil {
+					return 0, 0, err
+				}
+			}
+			return time.Since(start), processCPU() - cpu0, nil
+		}}
+	}
+	return out
+}
+
 // seededRecoveryBenchStore opens a store of kind and writes entities
 // accounts of events deposits each; it returns the store and the registry
 // of the accounts' events.
-func seededRecoveryBenchStore(b *testing.B, kind string, entities, events int) (recoveryBenchStore, *serialization.Registry) {
+func seededRecoveryBenchStore(b *testing.B, kind string, entities, events int) (*recoveryBenchStore, *serialization.Registry) {
 	b.Helper()
 	st := openRecoveryBenchStore(b, kind)
 	reg := registry(b)
@@ -270,11 +321,11 @@ func seededRecoveryBenchStore(b *testing.B, kind string, entities, events int) (
 
 // seedRecoveries writes entities accounts (Account|rec-0, …) of events
 // deposits each through j.
-func seedRecoveries(b *testing.B, j journal.Journal, reg *serialization.Registry, entities, events int) {
-	b.Helper()
+func seedRecoveries(tb testing.TB, j journal.Journal, reg *serialization.Registry, entities, events int) {
+	tb.Helper()
 	payload, ser, manifest, err := reg.Serialize(Deposited{Amount: 1})
 	if err != nil {
-		b.Fatal(err)
+		tb.Fatal(err)
 	}
 	var writes []journal.AtomicWrite
 	for e := range entities {
@@ -285,7 +336,7 @@ func seedRecoveries(b *testing.B, j journal.Journal, reg *serialization.Registry
 		writes = append(writes, w)
 	}
 	if res, err := j.Write(context.Background(), writes); err != nil || res != nil {
-		b.Fatal(res, err)
+		tb.Fatal(res, err)
 	}
 }
 

@@ -13,7 +13,7 @@ import (
 	"time"
 )
 
-// The environment of the child process BenchmarkRecoveryLayersAlone
+// The environment of the child process BenchmarkRecoveryCPUAlone
 // starts for each layer (TestRecoveryLayerChild).
 const (
 	layerChildEnv  = "ANNALS_RECOVERY_LAYER_CHILD"  // the layer's name
@@ -25,28 +25,28 @@ const (
 // layerChildPrefix starts the line the child reports its figures on.
 const layerChildPrefix = "recovery-layer-cpu-ns "
 
-// recoveryAloneEntities and recoveryAloneEvents are the entities the
-// benchmark recovers and the events of each.
-const recoveryAloneEntities, recoveryAloneEvents = 1000, 10
+// The entities BenchmarkRecoveryCPUAlone recovers, the events of each, and
+// the timed rounds of every layer's process.
+const recoveryAloneEntities, recoveryAloneEvents, recoveryAloneRounds = 1000, 10, 10
 
-// BenchmarkRecoveryLayersAlone measures the client CPU per recovery of
+// BenchmarkRecoveryCPUAlone measures the client CPU per recovery of
 // each layer BenchmarkRecoveryLayers runs (raw select, store, front,
 // host), each in a process of its own that does nothing else: the test
 // binary started again for one layer (TestRecoveryLayerChild), which
 // opens the store the benchmark seeded (1,000 entities of 10 events),
 // runs one round outside the timing and then 10 rounds of the 1,000
-// recoveries, and reports its getrusage CPU over those rounds. In
-// BenchmarkRecoveryLayers the layers share one process, so each layer's
-// window also holds what the others left running (their garbage, the
-// runtime's threads and timers, the other pool's connection).
+// recoveries, and reports its getrusage CPU over those rounds: what a
+// service doing only that work spends. BenchmarkRecoveryLayers, whose
+// layers take turns in one process, measures the raw select lower and
+// the host higher than this does (docs/performance.md).
 //
 // Each iteration is a round: every layer's process once, in an order that
 // turns from round to round. It reports the median over the rounds of
 // each layer's CPU per recovery and of the paired ratio of each layer's
 // to the raw select's in the same round:
 //
-//	go test -run '^$' -bench RecoveryLayersAlone -benchtime 5x ./entity/
-func BenchmarkRecoveryLayersAlone(b *testing.B) {
+//	go test -run '^$' -bench RecoveryCPUAlone -benchtime 5x ./entity/
+func BenchmarkRecoveryCPUAlone(b *testing.B) {
 	exe, err := os.Executable()
 	if err != nil {
 		b.Fatal(err)
@@ -63,7 +63,7 @@ func BenchmarkRecoveryLayersAlone(b *testing.B) {
 				got := make([]float64, len(names))
 				for k := range names {
 					layer := (k + round) % len(names)
-					us, err := runLayerChild(exe, kind, where, names[layer], 10)
+					us, err := runLayerChild(exe, kind, where, names[layer], recoveryAloneRounds)
 					if err != nil {
 						b.Fatal(err)
 					}
@@ -132,12 +132,12 @@ func runLayerChild(exe, kind, where, layer string, rounds int) (float64, error) 
 }
 
 // TestRecoveryLayerChild is the child process of
-// BenchmarkRecoveryLayersAlone: it recovers the entities through the
+// BenchmarkRecoveryCPUAlone: it recovers the entities through the
 // layer layerChildEnv names and prints its CPU per recovery in ns.
 func TestRecoveryLayerChild(t *testing.T) {
 	name := os.Getenv(layerChildEnv)
 	if name == "" {
-		t.Skip("run by BenchmarkRecoveryLayersAlone")
+		t.Skip("run by BenchmarkRecoveryCPUAlone")
 	}
 	rounds, err := strconv.Atoi(os.Getenv(layerRoundsEnv))
 	if err != nil || rounds < 1 {

@@ -37,8 +37,8 @@ const recoveryAloneEntities, recoveryAloneEvents, recoveryAloneRounds = 1000, 10
 // runs one round outside the timing and then 10 rounds of the 1,000
 // recoveries, and reports its getrusage CPU over those rounds: what a
 // service doing only that work spends. BenchmarkRecoveryLayers, whose
-// layers take turns in one process, measures the raw select lower and
-// the host higher than this does (docs/performance.md).
+// layers take turns in one process, has measured a higher ratio of the
+// host's CPU to the raw select's than this (docs/performance.md).
 //
 // Each iteration is a round: every layer's process once, in an order that
 // turns from round to round. It reports the median over the rounds of

@@ -13,8 +13,13 @@ package postgres_test
 // no server answers. BenchmarkLiveLagAcrossProcesses is in lag_test.go.
 
 import (
+	"bytes"
 	"context"
 	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -134,7 +139,10 @@ func (r *rawRows) insert(b *testing.B, pool *pgxpool.Pool, sql string, seq int64
 //
 // The two sides take turns, a fifth of the events each time, so that both
 // see the same machine: this VM's speed drifts by tens of percent within a
-// minute. "annals/raw" is the ratio of the two rates.
+// minute. "annals/raw" is the ratio of the two rates. Each side's CPU per
+// event is reported too: this process's ("cpu-µs/ev", getrusage) and the
+// database server's ("server-µs/ev": every postgres process on this
+// machine, from /proc; absent when the server runs elsewhere).
 func BenchmarkWriteIDs(b *testing.B) {
 	const turns = 5
 	for _, ids := range []int{1, 100, 1000} {
@@ -146,6 +154,8 @@ func BenchmarkWriteIDs(b *testing.B) {
 			for _, calls := range []int{1, 2} {
 				b.Run(fmt.Sprintf("ids=%d/%s/calls=%d", ids, o.name, calls), func(b *testing.B) {
 					var annalsTime, rawTime time.Duration
+					var annalsCPU, rawCPU, annalsServer, rawServer time.Duration
+					_, serverSeen := serverCPU()
 					f := enginetest.MeteredFront(b, open(b, postgres.WithOrdering(o.ordering)).Journal(),
 						engine.Config{MaxCalls: calls}, func() time.Duration { return annalsTime })
 					pool, tbl := rawSchema(b)
@@ -156,7 +166,7 @@ func BenchmarkWriteIDs(b *testing.B) {
 					b.ResetTimer()
 					for turn := range turns {
 						from, to := int64(perID*turn/turns), int64(perID*(turn+1)/turns)
-						start := time.Now()
+						start, cpu0, server0 := time.Now(), processCPU(), serverCPUOrZero()
 						var wg sync.WaitGroup
 						for _, pid := range pids {
 							wg.Go(func() {
@@ -170,16 +180,27 @@ func BenchmarkWriteIDs(b *testing.B) {
 						}
 						wg.Wait()
 						annalsTime += time.Since(start)
-						start = time.Now()
+						annalsCPU += processCPU() - cpu0
+						annalsServer += serverCPUOrZero() - server0
+						start, cpu0, server0 = time.Now(), processCPU(), serverCPUOrZero()
 						for seq := from + 1; seq <= to; seq++ {
 							rows.insert(b, pool, sql, seq)
 						}
 						rawTime += time.Since(start)
+						rawCPU += processCPU() - cpu0
+						rawServer += serverCPUOrZero() - server0
 					}
 					events := float64(perID * ids)
+					perEvent := func(d time.Duration) float64 { return float64(d.Nanoseconds()) / 1e3 / events }
 					b.ReportMetric(events/annalsTime.Seconds(), "events/s")
 					b.ReportMetric(events/rawTime.Seconds(), "raw-events/s")
 					b.ReportMetric(rawTime.Seconds()/annalsTime.Seconds(), "annals/raw")
+					b.ReportMetric(perEvent(annalsCPU), "cpu-µs/ev")
+					b.ReportMetric(perEvent(rawCPU), "raw-cpu-µs/ev")
+					if serverSeen {
+						b.ReportMetric(perEvent(annalsServer), "server-µs/ev")
+						b.ReportMetric(perEvent(rawServer), "raw-server-µs/ev")
+					}
 				})
 			}
 		}
@@ -560,6 +581,47 @@ func processCPU() time.Duration {
 	var ru syscall.Rusage
 	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// serverCPU is the CPU time (user and system) of every process named
+// postgres on this machine, from /proc/PID/stat (Linux; its clock ticks
+// are 1/100 s), and whether there was any: the test server's when it runs
+// here, as scripts/services starts it. A backend that exits between two
+// readings takes its time with it; the benchmarks' connections stay open.
+func serverCPU() (time.Duration, bool) {
+	stats, _ := filepath.Glob("/proc/[0-9]*/stat")
+	var ticks int64
+	seen := false
+	for _, p := range stats {
+		b, err := os.ReadFile(p)
+		if err != nil {
+			continue // exited
+		}
+		open, end := bytes.IndexByte(b, '('), bytes.LastIndexByte(b, ')')
+		if open < 0 || end < open || string(b[open+1:end]) != "postgres" {
+			continue
+		}
+		// After the name: state, then fields 4 to 13; utime and stime are
+		// fields 14 and 15.
+		f := strings.Fields(string(b[end+1:]))
+		if len(f) < 13 {
+			continue
+		}
+		u, err1 := strconv.ParseInt(f[11], 10, 64)
+		s, err2 := strconv.ParseInt(f[12], 10, 64)
+		if err1 != nil || err2 != nil {
+			continue
+		}
+		ticks += u + s
+		seen = true
+	}
+	return time.Duration(ticks) * 10 * time.Millisecond, seen
+}
+
+// serverCPUOrZero is serverCPU's time alone.
+func serverCPUOrZero() time.Duration {
+	d, _ := serverCPU()
+	return d
 }
 
 // BenchmarkRoundTripCPU: what one round trip costs this process in CPU

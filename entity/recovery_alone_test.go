@@ -3,6 +3,7 @@ package entity_test
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"fmt"
 	"os"
 	"os/exec"
@@ -54,8 +55,10 @@ func BenchmarkRecoveryCPUAlone(b *testing.B) {
 	for _, kind := range []string{"sqlite", "postgres"} {
 		b.Run(kind, func(b *testing.B) {
 			where := recoveryBenchLocation(b, kind)
-			seedRecoveryBenchStoreAt(b, kind, where)
-			names := []string{"raw", "store", "front", "host"}
+			names := seedRecoveryBenchStoreAt(b, kind, where)
+			if names[0] != "raw" {
+				b.Fatalf("the first recovery layer is %q: want the raw select, the ratios' base", names[0])
+			}
 			cpu := make([][]float64, len(names))    // per layer, per round
 			ratios := make([][]float64, len(names)) // per layer, per round: to raw
 			round := 0
@@ -63,7 +66,7 @@ func BenchmarkRecoveryCPUAlone(b *testing.B) {
 				got := make([]float64, len(names))
 				for k := range names {
 					layer := (k + round) % len(names)
-					us, err := runLayerChild(exe, kind, where, names[layer], recoveryAloneRounds)
+					us, err := runLayerChild(b.Context(), exe, kind, where, names[layer], recoveryAloneRounds)
 					if err != nil {
 						b.Fatal(err)
 					}
@@ -86,12 +89,19 @@ func BenchmarkRecoveryCPUAlone(b *testing.B) {
 }
 
 // seedRecoveryBenchStoreAt writes the benchmark's entities to a new store
-// of kind at where, and closes it.
-func seedRecoveryBenchStoreAt(b *testing.B, kind, where string) {
+// of kind at where, closes it, and returns the names of the recovery
+// layers over it, in recoveryLayers' order.
+func seedRecoveryBenchStoreAt(b *testing.B, kind, where string) []string {
 	b.Helper()
 	st := openRecoveryBenchStoreAt(b, kind, where)
 	defer st.close()
-	seedRecoveries(b, st.front, registry(b), recoveryAloneEntities, recoveryAloneEvents)
+	reg := registry(b)
+	seedRecoveries(b, st.front, reg, recoveryAloneEntities, recoveryAloneEvents)
+	var names []string
+	for _, l := range recoveryLayers(b, st, reg, recoveryAloneEvents) {
+		names = append(names, l.name)
+	}
+	return names
 }
 
 // median returns the median of xs (the mean of the middle two when their
@@ -107,11 +117,16 @@ func median(xs []float64) float64 {
 	return s[len(s)/2]
 }
 
+// layerChildTimeout bounds a layer's process: it fails (the test
+// binary's own timeout) rather than hang the benchmark.
+const layerChildTimeout = 5 * time.Minute
+
 // runLayerChild runs the test binary exe as TestRecoveryLayerChild for
 // layer over the store of kind at where, and returns the CPU per
-// recovery it reports, in µs.
-func runLayerChild(exe, kind, where, layer string, rounds int) (float64, error) {
-	cmd := exec.Command(exe, "-test.run=^TestRecoveryLayerChild$", "-test.count=1")
+// recovery it reports, in µs. The process is killed when ctx ends.
+func runLayerChild(ctx context.Context, exe, kind, where, layer string, rounds int) (float64, error) {
+	cmd := exec.CommandContext(ctx, exe, "-test.run=^TestRecoveryLayerChild$", "-test.count=1", "-test.timeout="+layerChildTimeout.String())
+	cmd.WaitDelay = 10 * time.Second // after the kill, for its output
 	cmd.Env = append(os.Environ(), layerChildEnv+"="+layer, layerKindEnv+"="+kind, layerWhereEnv+"="+where, layerRoundsEnv+"="+strconv.Itoa(rounds))
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out

@@ -50,6 +50,9 @@ func (st *recoveryBenchStore) close() {
 	st.closers = nil
 }
 
+// openRecoveryBenchStore opens a new store of kind in a place of the
+// benchmark's own (recoveryBenchLocation); it is closed at the
+// benchmark's end.
 func openRecoveryBenchStore(b *testing.B, kind string) *recoveryBenchStore {
 	return openRecoveryBenchStoreAt(b, kind, recoveryBenchLocation(b, kind))
 }
@@ -92,18 +95,20 @@ func openRecoveryBenchStoreAt(tb testing.TB, kind, where string) *recoveryBenchS
 	default:
 		tb.Fatalf("no store of kind %q", kind)
 	}
+	// Each closer goes first, so that they close in the order opposite to
+	// their opening.
 	f, err := engine.NewFront(st.journal, engine.Config{})
 	if err != nil {
 		tb.Fatal(err)
 	}
 	st.front = f
+	st.closers = append([]func() error{f.Close}, st.closers...)
 	bl, err := opener.OpenBaseline(ctx)
 	if err != nil {
 		tb.Fatal(err)
 	}
 	st.baseline = bl
-	// Closed in the order opposite to their opening.
-	st.closers = append([]func() error{bl.Close, f.Close}, st.closers...)
+	st.closers = append([]func() error{bl.Close}, st.closers...)
 	return st
 }
 

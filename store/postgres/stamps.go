@@ -130,9 +130,9 @@ func stampOf(t0 time.Time, p, total int64, floor time.Time, hasFloor bool) time.
 // not know, which known then records.
 func (j *Journal) floors(ctx context.Context, writes []journal.AtomicWrite, pending []int) ([]pgtype.Timestamptz, error) {
 	s := j.s
-	// The ids of the call and the first sequence number of each.
-	var ids []string
-	var firsts []int64
+	// The ids of the call and the first sequence number of each: at most
+	// one per write.
+	ids, firsts := make([]string, 0, len(pending)), make([]int64, 0, len(pending))
 	rows := 0
 	for k, i := range pending {
 		w := writes[i]
@@ -214,9 +214,8 @@ func (j *Journal) readPrevious(ctx context.Context, ids []string, firsts []int64
 // floors, from 0 in a transaction of total rows stamped at t0).
 func (j *Journal) learn(writes []journal.AtomicWrite, pending []int, floors []pgtype.Timestamptz, t0 time.Time) {
 	total := int64(len(floors))
-	var ids []string
-	var seqs []int64
-	var stamps []time.Time
+	// At most one id per write.
+	ids, seqs, stamps := make([]string, 0, len(pending)), make([]int64, 0, len(pending)), make([]time.Time, 0, len(pending))
 	var p int64
 	for k, i := range pending {
 		w := writes[i]

@@ -141,11 +141,7 @@ type Behavior[C, E, S any] struct {
 // see events exactly as the entity does.
 func (b *Behavior[C, E, S]) DecodeEvent(reg *serialization.Registry, r journal.Repr) ([]E, error) {
 	if adapt, ok := b.Adapters[r.Manifest]; ok {
-		events, err := adapt(r.Payload)
-		if err != nil {
-			return nil, fmt.Errorf("adapter for manifest %q, event %d of %s: %w", r.Manifest, r.SequenceNr, r.PersistenceID, err)
-		}
-		return events, nil
+		return adaptEvent(adapt, r)
 	}
 	e, err := b.decodeRegistered(reg, r)
 	if err != nil {
@@ -154,8 +150,37 @@ func (b *Behavior[C, E, S]) DecodeEvent(reg *serialization.Registry, r journal.R
 	return []E{e}, nil
 }
 
-// decodeRegistered decodes r, whose manifest has no adapter, through reg:
-// DecodeEvent's one event, without the slice that carries it.
+// applyStored applies the events DecodeEvent decodes from r to s, in
+// order, and returns the state; the one event of a manifest without an
+// adapter (recovery's common case) goes without a slice to carry it.
+func (b *Behavior[C, E, S]) applyStored(reg *serialization.Registry, s S, r journal.Repr) (S, error) {
+	if adapt, ok := b.Adapters[r.Manifest]; ok {
+		events, err := adaptEvent(adapt, r)
+		if err != nil {
+			return s, err
+		}
+		for _, e := range events {
+			s = b.Event(s, e)
+		}
+		return s, nil
+	}
+	e, err := b.decodeRegistered(reg, r)
+	if err != nil {
+		return s, err
+	}
+	return b.Event(s, e), nil
+}
+
+// adaptEvent decodes r through adapt, its manifest's adapter.
+func adaptEvent[E any](adapt func(payload []byte) ([]E, error), r journal.Repr) ([]E, error) {
+	events, err := adapt(r.Payload)
+	if err != nil {
+		return nil, fmt.Errorf("adapter for manifest %q, event %d of %s: %w", r.Manifest, r.SequenceNr, r.PersistenceID, err)
+	}
+	return events, nil
+}
+
+// decodeRegistered decodes r, whose manifest has no adapter, through reg.
 func (b *Behavior[C, E, S]) decodeRegistered(reg *serialization.Registry, r journal.Repr) (E, error) {
 	var zero E
 	v, err := reg.DeserializeRepr(r)

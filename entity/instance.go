@@ -625,22 +625,11 @@ func (inst *instance[C, E, S]) apply(events iter.Seq2[journal.Repr, error]) erro
 		if inst.firstReplayed == 0 {
 			inst.firstReplayed = r.SequenceNr
 		}
-		if _, adapted := b.Adapters[r.Manifest]; !adapted {
-			// The common case, decoded without DecodeEvent's slice.
-			e, err := b.decodeRegistered(inst.h.cfg.Registry, r)
-			if err != nil {
-				return fmt.Errorf("%w of %s: %w", ErrRecovery, inst.pid, err)
-			}
-			inst.state = b.Event(inst.state, e)
-		} else {
-			events, err := b.DecodeEvent(inst.h.cfg.Registry, r)
-			if err != nil {
-				return fmt.Errorf("%w of %s: %w", ErrRecovery, inst.pid, err)
-			}
-			for _, e := range events {
-				inst.state = b.Event(inst.state, e)
-			}
+		state, err := b.applyStored(inst.h.cfg.Registry, inst.state, r)
+		if err != nil {
+			return fmt.Errorf("%w of %s: %w", ErrRecovery, inst.pid, err)
 		}
+		inst.state = state
 		inst.seq = r.SequenceNr
 		inst.replayed++
 	}

@@ -171,7 +171,7 @@ func insertSQL(o Ordering, clock string, tagged bool, notify string) string {
 func (l *annalsLayout) writeArgs(writes []journal.AtomicWrite, pending []int, now time.Time, floors []pgtype.Timestamptz, before, total int64) ([]any, bool) {
 	cols, tagged := insertArgs(writes, pending, now)
 	if l.s.cfg.ordering == TimestampOrder {
-		cols = append(cols, floors, before, total)
+		cols = append(cols, floorCells(floors), before, total)
 	}
 	return cols, tagged
 }

@@ -118,20 +118,33 @@ func (j *Journal) Close() error { return j.s.Close() }
 const insertArgCap = r2dbcInsertParams + 1
 
 // insertArgs returns the eleven column arrays of the insert statements for
-// the atomic writes writes[pending...], in their order, and whether an
-// event has tags.
+// the atomic writes writes[pending...], in their order (as cells, which
+// pgx encodes without an allocation per element), and whether an event
+// has tags. The tags' and metadata's arrays are NULL when no event has
+// any: the statements' unnest pads them with NULLs.
 func insertArgs(writes []journal.AtomicWrite, pending []int, now time.Time) ([]any, bool) {
 	n := 0
+	tagged, withMeta := false, false
 	for _, i := range pending {
 		n += len(writes[i].Events)
+		for _, e := range writes[i].Events {
+			tagged, withMeta = tagged || len(e.Tags) > 0, withMeta || e.Metadata != nil
+		}
 	}
-	tagged := false
-	pids, seqs, wts, serIDs := make([]string, 0, n), make([]int64, 0, n), make([]time.Time, 0, n), make([]int32, 0, n)
-	manifests, payloads, writers := make([]string, 0, n), make([][]byte, 0, n), make([]string, 0, n)
-	tags, metas, slices, types := make([]*string, 0, n), make([][]byte, 0, n), make([]int32, 0, n), make([]string, 0, n)
+	pids, seqs, wts, serIDs := make(textCells, 0, n), make(int8Cells, 0, n), make(timeCells, 0, n), make(int4Cells, 0, n)
+	manifests, payloads, writers := make(textCells, 0, n), make(bytesCells, 0, n), make(textCells, 0, n)
+	slices, types := make(int4Cells, 0, n), make(textCells, 0, n)
+	var tags nullTexts
+	var metas bytesCells
+	if tagged {
+		tags = make(nullTexts, 0, n)
+	}
+	if withMeta {
+		metas = make(bytesCells, 0, n)
+	}
 	for _, i := range pending {
 		w := writes[i]
-		slice, et := int32(annals.Slice(w.PersistenceID)), annals.EntityType(w.PersistenceID)
+		slice, et := int4Cell(annals.Slice(w.PersistenceID)), textCell(annals.EntityType(w.PersistenceID))
 		for _, e := range w.Events {
 			ts := e.Timestamp
 			if ts.IsZero() {
@@ -141,15 +154,20 @@ func insertArgs(writes []journal.AtomicWrite, pending []int, now time.Time) ([]a
 			if payload == nil {
 				payload = []byte{}
 			}
-			var tag *string
-			if len(e.Tags) > 0 {
-				b, _ := json.Marshal(e.Tags) // strings always marshal
-				t := string(b)
-				tag, tagged = &t, true
+			if tagged {
+				var tag pgtype.Text
+				if len(e.Tags) > 0 {
+					b, _ := json.Marshal(e.Tags) // strings always marshal
+					tag = pgtype.Text{String: string(b), Valid: true}
+				}
+				tags = append(tags, tag)
 			}
-			pids, seqs, wts, serIDs = append(pids, w.PersistenceID), append(seqs, e.SequenceNr), append(wts, ts), append(serIDs, e.SerializerID)
-			manifests, payloads, writers = append(manifests, e.Manifest), append(payloads, payload), append(writers, e.WriterID)
-			tags, metas, slices, types = append(tags, tag), append(metas, e.Metadata), append(slices, slice), append(types, et)
+			if withMeta {
+				metas = append(metas, e.Metadata)
+			}
+			pids, seqs, wts, serIDs = append(pids, textCell(w.PersistenceID)), append(seqs, int8Cell(e.SequenceNr)), append(wts, timeCell(ts)), append(serIDs, int4Cell(e.SerializerID))
+			manifests, payloads, writers = append(manifests, textCell(e.Manifest)), append(payloads, payload), append(writers, textCell(e.WriterID))
+			slices, types = append(slices, slice), append(types, et)
 		}
 	}
 	// Room for what the layouts and the NOTIFY channel add after these

@@ -150,7 +150,7 @@ const r2dbcInsertParams = 14
 // writeArgs returns r2dbcInsertSQL's arguments.
 func (l r2dbcLayout) writeArgs(writes []journal.AtomicWrite, pending []int, now time.Time, floors []pgtype.Timestamptz, before, total int64) ([]any, bool) {
 	cols, tagged := insertArgs(writes, pending, now)
-	return append(cols, floors, before, total), tagged
+	return append(cols, floorCells(floors), before, total), tagged
 }
 
 // deleteTo deletes as the plugin does: in

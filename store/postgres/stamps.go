@@ -174,6 +174,17 @@ func (j *Journal) floors(ctx context.Context, writes []journal.AtomicWrite, pend
 	return floors, nil
 }
 
+// floorCells is the floors' parameter of an insert statement: NULL when
+// no row has a floor (the statement's unnest pads it with NULLs).
+func floorCells(floors []pgtype.Timestamptz) stampCells {
+	for _, f := range floors {
+		if f.Valid {
+			return stampCells(floors)
+		}
+	}
+	return nil
+}
+
 // readPrevious reads, for the ids ids[look...], the latest row below
 // their first sequence number in firsts into prevs and found, and records
 // them in known.

@@ -245,19 +245,13 @@ func (f *core[W]) stop() {
 	}
 }
 
-// splitAt is the fewest writes a call must expect for the writes to be
-// split across more than one call in flight: below it, the commit that
-// each call pays costs more than the wait for the writers, that a second
-// call in flight hides.
-const splitAt = 200
-
 // run leads batches while writes keep coming.
 //
 // Lingering: the callers answered by a call tend to write again at once. So
 // a leader aims for a batch of its share of the writes expected back (the
 // writes of the call that ended last, of the calls still in flight then,
 // and of the queue then), shared among as many calls in flight as allowed
-// (at most MaxCalls, and one per splitAt expected writes); and at most
+// (at most MaxCalls, and one per SplitWrites expected writes); and at most
 // MaxBatchSize. It takes the batch once the queue holds that many, or after
 // a linger of half the last call's duration (at most MaxLinger). Without
 // this, a steady load of n writers would split into ever smaller batches,
@@ -292,10 +286,10 @@ func (f *core[W]) run() {
 	}
 }
 
-// allowed is how many calls may be in flight now: one per splitAt writes
-// expected, at least one, at most MaxCalls. f.mu is held.
+// allowed is how many calls may be in flight now: one per SplitWrites
+// writes expected, at least one, at most MaxCalls. f.mu is held.
 func (f *core[W]) allowed() int {
-	return min(f.cfg.MaxCalls, max(1, f.fl.expected/splitAt))
+	return min(f.cfg.MaxCalls, max(1, f.fl.expected/f.cfg.SplitWrites))
 }
 
 // target is the batch a leader aims for. f.mu is held.

@@ -35,6 +35,7 @@ const (
 	DefaultMaxBatchSize = 1000
 	DefaultMaxLinger    = 5 * time.Millisecond
 	DefaultMaxCalls     = 2
+	DefaultSplitWrites  = 200
 )
 
 var (
@@ -75,10 +76,15 @@ type Config struct {
 	// back; a batch never holds a write of a persistence id that has a
 	// write in flight, so each id's writes are still stored in order. The
 	// writes are split across calls only when each call would carry at
-	// least 200 (below that, the commit a second call pays costs more than
-	// the wait it hides). With 1, batches reach the store one at a time, in
+	// least SplitWrites. With 1, batches reach the store one at a time, in
 	// arrival order.
 	MaxCalls int
+	// SplitWrites is the fewest atomic writes each call must carry for the
+	// writes the front expects to be split across calls in flight (see
+	// MaxCalls). Below it, the commit a second call pays costs more than
+	// the wait for the writers it hides. Default: what the journal's
+	// SplitWrites reports (see WriteSplit), else DefaultSplitWrites = 200.
+	SplitWrites int
 	// CallTimeout bounds each Write, HighestSequenceNr and DeleteTo call to
 	// the store (default DefaultCallTimeout = 10 s). Replay is not bounded,
 	// as in Akka: it can take long and is bounded by the caller's context.
@@ -108,6 +114,18 @@ type Config struct {
 	MaxReads int
 }
 
+// WriteSplit is implemented by a journal that knows how large its write
+// calls must be for two in flight to pay. The front uses SplitWrites as
+// its default Config.SplitWrites.
+type WriteSplit interface {
+	// SplitWrites returns the fewest atomic writes each of several write
+	// calls in flight must carry for the split to pay, or 0 for the front's
+	// default: low where concurrent calls proceed side by side in the
+	// store, high where they queue for one lock, so that a second call adds
+	// a commit and hides little.
+	SplitWrites() int
+}
+
 // ReadCapacity is implemented by a journal whose calls queue for a bounded
 // resource, such as a connection pool. The front uses ConcurrentReads as
 // its default Config.MaxReads.
@@ -125,6 +143,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("engine: MaxBatchSize %d is negative", c.MaxBatchSize)
 	case c.MaxCalls < 0:
 		return fmt.Errorf("engine: MaxCalls %d is negative", c.MaxCalls)
+	case c.SplitWrites < 0:
+		return fmt.Errorf("engine: SplitWrites %d is negative", c.SplitWrites)
 	case c.MaxLinger < 0:
 		return fmt.Errorf("engine: MaxLinger %v is negative", c.MaxLinger)
 	case c.CallTimeout < 0:
@@ -137,6 +157,20 @@ func (c Config) Validate() error {
 	return hookset.Refuse("engine: Config.Hooks", c.Hooks, isHook)
 }
 
+// JournalDefaults returns c with the zero fields that j gives a default
+// for set from j: MaxReads from ReadCapacity, SplitWrites from WriteSplit.
+// NewFront applies it; a wrapper of a journal that hides those methods
+// applies it before wrapping.
+func (c Config) JournalDefaults(j journal.Journal) Config {
+	if rc, ok := j.(ReadCapacity); ok && c.MaxReads == 0 {
+		c.MaxReads = max(1, rc.ConcurrentReads())
+	}
+	if ws, ok := j.(WriteSplit); ok && c.SplitWrites == 0 {
+		c.SplitWrites = max(0, ws.SplitWrites()) // 0: the front's default
+	}
+	return c
+}
+
 func (c Config) withDefaults() Config {
 	if c.MaxBatchSize == 0 {
 		c.MaxBatchSize = DefaultMaxBatchSize
@@ -146,6 +180,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.MaxCalls == 0 {
 		c.MaxCalls = DefaultMaxCalls
+	}
+	if c.SplitWrites == 0 {
+		c.SplitWrites = DefaultSplitWrites
 	}
 	if c.CallTimeout == 0 {
 		c.CallTimeout = DefaultCallTimeout
@@ -239,9 +276,7 @@ func NewFront(j journal.Journal, cfg Config) (*Front, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	if rc, ok := j.(ReadCapacity); ok && cfg.MaxReads == 0 {
-		cfg.MaxReads = max(1, rc.ConcurrentReads())
-	}
+	cfg = cfg.JournalDefaults(j)
 	f := &Front{j: j}
 	fw, tokens := j.(journal.FencedWriter)
 	f.core.init("journal", cfg, func(ctx context.Context, writes []journal.AtomicWrite, t []journal.FenceToken) ([]error, error) {

@@ -198,6 +198,73 @@ func TestSecondCallKeepsEachIDInOrder(t *testing.T) {
 	})
 }
 
+// splitting is a gated journal that reports split as its SplitWrites.
+type splitting struct {
+	*gated
+	split int
+}
+
+func (s splitting) SplitWrites() int { return s.split }
+
+// TestSplitWritesFromTheJournal: after a call of 100 writes, the front
+// expects 100; a second call goes while one is in flight only when each
+// would carry at least SplitWrites, which is the journal's WriteSplit
+// unless the configuration sets it (the default, 200, where the journal
+// has none or reports 0).
+func TestSplitWritesFromTheJournal(t *testing.T) {
+	for _, c := range []struct {
+		name          string
+		journal, conf int // the journal's SplitWrites (-1: none), the Config's
+		want          int // the front's SplitWrites
+	}{
+		{"no WriteSplit", -1, 0, engine.DefaultSplitWrites},
+		{"the journal's", 50, 0, 50},
+		{"the journal's 0 is the default", 0, 0, engine.DefaultSplitWrites},
+		{"the configuration's over the journal's", 50, 150, 150},
+		{"the configuration's without WriteSplit", -1, 50, 50},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				g, release := holdCall(2)
+				var j journal.Journal = g
+				if c.journal >= 0 {
+					j = splitting{g, c.journal}
+				}
+				f := newFront(t, j, engine.Config{MaxCalls: 2, SplitWrites: c.conf})
+				if got := f.Config().SplitWrites; got != c.want {
+					t.Errorf("SplitWrites = %d, want %d", got, c.want)
+				}
+				ctx := t.Context()
+				var load []journal.AtomicWrite
+				for i := range 100 {
+					load = append(load, one(fmt.Sprintf("load-%d", i), 1))
+				}
+				if errs, err := f.Write(ctx, load); err != nil || errs != nil {
+					t.Fatalf("load: %v %v", errs, err)
+				}
+				var wg sync.WaitGroup
+				for _, pid := range []string{"a", "b"} {
+					wg.Go(func() {
+						if err := f.Persist(ctx, one(pid, 1)); err != nil {
+							t.Errorf("%s/1: %v", pid, err)
+						}
+					})
+					synctest.Wait() // a/1 is in flight, blocked in the store
+				}
+				want := "[[a/1]]" // b/1 waits for the call in flight
+				if 100/c.want >= 2 {
+					want = "[[a/1] [b/1]]"
+				}
+				if got := callIDs(g.calls()[1:]); fmt.Sprint(got) != want {
+					t.Errorf("calls while a/1 is in flight = %v, want %s", got, want)
+				}
+				close(release)
+				wg.Wait()
+			})
+		})
+	}
+}
+
 // callIDs names each call's atomic writes id/first sequence number.
 func callIDs(calls [][]journal.AtomicWrite) [][]string {
 	var out [][]string
@@ -428,13 +495,13 @@ func TestCloseDrainsQueue(t *testing.T) {
 }
 
 func TestConfigValidate(t *testing.T) {
-	for _, c := range []engine.Config{{MaxBatchSize: -1}, {MaxLinger: -1}, {MaxCalls: -1}, {CallTimeout: -time.Second}, {ResetTimeout: -1}, {MaxReads: -1}} {
+	for _, c := range []engine.Config{{MaxBatchSize: -1}, {MaxLinger: -1}, {MaxCalls: -1}, {CallTimeout: -time.Second}, {ResetTimeout: -1}, {MaxReads: -1}, {SplitWrites: -1}} {
 		if _, err := engine.NewFront(memory.New().Journal(), c); err == nil {
 			t.Errorf("NewFront(%+v) accepted a negative setting", c)
 		}
 	}
 	f := newFront(t, memory.New().Journal(), engine.Config{})
-	want := engine.Config{MaxBatchSize: 1000, MaxLinger: 5 * time.Millisecond, MaxCalls: 2, CallTimeout: 10 * time.Second, MaxFailures: 10, ResetTimeout: 5 * time.Second, Logger: slog.Default()}
+	want := engine.Config{MaxBatchSize: 1000, MaxLinger: 5 * time.Millisecond, MaxCalls: 2, SplitWrites: 200, CallTimeout: 10 * time.Second, MaxFailures: 10, ResetTimeout: 5 * time.Second, Logger: slog.Default()}
 	if got := f.Config(); !reflect.DeepEqual(got, want) {
 		t.Errorf("defaults = %+v, want Akka's %+v", got, want)
 	}

@@ -17,11 +17,13 @@ import (
 // atomic writes per store call ("writes/call") and the time a store call
 // was in flight as a share of the time the front was measured
 // ("store-busy"; it exceeds 1 while calls overlap). measured returns that
-// time; when nil, it is the benchmark's b.Elapsed().
+// time; when nil, it is the benchmark's b.Elapsed(). The front takes the
+// defaults it would take from j itself (Config.JournalDefaults), which
+// the counting wrapper hides.
 func MeteredFront(b *testing.B, j journal.Journal, cfg engine.Config, measured func() time.Duration) *engine.Front {
 	b.Helper()
 	c := &countingJournal{Journal: j}
-	f, err := engine.NewFront(c, cfg)
+	f, err := engine.NewFront(c, cfg.JournalDefaults(j))
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -25,6 +25,35 @@ func open(t testing.TB, opts ...postgres.Option) *postgres.Store {
 	return s
 }
 
+// TestFrontSplitsWritesByOrdering: a journal front before the store
+// splits its writes across two calls in flight from 50 writes a call in
+// TimestampOrder, whose calls do not queue for one another, and keeps its
+// default (200) in CommitOrder, whose calls queue for the clock row.
+func TestFrontSplitsWritesByOrdering(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		name     string
+		ordering postgres.Ordering
+		want     int
+	}{
+		{"commit", postgres.CommitOrder, engine.DefaultSplitWrites},
+		{"timestamp", postgres.TimestampOrder, 50},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			s := open(t, postgres.WithOrdering(c.ordering))
+			var _ engine.WriteSplit = s.Journal()
+			f, err := engine.NewFront(s.Journal(), engine.Config{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = f.Close() })
+			if got := f.Config().SplitWrites; got != c.want {
+				t.Errorf("the front's SplitWrites = %d, want %d", got, c.want)
+			}
+		})
+	}
+}
+
 // TestFrontReadsFitThePool: a journal front before the store takes its
 // read bound from the pool (its connections less the front's two write
 // calls), so a burst of recoveries queues in the front, not in the pool.

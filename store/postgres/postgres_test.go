@@ -25,6 +25,18 @@ func open(t testing.TB, opts ...postgres.Option) *postgres.Store {
 	return s
 }
 
+// frontConfig returns the configuration of a journal front put before s
+// with the zero engine.Config: the defaults it takes from s's journal.
+func frontConfig(t *testing.T, s *postgres.Store) engine.Config {
+	t.Helper()
+	f, err := engine.NewFront(s.Journal(), engine.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	return f.Config()
+}
+
 // TestFrontSplitsWritesByOrdering: a journal front before the store
 // splits its writes across two calls in flight from 50 writes a call in
 // TimestampOrder, whose calls do not queue for one another, and keeps its
@@ -42,12 +54,7 @@ func TestFrontSplitsWritesByOrdering(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			s := open(t, postgres.WithOrdering(c.ordering))
 			var _ engine.WriteSplit = s.Journal()
-			f, err := engine.NewFront(s.Journal(), engine.Config{})
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { _ = f.Close() })
-			if got := f.Config().SplitWrites; got != c.want {
+			if got := frontConfig(t, s).SplitWrites; got != c.want {
 				t.Errorf("the front's SplitWrites = %d, want %d", got, c.want)
 			}
 		})
@@ -63,12 +70,7 @@ func TestFrontReadsFitThePool(t *testing.T) {
 		t.Run(fmt.Sprint(c.conns), func(t *testing.T) {
 			s := open(t, postgres.WithPoolConfig(func(pc *pgxpool.Config) { pc.MaxConns = int32(c.conns) }))
 			var _ engine.ReadCapacity = s.Journal()
-			f, err := engine.NewFront(s.Journal(), engine.Config{})
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { _ = f.Close() })
-			if got := f.Config().MaxReads; got != c.want {
+			if got := frontConfig(t, s).MaxReads; got != c.want {
 				t.Errorf("pool of %d: the front's MaxReads = %d, want %d", c.conns, got, c.want)
 			}
 		})

@@ -206,7 +206,8 @@ func (c Config) withDefaults() Config {
 //     store is busy queue up and go to the store together in one Write
 //     call (at most MaxBatchSize; see MaxLinger for how long a batch may
 //     wait to fill). At most MaxCalls store calls are in flight at once,
-//     more than one only under loads of at least 200 writes per call.
+//     more than one only under loads of at least SplitWrites writes per
+//     call.
 //   - Order: the writes of one persistence id reach the store in the order
 //     they arrived, and a batch never holds a write of an id that has a
 //     write in flight, so a write is sent only after every earlier write of

@@ -4,6 +4,9 @@ import (
 	"context"
 	"testing"
 
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
 	"github.com/annals-go/annals/engine"
 	"github.com/annals-go/annals/store/postgres"
 	"github.com/annals-go/annals/store/postgres/pgtest"
@@ -15,7 +18,8 @@ import (
 var r2dbcOpts = []postgres.Option{postgres.WithLayout(postgres.LayoutR2DBC), postgres.WithBacktracking(postgres.DefaultBacktrackWindow, 1e9)}
 
 // kitConfigs are the stores the compliance kit runs on: every suite on
-// Annals' layout in both live-query orderings and on the r2dbc layout,
+// Annals' layout in both live-query orderings (also in pgx's exec mode)
+// and on the r2dbc layout,
 // and the recovery suite through a journal front before the store on
 // both layouts (which waits for the id's writes, then reads through the
 // store's reader).
@@ -29,7 +33,14 @@ var kitConfigs = []struct {
 	{"r2dbc", r2dbcOpts, false},
 	{"annals-front", nil, true},
 	{"r2dbc-front", r2dbcOpts, true},
+	// pgx's exec mode (PgBouncer's transaction pooling): pgx encodes each
+	// parameter from its Go type, without the statement's description.
+	{"commit-exec", []postgres.Option{postgres.WithOrdering(postgres.CommitOrder), execMode}, false},
+	{"timestamp-exec", []postgres.Option{postgres.WithOrdering(postgres.TimestampOrder), postgres.WithBacktracking(postgres.DefaultBacktrackWindow, 1e9), execMode}, false},
 }
+
+// execMode sets pgx's default query mode to exec.
+var execMode = postgres.WithPoolConfig(func(pc *pgxpool.Config) { pc.ConnConfig.DefaultQueryExecMode = pgx.QueryExecModeExec })
 
 // kitStore opens a store with opts and the kit's payload limit in a
 // schema of the test's own, and returns it as the kit checks it

@@ -292,6 +292,14 @@ func connect(ctx context.Context, dsn string, opts []Option) (*Store, error) {
 	if cfg.poolConfigChanger != nil {
 		cfg.poolConfigChanger(pc)
 	}
+	afterConnect := pc.AfterConnect // the caller's, run after ours
+	pc.AfterConnect = func(ctx context.Context, conn *pgx.Conn) error {
+		registerCells(conn.TypeMap())
+		if afterConnect != nil {
+			return afterConnect(ctx, conn)
+		}
+		return nil
+	}
 	pool, err := pgxpool.NewWithConfig(ctx, pc)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrInvalidConfig, err)

@@ -3,9 +3,14 @@ package postgres_test
 import (
 	"context"
 	"fmt"
+	"reflect"
+	"sync/atomic"
 	"testing"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/annals-go/annals/journal"
 
 	"github.com/annals-go/annals/engine"
 	"github.com/annals-go/annals/store/postgres"
@@ -23,6 +28,44 @@ func open(t testing.TB, opts ...postgres.Option) *postgres.Store {
 	}
 	t.Cleanup(func() { s.Close() })
 	return s
+}
+
+// TestCallersAfterConnectRuns: the store's own connection setup (the
+// write parameters' types, which pgx's exec mode needs) runs before the
+// AfterConnect hook a caller sets through WithPoolConfig, and does not
+// replace it: in exec mode, a write with tags and metadata is stored and
+// read back whole, and the caller's hook ran.
+func TestCallersAfterConnectRuns(t *testing.T) {
+	t.Parallel()
+	var ran atomic.Int64
+	s := open(t, postgres.WithOrdering(postgres.TimestampOrder), postgres.WithPoolConfig(func(pc *pgxpool.Config) {
+		pc.ConnConfig.DefaultQueryExecMode = pgx.QueryExecModeExec
+		pc.AfterConnect = func(context.Context, *pgx.Conn) error { ran.Add(1); return nil }
+	}))
+	ctx := t.Context()
+	pid := "Exec|a"
+	events := []journal.Repr{
+		{PersistenceID: pid, SequenceNr: 1, Payload: []byte("one"), SerializerID: 4, Manifest: "m", WriterID: "w", Tags: []string{"t1", "t2"}, Metadata: []byte("meta")},
+		{PersistenceID: pid, SequenceNr: 2, Payload: []byte{}, SerializerID: 4, Manifest: "m", WriterID: "w"},
+	}
+	for _, e := range events { // the second write has a floor: the first's stamp
+		if res, err := s.Journal().Write(ctx, []journal.AtomicWrite{{PersistenceID: pid, Events: []journal.Repr{e}}}); err != nil || res != nil {
+			t.Fatalf("write %d: %v %v", e.SequenceNr, res, err)
+		}
+	}
+	var got []journal.Repr
+	for e, err := range s.Journal().Replay(ctx, pid, 1, 2, 10) {
+		if err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, journal.Repr{PersistenceID: e.PersistenceID, SequenceNr: e.SequenceNr, Payload: e.Payload, SerializerID: e.SerializerID, Manifest: e.Manifest, WriterID: e.WriterID, Tags: e.Tags, Metadata: e.Metadata})
+	}
+	if !reflect.DeepEqual(got, events) {
+		t.Errorf("replayed %+v, want %+v", got, events)
+	}
+	if ran.Load() == 0 {
+		t.Error("the caller's AfterConnect never ran")
+	}
 }
 
 // frontConfig returns the configuration of a journal front put before s

@@ -603,12 +603,11 @@ func (j *Journal) ConcurrentReads() int {
 
 // timestampSplitWrites is TimestampOrder's SplitWrites. Its write calls
 // read no row that another call writes, so two in flight proceed side by
-// side: 100 writers persisting one event at a time each reached 0.87–0.91
-// of the raw insert with two calls of about 50 writes in flight, against
-// 0.72–0.81 with one call of 100 (BenchmarkWriteIDs). CommitOrder's calls
-// queue for the clock row, whose lock each holds to its commit: there two
-// calls of 50 reached 0.73–0.76 against 0.83–0.87 for one of 100, so it
-// keeps the front's default.
+// side: with 100 writers persisting one event at a time each, two calls
+// of about 50 in flight wrote 1.07–1.11 times as fast as one call of 100
+// (BenchmarkWriteSplit, three runs). CommitOrder's calls queue for the
+// clock row, whose lock each holds to its commit: there the split wrote
+// 0.90–0.92 times as fast, so CommitOrder keeps the front's default.
 const timestampSplitWrites = 50
 
 // SplitWrites implements engine.WriteSplit: timestampSplitWrites in

@@ -33,9 +33,9 @@ func (c cells[E, P]) IndexType() any { return P(nil) }
 // registerCells maps each cells type to its PostgreSQL array type in m, a
 // connection's type map. pgx needs it in the query modes that encode a
 // parameter without the server's description of the statement
-// (default_query_exec_mode=exec, as behind PgBouncer's transaction
-// pooling, and simple_protocol): there it finds the parameter's type from
-// its Go type. In the other modes the statement's description gives it.
+// (default_query_exec_mode=exec or simple_protocol, which some connection
+// poolers call for): there it finds the parameter's type from its Go
+// type. In the other modes the statement's description gives it.
 func registerCells(m *pgtype.Map) {
 	m.RegisterDefaultPgType(textCells(nil), "_text")
 	m.RegisterDefaultPgType(nullTexts(nil), "_text")

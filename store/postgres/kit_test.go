@@ -2,6 +2,7 @@ package postgres_test
 
 import (
 	"context"
+	"slices"
 	"testing"
 
 	"github.com/jackc/pgx/v5"
@@ -18,9 +19,9 @@ import (
 var r2dbcOpts = []postgres.Option{postgres.WithLayout(postgres.LayoutR2DBC), postgres.WithBacktracking(postgres.DefaultBacktrackWindow, 1e9)}
 
 // kitConfigs are the stores the compliance kit runs on: every suite on
-// Annals' layout in both live-query orderings (also in pgx's exec mode)
-// and on the r2dbc layout,
-// and the recovery suite through a journal front before the store on
+// Annals' layout in both live-query orderings and on the r2dbc layout,
+// also in pgx's exec and simple-protocol modes, and the recovery suite
+// through a journal front before the store on
 // both layouts (which waits for the id's writes, then reads through the
 // store's reader).
 var kitConfigs = []struct {
@@ -37,10 +38,15 @@ var kitConfigs = []struct {
 	// parameter from its Go type, without the statement's description.
 	{"commit-exec", []postgres.Option{postgres.WithOrdering(postgres.CommitOrder), execMode}, false},
 	{"timestamp-exec", []postgres.Option{postgres.WithOrdering(postgres.TimestampOrder), postgres.WithBacktracking(postgres.DefaultBacktrackWindow, 1e9), execMode}, false},
+	// The simple protocol: pgx writes the parameters into the SQL text.
+	{"r2dbc-simple", append(slices.Clone(r2dbcOpts), simpleMode), false},
 }
 
-// execMode sets pgx's default query mode to exec.
-var execMode = postgres.WithPoolConfig(func(pc *pgxpool.Config) { pc.ConnConfig.DefaultQueryExecMode = pgx.QueryExecModeExec })
+// execMode and simpleMode set pgx's default query mode.
+var (
+	execMode   = postgres.WithPoolConfig(func(pc *pgxpool.Config) { pc.ConnConfig.DefaultQueryExecMode = pgx.QueryExecModeExec })
+	simpleMode = postgres.WithPoolConfig(func(pc *pgxpool.Config) { pc.ConnConfig.DefaultQueryExecMode = pgx.QueryExecModeSimpleProtocol })
+)
 
 // kitStore opens a store with opts and the kit's payload limit in a
 // schema of the test's own, and returns it as the kit checks it

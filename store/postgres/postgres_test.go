@@ -10,9 +10,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/annals-go/annals/journal"
-
 	"github.com/annals-go/annals/engine"
+	"github.com/annals-go/annals/journal"
 	"github.com/annals-go/annals/store/postgres"
 	"github.com/annals-go/annals/store/postgres/pgtest"
 )
@@ -31,9 +30,8 @@ func open(t testing.TB, opts ...postgres.Option) *postgres.Store {
 }
 
 // TestCallersAfterConnectRuns: the store's own connection setup (the
-// write parameters' types, which pgx's exec mode needs) runs before the
-// AfterConnect hook a caller sets through WithPoolConfig, and does not
-// replace it: in exec mode, a write with tags and metadata is stored and
+// write parameters' types, which pgx's exec mode needs) does not replace
+// the AfterConnect hook a caller sets through WithPoolConfig: in exec mode, a write with tags and metadata is stored and
 // read back whole, and the caller's hook ran.
 func TestCallersAfterConnectRuns(t *testing.T) {
 	t.Parallel()

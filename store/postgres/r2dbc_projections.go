@@ -195,7 +195,7 @@ func (l r2dbcLayout) saveOffset(ctx context.Context, tx pgx.Tx, id offsets.ID, o
 		}
 		n := len(args)
 		at := "$" + strconv.Itoa(n+1)
-		b.Queue(`DELETE FROM `+tsTable+` WHERE `+scope+` AND (timestamp_offset >= `+at+` OR timestamp_offset < `+at+` - $`+strconv.Itoa(n+2)+`::interval)`,
+		b.Queue(`DELETE FROM `+tsTable+` WHERE `+scope+` AND (timestamp_offset >= `+at+`::timestamptz OR timestamp_offset < `+at+`::timestamptz - $`+strconv.Itoa(n+2)+`::interval)`,
 			append(args, o.Timestamp, fmt.Sprintf("%d microseconds", r2dbcOffsetWindow.Microseconds()))...)
 		b.Queue(`INSERT INTO `+tsTable+` (projection_name, projection_key, slice, persistence_id, seq_nr, timestamp_offset, timestamp_consumed)
 			SELECT $1, $2, s.slice, s.pid, s.seq, $3, transaction_timestamp() FROM unnest($4::int[], $5::text[], $6::bigint[]) AS s(slice, pid, seq)

@@ -13,7 +13,8 @@ import (
 
 // BenchmarkWriteSplit: whether 100 writers gain from the front splitting
 // their writes across two calls in flight, per ordering. Three sides take
-// turns, a fifth of the events each time, in an order that turns: a front
+// turns, a sixth of the events each time, each side first, second and
+// third twice: a front
 // (MaxCalls 2) that splits from 50 writes a call (TimestampOrder's
 // SplitWrites, see engine.WriteSplit), one that splits from 200 (the
 // front's default, so one call of 100), each before a store of its own,
@@ -24,7 +25,7 @@ import (
 //
 //	go test -run '^$' -bench WriteSplit -benchtime 100000x -count 3 ./store/postgres/
 func BenchmarkWriteSplit(b *testing.B) {
-	const ids, turns = 100, 5
+	const ids, turns = 100, 6
 	pids := make([]string, ids)
 	for i := range pids {
 		pids[i] = fmt.Sprintf("Bench|id-%d", i)

@@ -119,6 +119,24 @@ func (r *rawRows) insert(b *testing.B, pool *pgxpool.Pool, sql string, seq int64
 	}
 }
 
+// persistEach persists events from+1 to to of each id in pids through f,
+// one goroutine per id persisting its own events one at a time, and
+// returns when all are stored.
+func persistEach(b *testing.B, f *engine.Front, pids []string, from, to int64) {
+	var wg sync.WaitGroup
+	for _, pid := range pids {
+		wg.Go(func() {
+			for seq := from + 1; seq <= to; seq++ {
+				if err := f.Persist(b.Context(), journal.AtomicWrite{PersistenceID: pid, Events: []journal.Repr{benchEvent(pid, seq)}}); err != nil {
+					b.Error(err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+}
+
 // BenchmarkWriteIDs: 1, 100 and 1,000 ids persisting concurrently through
 // the journal front, one goroutine per id persisting its own events one at
 // a time (b.N events in all), in each ordering, with MaxCalls 1 and 2
@@ -162,7 +180,6 @@ func BenchmarkWriteIDs(b *testing.B) {
 					pm := postmaster(b.Context(), pool)
 					sql := rawInsert(tbl)
 					rows := newRawRows(pids)
-					ctx := b.Context()
 					perID := (b.N + ids - 1) / ids
 					b.ResetTimer()
 					for turn := range turns {
@@ -170,18 +187,7 @@ func BenchmarkWriteIDs(b *testing.B) {
 						// The server's reading first: it scans /proc, outside
 						// the window it measures.
 						server0, cpu0, start := serverCPU(pm), processCPU(), time.Now()
-						var wg sync.WaitGroup
-						for _, pid := range pids {
-							wg.Go(func() {
-								for seq := from + 1; seq <= to; seq++ {
-									if err := f.Persist(ctx, journal.AtomicWrite{PersistenceID: pid, Events: []journal.Repr{benchEvent(pid, seq)}}); err != nil {
-										b.Error(err)
-										return
-									}
-								}
-							})
-						}
-						wg.Wait()
+						persistEach(b, f, pids, from, to)
 						annalsTime += time.Since(start)
 						annalsCPU += processCPU() - cpu0
 						annalsServer += serverCPU(pm) - server0

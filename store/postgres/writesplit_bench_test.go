@@ -2,12 +2,10 @@ package postgres_test
 
 import (
 	"fmt"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/annals-go/annals/engine"
-	"github.com/annals-go/annals/journal"
 	"github.com/annals-go/annals/store/postgres"
 )
 
@@ -32,27 +30,13 @@ func BenchmarkWriteSplit(b *testing.B) {
 	}
 	for _, o := range benchOrderings {
 		b.Run(o.name, func(b *testing.B) {
-			ctx := b.Context()
 			front := func(split int) func(from, to int64) {
 				f, err := engine.NewFront(open(b, postgres.WithOrdering(o.ordering)).Journal(), engine.Config{MaxCalls: 2, SplitWrites: split})
 				if err != nil {
 					b.Fatal(err)
 				}
 				b.Cleanup(func() { _ = f.Close() })
-				return func(from, to int64) {
-					var wg sync.WaitGroup
-					for _, pid := range pids {
-						wg.Go(func() {
-							for seq := from + 1; seq <= to; seq++ {
-								if err := f.Persist(ctx, journal.AtomicWrite{PersistenceID: pid, Events: []journal.Repr{benchEvent(pid, seq)}}); err != nil {
-									b.Error(err)
-									return
-								}
-							}
-						})
-					}
-					wg.Wait()
-				}
+				return func(from, to int64) { persistEach(b, f, pids, from, to) }
 			}
 			pool, tbl := rawSchema(b)
 			sql, rows := rawInsert(tbl), newRawRows(pids)

@@ -161,13 +161,7 @@ func TestSecondCallKeepsEachIDInOrder(t *testing.T) {
 		g, release := holdCall(2)
 		f := newFront(t, g, engine.Config{MaxCalls: 2})
 		ctx := t.Context()
-		var load []journal.AtomicWrite
-		for i := range 400 {
-			load = append(load, one(fmt.Sprintf("load-%d", i), 1))
-		}
-		if errs, err := f.Write(ctx, load); err != nil || errs != nil {
-			t.Fatalf("load: %v %v", errs, err)
-		}
+		writeLoad(t, f, 400)
 		var wg sync.WaitGroup
 		wg.Go(func() {
 			if err := f.Persist(ctx, one("a", 1)); err != nil {
@@ -235,13 +229,7 @@ func TestSplitWritesFromTheJournal(t *testing.T) {
 					t.Errorf("SplitWrites = %d, want %d", got, c.want)
 				}
 				ctx := t.Context()
-				var load []journal.AtomicWrite
-				for i := range 100 {
-					load = append(load, one(fmt.Sprintf("load-%d", i), 1))
-				}
-				if errs, err := f.Write(ctx, load); err != nil || errs != nil {
-					t.Fatalf("load: %v %v", errs, err)
-				}
+				writeLoad(t, f, 100)
 				var wg sync.WaitGroup
 				for _, pid := range []string{"a", "b"} {
 					wg.Go(func() {
@@ -262,6 +250,19 @@ func TestSplitWritesFromTheJournal(t *testing.T) {
 				wg.Wait()
 			})
 		})
+	}
+}
+
+// writeLoad stores one event of each of n new ids through f in one call,
+// after which the front expects n writes back.
+func writeLoad(t *testing.T, f *engine.Front, n int) {
+	t.Helper()
+	var load []journal.AtomicWrite
+	for i := range n {
+		load = append(load, one(fmt.Sprintf("load-%d", i), 1))
+	}
+	if errs, err := f.Write(t.Context(), load); err != nil || errs != nil {
+		t.Fatalf("load: %v %v", errs, err)
 	}
 }
 

@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/annals-go/annals"
 	"github.com/annals-go/annals/journal"
@@ -168,10 +167,10 @@ func insertSQL(o Ordering, clock string, tagged bool, notify string) string {
 
 // writeArgs returns insertSQL's arguments: the floors in TimestampOrder
 // only.
-func (l *annalsLayout) writeArgs(writes []journal.AtomicWrite, pending []int, now time.Time, floors []pgtype.Timestamptz, before, total int64) ([]any, bool) {
+func (l *annalsLayout) writeArgs(writes []journal.AtomicWrite, pending []int, now time.Time, floors stampCells, before, total int64) ([]any, bool) {
 	cols, tagged := insertArgs(writes, pending, now)
 	if l.s.cfg.ordering == TimestampOrder {
-		cols = append(cols, floorCells(floors), before, total)
+		cols = append(cols, floors, before, total)
 	}
 	return cols, tagged
 }

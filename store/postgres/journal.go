@@ -344,9 +344,9 @@ func (j *Journal) send(ctx context.Context, writes []journal.AtomicWrite, pendin
 		for _, i := range pending {
 			rows += int64(len(writes[i].Events))
 		}
-		var stmtFloors []pgtype.Timestamptz
+		var stmtFloors stampCells
 		if stamped {
-			stmtFloors = floors[before : before+rows]
+			stmtFloors = floorCells(floors[before : before+rows])
 		}
 		args, tagged := s.layout.writeArgs(writes, pending, now, stmtFloors, before, total)
 		if s.cfg.notify {

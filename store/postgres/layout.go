@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/annals-go/annals/admin"
 	"github.com/annals-go/annals/journal"
@@ -138,9 +137,9 @@ type layout interface {
 	// writeArgs returns the arguments of the insert statement for the
 	// atomic writes writes[pending...], in a transaction whose statements
 	// insert total rows, before of them ahead of this one, with floors the
-	// rows' floors in TimestampOrder (see stampSQL), and whether any event
-	// has tags (the insert that writes tags, then).
-	writeArgs(writes []journal.AtomicWrite, pending []int, now time.Time, floors []pgtype.Timestamptz, before, total int64) ([]any, bool)
+	// rows' floors in TimestampOrder (see stampSQL; floorCells), and
+	// whether any event has tags (the insert that writes tags, then).
+	writeArgs(writes []journal.AtomicWrite, pending []int, now time.Time, floors stampCells, before, total int64) ([]any, bool)
 	// deleteTo is Journal.DeleteTo, its arguments checked.
 	deleteTo(ctx context.Context, persistenceID string, to int64) error
 

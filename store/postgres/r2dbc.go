@@ -6,7 +6,6 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/annals-go/annals"
 	"github.com/annals-go/annals/journal"
@@ -148,9 +147,9 @@ SELECT i.slice, i.entity_type, i.pid, i.seq_nr,
 const r2dbcInsertParams = 14
 
 // writeArgs returns r2dbcInsertSQL's arguments.
-func (l r2dbcLayout) writeArgs(writes []journal.AtomicWrite, pending []int, now time.Time, floors []pgtype.Timestamptz, before, total int64) ([]any, bool) {
+func (l r2dbcLayout) writeArgs(writes []journal.AtomicWrite, pending []int, now time.Time, floors stampCells, before, total int64) ([]any, bool) {
 	cols, tagged := insertArgs(writes, pending, now)
-	return append(cols, floorCells(floors), before, total), tagged
+	return append(cols, floors, before, total), tagged
 }
 
 // deleteTo deletes as the plugin does: in
